@@ -1,0 +1,49 @@
+"""Shared test helpers: tiny versions of every preset, CPU only, deterministic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.model_spec import ModelSpec
+
+TINY_VOCAB = 97
+
+
+def tiny_spec(name: str, *, window: int = 4, n_layers: int | None = None) -> ModelSpec:
+    """The preset shrunk to test size, keeping its structure (kinds, per-layer pattern)."""
+    spec = zoo.spec(name)
+    attention = spec.attention
+    kv = 1 if attention.n_kv_heads == 1 else (4 if attention.kind == "mha" else 2)
+    layers = n_layers or (6 if spec.layers and "5::6" in spec.layers else 2)
+    updates: dict[str, object] = {
+        "d_model": 64,
+        "n_layers": layers,
+        "vocab_size": TINY_VOCAB,
+        "max_seq_len": 64,
+        "attention.n_heads": 4,
+        "attention.n_kv_heads": kv,
+        "attention.head_dim": 16,
+        "ffn.hidden": 48,
+    }
+    if attention.window:
+        updates["attention.window"] = window
+    if spec.ffn.kind == "moe":
+        updates["ffn.n_experts"] = 4
+        updates["ffn.top_k"] = 2
+    if spec.layers:
+        updates["layers"] = {
+            key: {**value, "attention": {**value.get("attention", {}), "window": window}}
+            if value.get("attention", {}).get("window") else value
+            for key, value in spec.layers.items()
+        }
+    return spec.override(updates)
+
+
+FAMILY_PRESETS = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-oss-20b", "mistral-7b", "mixtral-8x7b", "gemma-3-270m"]
+
+
+@pytest.fixture(autouse=True)
+def _deterministic() -> None:
+    torch.manual_seed(0)

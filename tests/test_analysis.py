@@ -1,0 +1,88 @@
+import pytest
+import torch
+
+import zoo
+
+PUBLISHED = {  # ../shared/reference/architectures.md
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
+    "llama-3.1-8b": 8_030_261_248,
+    "qwen3-0.6b": 596_049_920,
+    "qwen3-1.7b": 1_720_574_976,
+    "qwen3-4b": 4_022_468_096,
+    "qwen3-8b": 8_190_735_360,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
+    "mistral-7b": 7_241_732_096,
+    "gemma-3-270m": 268_098_176,
+    "gemma-3-1b": 999_885_952,
+}
+
+
+@pytest.mark.parametrize("name,total", sorted(PUBLISHED.items()))
+def test_total_parameters_match_published_counts(name, total):
+    count = zoo.count_params(zoo.spec(name))
+    assert count.total == total
+    assert sum(count.by_component.values()) == total
+
+
+def test_active_parameters_follow_the_documented_conventions():
+    oss20 = zoo.count_params(zoo.spec("gpt-oss-20b"))
+    assert oss20.active == 3_608_307_264  # unembedding counted, embedding not
+    assert zoo.count_params(zoo.spec("gpt-oss-120b")).active == 5_132_849_472
+    qwen = zoo.count_params(zoo.spec("qwen3-30b-a3b"))
+    assert qwen.active_with_embedding == 3_353_032_704  # Qwen counts both embeddings
+    dense = zoo.count_params(zoo.spec("qwen3-0.6b"))
+    assert dense.active == dense.total and dense.unembedding == 0  # tied: counted once
+
+
+def test_counts_come_from_the_built_module():
+    spec = zoo.spec("gpt2")
+    model = zoo.build(spec, device="meta")
+    unique = {id(p): p.numel() for p in model.parameters()}
+    assert sum(unique.values()) == zoo.count_params(spec).total == zoo.count_params(model).total
+
+
+def test_kv_bytes_come_from_the_cache_layout():
+    assert zoo.kv_bytes_per_token("qwen3-0.6b", dtype="bfloat16") == 114_688
+    spec = zoo.spec("qwen3-0.6b")
+    assert zoo.kv_cache_bytes(spec, batch_size=2, seq_len=4096, dtype="bfloat16") == 2 * 4096 * 114_688
+    assert zoo.kv_cache_bytes(spec, 1, 10, dtype="float32") == 10 * 2 * 114_688
+
+
+def test_sliding_window_layers_keep_at_most_the_window():
+    oss = zoo.spec("gpt-oss-20b")
+    per_layer = 2 * 8 * 64 * 2  # K and V, 8 heads of 64, bf16
+    # 12 full layers hold every position; 12 windowed layers hold at most 128
+    assert zoo.kv_cache_bytes(oss, 1, 100) == 24 * 100 * per_layer
+    assert zoo.kv_cache_bytes(oss, 1, 4096) == (12 * 4096 + 12 * 128) * per_layer
+    mistral = zoo.spec("mistral-7b")
+    assert zoo.kv_cache_bytes(mistral, 1, 8192) == zoo.kv_cache_bytes(mistral, 1, 4096)
+
+
+def test_mha_gqa_mqa_kv_ratio():
+    spec = zoo.spec("llama-3.2-1b")
+    sizes = [zoo.kv_bytes_per_token(spec.override({"attention.kind": k})) for k in ("mha", "gqa", "mqa")]
+    assert sizes[0] == 32 * sizes[2] and sizes[1] == 8 * sizes[2]
+
+
+def test_analysis_of_every_preset_allocates_nothing():
+    """Its speed (under 2 s for all presets) is measured in bench/test_analysis_speed.py."""
+    names = zoo.list_architectures()
+    zoo.count_params(zoo.spec("gpt2"))  # warm imports
+    import psutil
+
+    rss = psutil.Process().memory_info().rss
+    for name in names:
+        spec = zoo.spec(name).override({"name": f"{name}-fresh"})  # bypass caches
+        zoo.count_params(spec)
+        zoo.kv_bytes_per_token(spec)
+        model = zoo.build(spec, device="meta")
+        assert all(p.is_meta for p in model.parameters())
+    grown = psutil.Process().memory_info().rss - rss
+    assert grown < 200 * 2**20  # gpt-oss-120b alone would be 230 GB in bf16

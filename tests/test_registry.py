@@ -1,0 +1,47 @@
+import pytest
+
+import zoo
+from zoo.errors import PluginError, SpecError
+from zoo.interfaces import Options
+from zoo.registry import Registry, get_registry, reset_registry
+
+
+def test_every_family_has_its_builtin_kinds():
+    registry = get_registry()
+    assert {"layernorm", "rmsnorm"} <= set(registry.kinds("norm"))
+    assert {"learned", "sinusoidal", "rope", "alibi", "none"} <= set(registry.kinds("positional"))
+    assert {"mha", "gqa", "mqa"} <= set(registry.kinds("attention"))
+    assert {"mlp", "gated", "swiglu", "geglu", "moe"} <= set(registry.kinds("ffn"))
+    assert {"pre_norm", "post_norm", "parallel", "sandwich"} <= set(registry.kinds("block"))
+
+
+def test_unknown_kind_suggests_a_close_one():
+    with pytest.raises(SpecError, match=r"did you mean 'rmsnorm'"):
+        get_registry().component("norm", "rmsnrom")
+
+
+def test_two_plugins_claiming_one_kind_name_both():
+    registry = Registry()
+    registry.register_component("norm", "mine", lambda o, d: None, Options, plugin="first")
+    with pytest.raises(PluginError, match="'first' and 'second'"):
+        registry.register_component("norm", "mine", lambda o, d: None, Options, plugin="second")
+    registry.register_component("norm", "mine", lambda o, d: None, Options, plugin="second", override=True)
+    assert registry.component("norm", "mine").plugin == "second"
+
+
+def test_unknown_family_is_a_plugin_error():
+    with pytest.raises(PluginError, match="unknown family 'normz'"):
+        Registry().register_component("normz", "x", lambda: None)
+
+
+def test_register_plugin_object_at_run_time():
+    class NotebookPlugin:
+        @zoo.hookimpl
+        def zoo_register_architectures(self, register):
+            register("tiny-notebook", lambda: zoo.spec("gpt2").override({"n_layers": 1, "name": "tiny-notebook"}))
+
+    try:
+        zoo.register_plugin(NotebookPlugin(), name="notebook")
+        assert zoo.spec("tiny-notebook").n_layers == 1
+    finally:
+        reset_registry()

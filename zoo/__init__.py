@@ -1,0 +1,72 @@
+"""zoo: assemble transformer language models from swappable parts, and measure them.
+
+Public API only; see docs/architecture.md for how the pieces fit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from zoo.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ModelSpec",
+    "ParamCount",
+    "build",
+    "count_params",
+    "errors",
+    "hookimpl",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "list_architectures",
+    "register_plugin",
+    "spec",
+    "weight_bytes",
+]
+
+# Heavy modules (torch) load on first use, so `import zoo` and `zoo --help` stay quick.
+_LAZY = {
+    "ModelSpec": ("zoo.model_spec", "ModelSpec"),
+    "ParamCount": ("zoo.analysis", "ParamCount"),
+    "build": ("zoo.model", "build"),
+    "count_params": ("zoo.analysis", "count_params"),
+    "kv_cache_bytes": ("zoo.analysis", "kv_cache_bytes"),
+    "kv_bytes_per_token": ("zoo.analysis", "kv_bytes_per_token"),
+    "weight_bytes": ("zoo.analysis", "weight_bytes"),
+    "register_plugin": ("zoo.registry", "register_plugin"),
+    "errors": ("zoo.errors", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attr is None else getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
+
+def spec(name: str) -> ModelSpec:
+    """The named architecture's ModelSpec (a preset, or one a plugin registered)."""
+    from zoo.archs import preset
+
+    return preset(name)
+
+
+def list_architectures() -> list[str]:
+    from zoo.registry import get_registry
+
+    return sorted(get_registry().architectures)
+
+
+if TYPE_CHECKING:
+    from zoo.analysis import ParamCount, count_params, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.model import build
+    from zoo.registry import register_plugin
+    from zoo.model_spec import ModelSpec

@@ -1,0 +1,135 @@
+"""Exact analysis without memory: parameter counts and KV-cache bytes from meta-device models.
+
+Numbers come from the modules themselves (parameters they hold, cache tensors their attention
+declares), so the analysis cannot drift from what ``build`` creates.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from zoo.model import ZooModel, as_spec, build, resolve_dtype
+from zoo.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameter counts; tied weights are counted once.
+
+    ``active`` is what one token touches in a forward pass, following gpt-oss's convention:
+    the unembedding (LM head) counts, the input embedding (a table lookup) does not, and of
+    each mixture of experts only the router, the shared experts and top_k experts count.
+    With tied embeddings the shared matrix counts once, as the unembedding. Add
+    ``embedding`` to ``active`` for the convention that counts both (Qwen's model cards).
+    """
+
+    total: int
+    active: int
+    embedding: int
+    unembedding: int
+    by_component: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def active_with_embedding(self) -> int:
+        return self.active + (self.embedding if self.unembedding else 0)
+
+    @property
+    def non_embedding(self) -> int:
+        return self.total - self.embedding - self.unembedding
+
+
+def _family_of(module: nn.Module, inherited: str) -> str:
+    return getattr(module, "_zoo_family", inherited)
+
+
+def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
+    """Per-family counts of unique parameters, and parameters inactive per token."""
+    seen: set[int] = set()
+    by_family: dict[str, int] = {}
+    inactive = 0
+
+    def visit(module: nn.Module, family: str) -> None:
+        nonlocal inactive
+        family = _family_of(module, family)
+        own = 0
+        for param in module.parameters(recurse=False):
+            if id(param) not in seen:
+                seen.add(id(param))
+                own += param.numel()
+        by_family[family] = by_family.get(family, 0) + own
+        active = getattr(module, "active_param_count", None)
+        if callable(active):
+            subtotal = sum(p.numel() for p in module.parameters())
+            inactive += subtotal - int(active())
+        for child in module.children():
+            visit(child, family)
+
+    visit(model, "model")
+    return {k: v for k, v in by_family.items() if v}, inactive
+
+
+def _model_for(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
+    if isinstance(spec, ZooModel):
+        return spec
+    return _meta_model(as_spec(spec).to_json(indent=0))
+
+
+@functools.lru_cache(maxsize=64)
+def _meta_model(spec_json: str) -> ZooModel:
+    import json
+
+    return build(ModelSpec.model_validate(json.loads(spec_json)), device="meta")
+
+
+def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamCount:
+    """Exact parameter counts of the model a spec builds (counted on the meta device)."""
+    model = _model_for(spec)
+    by_family, inactive = _walk_counts(model)
+    total = sum(by_family.values())
+    embedding = model.embed.weight.numel()
+    tied = model.lm_head.weight is model.embed.weight
+    unembedding = 0 if tied else model.lm_head.weight.numel()
+    if tied:  # the one matrix serves as the unembedding: active, and reported as embedding
+        active = total - inactive
+    else:
+        active = total - inactive - embedding
+    return ParamCount(total=total, active=active, embedding=embedding, unembedding=unembedding, by_component=by_family)
+
+
+def kv_cache_bytes(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    batch_size: int = 1,
+    seq_len: int | None = None,
+    dtype: str | torch.dtype | None = "bfloat16",
+) -> int:
+    """Bytes of the KV cache for ``batch_size`` sequences of ``seq_len`` tokens.
+
+    Summed from each attention module's ``cache_layout``; a sliding-window layer holds at
+    most its window. ``seq_len`` defaults to the model's context length.
+    """
+    model = _model_for(spec)
+    length = seq_len if seq_len is not None else model.spec.max_seq_len
+    cache_dtype = resolve_dtype(dtype)
+    return sum(
+        tensor.nbytes(cache_dtype)
+        for layer in model.cache_layout(batch_size, length)
+        for tensor in layer.values()
+    )
+
+
+def kv_bytes_per_token(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16"
+) -> int:
+    """KV bytes one more token of context costs, with no window full (a 1-token cache)."""
+    return kv_cache_bytes(spec, batch_size=1, seq_len=1, dtype=dtype)
+
+
+def weight_bytes(spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16") -> int:
+    """Bytes of the weights in ``dtype`` (tied weights once)."""
+    return count_params(spec).total * resolve_dtype(dtype).itemsize

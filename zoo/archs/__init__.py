@@ -1,0 +1,42 @@
+"""Named architectures. Each family module cites the Hugging Face config its presets follow.
+
+This package is a plugin like any other: its hook registers every preset in PRESETS of the
+family modules below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from zoo.hookspecs import hookimpl
+
+FAMILY_MODULES: tuple[str, ...] = (
+    "zoo.archs.gpt2",
+    "zoo.archs.llama",
+    "zoo.archs.qwen3",
+    "zoo.archs.gpt_oss",
+    "zoo.archs.mistral",
+    "zoo.archs.gemma3",
+)
+
+
+def preset(name: str) -> Any:
+    """The ModelSpec registered under ``name`` (built-in or from a plugin)."""
+    from zoo.registry import get_registry
+    from zoo.model_spec import ModelSpec
+
+    source = get_registry().architecture(name).source
+    if callable(source) and not isinstance(source, ModelSpec):
+        source = source()
+    spec = ModelSpec.model_validate(source)
+    return spec if spec.name else spec.override({"name": name})
+
+
+@hookimpl
+def zoo_register_architectures(register: Callable[..., None]) -> None:
+    for module_name in FAMILY_MODULES:
+        module = importlib.import_module(module_name)
+        for name, factory in module.PRESETS.items():
+            register(name, factory)

@@ -1,0 +1,56 @@
+"""The `zoo` command: thin parsing and rendering over the library.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)``; the modules load
+only what they need when run, so ``zoo --help`` imports no torch-heavy code. Any
+``ZooError`` becomes one line on stderr and exit status 2 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "zoo.cli.inspect",
+)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports bad usage in one line and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="zoo", description="Assemble transformer LMs from parts and measure them.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from zoo.errors import ZooError
+
+    try:
+        return int(args.func(args) or 0)
+    except ZooError as exc:
+        if args.debug:
+            traceback.print_exc()
+        message = str(exc).replace("\n", " ")
+        sys.stderr.write(f"zoo: error: {message}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("zoo: interrupted\n")
+        return 130

@@ -1,0 +1,246 @@
+"""Causal self-attention: MHA, GQA and MQA as one module with explicit head counts.
+
+Options cover q/k/v/o biases, QK-norm, a sliding window, attention sinks (gpt-oss) and a
+scale override (Gemma's query_pre_attn_scalar). The cache layout is declared here, so the
+KV-cache size the analysis reports is the one the cache allocates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, ValidationInfo, model_validator
+from torch import nn
+
+from zoo.components.masks import visible
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+
+
+class AttentionOptions(Options):
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt | None = Field(None, description="key/value heads; default n_heads")
+    head_dim: PositiveInt | None = Field(None, description="default d_model // n_heads")
+    bias: bool = Field(False, description="bias on the q, k and v projections")
+    out_bias: bool | None = Field(None, description="bias on the output projection; default = bias")
+    qk_norm: bool = Field(False, description="norm (the model's norm kind) on each head of q and k")
+    window: PositiveInt | None = Field(None, description="sliding window: keys with q - k < window")
+    sinks: bool = Field(False, description="a learned logit per head joined to the softmax (gpt-oss)")
+    scale: float | None = Field(None, gt=0, description="score scale; default head_dim ** -0.5")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        n_heads = data.get("n_heads")
+        d_model = (info.context or {}).get("d_model")
+        if data.get("head_dim") is None and isinstance(n_heads, int) and n_heads > 0 and isinstance(d_model, int):
+            if d_model % n_heads:
+                raise ValueError(
+                    f"head_dim: not given and d_model={d_model} is not divisible by n_heads={n_heads}; "
+                    "set head_dim explicitly"
+                )
+            data["head_dim"] = d_model // n_heads
+        if data.get("n_kv_heads") is None:
+            data["n_kv_heads"] = cls._default_kv_heads(n_heads)
+        return data
+
+    @classmethod
+    def _default_kv_heads(cls, n_heads: Any) -> Any:
+        return n_heads
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> AttentionOptions:
+        kv = self.n_kv_heads or self.n_heads
+        if self.n_heads % kv:
+            divisors = [str(n) for n in range(1, self.n_heads + 1) if self.n_heads % n == 0]
+            raise ValueError(
+                f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={kv}; "
+                f"allowed: a divisor of n_heads ({', '.join(divisors)})"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return int(self.n_kv_heads or self.n_heads)
+
+
+class MHAOptions(AttentionOptions):
+    """Multi-head attention: one key/value head per query head."""
+
+    reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
+
+    @model_validator(mode="after")
+    def _one_kv_per_head(self) -> MHAOptions:
+        if self.n_kv_heads != self.n_heads:
+            raise ValueError(f"n_kv_heads: mha needs n_kv_heads == n_heads ({self.n_heads}), got {self.n_kv_heads}")
+        return self
+
+
+class MQAOptions(AttentionOptions):
+    """Multi-query attention: one key/value head shared by all query heads."""
+
+    reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
+
+    @classmethod
+    def _default_kv_heads(cls, n_heads: Any) -> Any:
+        return 1
+
+    @model_validator(mode="after")
+    def _single_kv(self) -> MQAOptions:
+        if self.n_kv_heads != 1:
+            raise ValueError(f"n_kv_heads: mqa needs n_kv_heads == 1, got {self.n_kv_heads}")
+        return self
+
+
+class CausalSelfAttention(nn.Module):
+    """Grouped-query causal self-attention over torch's scaled_dot_product_attention."""
+
+    def __init__(self, options: AttentionOptions, ctx: BuildContext) -> None:
+        super().__init__()
+        self.n_heads = options.n_heads
+        self.n_kv_heads = options.kv_heads
+        self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
+        self.window = options.window
+        self.scale = options.scale if options.scale is not None else self.head_dim**-0.5
+        d, hd = ctx.d_model, self.head_dim
+        out_bias = options.bias if options.out_bias is None else options.out_bias
+        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=options.bias)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=options.bias)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=options.bias)
+        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=out_bias)
+        self.q_norm = ctx.make_norm(hd) if options.qk_norm else None
+        self.k_norm = ctx.make_norm(hd) if options.qk_norm else None
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if options.sinks else None
+
+    # ---- cache ----------------------------------------------------------------------------
+    def cache_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
+        """K and V; a sliding window keeps a ring of at most ``window`` positions."""
+        length = min(max_len, self.window) if self.window else max_len
+        shape = (batch_size, self.n_kv_heads, length, self.head_dim)
+        return {"k": CacheTensor(shape), "v": CacheTensor(shape)}
+
+    # ---- forward --------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+        q, k = positions.rotate(q, k)
+        if cache is None:
+            time = torch.arange(T, device=x.device)
+            out = self._attend(q, k, v, positions, time, time, None)
+        else:
+            out = self._attend_cached(q, k, v, positions, cache)
+        out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
+        return self.o_proj(out)
+
+    def _attend_cached(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: Any) -> torch.Tensor:
+        """Write this chunk's K/V into the cache, then attend over what the cache holds."""
+        time = cache.time  # (T,) cache time index of each new token
+        k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (B, Hkv, L, D)
+        length = k_cache.shape[2]
+        if self.window is None or length >= cache.max_len:
+            k_cache.index_copy_(2, time, k.to(k_cache.dtype))
+            v_cache.index_copy_(2, time, v.to(v_cache.dtype))
+            key_time = torch.arange(length, device=q.device)
+            key_valid = cache.key_valid
+            return self._attend(q, k_cache, v_cache, positions, time, key_time, key_valid)
+        # ring buffer of `length` == window slots: slot s holds time t with t % W == s
+        slots = torch.arange(length, device=q.device)
+        if q.shape[2] == 1:
+            # one token: writing first only evicts the key that just left the window
+            k_cache.index_copy_(2, time % length, k.to(k_cache.dtype))
+            v_cache.index_copy_(2, time % length, v.to(v_cache.dtype))
+            newest = time[-1]
+            key_time = newest - (newest - slots) % length  # (W,) time held by each slot
+            return self._attend(q, k_cache, v_cache, positions, time, key_time, _gather_valid(cache.key_valid, key_time))
+        # a chunk: attend over the ring as it was plus the new keys, then keep the last W
+        before = time[0] - 1
+        old_time = before - (before - slots) % length  # (W,)
+        keys = torch.cat((k_cache, k.to(k_cache.dtype)), dim=2)  # (B, Hkv, W+T, D)
+        values = torch.cat((v_cache, v.to(v_cache.dtype)), dim=2)
+        key_time = torch.cat((old_time, time))
+        out = self._attend(q, keys, values, positions, time, key_time, _gather_valid(cache.key_valid, key_time))
+        keep = time[-length:]
+        k_cache.index_copy_(2, keep % length, k[:, :, -length:].to(k_cache.dtype))
+        v_cache.index_copy_(2, keep % length, v[:, :, -length:].to(v_cache.dtype))
+        return out
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: Positions,
+        query_time: torch.Tensor,
+        key_time: torch.Tensor,
+        key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Softmax attention of q (B, H, T, D) over k, v (B, Hkv, S, D) -> (B, H, T, D)."""
+        k, v = k.to(q.dtype), v.to(q.dtype)
+        bias = positions.positional.score_bias(query_time[None], key_time.expand(1, -1) if key_time.dim() == 1 else key_time, self.n_heads)
+        plain_causal = (
+            self.sinks is None and bias is None and key_valid is None and self.window is None
+            and q.shape[2] == k.shape[2] and q.shape[2] > 1 and query_time is key_time
+        )
+        if plain_causal:
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
+            )
+        mask = visible(query_time, key_time, self.window, key_valid)  # (B|1, 1, T, S)
+        if self.sinks is None:
+            attn_mask: torch.Tensor = mask
+            if bias is not None:
+                attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
+            )
+        return self._attend_with_sinks(q, k, v, mask, bias)
+
+    def _attend_with_sinks(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Softmax with one extra learned logit per head, dropped after normalising."""
+        assert self.sinks is not None
+        group = self.n_heads // self.n_kv_heads
+        k = k.repeat_interleave(group, dim=1)  # (B, H, S, D)
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, H, T, S)
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        sinks = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (B, H, T, 1)
+        logits = torch.cat((scores, sinks), dim=-1)  # (B, H, T, S+1)
+        logits = logits - logits.amax(dim=-1, keepdim=True)
+        probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]  # (B, H, T, S)
+        return torch.matmul(probs.to(v.dtype), v)  # (B, H, T, D)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}"
+
+
+def _gather_valid(key_valid: torch.Tensor | None, key_time: torch.Tensor) -> torch.Tensor | None:
+    """Validity (B, S) of keys at the given times; empty slots (time < 0) are masked anyway."""
+    if key_valid is None:
+        return None
+    return key_valid[:, key_time.clamp(min=0)]  # (B, S)
+
+
+def build_attention(options: AttentionOptions, ctx: BuildContext) -> nn.Module:
+    """Causal self-attention with explicit query and key/value head counts."""
+    return CausalSelfAttention(options, ctx)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "gqa", build_attention, options=AttentionOptions)
+    register("attention", "mha", build_attention, options=MHAOptions)
+    register("attention", "mqa", build_attention, options=MQAOptions)

@@ -1,0 +1,97 @@
+"""Dense feed-forward networks: a plain MLP and gated variants (SwiGLU, GeGLU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import Field, PositiveInt, ValidationInfo, model_validator
+from torch import nn
+
+from zoo.components.activations import ACTIVATIONS, ActivationName
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, Options
+
+
+class _HiddenDefault(Options):
+    hidden: PositiveInt | None = Field(None, description="inner width; default 4 * d_model")
+    bias: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_hidden(cls, data: Any, info: ValidationInfo) -> Any:
+        d_model = (info.context or {}).get("d_model")
+        if isinstance(data, dict) and data.get("hidden") is None and isinstance(d_model, int):
+            data = {**data, "hidden": 4 * d_model}
+        return data
+
+
+class MLPOptions(_HiddenDefault):
+    activation: ActivationName = "gelu"
+
+
+class GatedOptions(_HiddenDefault):
+    activation: ActivationName = "silu"
+
+
+class SwiGLUOptions(_HiddenDefault):
+    """Gated FFN with SiLU (Llama, Qwen, Mistral)."""
+
+
+class GeGLUOptions(_HiddenDefault):
+    """Gated FFN with tanh-approximated GELU (Gemma)."""
+
+
+class MLP(nn.Module):
+    """up -> activation -> down."""
+
+    def __init__(self, d_model: int, hidden: int, activation: str, bias: bool) -> None:
+        super().__init__()
+        self.up_proj = nn.Linear(d_model, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, d_model, bias=bias)
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.up_proj(x)))  # (B, T, d)
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x))."""
+
+    def __init__(self, d_model: int, hidden: int, activation: str, bias: bool) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=bias)
+        self.up_proj = nn.Linear(d_model, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, d_model, bias=bias)
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, d)
+
+
+def build_mlp(options: MLPOptions, ctx: BuildContext) -> nn.Module:
+    """Two-layer MLP (GPT-2: gelu_tanh with biases)."""
+    return MLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), options.activation, options.bias)
+
+
+def build_gated(options: GatedOptions, ctx: BuildContext) -> nn.Module:
+    """Gated MLP with a chosen activation."""
+    return GatedMLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), options.activation, options.bias)
+
+
+def build_swiglu(options: SwiGLUOptions, ctx: BuildContext) -> nn.Module:
+    """Gated MLP with SiLU (SwiGLU)."""
+    return GatedMLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), "silu", options.bias)
+
+
+def build_geglu(options: GeGLUOptions, ctx: BuildContext) -> nn.Module:
+    """Gated MLP with tanh GELU (GeGLU)."""
+    return GatedMLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), "gelu_tanh", options.bias)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("ffn", "mlp", build_mlp, options=MLPOptions)
+    register("ffn", "gated", build_gated, options=GatedOptions)
+    register("ffn", "swiglu", build_swiglu, options=SwiGLUOptions)
+    register("ffn", "geglu", build_geglu, options=GeGLUOptions)

@@ -1,0 +1,73 @@
+"""Normalisation layers: LayerNorm and RMSNorm (with Gemma's ``(1 + w)`` weight option)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import Options
+
+
+class LayerNormOptions(Options):
+    eps: float = Field(1e-5, gt=0)
+    bias: bool = True
+
+
+class RMSNormOptions(Options):
+    eps: float = Field(1e-6, gt=0)
+    unit_offset: bool = Field(False, description="scale by (1 + w), w initialised to 0 (Gemma)")
+
+
+class LayerNorm(nn.LayerNorm):
+    """torch's LayerNorm, bias optional."""
+
+    def __init__(self, dim: int, eps: float, bias: bool) -> None:
+        super().__init__(dim, eps=eps, bias=bias)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in float32 and cast back, as Llama and Gemma do.
+
+    Llama multiplies the weight after casting back to the input dtype; Gemma multiplies by
+    ``1 + w`` in float32 first. The order matters for bfloat16 parity with transformers.
+    """
+
+    def __init__(self, dim: int, eps: float, unit_offset: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.unit_offset = unit_offset
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight.is_meta:
+            return
+        nn.init.zeros_(self.weight) if self.unit_offset else nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., dim) float32
+        if self.unit_offset:
+            return (normed * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, unit_offset={self.unit_offset}"
+
+
+def build_layernorm(options: LayerNormOptions, dim: int) -> nn.Module:
+    """LayerNorm with optional bias (GPT-2)."""
+    return LayerNorm(dim, options.eps, options.bias)
+
+
+def build_rmsnorm(options: RMSNormOptions, dim: int) -> nn.Module:
+    """RMSNorm, optionally with Gemma's (1 + w) weight."""
+    return RMSNorm(dim, options.eps, options.unit_offset)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("norm", "layernorm", build_layernorm, options=LayerNormOptions)
+    register("norm", "rmsnorm", build_rmsnorm, options=RMSNormOptions)

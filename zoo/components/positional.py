@@ -1,0 +1,162 @@
+"""Positional encodings: learned absolute, sinusoidal, RoPE (with scalings), ALiBi, none."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from zoo.components.rope import RopeRotation, RopeScaling, rope_cos_sin, rope_frequencies
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, Options, Positional, Rotation
+
+
+class NoPositionalOptions(Options):
+    pass
+
+
+class LearnedOptions(Options):
+    max_positions: int | None = Field(None, gt=0, description="table size; default max_seq_len")
+
+
+class SinusoidalOptions(Options):
+    base: float = Field(10000.0, gt=0)
+
+
+class RopeOptions(Options):
+    theta: float = Field(10000.0, gt=0)
+    scaling: RopeScaling | None = None
+    partial_rotary_factor: float = Field(1.0, gt=0, le=1)
+    interleaved: bool = Field(False, description="rotate adjacent pairs (GPT-J, DeepSeek) not halves")
+
+
+class AlibiOptions(Options):
+    max_bias: float = Field(8.0, gt=0)
+
+
+class NoPositional(Positional):
+    """No positional information (NoPE): causal masking alone orders the tokens."""
+
+
+class LearnedPositional(Positional):
+    """A learned table of absolute position embeddings added to token embeddings (GPT-2)."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_positions, d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            nn.init.normal_(self.weight, std=0.01)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return x + self.weight[positions].to(x.dtype)  # (B, T, d)
+
+
+class SinusoidalPositional(Positional):
+    """The fixed sin/cos table of 'Attention is all you need', added to token embeddings."""
+
+    def __init__(self, d_model: int, base: float) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.base = base
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        half = torch.arange(0, self.d_model, 2, device=x.device, dtype=torch.float32)
+        angles = positions[..., None].float() / (self.base ** (half / self.d_model))  # (B, T, d/2)
+        table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)[..., : self.d_model]
+        return x + table.to(x.dtype)  # (B, T, d)
+
+
+class Rope(Positional):
+    """Rotary embedding; frequencies are recomputed, never stored in checkpoints."""
+
+    def __init__(self, options: RopeOptions, head_dim: int) -> None:
+        super().__init__()
+        self.options = options
+        rot_dim = int(head_dim * options.partial_rotary_factor)
+        self.rot_dim = rot_dim - rot_dim % 2
+        self.register_buffer("inv_freq", torch.empty(self.rot_dim // 2), persistent=False)
+        self.attention_factor = 1.0
+        self.init_buffers()
+
+    def init_buffers(self) -> None:
+        inv_freq, self.attention_factor = rope_frequencies(self.rot_dim, self.options.theta, self.options.scaling)
+        if not self.inv_freq.is_meta:  # float32 always, whatever the model's dtype
+            self.inv_freq = inv_freq.to(self.inv_freq.device)
+
+    def rotation(self, positions: torch.Tensor) -> Rotation:
+        cos, sin = rope_cos_sin(positions, self.inv_freq, self.attention_factor)
+        return RopeRotation(cos, sin, self.options.interleaved)
+
+    def extra_repr(self) -> str:
+        return f"rot_dim={self.rot_dim}, theta={self.options.theta}, scaling={self.options.scaling}"
+
+
+def alibi_slopes(n_heads: int, max_bias: float = 8.0) -> list[float]:
+    """Per-head slopes of ALiBi (Press et al.), extended for head counts not a power of 2."""
+    closest = 2 ** math.floor(math.log2(n_heads))
+    base = 2.0 ** (-max_bias / closest)
+    slopes = [base ** (i + 1) for i in range(closest)]
+    if closest < n_heads:
+        extra = 2.0 ** (-max_bias / (2 * closest))
+        slopes += [extra ** (2 * i + 1) for i in range(n_heads - closest)]
+    return slopes
+
+
+class Alibi(Positional):
+    """Linear biases on attention scores by query-key distance; no parameters."""
+
+    def __init__(self, max_bias: float) -> None:
+        super().__init__()
+        self.max_bias = max_bias
+
+    def score_bias(
+        self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int
+    ) -> torch.Tensor:
+        slopes = torch.tensor(alibi_slopes(n_heads, self.max_bias), device=query_positions.device)  # (H,)
+        distance = key_positions[:, None, :] - query_positions[:, :, None]  # (B, T, S)
+        return slopes[None, :, None, None] * distance[:, None].float()  # (B, H, T, S)
+
+
+def _attention_geometry(ctx: BuildContext) -> int:
+    attention = ctx.layer.attention.options
+    rope_dim = getattr(attention, "rope_head_dim", None)
+    return int(rope_dim or attention.head_dim)
+
+
+def build_none(options: NoPositionalOptions, ctx: BuildContext) -> Positional:
+    """No positional encoding (NoPE)."""
+    return NoPositional()
+
+
+def build_learned(options: LearnedOptions, ctx: BuildContext) -> Positional:
+    """Learned absolute position embeddings (GPT-2)."""
+    return LearnedPositional(options.max_positions or ctx.max_seq_len, ctx.d_model)
+
+
+def build_sinusoidal(options: SinusoidalOptions, ctx: BuildContext) -> Positional:
+    """Fixed sinusoidal position embeddings."""
+    return SinusoidalPositional(ctx.d_model, options.base)
+
+
+def build_rope(options: RopeOptions, ctx: BuildContext) -> Positional:
+    """Rotary position embedding with optional llama3 / YaRN / linear scaling."""
+    return Rope(options, _attention_geometry(ctx))
+
+
+def build_alibi(options: AlibiOptions, ctx: BuildContext) -> Positional:
+    """ALiBi attention biases."""
+    return Alibi(options.max_bias)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("positional", "none", build_none, options=NoPositionalOptions)
+    register("positional", "learned", build_learned, options=LearnedOptions)
+    register("positional", "sinusoidal", build_sinusoidal, options=SinusoidalOptions)
+    register("positional", "rope", build_rope, options=RopeOptions)
+    register("positional", "alibi", build_alibi, options=AlibiOptions)

@@ -1,0 +1,32 @@
+"""The plugin interface: two hooks, each handed a `register` callback.
+
+Built-in components and third-party plugins register through exactly these hooks; a plugin
+is a module (or object) with functions marked `@zoo.hookimpl`.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "zoo"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    """Register component kinds.
+
+    Call ``register(family, kind, factory, options=OptionsModel)`` once per kind, where
+    family is one of norm, positional, attention, ffn, block. ``override=True`` replaces an
+    existing kind of that family on purpose; otherwise a clash is an error naming both plugins.
+    """
+
+
+@hookspec
+def zoo_register_architectures(register):  # type: ignore[no-untyped-def]
+    """Register named architectures: ``register(name, spec_or_factory)``.
+
+    The second argument is a ModelSpec, a dict in ModelSpec form, or a function of no
+    arguments returning either (called lazily, so registering stays cheap).
+    """

@@ -1,0 +1,441 @@
+"""ModelSpec: a validated, serialisable description of a decoder language model.
+
+Each component field is ``{"kind": name, ...options}``; the registry validates the options of
+that kind (unknown keys are errors). ``layers`` holds per-layer overrides keyed by a layer
+selector ("0,2,4", "1-3", "0::2", "5::6"), merged over the base components for those layers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from zoo.errors import SpecError, allowed, did_you_mean
+from zoo.interfaces import Options
+from zoo.registry import ComponentEntry, get_registry
+
+COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
+
+
+def format_validation_error(
+    error: ValidationError, prefix: str = "", allowed_keys: Iterable[str] | None = None
+) -> str:
+    """One clause per problem: 'field.path: message (got value)'."""
+    lines = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
+        msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        named = re.match(r"^([A-Za-z_][\w.]*): (.*)$", msg)
+        if named and not loc:  # a model validator naming its own field
+            loc, msg = named.group(1), named.group(2)
+        path = ".".join(p for p in (prefix, loc) if p)
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            if allowed_keys is not None:
+                keys = list(allowed_keys)
+                msg += f"{did_you_mean(str(err['loc'][-1]), keys)}; allowed: {allowed(keys)}"
+        elif err["type"] == "missing":
+            msg = "required but missing"
+        got = err.get("input")
+        quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(got, Mapping) or named
+        lines.append(f"{path or '<spec>'}: {msg}{'' if quiet else f' (got {got!r})'}")
+    return "; ".join(lines)
+
+
+class ComponentSpec(BaseModel):
+    """A component as the spec stores it: its kind plus that kind's options, flat."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: str
+
+    def options_dict(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+@dataclass(frozen=True)
+class ResolvedComponent:
+    """A component of one layer, options validated by its registered kind."""
+
+    family: str
+    kind: str
+    options: Options
+    entry: ComponentEntry
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.options, name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.options.model_dump()}
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    index: int
+    norm: ResolvedComponent
+    positional: ResolvedComponent
+    attention: ResolvedComponent
+    ffn: ResolvedComponent
+    block: ResolvedComponent
+
+
+def parse_layer_selector(key: str, n_layers: int) -> list[int]:
+    """Layer indices named by a selector: '3', '0,2,4', '1-3' (inclusive), '0::2', '5::6'."""
+    indices: list[int] = []
+    for raw in str(key).split(","):
+        item = raw.strip()
+        try:
+            if ":" in item:
+                parts = [int(p) if p.strip() else None for p in item.split(":")]
+                if len(parts) > 3:
+                    raise ValueError
+                indices.extend(range(n_layers)[slice(*parts)])
+            elif "-" in item.lstrip("-"):
+                lo, hi = (int(p) for p in item.split("-", 1))
+                indices.extend(range(lo, hi + 1))
+            else:
+                indices.append(int(item))
+        except ValueError:
+            raise SpecError(
+                f"layers.{key}: cannot read layer selector {item!r}; allowed: an index '3', "
+                "a list '0,2,4', a range '1-3' or a slice '0::2'"
+            ) from None
+    bad = [i for i in indices if not 0 <= i < n_layers]
+    if bad:
+        raise SpecError(f"layers.{key}: layer {bad[0]} is out of range; allowed: 0..{n_layers - 1}")
+    return sorted(set(indices))
+
+
+def _deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _as_component_dict(raw: Any, path: str) -> dict[str, Any]:
+    if isinstance(raw, ComponentSpec):
+        return raw.model_dump()
+    if isinstance(raw, str):
+        return {"kind": raw}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    raise SpecError(f"{path}: expected a mapping like {{kind: ..., ...}} or a kind name, got {raw!r}")
+
+
+def merge_component(family: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply an update to a component; a new kind keeps only the options it also has."""
+    new_kind = update.get("kind")
+    if new_kind is None or new_kind == base.get("kind"):
+        return _deep_merge(base, update)
+    entry = get_registry().component(family, str(new_kind), path=f"{family}.kind")
+    keep = set(entry.options.model_fields) - set(entry.options.reset_on_kind_change)
+    carried = {k: v for k, v in base.items() if k in keep and k not in update}
+    try:
+        entry.options.model_validate(_deep_merge(carried, {k: v for k, v in update.items() if k != "kind"}))
+    except ValidationError as exc:  # a carried value the new kind cannot take is dropped too
+        rejected = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
+        carried = {k: v for k, v in carried.items() if k not in rejected}
+    except (ValueError, TypeError):
+        pass
+    return _deep_merge(carried, update)
+
+
+def resolve_component(
+    family: str, raw: Any, path: str, context: Mapping[str, Any]
+) -> ResolvedComponent:
+    data = _as_component_dict(raw, path)
+    kind = data.pop("kind", None)
+    registry = get_registry()
+    if kind is None:
+        raise SpecError(f"{path}.kind: required but missing; allowed: {allowed(registry.kinds(family))}")
+    entry = registry.component(family, str(kind), path=f"{path}.kind")
+    try:
+        options = entry.options.model_validate(data, context=dict(context))
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, prefix=path, allowed_keys=entry.options.model_fields)) from None
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"{path}: {exc}") from None
+    return ResolvedComponent(family, str(kind), options, entry)
+
+
+class ModelSpec(BaseModel):
+    """A decoder language model: sizes, one component of each family, per-layer overrides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    source: str | None = Field(default=None, description="URL of the config this spec follows")
+    vocab_size: PositiveInt
+    d_model: PositiveInt
+    n_layers: PositiveInt
+    max_seq_len: PositiveInt
+    tie_embeddings: bool = True
+    embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
+        default=None, description="multiply token embeddings by this (Gemma: sqrt_d_model)"
+    )
+    norm: ComponentSpec
+    positional: ComponentSpec
+    attention: ComponentSpec
+    ffn: ComponentSpec
+    block: ComponentSpec = ComponentSpec(kind="pre_norm")
+    layers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-layer overrides: selector -> {family: {...}}"
+    )
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc)) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> ModelSpec:  # type: ignore[override]
+        if isinstance(obj, ModelSpec):
+            return obj
+        if not isinstance(obj, Mapping):
+            raise SpecError(f"<spec>: expected a mapping of spec fields, got {type(obj).__name__}")
+        return cls(**dict(obj))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_components(cls, data: Any) -> Any:
+        """Validate every component against its registered kind, defaults filled in."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        unknown = set(data) - set(cls.model_fields)
+        if unknown:
+            key = sorted(unknown)[0]
+            raise SpecError(
+                f"{key}: unknown key{did_you_mean(key, cls.model_fields)}; allowed: {allowed(cls.model_fields)}"
+            )
+        context = _context(data)
+        if "block" not in data:
+            data["block"] = {"kind": "pre_norm"}
+        for family in COMPONENT_FIELDS:
+            if family in data:
+                data[family] = resolve_component(family, data[family], family, context).to_dict()
+        layers = data.get("layers") or {}
+        if not isinstance(layers, Mapping):
+            raise SpecError(f"layers: expected a mapping of layer selector -> overrides, got {layers!r}")
+        n_layers = data.get("n_layers")
+        normalised: dict[str, dict[str, Any]] = {}
+        for key, override in layers.items():
+            if not isinstance(override, Mapping):
+                raise SpecError(f"layers.{key}: expected a mapping of family -> options, got {override!r}")
+            for family in override:
+                if family not in COMPONENT_FIELDS:
+                    raise SpecError(
+                        f"layers.{key}.{family}: unknown component{did_you_mean(str(family), COMPONENT_FIELDS)}; "
+                        f"allowed: {allowed(COMPONENT_FIELDS)}"
+                    )
+            normalised[str(key)] = {f: _as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v) for f, v in override.items()}
+            if isinstance(n_layers, int) and n_layers > 0 and all(f in data for f in COMPONENT_FIELDS):
+                for index in parse_layer_selector(str(key), n_layers):
+                    _resolve_layer(data, normalised, index, context)
+        data["layers"] = normalised
+        return data
+
+    # ---- per-layer view -------------------------------------------------------------------
+    def layer(self, index: int) -> LayerSpec:
+        """The components of layer ``index`` with every override applied."""
+        if not 0 <= index < self.n_layers:
+            raise SpecError(f"layer index {index} is out of range; allowed: 0..{self.n_layers - 1}")
+        return self.layer_specs()[index]
+
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Every layer's resolved components (cached by the spec's content)."""
+        return _layer_specs(self.to_json(indent=0))
+
+    def iter_layers(self) -> Iterable[LayerSpec]:
+        return iter(self.layer_specs())
+
+    @property
+    def resolved_embedding_scale(self) -> float | None:
+        if self.embedding_scale == "sqrt_d_model":
+            return math.sqrt(self.d_model)
+        return self.embedding_scale
+
+    # ---- overrides ------------------------------------------------------------------------
+    def override(self, updates: Mapping[str, Any] | Iterable[str] | str) -> ModelSpec:
+        """A new validated spec with dotted-key updates applied ('attention.n_kv_heads': 1).
+
+        Accepts a mapping, or 'key=value' strings whose values are read as YAML scalars.
+        Setting ``X.kind`` swaps the component: options the new kind lacks are dropped and
+        its defaults apply.
+        """
+        pairs = _parse_updates(updates)
+        data = self.model_dump()
+        component_updates: dict[str, dict[str, Any]] = {}
+        for dotted, value in pairs:
+            head, *rest = dotted.split(".")
+            if head not in type(self).model_fields:
+                raise SpecError(
+                    f"{dotted}: unknown key{did_you_mean(head, type(self).model_fields)}; "
+                    f"allowed: {allowed(type(self).model_fields)}"
+                )
+            if head in COMPONENT_FIELDS:
+                if not rest:
+                    component_updates[head] = {**component_updates.get(head, {}), **_as_component_dict(value, head)}
+                else:
+                    _set_nested(component_updates.setdefault(head, {}), rest, value)
+            elif not rest:
+                data[head] = value
+            else:
+                target = data.setdefault(head, {})
+                if not isinstance(target, dict):
+                    raise SpecError(f"{dotted}: {head} is not a mapping; set it as a whole")
+                _set_nested(target, rest, value)
+        for family, update in component_updates.items():
+            old_kind = data[family]["kind"]
+            data[family] = merge_component(family, data[family], update)
+            if data[family]["kind"] != old_kind:
+                data["layers"] = _prune_layer_overrides(data.get("layers") or {}, family, data[family]["kind"])
+        spec = type(self)(**data)
+        return spec
+
+    # ---- io -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=100)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ModelSpec:
+        """Read a spec from a YAML or JSON file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise SpecError(f"{path}: cannot read spec file ({exc.strerror or exc})") from None
+        try:
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{path}: expected a mapping of spec fields at the top level")
+        try:
+            return cls.model_validate(data)
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from None
+
+    @classmethod
+    def from_hf_config(cls, config: str | Path | Mapping[str, Any]) -> ModelSpec:
+        """A spec from a Hugging Face config.json (path or parsed dict)."""
+        from zoo.hub.config import spec_from_hf_config
+
+        return spec_from_hf_config(config)
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_specs(spec_json: str) -> tuple[LayerSpec, ...]:
+    data = json.loads(spec_json)
+    context = _context(data)
+    return tuple(_resolve_layer(data, data["layers"], i, context) for i in range(data["n_layers"]))
+
+
+def _context(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {"d_model": data.get("d_model"), "max_seq_len": data.get("max_seq_len")}
+
+
+def _resolve_layer(
+    data: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]], index: int, context: Mapping[str, Any]
+) -> LayerSpec:
+    n_layers = int(data["n_layers"])
+    parts: dict[str, Any] = {f: _as_component_dict(data[f], f) for f in COMPONENT_FIELDS}
+    paths = {f: f for f in COMPONENT_FIELDS}
+    for key, override in overrides.items():
+        if index in parse_layer_selector(key, n_layers):
+            for family, update in override.items():
+                parts[family] = merge_component(family, parts[family], update)
+                paths[family] = f"layers.{key}.{family}"
+    resolved = {f: resolve_component(f, parts[f], paths[f], context) for f in COMPONENT_FIELDS}
+    return LayerSpec(index=index, **resolved)
+
+
+def _prune_layer_overrides(
+    layers: Mapping[str, Mapping[str, Any]], family: str, new_kind: str
+) -> dict[str, dict[str, Any]]:
+    """Per-layer overrides of a family whose kind was swapped keep only what the new kind has.
+
+    ``positional.kind=alibi`` on Gemma 3 drops the per-layer RoPE ``theta`` rather than
+    failing: the same rule as for the base component.
+    """
+    fields = set(get_registry().component(family, new_kind).options.model_fields)
+    pruned: dict[str, dict[str, Any]] = {}
+    for key, override in layers.items():
+        override = dict(override)
+        part = override.get(family)
+        if isinstance(part, Mapping) and "kind" not in part:
+            kept = {k: v for k, v in part.items() if k in fields}
+            if kept:
+                override[family] = kept
+            else:
+                del override[family]
+        if override:
+            pruned[key] = override
+    return pruned
+
+
+def _parse_updates(updates: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any]]:
+    if isinstance(updates, Mapping):
+        return [(str(k), v) for k, v in updates.items()]
+    if isinstance(updates, str):
+        updates = [updates]
+    pairs = []
+    for item in updates:
+        if "=" not in item:
+            raise SpecError(f"{item!r}: expected key=value, e.g. attention.n_kv_heads=1")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        nxt = target.get(key)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            target[key] = nxt
+        target = nxt
+    target[keys[-1]] = value
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """JSON Schema of ModelSpec with each family's registered kinds and their options."""
+    schema = ModelSpec.model_json_schema()
+    registry = get_registry()
+    defs = schema.setdefault("$defs", {})
+    for family in COMPONENT_FIELDS:
+        variants = []
+        for kind in registry.kinds(family):
+            options = registry.component(family, kind).options.model_json_schema()
+            defs.update(options.pop("$defs", {}))
+            options["properties"] = {"kind": {"const": kind}, **options.get("properties", {})}
+            options["required"] = ["kind", *options.get("required", [])]
+            options["additionalProperties"] = False
+            options["title"] = f"{family}: {kind}"
+            variants.append(options)
+        schema["properties"][family] = {"anyOf": variants, "description": f"a {family} component"}
+    return schema
