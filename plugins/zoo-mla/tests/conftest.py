@@ -1,12 +1,38 @@
-"""Tiny DeepSeek specs for the plugin's tests; the plugin must be installed (pip install -e .)."""
+"""Tiny DeepSeek specs for the plugin's tests; installs the plugin (pip -e) when it is not."""
 
 from __future__ import annotations
+
+import importlib
+import importlib.util
+import site
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+
+def _ensure_installed() -> None:
+    """zoo finds plugins only through installed entry points, so tests need a real install."""
+    if importlib.util.find_spec("zoo_mla") is not None:
+        return
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(Path(__file__).parents[1])]
+    if importlib.util.find_spec("setuptools") is not None:
+        command.insert(4, "--no-build-isolation")
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    for directory in site.getsitepackages():
+        site.addsitedir(directory)
+    importlib.invalidate_caches()
+
+
+_ensure_installed()
+
 import zoo
 from zoo.model_spec import ModelSpec
+from zoo.registry import reset_registry
+
+reset_registry()  # in case the registry was built before the install
 
 TINY_VOCAB = 97
 
