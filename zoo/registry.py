@@ -86,9 +86,8 @@ class PluginInfo:
         """How error messages name this plugin: 'name' (distribution version)."""
         if self.source == "builtin":
             return f"{self.name!r} (built in)"
-        if self.distribution:
-            return f"{self.name!r} ({self.distribution} {self.version})".replace(" )", ")")
-        return f"{self.name!r}"
+        origin = " ".join(part for part in (self.distribution, self.version) if part)
+        return f"{self.name!r} ({origin})" if self.distribution else repr(self.name)
 
 
 @dataclass
@@ -224,17 +223,10 @@ class Registry:
             self.plugins.pop(name, None)
             self.manager.unregister(plugin)
             raise
-        self.plugins[name] = PluginInfo(
-            name, version, source, distribution,
-            components=tuple((c.family, c.kind) for c in staged.components),
-            architectures=tuple(a.name for a in staged.architectures),
-        )
+        components = tuple((c.family, c.kind) for c in staged.components)
+        architectures = tuple(a.name for a in staged.architectures)
+        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures)
         return name
-
-    def provider(self, family: str, kind: str) -> PluginInfo | None:
-        """The plugin whose registration of this kind is in force."""
-        entry = self.components.get((family, kind))
-        return None if entry is None else self.plugins.get(entry.plugin)
 
 
 def _new_manager() -> pluggy.PluginManager:

@@ -127,12 +127,20 @@ class MultiHeadLatentAttention(nn.Module):
         latent_cache, rope_cache = cache.tensors["latent"], cache.tensors["k_rope"]  # (B, L, r), (B, L, dr)
         latent_cache.index_copy_(1, time, latent.to(latent_cache.dtype))
         rope_cache.index_copy_(1, time, k_rope.to(rope_cache.dtype))
-        key_time = torch.arange(latent_cache.shape[1], device=time.device)  # (L,)
-        cached_latent = latent_cache.to(q_nope.dtype)
-        cached_rope = rope_cache.to(q_nope.dtype)[:, None]  # (B, 1, L, dr)
-        if q_nope.shape[2] == 1:
-            return self._attend_absorbed(q_nope, q_rope, cached_latent, cached_rope, positions, time, key_time, cache.key_valid)
-        return self._attend_expanded(q_nope, q_rope, cached_latent, cached_rope, positions, time, key_time, cache.key_valid)
+        if q_nope.shape[2] == 1:  # decode: static shapes, every slot (empty ones masked by time)
+            key_time = torch.arange(latent_cache.shape[1], device=time.device)  # (L,)
+            return self._attend_absorbed(
+                q_nope, q_rope, latent_cache.to(q_nope.dtype), rope_cache.to(q_nope.dtype)[:, None],
+                positions, time, key_time, cache.key_valid,
+            )
+        # a chunk (prefill): up-project only the slots written so far, not the whole cache
+        end = int(time.max()) + 1
+        key_time = torch.arange(end, device=time.device)  # (S,)
+        key_valid = None if cache.key_valid is None else cache.key_valid[:, :end]
+        return self._attend_expanded(
+            q_nope, q_rope, latent_cache[:, :end].to(q_nope.dtype), rope_cache[:, None, :end].to(q_nope.dtype),
+            positions, time, key_time, key_valid,
+        )
 
     def _mask(
         self, positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor, key_valid: torch.Tensor | None,
