@@ -39,3 +39,20 @@ def test_yarn_mscale_enters_the_softmax_scale():
 def test_rope_rotates_only_the_rope_channels():
     model = zoo.build(tiny_deepseek(), device="meta")
     assert model.positionals[0].rot_dim == 4
+
+
+def test_left_padding_is_masked_in_prefill_and_decode():
+    """A left-padded row gives the logits its tokens give alone (cache.key_valid marks pads)."""
+    model = zoo.build(tiny_deepseek(), seed=0).eval()
+    tokens = torch.randint(0, TINY_VOCAB, (1, 7))
+    pad = 3
+    ids = torch.cat((torch.zeros(1, pad, dtype=torch.long), tokens[:, :5]), dim=1)  # (1, 8)
+    positions = (torch.arange(8) - pad).clamp(min=0)[None]  # (1, 8)
+    with torch.no_grad():
+        alone = model(tokens)  # (1, 7, V)
+        cache = KVCache(model, batch_size=1, max_len=12)
+        cache.key_valid = torch.zeros(1, 12, dtype=torch.bool)
+        cache.key_valid[:, pad:] = True
+        prefill = model(ids, positions=positions, cache=cache)[:, pad:]
+        decoded = [model(tokens[:, t : t + 1], positions=torch.tensor([[t]]), cache=cache) for t in (5, 6)]
+    torch.testing.assert_close(torch.cat([prefill, *decoded], dim=1), alone, atol=1e-5, rtol=1e-5)
