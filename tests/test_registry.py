@@ -45,3 +45,54 @@ def test_register_plugin_object_at_run_time():
         assert zoo.spec("tiny-notebook").n_layers == 1
     finally:
         reset_registry()
+
+
+def test_a_plugin_whose_hook_raises_changes_nothing():
+    class HalfBroken:
+        @zoo.hookimpl
+        def zoo_register_components(self, register):
+            register("norm", "half", lambda o, d: None)
+            raise ValueError("oops")
+
+    try:
+        with pytest.raises(PluginError, match="'half-broken': zoo_register_components raised ValueError: oops"):
+            zoo.register_plugin(HalfBroken(), name="half-broken")
+        assert "half" not in get_registry().kinds("norm")
+        assert "half-broken" not in get_registry().plugins
+    finally:
+        reset_registry()
+
+
+def test_registering_again_under_a_name_replaces_the_notebook_plugin():
+    def plugin(kind):
+        class Notebook:
+            @zoo.hookimpl
+            def zoo_register_components(self, register):
+                register("norm", kind, lambda o, d: None)
+        return Notebook()
+
+    try:
+        zoo.register_plugin(plugin("first_try"), name="cell")
+        zoo.register_plugin(plugin("second_try"), name="cell")
+        kinds = get_registry().kinds("norm")
+        assert "second_try" in kinds and "first_try" not in kinds
+        assert get_registry().plugins["cell"].components == (("norm", "second_try"),)
+    finally:
+        reset_registry()
+
+
+def test_an_object_without_hooks_is_refused():
+    with pytest.raises(PluginError, match="implements no zoo hook"):
+        zoo.register_plugin(object(), name="nothing")
+    assert "nothing" not in get_registry().plugins
+
+
+def test_clashing_with_a_builtin_names_both_and_leaves_the_registry_alone():
+    class Clash:
+        @zoo.hookimpl
+        def zoo_register_components(self, register):
+            register("attention", "gqa", lambda o, c: None)
+
+    with pytest.raises(PluginError, match=r"'zoo.components.attention' \(built in\) and 'clash'"):
+        zoo.register_plugin(Clash(), name="clash")
+    assert get_registry().component("attention", "gqa").plugin == "zoo.components.attention"

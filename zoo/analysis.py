@@ -16,6 +16,7 @@ from torch import nn
 
 from zoo.model import ZooModel, as_spec, build, resolve_dtype
 from zoo.model_spec import ModelSpec
+from zoo.registry import on_registry_change
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ def _meta_model(spec_json: str) -> ZooModel:
     import json
 
     return build(ModelSpec.model_validate(json.loads(spec_json)), device="meta")
+
+
+on_registry_change(_meta_model.cache_clear)  # a kind a plugin replaced builds another module
 
 
 def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamCount:

@@ -23,6 +23,14 @@ class PluginError(ZooError):
     """A plugin could not be loaded, or registered something that conflicts."""
 
 
+class PluginConflictError(PluginError):
+    """Two plugins register the same kind or architecture and neither (or both) override."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin failed to load and was skipped (reported once per process)."""
+
+
 class CheckpointError(ZooError):
     """A checkpoint or config file is missing, corrupt or does not match the model."""
 

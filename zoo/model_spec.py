@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.interfaces import Options
-from zoo.registry import ComponentEntry, get_registry
+from zoo.registry import ComponentEntry, get_registry, on_registry_change
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
 
@@ -349,6 +349,9 @@ def _layer_specs(spec_json: str) -> tuple[LayerSpec, ...]:
     data = json.loads(spec_json)
     context = _context(data)
     return tuple(_resolve_layer(data, data["layers"], i, context) for i in range(data["n_layers"]))
+
+
+on_registry_change(_layer_specs.cache_clear)  # resolved kinds go stale when plugins change
 
 
 def _context(data: Mapping[str, Any]) -> dict[str, Any]:

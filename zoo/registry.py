@@ -1,27 +1,28 @@
 """The registry: component kinds and named architectures, filled by pluggy plugins.
 
-Built-in components (``zoo.components.*``) and presets (``zoo.archs.*``) are plugins like any
-other; third-party ones arrive through the ``zoo`` entry-point group. The registry is built
-once, lazily, on first use, so ``import zoo`` and ``zoo --help`` stay cheap.
+Built-in components (``zoo.components.*``) and presets (``zoo.archs``) are plugins like any
+other; third-party ones arrive through the ``zoo`` entry-point group (see
+``zoo.plugin_loading``) or ``zoo.register_plugin`` at run time. The registry is built once,
+lazily, on first use, so ``import zoo`` and ``zoo --help`` import neither torch nor plugins.
+
+A plugin's registrations are collected first and applied all together, so a plugin that
+raises half way, or clashes with another, leaves the registry as it was.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import threading
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import pluggy
 from pydantic import BaseModel
 
 from zoo import hookspecs
-from zoo.errors import PluginError, SpecError, allowed, did_you_mean
+from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
 
 FAMILIES: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
 ENTRY_POINT_GROUP = "zoo"
@@ -34,6 +35,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.blocks",
     "zoo.archs",
 )
+HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")
+PluginSource = Literal["builtin", "entry point", "runtime"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class ComponentEntry:
     options: type[BaseModel]
     plugin: str
     doc: str = ""
+    override: bool = False  # registered with override=True
+    replaces: str | None = None  # the plugin whose kind this one replaced
 
 
 @dataclass(frozen=True)
@@ -53,14 +58,44 @@ class ArchitectureEntry:
     name: str
     source: Any  # ModelSpec, dict, or zero-argument callable returning either
     plugin: str
+    override: bool = False
+    replaces: str | None = None
 
 
 @dataclass(frozen=True)
 class PluginFailure:
-    """A plugin that raised while loading: reported once, then skipped."""
+    """A plugin that could not be loaded: reported once, then skipped."""
 
     name: str
     error: str
+    distribution: str = ""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A loaded plugin and what it registered (kinds another plugin replaced included)."""
+
+    name: str
+    version: str
+    source: PluginSource
+    distribution: str = ""  # the installed distribution declaring the entry point
+    components: tuple[tuple[str, str], ...] = ()  # (family, kind)
+    architectures: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """How error messages name this plugin: 'name' (distribution version)."""
+        if self.source == "builtin":
+            return f"{self.name!r} (built in)"
+        origin = " ".join(part for part in (self.distribution, self.version) if part)
+        return f"{self.name!r} ({origin})" if self.distribution else repr(self.name)
+
+
+@dataclass
+class _Staged:
+    """What one plugin's hooks asked to register, before any of it is applied."""
+
+    components: list[ComponentEntry] = field(default_factory=list)
+    architectures: list[ArchitectureEntry] = field(default_factory=list)
 
 
 @dataclass
@@ -68,8 +103,8 @@ class Registry:
     components: dict[tuple[str, str], ComponentEntry] = field(default_factory=dict)
     architectures: dict[str, ArchitectureEntry] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
-    plugins: dict[str, str] = field(default_factory=dict)  # plugin name -> version
-    manager: pluggy.PluginManager | None = None
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    manager: pluggy.PluginManager = field(default_factory=lambda: _new_manager())
 
     # ---- registration -------------------------------------------------------------------
     def register_component(
@@ -82,35 +117,52 @@ class Registry:
         override: bool = False,
         plugin: str = "<direct>",
     ) -> None:
-        if family not in FAMILIES:
-            raise PluginError(
-                f"plugin {plugin!r} registers unknown family {family!r}{did_you_mean(family, FAMILIES)}; "
-                f"allowed: {allowed(FAMILIES)}"
-            )
-        if options is None:
-            from zoo.interfaces import Options
-
-            options = Options
-        key = (family, kind)
-        existing = self.components.get(key)
-        if existing is not None and not override and existing.plugin != plugin:
-            raise PluginError(
-                f"{family} kind {kind!r} is registered by both {existing.plugin!r} and {plugin!r}; "
-                "pass override=True in one of them to replace the other on purpose"
-            )
-        doc = (factory.__doc__ or "").strip().splitlines()[0] if factory.__doc__ else ""
-        self.components[key] = ComponentEntry(family, kind, factory, options, plugin, doc)
+        staged = _Staged(components=[_component_entry(family, kind, factory, options, override, plugin)])
+        self._apply(staged)
 
     def register_architecture(
         self, name: str, source: Any, *, override: bool = False, plugin: str = "<direct>"
     ) -> None:
-        existing = self.architectures.get(name)
-        if existing is not None and not override and existing.plugin != plugin:
-            raise PluginError(
-                f"architecture {name!r} is registered by both {existing.plugin!r} and {plugin!r}; "
-                "pass override=True in one of them to replace the other on purpose"
-            )
-        self.architectures[name] = ArchitectureEntry(name, source, plugin)
+        self._apply(_Staged(architectures=[_architecture_entry(name, source, override, plugin)]))
+
+    def _apply(self, staged: _Staged) -> None:
+        """Check every registration against what is there, then apply them all (or none)."""
+        components: dict[tuple[str, str], ComponentEntry] = {}
+        for entry in staged.components:
+            key = (entry.family, entry.kind)
+            winner = self._resolve(f"{entry.family} kind {entry.kind!r}", self.components.get(key), entry)
+            if winner is not None:
+                components[key] = winner
+        architectures: dict[str, ArchitectureEntry] = {}
+        for arch in staged.architectures:
+            winner = self._resolve(f"architecture {arch.name!r}", self.architectures.get(arch.name), arch)
+            if winner is not None:
+                architectures[arch.name] = winner
+        self.components.update(components)
+        self.architectures.update(architectures)
+
+    def _resolve(self, what: str, existing: Any, new: Any) -> Any:
+        """The entry to store for a name both may claim, None to keep the existing one.
+
+        The plugin that asked to override wins whichever loaded first; two plugins that
+        both, or neither, asked are an error naming both.
+        """
+        if existing is None or existing.plugin == new.plugin:
+            return new
+        if new.override and not existing.override:
+            return _replacing(new, existing.plugin)
+        if existing.override and not new.override:
+            return None
+        both = "both ask to override it" if new.override else "neither asks to override"
+        raise PluginConflictError(
+            f"{what} is registered by both {self._describe(existing.plugin)} and {self._describe(new.plugin)} "
+            f"and {both}; pass override=True in exactly one of them, or choose plugins with "
+            "ZOO_PLUGINS (a comma list of plugin names)"
+        )
+
+    def _describe(self, plugin: str) -> str:
+        info = self.plugins.get(plugin)
+        return info.describe() if info is not None else repr(plugin)
 
     # ---- lookup ---------------------------------------------------------------------------
     def kinds(self, family: str) -> list[str]:
@@ -137,93 +189,211 @@ class Registry:
         return entry
 
     # ---- plugins --------------------------------------------------------------------------
-    def add_plugin(self, plugin: object, name: str | None = None, version: str = "") -> str:
-        """Register a plugin module or object and run its hooks into this registry."""
-        assert self.manager is not None
+    def add_plugin(
+        self,
+        plugin: object,
+        name: str | None = None,
+        version: str = "",
+        *,
+        source: PluginSource = "runtime",
+        distribution: str = "",
+    ) -> str:
+        """Register a plugin module or object and apply what its hooks register.
+
+        Raises PluginError when the plugin has no hooks, its hooks raise, or what it
+        registers clashes with another plugin; the registry is then unchanged.
+        """
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        if self.manager.is_registered(plugin) or name in self.plugins:
+        if self.manager.is_registered(plugin) and self.manager.get_name(plugin) == name:
             return name
-        self.manager.register(plugin, name=name)
-        self.plugins[name] = version
-        _run_hooks(self, plugin, name)
+        if name in self.plugins:
+            raise PluginError(f"plugin name {name!r} is already taken by {self.plugins[name].describe()}")
+        info = PluginInfo(name, version, source, distribution)
+        try:
+            self.manager.register(plugin, name=name)
+        except ValueError as exc:  # pluggy: the same object under another name
+            raise PluginError(f"plugin {name!r}: {exc}") from None
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r}: its hooks do not match zoo's hookspecs: {exc}") from None
+        try:
+            staged = _collect(self.manager, plugin, name)
+            self.plugins[name] = info  # first, so clash messages can describe it
+            self._apply(staged)
+        except BaseException:
+            self.plugins.pop(name, None)
+            self.manager.unregister(plugin)
+            raise
+        components = tuple((c.family, c.kind) for c in staged.components)
+        architectures = tuple(a.name for a in staged.architectures)
+        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures)
         return name
 
 
-def _run_hooks(registry: Registry, plugin: object, name: str) -> None:
-    """Call the hooks of one plugin, with `register` callbacks that record the plugin name."""
+def _new_manager() -> pluggy.PluginManager:
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    return manager
+
+
+def _replacing(entry: Any, replaced_plugin: str) -> Any:
+    return type(entry)(**{**entry.__dict__, "replaces": replaced_plugin})
+
+
+def _component_entry(
+    family: str, kind: str, factory: Callable[..., Any], options: type[BaseModel] | None, override: bool, plugin: str
+) -> ComponentEntry:
+    """Validate one component registration (wrong arguments are the plugin's bug)."""
+    from zoo.interfaces import Options  # torch: only once something registers
+
+    if family not in FAMILIES:
+        raise PluginError(
+            f"plugin {plugin!r} registers unknown family {family!r}{did_you_mean(str(family), FAMILIES)}; "
+            f"allowed: {allowed(FAMILIES)}"
+        )
+    if not isinstance(kind, str) or not kind:
+        raise PluginError(f"plugin {plugin!r}: {family} kind must be a non-empty string, got {kind!r}")
+    if not callable(factory):
+        raise PluginError(f"plugin {plugin!r}: factory of {family} kind {kind!r} is not callable: {factory!r}")
+    options = Options if options is None else options
+    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+        raise PluginError(
+            f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.interfaces.Options, "
+            f"got {options!r}"
+        )
+    doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
+    return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override))
+
+
+def _architecture_entry(name: str, source: Any, override: bool, plugin: str) -> ArchitectureEntry:
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"plugin {plugin!r}: architecture name must be a non-empty string, got {name!r}")
+    return ArchitectureEntry(name, source, plugin, bool(override))
+
+
+def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Staged:
+    """Run one plugin's hooks with `register` callbacks that stage what it registers."""
+    staged = _Staged()
 
     def register_component(family, kind, factory, options=None, *, override=False):  # type: ignore[no-untyped-def]
-        registry.register_component(family, kind, factory, options, override=override, plugin=name)
+        staged.components.append(_component_entry(family, kind, factory, options, override, name))
 
     def register_architecture(arch_name, source, *, override=False):  # type: ignore[no-untyped-def]
-        registry.register_architecture(arch_name, source, override=override, plugin=name)
+        staged.architectures.append(_architecture_entry(arch_name, source, override, name))
 
-    for hook_name, callback in (
-        ("zoo_register_components", register_component),
-        ("zoo_register_architectures", register_architecture),
-    ):
-        impl = getattr(plugin, hook_name, None)
-        if impl is not None:
-            impl(register=callback)
-
-
-def _selected_entry_points() -> list[metadata.EntryPoint]:
-    eps = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    chosen = os.environ.get("ZOO_PLUGINS")
-    if chosen is None:
-        return eps
-    wanted = {n.strip() for n in chosen.split(",") if n.strip()}
-    return [ep for ep in eps if ep.name in wanted]
-
-
-def _load_entry_points(registry: Registry) -> None:
-    seen: set[str] = set()
-    for ep in _selected_entry_points():
-        if ep.name in seen:
-            continue
-        seen.add(ep.name)
-        version = ep.dist.version if ep.dist is not None else ""
-        try:
-            plugin = ep.load()
-            registry.add_plugin(plugin, name=ep.name, version=version)
-        except PluginError:
-            raise
-        except Exception as exc:  # a broken plugin is reported and skipped, never fatal
-            failure = PluginFailure(ep.name, f"{type(exc).__name__}: {exc}")
-            registry.failures.append(failure)
-            if registry.manager is not None and registry.manager.has_plugin(ep.name):
-                registry.manager.unregister(name=ep.name)
-            warnings.warn(
-                f"zoo plugin {ep.name!r} failed to load and was skipped: {failure.error}",
-                stacklevel=2,
-            )
+    callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture}
+    implemented = False
+    for caller in manager.get_hookcallers(plugin) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin:
+                implemented = True
+                try:
+                    impl.function(register=callbacks[caller.name])
+                except PluginError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(f"plugin {name!r}: {caller.name} raised {type(exc).__name__}: {exc}") from exc
+    if not implemented:
+        raise PluginError(
+            f"plugin {name!r} implements no zoo hook; mark {' or '.join(HOOK_NAMES)} with @zoo.hookimpl"
+        )
+    return staged
 
 
+# ---- the process-wide registry ----------------------------------------------------------
 _lock = threading.RLock()
 _registry: Registry | None = None
+_building: Registry | None = None  # returned to plugins that use zoo while being loaded
+_runtime_plugins: dict[str, object] = {}  # name -> plugin, re-applied when the registry rebuilds
+_listeners: list[Callable[[], None]] = []
 
 
 def get_registry() -> Registry:
-    """The process-wide registry, built on first call (built-ins, then entry points)."""
-    global _registry
+    """The process-wide registry, built on first call: built-ins, entry points, run-time plugins.
+
+    A clash between plugins raises PluginError here (and again on the next call); a plugin
+    that fails to import is recorded in ``failures``, reported once, and skipped.
+    """
+    global _registry, _building
     with _lock:
-        if _registry is None:
-            registry = Registry(manager=pluggy.PluginManager(hookspecs.PROJECT))
-            registry.manager.add_hookspecs(hookspecs)
+        if _registry is not None:
+            return _registry
+        if _building is not None:
+            return _building
+        from zoo import __version__ as zoo_version
+        from zoo.plugin_loading import load_entry_points  # imports this module: a cycle at top level
+
+        registry = Registry()
+        _building = registry
+        try:
             for module_name in BUILTIN_PLUGINS:
-                registry.add_plugin(importlib.import_module(module_name), name=module_name, version="builtin")
-            _registry = registry
-            _load_entry_points(registry)
-        return _registry
+                module = importlib.import_module(module_name)
+                registry.add_plugin(module, name=module_name, version=zoo_version, source="builtin")
+            load_entry_points(registry)
+            for name, plugin in _runtime_plugins.items():
+                registry.add_plugin(plugin, name=name)
+        finally:
+            _building = None
+        _registry = registry
+        return registry
 
 
-def register_plugin(plugin: ModuleType | object, name: str | None = None) -> str:
-    """Register a plugin at run time (a notebook's module or object with hookimpls)."""
-    return get_registry().add_plugin(plugin, name=name)
+def register_plugin(plugin: ModuleType | object | str, name: str | None = None) -> str:
+    """Register a plugin at run time: a module, a module's name, or an object with hookimpls.
+
+    Meant for notebooks: registering again under the same name replaces the earlier one
+    (edit the cell, run it again). Clashes with other plugins raise PluginError and change
+    nothing. Returns the plugin's name.
+    """
+    if isinstance(plugin, str):
+        try:
+            plugin = importlib.import_module(plugin)
+        except ImportError as exc:
+            raise PluginError(f"plugin module {plugin!r} cannot be imported: {exc}") from None
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    with _lock:
+        registry = get_registry()
+        previous = _runtime_plugins.get(name)
+        if previous is plugin:
+            return name
+        if previous is None:
+            registry.add_plugin(plugin, name=name)
+            _runtime_plugins[name] = plugin
+        else:  # replace: rebuild without the old one, restoring it if the new one fails
+            _runtime_plugins[name] = plugin
+            try:
+                _rebuild()
+            except BaseException:
+                _runtime_plugins[name] = previous
+                _rebuild()
+                raise
+        _notify()
+        return name
 
 
 def reset_registry() -> None:
-    """Forget the registry so the next use rebuilds it (tests, and after installing plugins)."""
+    """Forget the registry and run-time plugins; the next use rebuilds it.
+
+    Call after installing a plugin distribution in a running process (and in tests).
+    """
     global _registry
     with _lock:
         _registry = None
+        _runtime_plugins.clear()
+        _notify()
+
+
+def on_registry_change(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call ``listener`` whenever the registry is reset or replaced (to clear caches)."""
+    _listeners.append(listener)
+    return listener
+
+
+def _rebuild() -> None:
+    global _registry
+    _registry = None
+    get_registry()
+
+
+def _notify() -> None:
+    for listener in _listeners:
+        listener()

@@ -11,10 +11,13 @@ import argparse
 import importlib
 import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.inspect",
+    "zoo.cli.plugins",
 )
 
 
@@ -44,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from zoo.errors import ZooError
 
     try:
-        return int(args.func(args) or 0)
+        with _plugin_warnings_as_lines():
+            return int(args.func(args) or 0)
     except ZooError as exc:
         if args.debug:
             traceback.print_exc()
@@ -54,3 +58,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("zoo: interrupted\n")
         return 130
+
+
+@contextmanager
+def _plugin_warnings_as_lines() -> Iterator[None]:
+    """Print a skipped plugin as one 'zoo: warning: ...' line, not a Python warning."""
+    from zoo.errors import PluginWarning
+
+    default_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, PluginWarning):
+            sys.stderr.write(f"zoo: warning: {message}\n")
+        else:
+            default_show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = default_show
