@@ -23,6 +23,7 @@ from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model import ZooModel, build, init_buffers
 
 INDEX_FILE = "model.safetensors.index.json"
+CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
@@ -83,10 +84,9 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
                         f"{located[name].path}: tensor {name!r} has shape {list(located[name].tensors[name].shape)}, "
                         f"which does not fit zoo parameter {rule.zoo[0]!r} of shape {list(params[rule.zoo[0]].shape)}"
                     )
-                dest.copy_(view)
+                release = lambda: [located[n].release(n) for n in rule.hf]  # noqa: E731
+                _copy_in_chunks(dest, view, release)
             del sources
-            for n in rule.hf:
-                located[n].release(n)
             used.update(rule.hf)
             if bar is not None:
                 bar[0].advance(bar[1])
@@ -94,6 +94,21 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
     for name in sorted(located):
         if name not in used and name not in tied_head and not IGNORED_HF.match(name):
             raise CheckpointError(f"{located[name].path}: unexpected tensor {name!r} (no zoo parameter takes it)")
+
+
+def _copy_in_chunks(dest: torch.Tensor, view: torch.Tensor, release) -> None:  # type: ignore[no-untyped-def]
+    """Copy a large tensor block by block, dropping the file pages read after each block, so
+    a big embedding never sits in memory twice (once mapped, once copied)."""
+    rows = dest.shape[0] if dest.dim() else 1
+    row_bytes = max(dest.numel() * dest.element_size() // max(rows, 1), 1)
+    step = max(CHUNK_BYTES // row_bytes, 1)
+    if dest.dim() == 0 or step >= rows:
+        dest.copy_(view)
+    else:
+        for start in range(0, rows, step):
+            dest[start : start + step].copy_(view[start : start + step])
+            release()
+    release()
 
 
 def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, folder: Path):  # type: ignore[no-untyped-def]
