@@ -111,3 +111,9 @@ def test_pickle_files_are_refused_not_loaded(qwen3_copy: Path) -> None:
     (qwen3_copy / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
     with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: pickle files are never loaded"):
         _load(qwen3_copy)
+
+
+def test_tied_checkpoint_that_also_stores_lm_head_loads(qwen3_copy: Path, hf_checkpoints) -> None:  # type: ignore[no-untyped-def]
+    _rewrite(qwen3_copy, lambda t: t.__setitem__("lm_head.weight", t["model.embed_tokens.weight"].clone()))
+    model = zoo.from_pretrained(qwen3_copy, progress=False)
+    assert model.lm_head.weight is model.embed.weight

@@ -10,7 +10,6 @@ field that changes the computation is ever dropped silently.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -225,6 +224,7 @@ def _gpt_oss(r: ConfigReader) -> dict[str, Any]:
         "clamp_limit": r.get("swiglu_limit", 7.0), "alpha": r.get("swiglu_alpha", 1.702),
     }
     r.used.add("experts_per_token")
+    r.get("initial_context_length")  # informational: YaRN reads original_max_position_embeddings
     return spec
 
 
