@@ -316,11 +316,13 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
             f"{source}: model_type: {model_type!r} is not supported{did_you_mean(str(model_type), FAMILIES)}; "
             f"allowed: {allowed(FAMILIES)}"
         )
-    if data.get("quantization_config") is not None:
-        method = data["quantization_config"].get("quant_method") if isinstance(data["quantization_config"], dict) else None
+    quantization = data.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+    if quantization is not None and not (model_type == "gpt_oss" and method == "mxfp4"):
         raise CheckpointError(f"{source}: quantization_config: quantized checkpoints ({method}) are not supported; "
-                              "allowed: unquantized safetensors (float32, float16, bfloat16)")
+                              "allowed: unquantized safetensors, or gpt_oss with mxfp4 experts (dequantized on load)")
     reader = ConfigReader(data, source)
+    reader.used.add("quantization_config")  # mxfp4 experts: the loader dequantizes them
     spec = FAMILIES[model_type](reader)
     reader.check_all_used()
     spec["name"] = name or data.get("_name_or_path") or f"hf-{model_type}"

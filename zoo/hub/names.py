@@ -3,22 +3,23 @@
 A ``Rule`` says how some zoo tensors are made from some checkpoint tensors and back: a
 rename, GPT-2's Conv1D transpose and fused qkv, per-expert tensors stacked into zoo's
 ``(E, out, in)`` experts, transformers 5's fused ``gate_up_proj`` experts, and gpt-oss's
-interleaved ``gate_up_proj`` (gate = even columns, up = odd) with ``(E, in, out)`` layout.
-``load_pairs`` yields (zoo destination, checkpoint view) pairs so the loader copies view by
+interleaved ``gate_up_proj`` (gate = even columns, up = odd) with ``(E, in, out)`` layout,
+or the hub's MXFP4-quantized gpt-oss experts (dequantized expert by expert on load).
+``load`` yields (zoo destination, checkpoint view) pairs so the loader copies view by
 view and never builds a second copy of a whole tensor; ``save`` is the exact inverse.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
 from zoo.errors import CheckpointError
 
-Pairs = list[tuple[torch.Tensor, torch.Tensor]]
+Pairs = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,46 @@ def interleaved_gate_up(zoo: tuple[str, str], hf: str, weight: bool) -> Rule:
 def transposed_experts(zoo: str, hf: str) -> Rule:
     """gpt-oss down_proj (E, F, d) -> zoo w_down (E, d, F)."""
     return Rule((zoo,), (hf,), lambda d, s: [(d[0], s[0].transpose(1, 2))], lambda z: [z[0].transpose(1, 2)])
+
+
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """MXFP4 -> float32: blocks (..., G, 16) uint8 hold two FP4 codes per byte (low nibble
+    first), scales (..., G) uint8 a shared power of two (biased by 127); -> (..., G * 32)."""
+    lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
+    codes = blocks.to(torch.int64)  # (..., G, 16)
+    values = torch.stack((lut[codes & 0x0F], lut[codes >> 4]), dim=-1).flatten(-2)  # (..., G, 32)
+    exponent = scales.to(torch.int32) - 127  # (..., G)
+    return torch.ldexp(values, exponent[..., None].float()).flatten(-2)  # (..., G * 32)
+
+
+def mxfp4_gate_up(zoo: tuple[str, str], hf: tuple[str, str]) -> Rule:
+    """gpt-oss hub checkpoints: gate_up_proj_blocks (E, 2F, G, 16) + _scales (E, 2F, G);
+    dequantized rows interleave gate (even) and up (odd). One expert at a time, lazily."""
+
+    def load(d: list[torch.Tensor], s: list[torch.Tensor]) -> Pairs:
+        for e in range(s[0].shape[0]):
+            rows = dequantize_mxfp4(s[0][e], s[1][e])  # (2F, d)
+            yield d[0][e], rows[0::2]
+            yield d[1][e], rows[1::2]
+
+    return Rule(zoo, hf, load, _quantized_save)
+
+
+def mxfp4_down(zoo: str, hf: tuple[str, str]) -> Rule:
+    """gpt-oss down_proj_blocks (E, d, G, 16) + _scales (E, d, G) -> w_down (E, d, F)."""
+
+    def load(d: list[torch.Tensor], s: list[torch.Tensor]) -> Pairs:
+        for e in range(s[0].shape[0]):
+            yield d[0][e], dequantize_mxfp4(s[0][e], s[1][e])
+
+    return Rule((zoo,), hf, load, _quantized_save)
+
+
+def _quantized_save(z: list[torch.Tensor]) -> list[torch.Tensor]:
+    raise CheckpointError("zoo writes unquantized checkpoints only (MXFP4 is read, not written)")
 
 
 # ---- per-family plans -----------------------------------------------------------------------
@@ -166,14 +207,23 @@ def _expert_rules(zoo_names: Collection[str], hf_keys: Collection[str], moe_pref
     return rules
 
 
-def _gpt_oss_rules(zoo_names: Collection[str]) -> list[Rule]:
+def _gpt_oss_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> list[Rule]:
     rules = []
     for i in _layers_with(zoo_names, r"ffn\.w_up"):
         z, h = f"layers.{i}.ffn", f"model.layers.{i}.mlp"
+        if f"{h}.experts.gate_up_proj_blocks" in hf_keys:  # the hub's MXFP4 experts
+            x = f"{h}.experts"
+            rules += [
+                mxfp4_gate_up((f"{z}.w_gate", f"{z}.w_up"), (f"{x}.gate_up_proj_blocks", f"{x}.gate_up_proj_scales")),
+                mxfp4_down(f"{z}.w_down", (f"{x}.down_proj_blocks", f"{x}.down_proj_scales")),
+            ]
+        else:
+            rules += [
+                interleaved_gate_up((f"{z}.w_gate", f"{z}.w_up"), f"{h}.experts.gate_up_proj", weight=True),
+                transposed_experts(f"{z}.w_down", f"{h}.experts.down_proj"),
+            ]
         rules += [
-            interleaved_gate_up((f"{z}.w_gate", f"{z}.w_up"), f"{h}.experts.gate_up_proj", weight=True),
             interleaved_gate_up((f"{z}.b_gate", f"{z}.b_up"), f"{h}.experts.gate_up_proj_bias", weight=False),
-            transposed_experts(f"{z}.w_down", f"{h}.experts.down_proj"),
             rename(f"{z}.b_down", f"{h}.experts.down_proj_bias"),
             rename(f"{z}.router.weight", f"{h}.router.weight"),
             rename(f"{z}.router.bias", f"{h}.router.bias"),
@@ -194,7 +244,7 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
     elif model_type == "qwen3_moe":
         rules = _expert_rules(names, hf_keys, "mlp", "gate", ("gate_proj", "up_proj", "down_proj"), n_experts)
     elif model_type == "gpt_oss":
-        rules = _gpt_oss_rules(names)
+        rules = _gpt_oss_rules(names, hf_keys)
     else:
         rules = []
         renames = GEMMA_RENAMES if model_type == "gemma3_text" else LLAMA_RENAMES
