@@ -95,3 +95,16 @@ def test_bfloat16_load_casts_every_parameter(hf_checkpoints) -> None:  # type: i
     model = zoo.from_pretrained(folder, dtype="bfloat16", progress=False)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert model.lm_head.weight is model.embed.weight  # tied, file without lm_head
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_loads_straight_onto_the_gpu_in_bfloat16(hf_checkpoints) -> None:  # type: ignore[no-untyped-def]
+    hf_model, folder = hf_checkpoints["llama"]
+    model = zoo.from_pretrained(folder, dtype="bfloat16", device="cuda", progress=False)
+    assert {p.device.type for p in model.parameters()} == {"cuda"}
+    reference = hf_model.to(device="cuda", dtype=torch.bfloat16)
+    ids = _prompt().cuda()
+    with torch.no_grad():
+        assert (model(ids).float() - reference(ids).logits.float()).abs().max().item() < 0.1
+    hf_model.to(device="cpu", dtype=torch.float32)

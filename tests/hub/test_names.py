@@ -55,3 +55,18 @@ def test_mxfp4_gpt_oss_checkpoint_loads_with_transformers_logits(hf_checkpoints,
     ids = torch.randint(0, VOCAB, (2, 16), generator=generator)
     with torch.no_grad():
         assert (model(ids) - reference(ids).logits).abs().max().item() < 1e-4
+
+
+def test_gpt2_hub_layout_without_prefix_and_with_mask_buffers(hf_checkpoints, tmp_path: Path) -> None:
+    """openai-community/gpt2 stores 'h.0...' (no 'transformer.') and causal-mask buffers."""
+    hf_model, folder = hf_checkpoints["gpt2"]
+    tensors = {k.removeprefix("transformer."): v for k, v in load_file(folder / "model.safetensors").items()}
+    tensors["h.0.attn.bias"] = torch.ones(1, 1, 8, 8)
+    target = tmp_path / "gpt2"
+    target.mkdir()
+    save_file(tensors, target / "model.safetensors", metadata={"format": "pt"})
+    shutil.copy(folder / "config.json", target / "config.json")
+    model = zoo.from_pretrained(target, progress=False)
+    ids = torch.arange(12)[None]
+    with torch.no_grad():
+        assert (model(ids) - hf_model(ids).logits).abs().max().item() < 1e-4
