@@ -17,11 +17,13 @@ __all__ = [
     "build",
     "count_params",
     "errors",
+    "from_pretrained",
     "hookimpl",
     "kv_bytes_per_token",
     "kv_cache_bytes",
     "list_architectures",
     "register_plugin",
+    "save_pretrained",
     "spec",
     "weight_bytes",
 ]
@@ -37,6 +39,8 @@ _LAZY = {
     "weight_bytes": ("zoo.analysis", "weight_bytes"),
     "register_plugin": ("zoo.registry", "register_plugin"),
     "errors": ("zoo.errors", None),
+    "from_pretrained": ("zoo.hub.loading", "from_pretrained"),
+    "save_pretrained": ("zoo.hub.save", "save_pretrained"),
 }
 
 
@@ -67,6 +71,8 @@ def list_architectures() -> list[str]:
 
 if TYPE_CHECKING:
     from zoo.analysis import ParamCount, count_params, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.hub.loading import from_pretrained
+    from zoo.hub.save import save_pretrained
     from zoo.model import build
     from zoo.registry import register_plugin
     from zoo.model_spec import ModelSpec

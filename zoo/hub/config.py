@@ -1,0 +1,333 @@
+"""Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen3, qwen3_moe,
+gpt_oss and gemma3_text.
+
+Every key of a config is either mapped into the spec, or listed in ``NEUTRAL_KEYS`` (it does
+not change the forward pass: token ids, dropout, training-only options), or checked to hold
+the one value zoo computes; anything else is a ``CheckpointError`` naming the key, so no
+field that changes the computation is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
+from zoo.model_spec import ModelSpec
+
+NEUTRAL_KEYS = frozenset({
+    "architectures", "model_type", "dtype", "torch_dtype", "transformers_version", "bos_token_id",
+    "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout",
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation", "summary_first_dropout",
+    "summary_proj_to_labels", "summary_type", "summary_use_proj", "add_cross_attention",
+    "reorder_and_upcast_attn", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+    "pretraining_tp", "_sliding_window_pattern", "sliding_window_pattern", "max_window_layers",
+    "auto_map", "_name_or_path", "name_or_path", "output_attentions", "output_hidden_states",
+    "return_dict", "task_specific_params", "n_ctx", "_attn_implementation_autoset", "cache_implementation",
+    "use_return_dict", "tokenizer_class", "chunk_size_feed_forward", "problem_type", "id2label", "label2id",
+})
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+
+
+class ConfigReader:
+    """A config dict whose keys are ticked off as they are read; leftovers are errors."""
+
+    def __init__(self, config: Mapping[str, Any], source: str) -> None:
+        self.config = dict(config)
+        self.source = source
+        self.used: set[str] = set()
+
+    def error(self, key: str, message: str) -> CheckpointError:
+        return CheckpointError(f"{self.source}: {key}: {message}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        value = self.config.get(key)
+        return default if value is None else value
+
+    def need(self, key: str) -> Any:
+        self.used.add(key)
+        if self.config.get(key) is None:
+            raise self.error(key, "required but missing")
+        return self.config[key]
+
+    def expect(self, key: str, allowed_values: tuple[Any, ...], why: str) -> None:
+        """A key zoo supports with only these values (None = absent)."""
+        self.used.add(key)
+        value = self.config.get(key)
+        if value not in allowed_values:
+            raise self.error(key, f"{value!r} is not supported ({why}); allowed: {', '.join(map(repr, allowed_values))}")
+
+    def activation(self, key: str, default: str) -> str:
+        name = self.get(key, default)
+        if name not in ACTIVATIONS:
+            raise self.error(key, f"activation {name!r} is not supported; allowed: {allowed(ACTIVATIONS)}")
+        return ACTIVATIONS[name]
+
+    def check_all_used(self) -> None:
+        left = sorted(k for k in self.config if k not in self.used and k not in NEUTRAL_KEYS)
+        if left:
+            raise self.error(left[0], f"unknown config key for model_type {self.config.get('model_type')!r}; zoo cannot "
+                             "tell whether it changes the computation, so it refuses to drop it")
+
+
+# ---- RoPE -----------------------------------------------------------------------------------
+def rope_options(reader: ConfigReader, params: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
+    """positional options from a rope_parameters / rope_scaling dict (transformers 4 or 5)."""
+    params = dict(params or {})
+    theta = params.pop("rope_theta", None) or reader.get("rope_theta", 10000.0)
+    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    params.pop("type", None)
+    partial = params.pop("partial_rotary_factor", None) or reader.get("partial_rotary_factor", 1.0)
+    options: dict[str, Any] = {"kind": "rope", "theta": float(theta)}
+    if partial != 1.0:
+        options["partial_rotary_factor"] = float(partial)
+    if rope_type == "default":
+        if params:
+            raise reader.error(f"{key}.{next(iter(params))}", "unexpected for rope_type 'default'")
+        return options
+    if rope_type not in ("linear", "llama3", "yarn"):
+        raise reader.error(f"{key}.rope_type", f"{rope_type!r} is not supported; allowed: default, linear, llama3, yarn")
+    scaling: dict[str, Any] = {"type": rope_type}
+    known = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
+             "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"}
+    for name, value in params.items():
+        if name not in known:
+            raise reader.error(f"{key}.{name}", f"unknown RoPE scaling field{did_you_mean(name, known)}; allowed: {allowed(known)}")
+        if value is not None:
+            scaling[name] = value
+    if rope_type in ("llama3", "yarn") and "original_max_position_embeddings" not in scaling:
+        # transformers falls back to max_position_embeddings (yarn) when the field is absent
+        scaling["original_max_position_embeddings"] = reader.need("max_position_embeddings")
+    options["scaling"] = scaling
+    return options
+
+
+def _rope_params(reader: ConfigReader) -> tuple[str, Mapping[str, Any] | None]:
+    for key in ("rope_parameters", "rope_scaling"):
+        if reader.config.get(key) is not None:
+            reader.used.update({"rope_parameters", "rope_scaling"})
+            return key, reader.config[key]
+    reader.used.update({"rope_parameters", "rope_scaling"})
+    return "rope_parameters", None
+
+
+def _layer_selector(indices: list[int], n_layers: int) -> str:
+    """A compact selector for the layers: a slice 'a::p' when periodic, else a list."""
+    for start in range(n_layers):
+        for step in range(1, n_layers + 1):
+            if indices == list(range(start, n_layers, step)):
+                return f"{start}::{step}"
+    return ",".join(map(str, indices))
+
+
+def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, default_sliding: bool) -> list[int]:
+    """Indices of sliding-window layers from layer_types (or all/none when absent)."""
+    types = reader.get("layer_types")
+    if types is None:
+        return list(range(n_layers)) if (default_sliding and window) else []
+    allowed_types = {"full_attention", "sliding_attention"}
+    if len(types) != n_layers or not set(types) <= allowed_types:
+        raise reader.error("layer_types", f"expected {n_layers} entries from {allowed(allowed_types)}, got {types!r}")
+    sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    if sliding and not window:
+        raise reader.error("sliding_window", "required by the sliding_attention layers in layer_types")
+    return sliding
+
+
+# ---- families -------------------------------------------------------------------------------
+def _gpt2(r: ConfigReader) -> dict[str, Any]:
+    d, heads = r.need("n_embd"), r.need("n_head")
+    r.expect("scale_attn_by_inverse_layer_idx", (None, False), "per-layer attention scaling")
+    scale = None if r.get("scale_attn_weights", True) else 1.0
+    attention: dict[str, Any] = {"kind": "mha", "n_heads": heads, "head_dim": d // heads, "bias": True}
+    if scale is not None:
+        attention["scale"] = scale
+    eps = r.get("layer_norm_epsilon", 1e-5)
+    return {
+        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("n_layer"),
+        "max_seq_len": r.get("n_positions", 1024), "tie_embeddings": r.get("tie_word_embeddings", True),
+        "norm": {"kind": "layernorm", "eps": eps, "bias": True},
+        "positional": {"kind": "learned"},
+        "attention": attention,
+        "ffn": {"kind": "mlp", "hidden": r.get("n_inner", 4 * d), "activation": r.activation("activation_function", "gelu_new"), "bias": True},
+        "block": {"kind": "pre_norm"},
+    }
+
+
+def _llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str | None = None) -> dict[str, Any]:
+    d, heads = r.need("hidden_size"), r.need("num_attention_heads")
+    n_layers = r.need("num_hidden_layers")
+    key, params = _rope_params(r)
+    bias = bool(r.get("attention_bias", False))
+    attention: dict[str, Any] = {
+        "kind": "gqa", "n_heads": heads, "n_kv_heads": r.get("num_key_value_heads", heads),
+        "head_dim": r.get("head_dim", d // heads), "bias": bias, "qk_norm": qk_norm,
+    }
+    spec: dict[str, Any] = {
+        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
+        "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
+        "norm": {"kind": "rmsnorm", "eps": r.get("rms_norm_eps", 1e-6)},
+        "positional": rope_options(r, params, key),
+        "attention": attention,
+        "ffn": {"kind": "swiglu", "hidden": r.get("intermediate_size"), "bias": bool(r.get("mlp_bias", False))},
+        "block": {"kind": "pre_norm"},
+        "layers": {},
+    }
+    if r.activation("hidden_act", "silu") != "silu":
+        spec["ffn"] = {"kind": "gated", "hidden": spec["ffn"]["hidden"], "activation": ACTIVATIONS[r.config["hidden_act"]], "bias": spec["ffn"]["bias"]}
+    window = r.get("sliding_window")
+    enabled = bool(r.get(sliding_key, False)) if sliding_key else True
+    if r.config.get("layer_types") is not None and not any(t == "sliding_attention" for t in r.config["layer_types"]):
+        window = None  # every layer full: sliding_window, if set, is unused
+    sliding = _window_layers(r, n_layers, window, default_sliding=enabled)
+    if sliding and len(sliding) == n_layers:
+        attention["window"] = window
+    elif sliding:
+        spec["layers"][_layer_selector(sliding, n_layers)] = {"attention": {"window": window}}
+    return spec
+
+
+def _mixtral(r: ConfigReader) -> dict[str, Any]:
+    spec = _llama_like(r)
+    spec["ffn"] = {"kind": "moe", "n_experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
+                   "hidden": r.need("intermediate_size"), "routing": "softmax_topk", "renormalize": True}
+    return spec
+
+
+def _qwen3_moe(r: ConfigReader) -> dict[str, Any]:
+    spec = _llama_like(r, qk_norm=True, sliding_key="use_sliding_window")
+    experts = r.get("num_experts") or r.get("num_local_experts")
+    if experts is None:
+        raise r.error("num_experts", "required but missing")
+    spec["ffn"] = {"kind": "moe", "n_experts": experts, "top_k": r.need("num_experts_per_tok"),
+                   "hidden": r.need("moe_intermediate_size"), "routing": "softmax_topk",
+                   "renormalize": bool(r.get("norm_topk_prob", False))}
+    step, dense = r.get("decoder_sparse_step", 1), set(r.get("mlp_only_layers", []))
+    dense_layers = [i for i in range(spec["n_layers"]) if i in dense or (i + 1) % step != 0]
+    if dense_layers:
+        selector = _layer_selector(dense_layers, spec["n_layers"])
+        spec["layers"].setdefault(selector, {})["ffn"] = {"kind": "swiglu", "hidden": r.need("intermediate_size")}
+    return spec
+
+
+def _gpt_oss(r: ConfigReader) -> dict[str, Any]:
+    spec = _llama_like(r)
+    r.expect("hidden_act", (None, "silu"), "gpt-oss experts use their clamped SwiGLU")
+    spec["attention"].update(sinks=True)
+    spec["ffn"] = {
+        "kind": "moe", "n_experts": r.need("num_local_experts"),
+        "top_k": r.get("num_experts_per_tok") or r.need("experts_per_token"), "hidden": r.need("intermediate_size"),
+        "activation": "swiglu_oai", "bias": True, "router_bias": True, "routing": "topk_softmax",
+        "clamp_limit": r.get("swiglu_limit", 7.0), "alpha": r.get("swiglu_alpha", 1.702),
+    }
+    r.used.add("experts_per_token")
+    r.get("initial_context_length")  # informational: YaRN reads original_max_position_embeddings
+    return spec
+
+
+def _gemma3(r: ConfigReader) -> dict[str, Any]:
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        r.expect(key, (None,), "logit soft-capping is not implemented in zoo")
+    r.expect("use_bidirectional_attention", (None, False), "zoo models are causal")
+    d, heads, n_layers = r.need("hidden_size"), r.need("num_attention_heads"), r.need("num_hidden_layers")
+    kv = r.get("num_key_value_heads", heads)
+    head_dim = r.get("head_dim", d // heads)
+    key, params = _rope_params(r)
+    params = dict(params or {})
+    if "full_attention" in params or "sliding_attention" in params:  # transformers 5: one dict per layer type
+        global_rope = rope_options(r, params.get("full_attention"), f"{key}.full_attention")
+        local_rope = rope_options(r, params.get("sliding_attention"), f"{key}.sliding_attention")
+    else:  # transformers 4: rope_theta + rope_scaling for global layers, rope_local_base_freq for local
+        global_rope = rope_options(r, params, key)
+        local_rope = {"kind": "rope", "theta": float(r.get("rope_local_base_freq", 10000.0))}
+    r.used.add("rope_local_base_freq")
+    window = r.need("sliding_window")
+    types = r.config.get("layer_types")
+    if types is None:
+        pattern = r.config.get("sliding_window_pattern") or r.config.get("_sliding_window_pattern") or 6
+        types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
+        r.config["layer_types"] = types
+    sliding = _window_layers(r, n_layers, window, default_sliding=False)
+    full = [i for i in range(n_layers) if i not in sliding]
+    attention = {"kind": "mqa" if kv == 1 else "gqa", "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+                 "qk_norm": True, "bias": bool(r.get("attention_bias", False)),
+                 "scale": float(r.get("query_pre_attn_scalar", head_dim)) ** -0.5, "window": window}
+    layers: dict[str, Any] = {}
+    if full:
+        layers[_layer_selector(full, n_layers)] = {"attention": {"window": None}, "positional": global_rope}
+    return {
+        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
+        "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "embedding_scale": "sqrt_d_model",
+        "norm": {"kind": "rmsnorm", "eps": r.get("rms_norm_eps", 1e-6), "unit_offset": True},
+        "positional": local_rope if sliding else global_rope,
+        "attention": attention if sliding else {**attention, "window": None},
+        "ffn": _gemma_ffn(r.activation("hidden_activation", "gelu_pytorch_tanh"), r.need("intermediate_size")),
+        "block": {"kind": "sandwich"},
+        "layers": layers if sliding else {},
+    }
+
+
+def _gemma_ffn(activation: str, hidden: int) -> dict[str, Any]:
+    if activation == "gelu_tanh":
+        return {"kind": "geglu", "hidden": hidden}
+    return {"kind": "gated", "hidden": hidden, "activation": activation}
+
+
+FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
+    "gpt2": _gpt2,
+    "llama": _llama_like,
+    "mistral": _llama_like,
+    "mixtral": _mixtral,
+    "qwen3": lambda r: _llama_like(r, qk_norm=True, sliding_key="use_sliding_window"),
+    "qwen3_moe": _qwen3_moe,
+    "gpt_oss": _gpt_oss,
+    "gemma3_text": _gemma3,
+}
+
+
+def read_hf_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config dict and a name for messages (a file, a folder holding config.json, or a dict)."""
+    if isinstance(config, Mapping):
+        return dict(config), "config"
+    path = Path(config)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such config file") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot read as JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data, str(path)
+
+
+def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """The ModelSpec computing what transformers computes for this config.json."""
+    data, source = read_hf_config(config)
+    model_type = data.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(
+            f"{source}: model_type: {model_type!r} is not supported{did_you_mean(str(model_type), FAMILIES)}; "
+            f"allowed: {allowed(FAMILIES)}"
+        )
+    quantization = data.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
+    if quantization is not None and not (model_type == "gpt_oss" and method == "mxfp4"):
+        raise CheckpointError(f"{source}: quantization_config: quantized checkpoints ({method}) are not supported; "
+                              "allowed: unquantized safetensors, or gpt_oss with mxfp4 experts (dequantized on load)")
+    reader = ConfigReader(data, source)
+    reader.used.add("quantization_config")  # mxfp4 experts: the loader dequantizes them
+    spec = FAMILIES[model_type](reader)
+    reader.check_all_used()
+    spec["name"] = name or data.get("_name_or_path") or f"hf-{model_type}"
+    spec["source"] = source if not isinstance(config, Mapping) else f"hf config ({model_type})"
+    try:
+        return ModelSpec.model_validate(spec)
+    except SpecError as exc:
+        raise CheckpointError(f"{source}: the config maps to an invalid spec: {exc}") from None

@@ -1,0 +1,145 @@
+"""from_pretrained: a Hugging Face checkpoint (folder or repo id) -> a ZooModel with its weights.
+
+The model is built on the meta device and materialised uninitialised (``init=False``); each
+checkpoint tensor is then copied from a memory-mapped view straight into its parameter and
+its file pages released, so peak memory is about one copy of the weights. Sharded
+checkpoints are read through ``model.safetensors.index.json``. Only safetensors are read:
+``pytorch_model.bin`` files are pickles and are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import torch
+
+from zoo.errors import CheckpointError
+from zoo.hub.config import read_hf_config, spec_from_hf_config
+from zoo.hub.download import resolve_checkpoint
+from zoo.hub.names import IGNORED_HF, tensor_rules
+from zoo.hub.safetensors_io import SafetensorsFile
+from zoo.model import ZooModel, build, init_buffers
+
+INDEX_FILE = "model.safetensors.index.json"
+CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
+    """Checkpoint tensor name -> the (header-parsed) safetensors file holding it."""
+    index = folder / INDEX_FILE
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{index}: corrupt index file ({exc})") from None
+        files: dict[str, SafetensorsFile] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not (folder / shard).is_file():
+                tensor = next(t for t, s in weight_map.items() if s == shard)
+                raise CheckpointError(f"{folder / shard}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)")
+            files[shard] = SafetensorsFile(folder / shard)
+        located: dict[str, SafetensorsFile] = {}
+        for tensor, shard in weight_map.items():
+            if tensor not in files[shard].tensors:
+                raise CheckpointError(f"{folder / shard}: tensor {tensor!r} is listed in {INDEX_FILE} but not in the shard")
+            located[tensor] = files[shard]
+        return located
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        pickles = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
+        hint = f" (found {', '.join(pickles)}: pickle files are never loaded; convert them to safetensors)" if pickles else ""
+        raise CheckpointError(f"{folder}: no safetensors weights{hint}")
+    located = {}
+    for shard in shards:
+        file = SafetensorsFile(shard)
+        for tensor in file.tensors:
+            located[tensor] = file
+    return located
+
+
+def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool = True) -> None:
+    """Copy every checkpoint tensor into the model's (materialised) parameters, checking all."""
+    located = checkpoint_files(folder)
+    params = dict(model.named_parameters())  # tied weights appear once, under embed.weight
+    rules = tensor_rules(model_type, {n: p.shape for n, p in params.items()}, located.keys())
+    used: set[str] = set()
+    for rule in rules:
+        for name in rule.hf:
+            if name not in located:
+                where = folder / INDEX_FILE if (folder / INDEX_FILE).exists() else folder
+                raise CheckpointError(f"{where}: missing tensor {name!r} (needed for zoo parameter {rule.zoo[0]!r})")
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        for file in {id(f): f for f in located.values()}.values():
+            stack.enter_context(file)
+        bar = _progress(stack, progress, len(rules), folder)
+        for rule in rules:
+            sources = [located[n].view(n) for n in rule.hf]
+            dests = [params[n] for n in rule.zoo]
+            for dest, view in rule.load(dests, sources):
+                if dest.shape != view.shape:
+                    name = rule.hf[0]
+                    raise CheckpointError(
+                        f"{located[name].path}: tensor {name!r} has shape {list(located[name].tensors[name].shape)}, "
+                        f"which does not fit zoo parameter {rule.zoo[0]!r} of shape {list(params[rule.zoo[0]].shape)}"
+                    )
+                release = lambda: [located[n].release(n) for n in rule.hf]  # noqa: E731
+                _copy_in_chunks(dest, view, release)
+            del sources
+            used.update(rule.hf)
+            if bar is not None:
+                bar[0].advance(bar[1])
+    tied_head = {"lm_head.weight"} if model.spec.tie_embeddings else set()
+    for name in sorted(located):
+        if name not in used and name not in tied_head and not IGNORED_HF.match(name):
+            raise CheckpointError(f"{located[name].path}: unexpected tensor {name!r} (no zoo parameter takes it)")
+
+
+def _copy_in_chunks(dest: torch.Tensor, view: torch.Tensor, release) -> None:  # type: ignore[no-untyped-def]
+    """Copy a large tensor block by block, dropping the file pages read after each block, so
+    a big embedding never sits in memory twice (once mapped, once copied)."""
+    rows = dest.shape[0] if dest.dim() else 1
+    row_bytes = max(dest.numel() * dest.element_size() // max(rows, 1), 1)
+    step = max(CHUNK_BYTES // row_bytes, 1)
+    if dest.dim() == 0 or step >= rows:
+        dest.copy_(view)
+    else:
+        for start in range(0, rows, step):
+            dest[start : start + step].copy_(view[start : start + step])
+            release()
+    release()
+
+
+def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, folder: Path):  # type: ignore[no-untyped-def]
+    if not enabled:
+        return None
+    from rich.progress import Progress
+
+    bar = stack.enter_context(Progress(transient=True))
+    return bar, bar.add_task(f"loading {folder.name}", total=total)
+
+
+def from_pretrained(
+    repo_or_dir: str | Path,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    *,
+    revision: str | None = None,
+    progress: bool = True,
+) -> ZooModel:
+    """A ZooModel with a Hugging Face checkpoint's weights (a local folder or a hub repo id).
+
+    ``dtype`` defaults to float32, ``device`` to the CPU. The spec is ``model.spec`` and the
+    checkpoint's family ``model.hf_model_type`` (``save_pretrained`` writes it back).
+    """
+    folder = resolve_checkpoint(repo_or_dir, revision=revision)
+    config, _ = read_hf_config(folder / "config.json")
+    spec = spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))
+    model = build(spec, device=device, dtype=dtype, init=False)
+    model_type = str(config["model_type"])
+    load_weights(model, folder, model_type, progress=progress)
+    model.tie_weights()
+    init_buffers(model)
+    model.hf_model_type = model_type  # type: ignore[assignment]
+    return model.eval()

@@ -1,0 +1,162 @@
+"""Reading safetensors files tensor by tensor through a memory map, and writing them whole.
+
+The reader parses the header itself (8-byte length, JSON, raw little-endian data) so every
+problem — a truncated file, a corrupt header, a tensor whose bytes do not fit its shape —
+is a ``CheckpointError`` naming the file and the tensor. Nothing is ever unpickled. Each
+tensor is a zero-copy view into the map; after the caller has copied it into the model, the
+pages are released (``MADV_DONTNEED``) so the file's pages do not add a second full copy of
+the weights to the process's resident memory.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from zoo.errors import CheckpointError
+
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+class TensorInfo:
+    """Where one tensor lives in its file."""
+
+    __slots__ = ("name", "dtype", "shape", "start", "end")
+
+    def __init__(self, name: str, dtype: torch.dtype, shape: tuple[int, ...], start: int, end: int) -> None:
+        self.name, self.dtype, self.shape, self.start, self.end = name, dtype, shape, start, end
+
+
+class SafetensorsFile:
+    """One safetensors file, memory-mapped read-only; use as a context manager."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.tensors: dict[str, TensorInfo] = {}
+        self.metadata: dict[str, str] = {}
+        self._file = None
+        self._map: mmap.mmap | None = None
+        self._data_start = 0
+        self._read_header()
+
+    # ---- header ---------------------------------------------------------------------------
+    def _fail(self, message: str) -> CheckpointError:
+        return CheckpointError(f"{self.path}: {message}")
+
+    def _read_header(self) -> None:
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as handle:
+                prefix = handle.read(8)
+                if len(prefix) < 8:
+                    raise self._fail("not a safetensors file (shorter than its 8-byte header length)")
+                (header_len,) = struct.unpack("<Q", prefix)
+                if header_len > _MAX_HEADER or 8 + header_len > size:
+                    raise self._fail(f"corrupt or truncated: header of {header_len} bytes, file of {size} bytes")
+                raw = handle.read(header_len)
+        except OSError as exc:
+            raise CheckpointError(f"{self.path}: cannot read ({exc.strerror})") from None
+        try:
+            header = json.loads(raw.decode("utf-8"))
+            if not isinstance(header, dict):
+                raise ValueError("not an object")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise self._fail(f"corrupt safetensors header ({exc})") from None
+        self._data_start = 8 + header_len
+        data_size = size - self._data_start
+        self.metadata = dict(header.pop("__metadata__", None) or {})
+        for name, entry in header.items():
+            self.tensors[name] = self._tensor_info(name, entry, data_size)
+
+    def _tensor_info(self, name: str, entry: object, data_size: int) -> TensorInfo:
+        try:
+            dtype_name, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]  # type: ignore[index]
+            shape = tuple(int(s) for s in shape)
+        except (TypeError, KeyError, ValueError):
+            raise self._fail(f"tensor {name!r}: corrupt header entry {entry!r}") from None
+        if dtype_name not in SAFETENSORS_DTYPES:
+            raise self._fail(
+                f"tensor {name!r}: dtype {dtype_name} is not supported; allowed: {', '.join(SAFETENSORS_DTYPES)}"
+            )
+        dtype = SAFETENSORS_DTYPES[dtype_name]
+        numel = 1
+        for s in shape:
+            numel *= s
+        expected = numel * dtype.itemsize
+        if not 0 <= start <= end or end - start != expected:
+            raise self._fail(f"tensor {name!r}: {end - start} bytes stored for shape {list(shape)} {dtype_name} ({expected} expected)")
+        if end > data_size:
+            raise self._fail(f"truncated: tensor {name!r} ends at byte {end} of a {data_size}-byte data section")
+        return TensorInfo(name, dtype, shape, self._data_start + start, self._data_start + end)
+
+    # ---- data -----------------------------------------------------------------------------
+    def __enter__(self) -> SafetensorsFile:
+        self._file = open(self.path, "rb")
+        if self.path.stat().st_size > 0:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def view(self, name: str) -> torch.Tensor:
+        """A read-only, zero-copy tensor over the file's bytes; copy from it, do not keep it."""
+        info = self.tensors[name]
+        numel = (info.end - info.start) // max(info.dtype.itemsize, 1)
+        if numel == 0:
+            return torch.empty(info.shape, dtype=info.dtype)
+        assert self._map is not None, "use SafetensorsFile as a context manager to read data"
+        with warnings.catch_warnings():  # the map is read-only; callers only copy from it
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(self._map, dtype=info.dtype, count=numel, offset=info.start)
+        return flat.view(info.shape)
+
+    def release(self, name: str) -> None:
+        """Drop the file pages of this tensor from the process's resident memory."""
+        if self._map is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        info = self.tensors[name]
+        start = info.start - info.start % mmap.PAGESIZE
+        if info.end > start:
+            self._map.madvise(mmap.MADV_DONTNEED, start, info.end - start)
+
+
+def write_safetensors(tensors: Mapping[str, torch.Tensor], path: str | Path, metadata: Mapping[str, str] | None = None) -> None:
+    """Write a whole safetensors file atomically (temp file in the same folder + os.replace)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(contiguous, tmp, metadata=dict(metadata or {}))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
