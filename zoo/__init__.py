@@ -17,6 +17,7 @@ __all__ = [
     "build",
     "count_params",
     "errors",
+    "generate",
     "hookimpl",
     "kv_bytes_per_token",
     "kv_cache_bytes",
@@ -37,6 +38,7 @@ _LAZY = {
     "weight_bytes": ("zoo.analysis", "weight_bytes"),
     "register_plugin": ("zoo.registry", "register_plugin"),
     "errors": ("zoo.errors", None),
+    "generate": ("zoo.generation", "generate"),
 }
 
 
@@ -67,6 +69,7 @@ def list_architectures() -> list[str]:
 
 if TYPE_CHECKING:
     from zoo.analysis import ParamCount, count_params, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.generation import generate
     from zoo.model import build
     from zoo.registry import register_plugin
     from zoo.model_spec import ModelSpec
