@@ -151,6 +151,8 @@ def test_stream_yields_one_token_per_row_per_step():
     steps = list(zoo.generation.stream(model, ids, max_new_tokens=4))
     assert [tuple(s.shape) for s in steps] == [(2,)] * 4
     assert torch.equal(torch.stack(steps, 1), zoo.generate(model, ids, max_new_tokens=4)[:, 3:])
+    with pytest.raises(zoo.errors.GenerationError, match="top_p"):
+        zoo.generation.stream(model, ids, top_p=2.0)  # raised on the call, before any step
 
 
 def test_seeded_sampling_repeats_and_seeds_differ():

@@ -153,6 +153,7 @@ def stream(
 
     Rows that produced an end-of-sequence token yield ``pad_token_id`` afterwards; the
     iterator stops when every row has finished or after ``max_new_tokens`` steps.
+    Arguments are checked here, when ``stream`` is called, not at the first step.
     """
     settings = SamplingSettings(temperature, top_k, top_p)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -173,12 +174,26 @@ def stream(
     vocab = getattr(getattr(model, "spec", None), "vocab_size", None)
     if vocab is not None and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
         raise GenerationError(f"input_ids: token ids must be in [0, {vocab}), got [{int(ids.min())}, {int(ids.max())}]")
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    return _steps(model, ids, mask, max_new_tokens, settings, generator, eos, pad)
+
+
+def _steps(
+    model: nn.Module,
+    ids: torch.Tensor,
+    mask: torch.Tensor | None,
+    max_new_tokens: int,
+    settings: SamplingSettings,
+    generator: torch.Generator | None,
+    eos: list[int],
+    pad: int,
+) -> Iterator[torch.Tensor]:
     if max_new_tokens == 0:
         return
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    eos_tensor = torch.tensor(eos, dtype=torch.long, device=device)
+    B, T = ids.shape
+    eos_tensor = torch.tensor(eos, dtype=torch.long, device=ids.device)
     cache = KVCache(model, B, T + max_new_tokens)
-    finished = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
+    finished = torch.zeros(B, dtype=torch.bool, device=ids.device)  # (B,)
     logits = prefill(model, ids, cache, mask)  # (B, vocab)
     for step in range(max_new_tokens):
         with torch.no_grad():
