@@ -18,6 +18,7 @@ __all__ = [
     "count_params",
     "errors",
     "from_pretrained",
+    "generate",
     "hookimpl",
     "kv_bytes_per_token",
     "kv_cache_bytes",
@@ -41,6 +42,7 @@ _LAZY = {
     "errors": ("zoo.errors", None),
     "from_pretrained": ("zoo.hub.loading", "from_pretrained"),
     "save_pretrained": ("zoo.hub.save", "save_pretrained"),
+    "generate": ("zoo.generation", "generate"),
 }
 
 
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from zoo.analysis import ParamCount, count_params, kv_bytes_per_token, kv_cache_bytes, weight_bytes
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
+    from zoo.generation import generate
     from zoo.model import build
     from zoo.registry import register_plugin
     from zoo.model_spec import ModelSpec

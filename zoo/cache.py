@@ -3,6 +3,11 @@
 Shapes are fixed at allocation and every write is in place (as gpt-fast does), so a decode
 step has static shapes. The cache knows no attention kind: each layer's tensors are whatever
 that layer's ``cache_layout`` declared, and the layer itself reads and writes them.
+
+The write position lives on the device (``position``, a (1,) tensor advanced in place), so
+the time indices and positions of a decode step are computed inside the graph: a compiled
+decode step sees the same guards every step and never recompiles. ``length`` is its host
+mirror, kept by eager calls for bounds checks without a device sync.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ class LayerCache:
 class KVCache:
     """Per-layer cache tensors plus the bookkeeping shared by all layers.
 
-    ``length`` counts the time slots written so far; ``key_valid`` (B, max_len), when set,
-    marks padding slots (left-padded batches) that no query may attend to. Neither is part
-    of the KV bytes, which are exactly the declared tensors.
+    ``position`` (1,) is the next time slot to write (device tensor, the source of truth);
+    ``length`` mirrors it on the host. ``key_valid`` (B, max_len), when set, marks padding
+    slots (left-padded batches) that no query may attend to, and ``pad_count`` (B,) how many
+    pads each row starts with, so that a token's position is its time minus its row's pads.
+    None of these are part of the KV bytes, which are exactly the declared tensors.
     """
 
     def __init__(
@@ -41,6 +48,10 @@ class KVCache:
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> None:
+        if batch_size < 1 or max_len < 1:
+            raise GenerationError(
+                f"cache: batch_size={batch_size} and max_len={max_len} must both be >= 1"
+            )
         reference = next(model.parameters())
         dtype = dtype or reference.dtype
         device = torch.device(device) if device is not None else reference.device
@@ -52,6 +63,8 @@ class KVCache:
             {name: torch.zeros(t.shape, dtype=t.dtype or dtype, device=device) for name, t in layout.items()}
             for layout in model.cache_layout(batch_size, max_len)  # type: ignore[operator]
         ]
+        self.position = torch.zeros(1, dtype=torch.long, device=device)  # (1,)
+        self.pad_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
         self.key_valid: torch.Tensor | None = None
         self.length = 0
 
@@ -60,16 +73,45 @@ class KVCache:
         """Bytes held by the layers' declared cache tensors."""
         return sum(t.numel() * t.element_size() for layer in self.layers for t in layer.values())
 
-    def advance(self, n_tokens: int) -> torch.Tensor:
-        """Reserve the next ``n_tokens`` time slots; returns their indices (T,)."""
+    def reserve(self, n_tokens: int) -> None:
+        """Host-side bounds check and bookkeeping for the next ``n_tokens`` slots.
+
+        ``advance`` calls it in eager mode; a compiled decode step skips it (a Python int
+        that changes every step would be a guard that recompiles), so a caller compiling
+        the step calls it outside the graph, as ``compile_decode_step`` does.
+        """
         if self.length + n_tokens > self.max_len:
             raise GenerationError(
                 f"cache: {self.length} + {n_tokens} tokens exceed the cache's max_len={self.max_len}; "
                 "allocate a larger cache"
             )
-        time = torch.arange(self.length, self.length + n_tokens, device=self.device)
         self.length += n_tokens
+
+    def advance(self, n_tokens: int) -> torch.Tensor:
+        """Claim the next ``n_tokens`` time slots; returns their indices (T,) on the device."""
+        if not torch.compiler.is_compiling():
+            self.reserve(n_tokens)
+        time = self.position + torch.arange(n_tokens, device=self.position.device)  # (T,)
+        self.position.add_(n_tokens)
         return time
+
+    def positions(self, time: torch.Tensor) -> torch.Tensor:
+        """Positions (B, T) of tokens at cache times (T,): time minus the row's left pads.
+
+        Padding tokens themselves get position 0 (their outputs are never used).
+        """
+        return (time[None, :] - self.pad_count[:, None]).clamp(min=0)  # (B, T)
+
+    def set_padding(self, attention_mask: torch.Tensor) -> None:
+        """Record a left-padded prompt's mask (B, T), written at the start of an empty cache.
+
+        Slots after the prompt are valid: every token decoded later is real.
+        """
+        B, T = attention_mask.shape
+        valid = torch.ones(self.batch_size, self.max_len, dtype=torch.bool, device=self.device)  # (B, max_len)
+        valid[:, :T] = attention_mask.to(device=self.device, dtype=torch.bool)
+        self.key_valid = valid
+        self.pad_count.copy_(T - valid[:, :T].sum(dim=1))
 
     def layer(self, index: int, time: torch.Tensor) -> LayerCache:
         return LayerCache(self.layers[index], time, self.key_valid, self.max_len)
@@ -77,4 +119,6 @@ class KVCache:
     def reset(self) -> None:
         """Forget what was written; stale slots are masked by time until overwritten."""
         self.length = 0
+        self.position.zero_()
+        self.pad_count.zero_()
         self.key_valid = None

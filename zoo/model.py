@@ -125,16 +125,20 @@ class ZooModel(nn.Module):
         """Logits (B, T, vocab) for input_ids (B, T).
 
         Without a cache the whole sequence attends causally. With one, ``cache_time`` (T,)
-        gives the cache slots of these tokens (default: right after what the cache holds)
-        and ``positions`` (B, T) their positions (default: equal to the times).
-        ``last_only`` returns only the last position's logits (B, 1, vocab).
+        gives the cache slots of these tokens (default: the next free slots, claimed from
+        the cache's device-side write position, so a decode step has no Python-int state)
+        and ``positions`` (B, T) their positions (default: the times less each row's left
+        padding). ``last_only`` returns only the last position's logits (B, 1, vocab).
         """
         B, T = input_ids.shape
         if cache is not None and cache_time is None:
-            cache_time = cache.advance(T)
+            cache_time = cache.advance(T)  # (T,)
         if positions is None:
-            base = cache_time if cache_time is not None else torch.arange(T, device=input_ids.device)
-            positions = base[None, :].expand(B, T)
+            if cache is not None:
+                positions = cache.positions(cache_time)  # (B, T)
+            else:
+                base = cache_time if cache_time is not None else torch.arange(T, device=input_ids.device)
+                positions = base[None, :].expand(B, T)
         x = self.embed(input_ids)  # (B, T, d)
         if self.embedding_scale is not None:
             x = x * torch.tensor(self.embedding_scale, dtype=x.dtype)

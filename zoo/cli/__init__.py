@@ -18,6 +18,7 @@ from contextlib import contextmanager
 COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.inspect",
     "zoo.cli.plugins",
+    "zoo.cli.generate",
 )
 
 

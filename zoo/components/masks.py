@@ -26,7 +26,9 @@ def visible(
     if window is not None:
         mask = mask & (q - k < window)
     if key_valid is not None:
-        mask = mask & key_valid[:, None, :]  # (B, T, S)
+        # a padding query sees only itself: its output is unused, but a fully masked row
+        # would be NaN, and NaN values at padding slots leak through 0-weight products
+        mask = (mask & key_valid[:, None, :]) | (k == q)  # (B, T, S)
     if mask.dim() == 2:
         mask = mask[None]
     return mask[:, None]  # (B|1, 1, T, S)

@@ -3,7 +3,8 @@
 Covers Mixtral and Qwen3-MoE (softmax over all experts, top-k, renormalised), gpt-oss
 (top-k logits then softmax over those k; experts with biases and a clamped SwiGLU) and
 always-on shared experts. Expert weights are stacked (E, out, in) tensors, so a decode step
-has static shapes and compiles whole.
+has static shapes and compiles whole: few tokens gather their experts, a compiled step with
+more tokens runs every expert densely, eager prefill loops over the experts in use.
 """
 
 from __future__ import annotations
@@ -144,12 +145,37 @@ class MoE(nn.Module):
             out.index_add_(0, token, ye * weights[token, slot, None])
         return out
 
+    def _experts_dense(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Under torch.compile: every expert on every token, weighted by the routing.
+
+        Static shapes, each expert's weights read once (what a memory-bound decode step
+        pays anyway once N*k > E); unrouted experts get weight 0.
+        """
+        combine = torch.zeros(x.shape[0], self.n_experts, dtype=x.dtype, device=x.device)  # (N, E)
+        combine = combine.scatter(1, index, weights.to(x.dtype))
+        up = torch.einsum("nd,efd->nef", x, self.w_up)  # (N, E, F)
+        if self.b_up is not None:
+            up = up + self.b_up
+        gate = None
+        if self.w_gate is not None:
+            gate = torch.einsum("nd,efd->nef", x, self.w_gate)
+            if self.b_gate is not None:
+                gate = gate + self.b_gate
+        h = self._activate(gate, up) * combine[..., None]  # (N, E, F)
+        out = torch.einsum("nef,edf->nd", h, self.w_down)  # (N, d)
+        if self.b_down is not None:
+            out = out + combine @ self.b_down
+        return out
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])  # (N, d)
         weights, index = self.route(flat)  # (N, k)
+        # the path is chosen on static information only, so a compiled step never breaks
         if flat.shape[0] * self.top_k <= self.n_experts:
             out = self._experts_gathered(flat, weights, index)
+        elif torch.compiler.is_compiling():
+            out = self._experts_dense(flat, weights, index)
         else:
             out = self._experts_looped(flat, weights, index)
         if self.shared is not None:

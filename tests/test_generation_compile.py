@@ -1,0 +1,49 @@
+"""The decode step compiles whole (fullgraph) on the CPU and is reused across steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+from tests.test_generation import _one_thread, grid_model  # noqa: F401 (autouse fixture)
+from zoo.cache import KVCache
+from zoo.errors import GenerationError
+from zoo.generation import compile_decode_step, decode_step, left_pad, prefill
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.parametrize(
+    ("backend", "device"),
+    [
+        ("aot_eager", "cpu"),
+        pytest.param("inductor", "cpu", marks=pytest.mark.slow),
+        pytest.param("inductor", "cuda", marks=[pytest.mark.gpu, CUDA]),
+    ],
+)
+def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
+    """aot_eager checks capture and functionalised cache writes in seconds; inductor (the
+    real backend, 20-80 s of C++ compilation on a cold CPU cache) checks the kernels too."""
+    # window, sinks, QK-norm, RoPE and a MoE whose 3 rows x top-2 > 4 experts (dense path)
+    model = grid_model("gqa", 4, True, True, "rope", "moe").to(device)
+    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]])
+    ids, mask = ids.to(device), mask.to(device)
+    eager_cache, compiled_cache = KVCache(model, 3, 16), KVCache(model, 3, 16)
+    eager = prefill(model, ids, eager_cache, attention_mask=mask)
+    prefill(model, ids, compiled_cache, attention_mask=mask)
+    torch._dynamo.reset()
+    step = compile_decode_step(backend=backend)
+    token = eager.argmax(-1, keepdim=True)  # (B, 1)
+    for i in range(8):  # past the window of 4
+        eager = decode_step(model, token, eager_cache)
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):
+            compiled = step(model, token, compiled_cache)
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+        token = eager.argmax(-1, keepdim=True)
+    assert compiled_cache.length == eager_cache.length == 6 + 8
+    assert int(compiled_cache.position) == 14
+    with pytest.raises(GenerationError, match="max_len=16"):  # the bounds check stays outside the graph
+        for _ in range(3):
+            step(model, token, compiled_cache)

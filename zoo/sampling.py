@@ -1,0 +1,72 @@
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus).
+
+Settings are checked once (``SamplingSettings``) so a bad value fails before any compute;
+``sample`` then runs per step on the device without host syncs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zoo.errors import GenerationError
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How the next token is drawn. ``temperature=0`` is greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also rejects NaN
+            raise GenerationError(f"temperature: must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+            raise GenerationError(f"top_k: must be an integer >= 1 or None, got {self.top_k!r}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise GenerationError(f"top_p: must be in (0, 1] or None, got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Logits (B, V) with all but the k largest per row set to -inf."""
+    k = min(k, logits.shape[-1])
+    kth = torch.topk(logits, k, dim=-1).values[:, -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Logits (B, V) keeping the smallest set of top tokens whose probability reaches p.
+
+    A token is kept when the probability mass ranked above it is still below p, so the
+    most likely token always survives.
+    """
+    if p >= 1:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = torch.cumsum(probs, dim=-1) - probs  # (B, V)
+    drop_sorted = mass_before >= p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocab order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample(
+    logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Next token ids (B,) from logits (B, V)."""
+    if settings.greedy:
+        return logits.argmax(dim=-1)  # (B,)
+    scaled = logits.float() / settings.temperature  # (B, V)
+    if settings.top_k is not None:
+        scaled = filter_top_k(scaled, settings.top_k)
+    if settings.top_p is not None:
+        scaled = filter_top_p(scaled, settings.top_p)
+    probs = torch.softmax(scaled, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)
