@@ -11,7 +11,7 @@ import torch
 import zoo
 from tests.hub.conftest import FAMILIES, VOCAB
 from zoo.cache import KVCache
-from zoo.generate import decode_step, prefill
+from zoo.generation import decode_step, prefill
 
 PROMPT_LEN, NEW_TOKENS = 12, 32
 
