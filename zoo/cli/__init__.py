@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.inspect",
+    "zoo.cli.bench",
 )
 
 
