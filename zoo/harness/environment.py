@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -90,6 +93,21 @@ _SDPA_NAMES = {  # the aten op each backend dispatches to, as the profiler names
 }
 
 
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null for a moment (C++ logging bypasses sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def sdpa_backends_used(step: Callable[[], object]) -> str:
     """The SDPA kernels one call of ``step`` dispatches to, read off the profiler.
 
@@ -98,8 +116,14 @@ def sdpa_backends_used(step: Callable[[], object]) -> str:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with _quiet_stderr():  # kineto writes a line to fd 2 as it starts and stops
+        prof.start()
+    try:
         step()
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     found = []
     for event in prof.key_averages():
         if event.key.startswith(_SDPA_PREFIX):
