@@ -110,7 +110,7 @@ def measurement_table(m):  # type: ignore[no-untyped-def]
         ("prefill tokens/s (median (min–max))", f"{_rate(m.prefill_tokens_per_s)} ({_rate(m.prefill_tokens_per_s_min)}–{_rate(m.prefill_tokens_per_s_max)})"),
         ("decode tokens/s (median (min–max))", f"{_rate(m.decode_tokens_per_s)} ({_rate(m.decode_tokens_per_s_min)}–{_rate(m.decode_tokens_per_s_max)})"),
         ("time to first token", f"{m.time_to_first_token_s * 1000:,.1f} ms"),
-        ("FLOPs per decoded token", f"{m.flops_per_token:,}"),
+        ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
         ("bytes read per decode step", _bytes(m.decode_bytes_per_step)),
     ]
     if m.predicted_gpu:

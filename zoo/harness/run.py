@@ -80,7 +80,8 @@ class Measurement(BaseModel):
     decode_tokens_per_s_max: float
     decode_tokens_per_s_runs: list[float]
     time_to_first_token_s: float  # median
-    flops_per_token: int  # decode, at the midpoint context prompt_len + gen_len // 2
+    flops_per_token: int | None  # decode, at the midpoint context prompt_len + gen_len // 2; None when
+    # an attention module declares no score_flops (then --predict is a PluginError)
     decode_bytes_per_step: int  # weights read + KV read at that context
     predicted_gpu: str | None = None
     predicted_prefill_tokens_per_s: float | None = None
@@ -123,6 +124,16 @@ def _load_model(spec: ModelSpec | None, config: BenchConfig, device: torch.devic
     return from_pretrained(config.weights, device=device, dtype=dtype)
 
 
+def _flops_or_none(spec: ModelSpec, context: int) -> int | None:
+    from zoo.analysis import flops_per_token
+    from zoo.errors import PluginError
+
+    try:
+        return flops_per_token(spec, context)
+    except PluginError:
+        return None
+
+
 def _median_spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
@@ -137,7 +148,7 @@ def bench(
     """Measure one spec (or ``weights=``) as ``config`` / keyword options say; see BenchConfig."""
     from datetime import datetime, timezone
 
-    from zoo.analysis import count_params, decode_bytes_per_step, flops_per_token, kv_bytes_per_token
+    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token
     from zoo.cache import KVCache
     from zoo.generate import decode_step, prefill
     from zoo.model import as_spec, resolve_dtype
@@ -156,6 +167,10 @@ def bench(
             f"prompt_len + gen_len = {context} exceeds max_seq_len={model_spec.max_seq_len} of {model_spec.name}; "
             f"allowed: at most {model_spec.max_seq_len}"
         )
+    if config.predict and model_spec is not None:
+        from zoo.analysis import flops_per_token
+
+        flops_per_token(model_spec, context)  # fail before the run when the roofline cannot be had
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     total_steps = 1 + config.warmup + config.repeats
@@ -246,7 +261,7 @@ def bench(
         decode_tokens_per_s_max=decode_hi,
         decode_tokens_per_s_runs=decode_rates,
         time_to_first_token_s=statistics.median(ttfts),
-        flops_per_token=flops_per_token(model_spec, midpoint),
+        flops_per_token=_flops_or_none(model_spec, midpoint),
         decode_bytes_per_step=decode_bytes_per_step(model_spec, B, midpoint, dtype),
         environment=env,
         timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
