@@ -86,3 +86,28 @@ def test_analysis_of_every_preset_allocates_nothing():
         assert all(p.is_meta for p in model.parameters())
     grown = psutil.Process().memory_info().rss - rss
     assert grown < 200 * 2**20  # gpt-oss-120b alone would be 230 GB in bf16
+
+
+def test_flops_per_token_is_matmuls_plus_attention_scores():
+    spec = zoo.spec("qwen3-0.6b")
+    from zoo.analysis import forward_flops, matmul_params
+
+    count = zoo.count_params(spec)
+    norms = count.by_component["norm"]
+    assert matmul_params(spec) == count.active - norms  # LM head in, embedding lookup out
+    score = 4 * 16 * 128  # q·k and p·v per key, 16 heads of 128, per layer
+    assert zoo.flops_per_token(spec, 1000) == 2 * (count.active - norms) + 28 * score * 1000
+    assert forward_flops(spec, 3, 3) == 3 * 2 * (count.active - norms) + 28 * score * (1 + 2 + 3)
+
+
+def test_attention_flops_respect_the_window():
+    spec = zoo.spec("gpt-oss-20b")  # window 128 on 12 layers, full on 12
+    short, long = zoo.flops_per_token(spec, 128), zoo.flops_per_token(spec, 10_128)
+    assert long - short == 12 * 4 * 64 * 64 * 10_000  # only the full layers grow
+
+
+def test_attention_without_score_flops_is_a_plugin_error():
+    model = zoo.build(zoo.spec("gpt2").override({"n_layers": 1}), device="meta")
+    model.attention_modules[0].score_flops = None
+    with pytest.raises(zoo.errors.PluginError, match="layers.0.attention: .*score_flops"):
+        zoo.flops_per_token(model, 10)

@@ -12,10 +12,13 @@ from zoo.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "Measurement",
     "ModelSpec",
     "ParamCount",
+    "bench",
     "build",
     "count_params",
+    "flops_per_token",
     "errors",
     "from_pretrained",
     "generate",
@@ -31,7 +34,10 @@ __all__ = [
 
 # Heavy modules (torch) load on first use, so `import zoo` and `zoo --help` stay quick.
 _LAZY = {
+    "Measurement": ("zoo.harness.run", "Measurement"),
     "ModelSpec": ("zoo.model_spec", "ModelSpec"),
+    "bench": ("zoo.harness.run", "bench"),
+    "flops_per_token": ("zoo.analysis", "flops_per_token"),
     "ParamCount": ("zoo.analysis", "ParamCount"),
     "build": ("zoo.model", "build"),
     "count_params": ("zoo.analysis", "count_params"),
@@ -72,7 +78,8 @@ def list_architectures() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from zoo.analysis import ParamCount, count_params, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.analysis import ParamCount, count_params, flops_per_token, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.harness.run import Measurement, bench
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
     from zoo.generation import generate

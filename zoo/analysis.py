@@ -137,3 +137,66 @@ def kv_bytes_per_token(
 def weight_bytes(spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16") -> int:
     """Bytes of the weights in ``dtype`` (tied weights once)."""
     return count_params(spec).total * resolve_dtype(dtype).itemsize
+
+
+# ---- FLOPs and bytes per token (the roofline's inputs) -------------------------------------
+# Families whose parameters are not matrix multiplies: norms scale, learned positions are
+# looked up like the input embedding.
+_NON_MATMUL_FAMILIES = ("norm", "positional")
+
+
+def matmul_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
+    """Active parameters that one token multiplies with: ``active`` (LM head included, input
+    embedding excluded) minus norm scales and learned position tables."""
+    count = count_params(spec)
+    return count.active - sum(count.by_component.get(family, 0) for family in _NON_MATMUL_FAMILIES)
+
+
+def forward_flops(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any], n_new: int, context_len: int, batch_size: int = 1
+) -> int:
+    """FLOPs of one forward over ``n_new`` new tokens per row ending at ``context_len``.
+
+    2 FLOPs per multiply-add: 2 × matmul parameters per token, plus each attention
+    module's own ``score_flops`` (which knows its window). Modules without that method
+    make this a ``PluginError``: a silent zero would flatter the roofline.
+    """
+    from zoo.errors import PluginError
+
+    model = _model_for(spec)
+    attention = 0
+    for index, module in enumerate(model.attention_modules):
+        score_flops = getattr(module, "score_flops", None)
+        if not callable(score_flops):
+            raise PluginError(
+                f"layers.{index}.attention: {type(module).__name__} does not declare "
+                "score_flops(n_new, context_len); FLOPs per token need it (see zoo/interfaces.py)"
+            )
+        attention += int(score_flops(n_new, context_len))
+    return batch_size * (2 * matmul_params(model) * n_new + attention)
+
+
+def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], context_len: int) -> int:
+    """FLOPs to decode one token with ``context_len`` keys visible (itself included)."""
+    return forward_flops(spec, 1, context_len)
+
+
+def weight_bytes_read(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any], batch_size: int = 1, dtype: str | torch.dtype | None = "bfloat16"
+) -> int:
+    """Weight bytes one forward step reads: the active parameters at batch 1; with more
+    rows a mixture of experts touches more experts, bounded by every weight except the
+    input-embedding table (of which only the looked-up rows are read)."""
+    count = count_params(spec)
+    readable = count.total - (count.embedding if count.unembedding else 0)
+    return min(readable, count.active * batch_size) * resolve_dtype(dtype).itemsize
+
+
+def decode_bytes_per_step(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    batch_size: int,
+    context_len: int,
+    dtype: str | torch.dtype | None = "bfloat16",
+) -> int:
+    """Bytes one decode step reads: the weights it uses plus the KV cache at that context."""
+    return weight_bytes_read(spec, batch_size, dtype) + kv_cache_bytes(spec, batch_size, context_len, dtype)

@@ -6,7 +6,11 @@ modules and plain numbers, never the whole config):
 - norm:       ``factory(options, dim) -> nn.Module`` with ``forward(x) -> x``.
 - positional: ``factory(options, ctx) -> Positional``.
 - attention:  ``factory(options, ctx) -> Attention``; ``forward(x, positions, cache=None)``
-  and ``cache_layout(batch_size, max_len) -> dict[str, CacheTensor]``.
+  and ``cache_layout(batch_size, max_len) -> dict[str, CacheTensor]``. Optionally
+  ``score_flops(n_new, context_len) -> int``: the FLOPs of attending (scores and the
+  weighted sum of values, not the projections) for ``n_new`` causal queries that end at
+  ``context_len`` keys in total; the roofline (``zoo.analysis.flops_per_token``) needs it
+  and raises a ``PluginError`` naming the module when it is missing.
 - ffn:        ``factory(options, ctx) -> nn.Module`` with ``forward(x) -> x``; a mixture of
   experts also defines ``active_param_count() -> int``.
 - block:      ``factory(options, ctx, attention=..., ffn=...) -> nn.Module`` with
@@ -126,3 +130,19 @@ class Attention(Protocol):
     def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor: ...
 
     def cache_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]: ...
+
+
+def causal_keys_seen(n_new: int, context_len: int, window: int | None) -> int:
+    """Keys attended in total by ``n_new`` causal queries ending at ``context_len`` keys.
+
+    Query i (1-based position p = context_len - n_new + i) sees min(p, window) keys. A
+    helper for ``score_flops`` of attention kinds with a (possibly windowed) causal mask.
+    """
+    start = context_len - n_new  # positions start+1 .. context_len
+
+    def prefix(p: int) -> int:  # sum over q=1..p of min(q, window)
+        if window is None or p <= window:
+            return p * (p + 1) // 2
+        return window * (window + 1) // 2 + (p - window) * window
+
+    return prefix(context_len) - prefix(start)

@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.inspect",
     "zoo.cli.plugins",
     "zoo.cli.generate",
+    "zoo.cli.bench",
 )
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from zoo.components.masks import visible
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+from zoo.interfaces import BuildContext, CacheTensor, Options, Positions, causal_keys_seen
 
 
 class AttentionOptions(Options):
@@ -123,6 +123,11 @@ class CausalSelfAttention(nn.Module):
         length = min(max_len, self.window) if self.window else max_len
         shape = (batch_size, self.n_kv_heads, length, self.head_dim)
         return {"k": CacheTensor(shape), "v": CacheTensor(shape)}
+
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """FLOPs of q·kᵀ and probs·v (2 each per multiply-add) for n_new causal queries."""
+        keys = causal_keys_seen(n_new, context_len, self.window)
+        return 4 * self.n_heads * self.head_dim * keys
 
     # ---- forward --------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:

@@ -1,0 +1,59 @@
+import json
+
+import pytest
+import torch
+
+from tests.conftest import tiny_spec
+from zoo.cli import main
+
+
+@pytest.fixture
+def tiny_file(tmp_path):
+    path = tmp_path / "my_arch.yaml"
+    path.write_text(tiny_spec("qwen3-0.6b").override({"name": "mine"}).to_yaml())
+    return path
+
+
+def test_bench_a_spec_file_as_json_and_record_it(tiny_file, tmp_path, capsys):
+    results = tmp_path / "results"
+    argv = ["bench", "--spec", str(tiny_file), "--json", "--device", "cpu", "--prompt-len", "8", "--gen-len", "4",
+            "--repeats", "1", "--results-dir", str(results), "--predict", "l4"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["arch"] == "mine" and out["predicted_gpu"] == "l4" and out["kv_bytes"] > 0
+    assert (results / "bench.jsonl").exists() and (results / "bench.csv").exists() and (results / "bench.md").exists()
+
+
+def test_bench_prints_a_table_with_every_field(tiny_file, capsys):
+    argv = ["bench", "--spec", str(tiny_file), "--set", "attention.n_kv_heads=1", "--device", "cpu",
+            "--prompt-len", "8", "--gen-len", "4", "--repeats", "1", "--no-save", "--dtype", "bfloat16"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for label in ("params total", "weight bytes", "KV bytes per token", "KV bytes at context 12", "peak memory, prefill",
+                  "peak memory, decode", "prefill tokens/s", "decode tokens/s", "time to first token", "SDPA backend",
+                  "compile", "threads", "zoo commit", "bfloat16"):
+        assert label in out, label
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--arch", "qwen3-0.6x"], "qwen3-0.6b"),
+        (["--arch", "gpt2", "--set", "attention.n_kv_head=1"], "n_kv_head"),
+        (["--arch", "gpt2", "--prompt-len", "1000", "--gen-len", "100"], "max_seq_len=1024"),
+        (["--arch", "gpt2", "--device", "cuda:9" if torch.cuda.is_available() else "cuda"], "device"),
+        (["--arch", "gpt2", "--predict", "v100"], "unknown GPU"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+    assert main(["bench", "--no-save", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("zoo: error:") and message in err
+
+
+def test_a_spec_file_that_does_not_parse_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    assert main(["bench", "--no-save", "--spec", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad.yaml" in err

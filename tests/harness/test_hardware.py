@@ -1,0 +1,36 @@
+import pytest
+import torch
+
+import zoo
+from zoo.errors import BenchError
+from zoo.harness.hardware import GPUS, gpu, matches_device, roofline
+
+
+def test_the_table_covers_the_required_gpus_with_sources():
+    for key in ("h100-sxm", "h100-pcie", "h200", "a100-80gb", "l4", "rtx-4090"):
+        row = GPUS[key]
+        assert row.source.startswith("https://") and row.bf16_tflops > 0 and row.memory_gb_s > 0
+
+
+def test_unknown_gpu_is_a_bench_error_with_a_suggestion():
+    with pytest.raises(BenchError, match="did you mean 'h100-sxm'"):
+        gpu("h100-sx")
+
+
+def test_device_names_map_to_rows():
+    assert matches_device(GPUS["h100-sxm"], "NVIDIA H100 80GB HBM3")
+    assert matches_device(GPUS["h100-pcie"], "NVIDIA H100 PCIe")
+    assert not matches_device(GPUS["h100-sxm"], "NVIDIA H100 PCIe")
+    assert matches_device(GPUS["rtx-4090"], "NVIDIA GeForce RTX 4090")
+
+
+def test_decode_roofline_is_bandwidth_over_bytes_read():
+    spec = zoo.spec("qwen3-0.6b")
+    line = roofline(spec, "h100-sxm", batch_size=1, prompt_len=1024, gen_len=2, dtype=torch.bfloat16)
+    read = zoo.count_params(spec).active * 2 + zoo.kv_cache_bytes(spec, 1, 1025, dtype="bfloat16")
+    assert line.decode_bound == "memory"
+    assert line.decode_tokens_per_s == pytest.approx(3350e9 / read)
+    assert line.prefill_bound == "compute"
+    from zoo.analysis import forward_flops
+
+    assert line.prefill_tokens_per_s == pytest.approx(1024 / (forward_flops(spec, 1024, 1024) / 989.4e12))

@@ -1,0 +1,140 @@
+"""One run on the CPU (tiny archs), its agreement with an independent decode loop, and the
+CUDA path (gpu-marked)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+
+import zoo
+from tests.conftest import tiny_spec
+from zoo.cache import KVCache
+from zoo.errors import BenchError
+from zoo.generation import decode_step, prefill
+from zoo.harness.run import BenchConfig, Measurement, bench, run_in_subprocess
+
+SMALL = {"prompt_len": 16, "gen_len": 6, "repeats": 2, "device": "cpu"}
+
+
+def test_a_cpu_run_measures_every_field():
+    spec = tiny_spec("qwen3-0.6b")
+    m = zoo.bench(spec, predict="h100-sxm", **SMALL)
+    assert isinstance(m, zoo.Measurement)
+    count = zoo.count_params(spec)
+    assert (m.params_total, m.params_active, m.params_embedding) == (count.total, count.active, count.embedding)
+    assert m.weight_bytes == count.total * 4  # float32 on the CPU by default
+    assert m.kv_bytes == zoo.kv_cache_bytes(spec, 1, 16 + 6, dtype="float32")
+    assert m.kv_bytes_per_token == zoo.kv_bytes_per_token(spec, dtype="float32")
+    assert m.context_len == 22
+    assert m.prefill_peak_bytes > m.weight_bytes and m.decode_peak_bytes > m.weight_bytes
+    assert m.decode_tokens_per_s_min <= m.decode_tokens_per_s <= m.decode_tokens_per_s_max
+    assert len(m.decode_tokens_per_s_runs) == 2
+    assert m.time_to_first_token_s > 0 and m.prefill_tokens_per_s > 0
+    assert m.flops_per_token == zoo.flops_per_token(spec, 16 + 3)
+    env = m.environment
+    assert env.device == "cpu" and env.dtype == "float32" and env.compile_mode == "none"
+    assert env.sdpa_backend and env.threads >= 1 and env.torch_version == torch.__version__
+    assert m.predicted_gpu == "h100-sxm" and m.predicted_decode_tokens_per_s > 0
+    assert m.decode_roofline_fraction is None  # not measured on an H100
+    assert Measurement.model_validate_json(m.model_dump_json()) == m
+
+
+def test_windowed_moe_arch_with_sinks_runs():
+    m = bench(tiny_spec("gpt-oss-20b"), batch_size=2, **SMALL)
+    assert m.kv_bytes == zoo.kv_cache_bytes(tiny_spec("gpt-oss-20b"), 2, 22, dtype="float32")
+    assert m.environment.sdpa_backend == "none"  # sinks attend with an explicit softmax
+
+
+def _independent_decode_rate(spec, prompt_len: int, steps: int) -> float:
+    """The same greedy decode loop, timed here with perf_counter, nothing of the harness."""
+    model = zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
+    cache = KVCache(model, 1, prompt_len + steps + 1)
+    prompt = torch.randint(spec.vocab_size, (1, prompt_len))
+    token = prefill(model, prompt, cache).argmax(-1, keepdim=True)
+    for _ in range(3):  # warm-up, as the harness does
+        token = decode_step(model, token, cache).argmax(-1, keepdim=True)
+    cache.reset()
+    token = prefill(model, prompt, cache).argmax(-1, keepdim=True)
+    start = time.perf_counter()
+    for _ in range(steps):
+        token = decode_step(model, token, cache).argmax(-1, keepdim=True)
+    return steps / (time.perf_counter() - start)
+
+
+def test_decode_rate_agrees_with_an_independent_loop():
+    """Acceptance: within 10%. Measured as the median of paired ratios over interleaved
+    rounds (order alternating), so drifts in the load of a shared machine cancel."""
+    spec = tiny_spec("llama-3.2-1b").override({"d_model": 256, "n_layers": 4, "vocab_size": 2048, "ffn.hidden": 768, "max_seq_len": 256})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: least exposed to other processes on a shared machine
+
+    def harness() -> float:
+        return bench(spec, device="cpu", prompt_len=32, gen_len=33, repeats=1, threads=1).decode_tokens_per_s
+
+    try:
+        ratios = []
+        for i in range(15):
+            if i % 2:
+                independent = _independent_decode_rate(spec, 32, 32)
+                measured = harness()
+            else:
+                measured = harness()
+                independent = _independent_decode_rate(spec, 32, 32)
+            ratios.append(measured / independent)
+    finally:
+        torch.set_num_threads(threads)
+    assert 0.9 <= statistics.median(ratios) <= 1.1, ratios
+
+
+def test_run_in_a_fresh_process_returns_the_measurement():
+    spec = tiny_spec("gpt2")
+    m = run_in_subprocess(spec, BenchConfig(**{**SMALL, "repeats": 1}))
+    assert m.arch == spec.name and m.kv_bytes == zoo.kv_cache_bytes(spec, 1, 22, dtype="float32")
+
+
+def test_errors_in_the_fresh_process_come_back_as_bench_errors():
+    with pytest.raises(BenchError, match="max_seq_len=64"):
+        run_in_subprocess(tiny_spec("gpt2"), BenchConfig(prompt_len=60, gen_len=10, device="cpu"))
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"prompt_len": 60, "gen_len": 10}, "exceeds max_seq_len=64"),
+        ({"device": "cuda:7" if torch.cuda.is_available() else "cuda"}, "device:"),
+        ({"device": "tpu"}, "device:"),
+        ({"gen_len": 1}, "gen_len"),
+        ({"predict": "h1000"}, "unknown GPU 'h1000'"),
+        ({"weights": "./nowhere", "prompt_len": 8, "gen_len": 4}, "weights"),
+    ],
+)
+def test_bad_runs_raise_bench_errors(options, message):
+    with pytest.raises(zoo.errors.ZooError, match=message):
+        bench(tiny_spec("gpt2"), **options)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_path_times_with_events_and_resets_peaks():
+    spec = tiny_spec("qwen3-0.6b")
+    m = bench(spec, device="cuda", prompt_len=16, gen_len=8, predict="h100-sxm", compile=False)
+    assert m.environment.device.startswith("cuda") and m.environment.dtype == "bfloat16"
+    assert "max_memory_allocated" in m.memory_method
+    assert m.kv_bytes == zoo.kv_cache_bytes(spec, 1, 24, dtype="bfloat16")
+    assert m.weight_bytes <= m.prefill_peak_bytes < m.weight_bytes + 64 * 2**20
+    assert m.decode_tokens_per_s > 0 and m.environment.sdpa_backend != "none"
+    compiled = bench(spec, device="cuda", prompt_len=16, gen_len=8, compile=True)
+    assert compiled.environment.compile_mode == "reduce-overhead" and compiled.decode_tokens_per_s > 0
+
+
+def test_attention_without_score_flops_still_benches_but_cannot_predict(monkeypatch):
+    from zoo.components.attention import CausalSelfAttention
+
+    monkeypatch.delattr(CausalSelfAttention, "score_flops")
+    m = bench(tiny_spec("gpt2"), **{**SMALL, "repeats": 1})
+    assert m.flops_per_token is None
+    with pytest.raises(zoo.errors.PluginError, match="score_flops"):
+        bench(tiny_spec("gpt2"), predict="l4", **{**SMALL, "repeats": 1})

@@ -1,0 +1,135 @@
+"""`zoo bench`: measure one model — parameters, memory, KV cache, tokens/s — and record it."""
+
+from __future__ import annotations
+
+import argparse
+
+from zoo.cli.common import add_spec_arguments, load_spec
+
+DEFAULTS_NOTE = (
+    "Defaults (batch 1, prompt 128, gen 16, 1 warm-up round, 2 timed repeats, float32 on "
+    "CPU / bfloat16 on CUDA) keep `zoo bench --arch qwen3-0.6b` under a minute on a 2-core "
+    "CPU, model build included. Weights are random unless --weights is given."
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench", help="measure params, memory, KV cache and tokens/s of one model",
+        description="Measure one model: parameters, weight and KV bytes, peak memory and tokens/s "
+        "of prefill and decode, time to first token. " + DEFAULTS_NOTE,
+    )
+    add_spec_arguments(p)
+    p.add_argument("--weights", metavar="ID_OR_DIR", help="benchmark a real checkpoint instead of random weights")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
+    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA, float32 elsewhere)")
+    p.add_argument("--batch-size", type=int, default=1, help="rows per batch (default: 1)")
+    p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row (default: 128)")
+    p.add_argument("--gen-len", type=int, default=16, help="tokens generated per row, the first by prefill (default: 16)")
+    p.add_argument("--repeats", type=int, default=2, help="timed rounds; medians and spread over them (default: 2)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default: 1)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the decode step (reduce-overhead on CUDA)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default: 0)")
+    p.add_argument("--predict", metavar="GPU", help="roofline estimate on a GPU: h100-sxm, h100-pcie, h200, a100-80gb, l4, rtx-4090")
+    p.add_argument("--json", action="store_true", help="print the measurement as JSON instead of a table")
+    p.add_argument("--results-dir", default="results", help="where results are appended (default: results/)")
+    p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
+    p.add_argument("--no-save", action="store_true", help="do not append to the results files")
+    p.set_defaults(func=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+
+    from zoo.harness.run import bench, make_config
+
+    config = make_config(
+        device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
+        gen_len=args.gen_len, repeats=args.repeats, warmup=args.warmup, compile=args.compile,
+        seed=args.seed, weights=args.weights, predict=args.predict, threads=args.threads,
+    )
+    spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
+    err = Console(stderr=True)
+    measurement = _with_progress_bar(err, lambda progress: bench(spec, config, progress=progress))
+    saved = None
+    if not args.no_save:
+        from zoo.harness.report import append_result
+
+        saved = append_result(measurement, args.results_dir, args.results_name)
+    if args.json:
+        print(json.dumps(measurement.model_dump(mode="json"), indent=2))
+    else:
+        Console().print(measurement_table(measurement))
+    if saved:
+        err.print(f"appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})")
+    return 0
+
+
+def _with_progress_bar(console, work):  # type: ignore[no-untyped-def]
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=None)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=f"bench: {what}", completed=done, total=total)
+
+        return work(progress)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n:,} ({n / 2**20:,.1f} MiB)"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def measurement_table(m):  # type: ignore[no-untyped-def]
+    """Every field of a Measurement as a two-column rich table, grouped."""
+    from rich.table import Table
+
+    c, e = m.config, m.environment
+    table = Table(title=f"zoo bench: {m.arch}", show_header=True)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("run", f"batch {c.batch_size} · prompt {c.prompt_len} · gen {c.gen_len} · {c.repeats} repeats after {c.warmup} warm-up"),
+        ("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
+        ("weight bytes", _bytes(m.weight_bytes)),
+        ("KV bytes per token", f"{m.kv_bytes_per_token:,}"),
+        (f"KV bytes at context {m.context_len}", _bytes(m.kv_bytes)),
+        ("peak memory, prefill", _bytes(m.prefill_peak_bytes)),
+        ("peak memory, decode", _bytes(m.decode_peak_bytes)),
+        ("memory measured as", m.memory_method),
+        ("prefill tokens/s (median (min–max))", f"{_rate(m.prefill_tokens_per_s)} ({_rate(m.prefill_tokens_per_s_min)}–{_rate(m.prefill_tokens_per_s_max)})"),
+        ("decode tokens/s (median (min–max))", f"{_rate(m.decode_tokens_per_s)} ({_rate(m.decode_tokens_per_s_min)}–{_rate(m.decode_tokens_per_s_max)})"),
+        ("time to first token", f"{m.time_to_first_token_s * 1000:,.1f} ms"),
+        ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
+        ("bytes read per decode step", _bytes(m.decode_bytes_per_step)),
+    ]
+    if m.predicted_gpu:
+        rows += [
+            (f"roofline on {m.predicted_gpu}: prefill tokens/s", _rate(m.predicted_prefill_tokens_per_s)),
+            (f"roofline on {m.predicted_gpu}: decode tokens/s", _rate(m.predicted_decode_tokens_per_s)),
+            ("roofline bound", m.predicted_bound),
+            ("achieved fraction, prefill / decode",
+             "-" if m.prefill_roofline_fraction is None else f"{m.prefill_roofline_fraction:.1%} / {m.decode_roofline_fraction:.1%}"),
+        ]
+    rows += [
+        ("device", f"{e.device} ({e.device_name})"),
+        ("dtype", e.dtype),
+        ("SDPA backend", e.sdpa_backend),
+        ("compile", e.compile_mode),
+        ("threads", str(e.threads)),
+        ("torch", e.torch_version),
+        ("zoo commit", e.zoo_commit or "-"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

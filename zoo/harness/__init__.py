@@ -1,0 +1,1 @@
+"""The harness: one run -> Measurement, device probes, GPU rooflines, result files."""

@@ -1,0 +1,156 @@
+"""Timers and peak-memory probes, one implementation per device kind.
+
+CUDA: a phase is bracketed by CUDA events recorded after a ``synchronize`` (so earlier
+work is not billed to it) and its peak is ``max_memory_allocated`` after
+``reset_peak_memory_stats`` at the phase start: tensors allocated by torch's caching
+allocator, weights and cache included.
+
+CPU (and MPS, whose allocator exposes no per-phase peak): wall time with ``perf_counter``
+and the peak resident set size of the whole process (weights, cache, allocator slack and
+the Python runtime). ``ru_maxrss`` cannot be used per phase because it never goes down;
+on Linux the kernel's own high-water mark ``VmHWM`` is reset at each phase start by
+writing 5 to ``/proc/self/clear_refs`` and read at its end: exact, and no thread competes
+with the timed loop for the GIL. Elsewhere a thread samples RSS every 10 ms (psutil) and
+can miss a shorter spike. ``delta_bytes`` is the peak above the RSS at the phase start.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SAMPLE_PERIOD_S = 0.01
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+@dataclass
+class PhaseResult:
+    seconds: float = 0.0
+    peak_bytes: int = 0  # CUDA: max_memory_allocated; CPU: peak process RSS
+    start_bytes: int = 0  # the same measure at the phase start
+
+    @property
+    def delta_bytes(self) -> int:
+        return max(0, self.peak_bytes - self.start_bytes)
+
+
+class Probe:
+    """Measures phases on one device: ``with probe.phase() as result: ...``."""
+
+    memory_method = ""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (no-op on the CPU)."""
+
+    @contextmanager
+    def phase(self) -> Iterator[PhaseResult]:  # pragma: no cover - abstract
+        raise NotImplementedError
+        yield PhaseResult()
+
+
+class CudaProbe(Probe):
+    memory_method = "torch.cuda.max_memory_allocated, peak reset per phase"
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    @contextmanager
+    def phase(self) -> Iterator[PhaseResult]:
+        result = PhaseResult()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        result.start_bytes = torch.cuda.memory_allocated(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield result
+        end.record()
+        torch.cuda.synchronize(self.device)
+        result.seconds = start.elapsed_time(end) / 1000.0
+        result.peak_bytes = torch.cuda.max_memory_allocated(self.device)
+
+
+class _RssSampler(threading.Thread):
+    """Samples this process's RSS until stopped, keeping the maximum."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self._process = psutil.Process()
+        self._stop_event = threading.Event()
+        self.start_bytes = self._process.memory_info().rss
+        self.peak = self.start_bytes
+
+    def run(self) -> None:
+        while not self._stop_event.wait(SAMPLE_PERIOD_S):
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def stop(self) -> int:
+        self._stop_event.set()
+        self.join()
+        return max(self.peak, self._process.memory_info().rss)
+
+
+def _status_kib(field: str) -> int:
+    for line in _STATUS.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"{field} not in {_STATUS}")
+
+
+def _can_reset_peak_rss() -> bool:
+    try:
+        _CLEAR_REFS.write_text("5")
+        _status_kib("VmHWM")
+        return True
+    except OSError:
+        return False
+
+
+class HostProbe(Probe):
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.kernel_peak = _can_reset_peak_rss()
+        self.memory_method = (
+            "process peak RSS (Linux VmHWM, reset per phase via /proc/self/clear_refs)"
+            if self.kernel_peak
+            else f"process RSS sampled every {SAMPLE_PERIOD_S * 1000:g} ms (psutil), peak per phase"
+        )
+
+    def synchronize(self) -> None:
+        if self.device.type == "mps":
+            torch.mps.synchronize()
+
+    @contextmanager
+    def phase(self) -> Iterator[PhaseResult]:
+        result = PhaseResult()
+        self.synchronize()
+        sampler = None
+        if self.kernel_peak:
+            _CLEAR_REFS.write_text("5")
+            result.start_bytes = _status_kib("VmRSS") * 1024
+        else:
+            sampler = _RssSampler()
+            sampler.start()
+            result.start_bytes = sampler.start_bytes
+        start = time.perf_counter()
+        try:
+            yield result
+            self.synchronize()
+        finally:
+            result.seconds = time.perf_counter() - start
+            result.peak_bytes = sampler.stop() if sampler else _status_kib("VmHWM") * 1024
+
+
+def probe_for(device: torch.device) -> Probe:
+    return CudaProbe(device) if device.type == "cuda" else HostProbe(device)
