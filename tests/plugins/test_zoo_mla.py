@@ -44,3 +44,27 @@ def test_zoo_show_and_zoo_plugins(capsys):
     mla = next(p for p in json.loads(capsys.readouterr().out)["plugins"] if p["name"] == "mla")
     assert mla["components"] == {"attention": ["mla"], "ffn": ["deepseek_moe"]}
     assert mla["version"] == "0.1.0" and mla["distribution"] == "zoo-mla"
+
+
+def test_zoo_bench_measures_the_plugins_latent_cache(capsys):
+    import zoo as zoo_api
+
+    spec = zoo_api.spec("deepseek-v2-lite").override({
+        "d_model": 32, "n_layers": 2, "vocab_size": 50, "attention.n_heads": 2, "attention.kv_lora_rank": 8,
+        "attention.qk_nope_head_dim": 8, "attention.qk_rope_head_dim": 4, "attention.v_head_dim": 8,
+        "ffn.n_experts": 4, "ffn.top_k": 2, "ffn.hidden": 8, "layers": {"0": {"ffn": {"kind": "swiglu", "hidden": 16}}},
+    })
+    argv = ["bench", "--arch", "deepseek-v2-lite", "--json", "--no-save", "--device", "cpu", "--prompt-len", "8",
+            "--gen-len", "4", "--repeats", "1"]
+    for key, value in spec.to_dict().items():
+        if key in ("d_model", "n_layers", "vocab_size"):
+            argv += ["--set", f"{key}={value}"]
+    for key in ("n_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        argv += ["--set", f"attention.{key}={getattr(spec.attention, key)}"]
+    argv += ["--set", "ffn.n_experts=4", "--set", "ffn.top_k=2", "--set", "ffn.hidden=8",
+             "--set", "layers={'0': {'ffn': {'kind': 'swiglu', 'hidden': 16}}}"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the allocated cache holds the latent (8) and the rope key (4) per layer, nothing per head
+    assert out["kv_bytes"] == zoo_api.kv_cache_bytes(spec, 1, 12, dtype="float32") == 2 * 12 * (8 + 4) * 4
+    assert out["decode_tokens_per_s"] > 0

@@ -117,10 +117,8 @@ def _load_model(spec: ModelSpec | None, config: BenchConfig, device: torch.devic
         import zoo
 
         return zoo.build(spec, device=device, dtype=dtype, seed=config.seed)
-    try:
-        from zoo.hub import from_pretrained  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise BenchError(f"weights: loading checkpoints needs zoo.hub.from_pretrained, which this install lacks ({exc})") from None
+    from zoo.hub.loading import from_pretrained
+
     return from_pretrained(config.weights, device=device, dtype=dtype)
 
 
