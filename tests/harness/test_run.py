@@ -108,7 +108,7 @@ def test_errors_in_the_fresh_process_come_back_as_bench_errors():
         ({"device": "tpu"}, "device:"),
         ({"gen_len": 1}, "gen_len"),
         ({"predict": "h1000"}, "unknown GPU 'h1000'"),
-        ({"weights": "./nowhere", "prompt_len": 8, "gen_len": 4}, "weights"),
+        ({"weights": "./nowhere", "prompt_len": 8, "gen_len": 4}, "nowhere: no such folder"),
     ],
 )
 def test_bad_runs_raise_bench_errors(options, message):
