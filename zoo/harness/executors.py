@@ -53,7 +53,8 @@ class LocalExecutor:
     """Each run in its own process, ``jobs`` at a time (timings of parallel runs compete for
     the same cores: keep ``jobs=1`` for figures you will compare)."""
 
-    def __init__(self, jobs: int = 1, isolation: Isolation | None = None, timeout: float | None = None) -> None:
+    def __init__(self, jobs: int = 1, isolation: Isolation | None = None, timeout: float | None = None,
+                 target: Callable[..., None] | None = None) -> None:
         if jobs < 1:
             raise BenchError(f"jobs: {jobs} is not a number of parallel runs; allowed: 1 or more")
         if isolation is None:
@@ -63,6 +64,7 @@ class LocalExecutor:
         if isolation == "forkserver" and "forkserver" not in multiprocessing.get_all_start_methods():
             raise BenchError("isolation: forkserver is not available on this platform; allowed: interpreter")
         self.jobs, self.isolation, self.timeout = jobs, isolation, timeout
+        self.target = target or _forked_run  # what a forked process runs (a module-level function)
 
     def run(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
         if self.isolation == "interpreter":
@@ -100,7 +102,7 @@ class LocalExecutor:
                     point = queue.pop(0)
                     reader, writer = context.Pipe(duplex=False)
                     log = logs / f"{point.id}.log"
-                    process = context.Process(target=_forked_run, args=(plan_json, point.model_dump_json(), writer, str(log)), daemon=True)
+                    process = context.Process(target=self.target, args=(plan_json, point.model_dump_json(), writer, str(log)), daemon=True)
                     process.start()
                     writer.close()
                     running[process.sentinel] = (point, process, reader, log, time.monotonic())

@@ -283,7 +283,8 @@ def plan_from_options(
     baseline: Mapping[str, Any] | Iterable[str] | str = (),
     **fields: Any,
 ) -> SweepPlan:
-    """A checked plan from compare-style arguments (what `zoo compare` and zoo.compare take)."""
+    """A checked plan from compare-style arguments (what `zoo compare` and zoo.compare take);
+    keywords that are no SweepPlan field are run options (repeats=3, batch_size=4)."""
     from zoo.model_spec import ModelSpec
 
     axes = dict(vary) if isinstance(vary, Mapping) else parse_vary(vary)
@@ -302,6 +303,8 @@ def plan_from_options(
     spec_dict = None
     if spec is not None:
         spec_dict = (spec if isinstance(spec, ModelSpec) else ModelSpec.model_validate(spec)).to_dict()
-    plan = SweepPlan(arch=arch, spec=spec_dict, vary=axes, set=fixed, baseline=reference, **fields)
+    plan_fields = {k: v for k, v in fields.items() if k in SweepPlan.model_fields}
+    run = {**plan_fields.pop("run", {}), **{k: v for k, v in fields.items() if k not in SweepPlan.model_fields}}
+    plan = SweepPlan(arch=arch, spec=spec_dict, vary=axes, set=fixed, baseline=reference, run=run, **plan_fields)
     check_plan(plan)
     return plan
