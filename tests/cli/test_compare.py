@@ -28,12 +28,12 @@ def test_compare_measures_and_saves_csv(tmp_path, capsys):
     spec = write_tiny_spec(tmp_path)
     argv = ["compare", "--spec", str(spec), "--vary", "positional.kind=rope,alibi,none", "--device", "cpu",
             "--prompt-len", "8", "--gen-len", "4", "--repeats", "1", "--threads", "1", "--csv",
-            "--save", "pos", "--results-dir", str(tmp_path / "r")]
+            "--save", "pos-3.2", "--results-dir", str(tmp_path / "r")]
     assert main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("point_id,label,positional.kind,status") and len(lines) == 4
     assert all(",ok," in line for line in lines[1:])
-    assert (tmp_path / "r" / "pos.md").read_text().count("\n") == 5
+    assert (tmp_path / "r" / "pos-3.2.md").read_text().count("\n") == 5
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--analysis-only", action="store_true", help="no timing: analysis of the full-size models only")
     p.add_argument("--depth", default="2", help="layers of the timed model, or 'full' (default: 2)")
     _add_run_options(p)
-    p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots")
+    p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)")
     p.add_argument("--results-dir", default="results", help="where --save writes (default: results/)")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     p.set_defaults(func=run_compare)

@@ -66,7 +66,7 @@ def run_plan(
         executor.run(plan, todo, on_row)
     frame = sweep_frame(plan, rows)
     if log is not None and render:
-        render_sweep(frame, rows, log.with_suffix(""))
+        render_sweep(frame, rows, log.with_name(plan.name))
     return frame
 
 
