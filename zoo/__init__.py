@@ -17,6 +17,7 @@ __all__ = [
     "ParamCount",
     "bench",
     "build",
+    "compare",
     "count_params",
     "flops_per_token",
     "errors",
@@ -29,6 +30,7 @@ __all__ = [
     "register_plugin",
     "save_pretrained",
     "spec",
+    "sweep",
     "weight_bytes",
 ]
 
@@ -40,6 +42,8 @@ _LAZY = {
     "flops_per_token": ("zoo.analysis", "flops_per_token"),
     "ParamCount": ("zoo.analysis", "ParamCount"),
     "build": ("zoo.model", "build"),
+    "compare": ("zoo.harness.sweep", "compare"),
+    "sweep": ("zoo.harness.sweep", "sweep"),
     "count_params": ("zoo.analysis", "count_params"),
     "kv_cache_bytes": ("zoo.analysis", "kv_cache_bytes"),
     "kv_bytes_per_token": ("zoo.analysis", "kv_bytes_per_token"),
@@ -80,6 +84,7 @@ def list_architectures() -> list[str]:
 if TYPE_CHECKING:
     from zoo.analysis import ParamCount, count_params, flops_per_token, kv_bytes_per_token, kv_cache_bytes, weight_bytes
     from zoo.harness.run import Measurement, bench
+    from zoo.harness.sweep import compare, sweep
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
     from zoo.generation import generate

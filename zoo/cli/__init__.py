@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.plugins",
     "zoo.cli.generate",
     "zoo.cli.bench",
+    "zoo.cli.compare",
 )
 
 

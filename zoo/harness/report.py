@@ -84,3 +84,106 @@ def append_result(measurement: Measurement, results_dir: Path | str = DEFAULT_RE
     write_atomic(csv, render_csv(all_rows))
     write_atomic(md, render_markdown(all_rows))
     return {"jsonl": jsonl, "csv": csv, "md": md}
+
+
+# ---- sweep tables ------------------------------------------------------------------------------
+# Analysis of the full-size model, then the measurement (of the model cut to the plan's depth).
+ANALYSIS_COLUMNS = ("arch", "n_layers", "dtype", "params_total", "params_active", "weight_bytes", "kv_bytes_per_token",
+                    "context_len", "kv_bytes", "flops_per_token")
+MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "prefill_peak_bytes",
+                    "decode_peak_bytes")
+MEASURED_CONTEXT = ("device_name", "threads")
+RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
+                 "prefill_tokens_per_s", "decode_peak_bytes")
+SWEEP_MARKDOWN = ("params_total", "kv_bytes_per_token", "kv_bytes", "measured_n_layers", "prefill_tokens_per_s",
+                  "decode_tokens_per_s", "decode_peak_bytes", "kv_bytes_vs_baseline", "params_total_vs_baseline",
+                  "decode_tokens_per_s_vs_baseline", "status", "error")
+
+
+def _values_key(values: dict) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-untyped-def]
+    """A DataFrame, one row per point in plan order: its axis values, status and error, the
+    analysis, the measurement, and ``<column>_vs_baseline`` ratios to the row that has the
+    baseline's values in place of its own (``baseline`` may name only some axes)."""
+    import pandas as pd
+
+    from zoo.harness.grid import format_value
+
+    rows = sorted(rows, key=lambda r: r.get("index", 0))
+    by_values = {_values_key(r["values"]): r for r in rows if r.get("status") == "ok"}
+    records = []
+    for row in rows:
+        record: dict = {"point_id": row["point_id"], "label": row["label"]}
+        for key in keys:
+            value = row["values"].get(key)
+            record[key] = format_value(value) if isinstance(value, dict) else value
+        record["status"], record["error"] = row["status"], row.get("error")
+        analysis = row.get("analysis") or {}
+        measurement = row.get("measurement") or {}
+        environment = measurement.get("environment") or {}
+        for column in ANALYSIS_COLUMNS:
+            record[column] = analysis.get(column)
+        record["measured_n_layers"] = row.get("measured_n_layers")
+        for column in MEASURED_COLUMNS:
+            record[column] = measurement.get(column)
+        for column in MEASURED_CONTEXT:
+            record[column] = environment.get(column)
+        reference = by_values.get(_values_key({**row["values"], **baseline}))
+        for column in RATIO_COLUMNS:
+            mine, theirs = record.get(column), _column_of(reference, column)
+            record[f"{column}_vs_baseline"] = mine / theirs if mine is not None and theirs else None
+        records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def _column_of(row, column: str):  # type: ignore[no-untyped-def]
+    if row is None:
+        return None
+    if column in ANALYSIS_COLUMNS:
+        return (row.get("analysis") or {}).get(column)
+    return (row.get("measurement") or {}).get(column)
+
+
+def format_cell(value) -> str:  # type: ignore[no-untyped-def]
+    """Integers with thousands separators, floats to 4 significant figures, blanks for none."""
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def sweep_markdown(frame, keys: Sequence[str]) -> str:  # type: ignore[no-untyped-def]
+    columns = [*keys, *(c for c in SWEEP_MARKDOWN if c in frame.columns)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for record in frame.to_dict("records"):
+        lines.append("| " + " | ".join(format_cell(_py(record.get(c))) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _py(value):  # type: ignore[no-untyped-def]
+    """numpy scalars as Python numbers (so integers print as integers)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no-untyped-def]
+    """``<stem>.csv``, ``<stem>.md`` and the plots the rows allow, each written whole."""
+    from zoo.harness.plots import write_plots
+
+    keys = [c for c in frame.columns if c not in ("point_id", "label", "status", "error") and c not in ANALYSIS_COLUMNS
+            and c not in MEASURED_COLUMNS and c not in MEASURED_CONTEXT and c != "measured_n_layers"
+            and not c.endswith("_vs_baseline")]
+    paths = {ext: stem.with_name(f"{stem.name}.{ext}") for ext in ("csv", "md")}  # names hold dots: 3.2-1b
+    write_atomic(paths["csv"], frame.to_csv(index=False))
+    write_atomic(paths["md"], sweep_markdown(frame, keys))
+    paths.update(write_plots(frame, rows, keys, stem))
+    return paths

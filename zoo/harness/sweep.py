@@ -1,0 +1,146 @@
+"""Sweeps: a plan's points run by an executor, each row logged as it ends, resumable.
+
+``run_plan`` is the one driver behind ``zoo compare``, ``zoo sweep``, ``zoo.compare`` and
+``zoo.sweep``. With a results directory, rows go to ``<dir>/<name>.jsonl`` (see
+``results_log``) and the CSV, Markdown and PNG renderings are rewritten from it; with
+``resume`` the points whose ids are already logged are skipped, so an interrupted sweep,
+run again, finishes with every point exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zoo.errors import BenchError
+from zoo.harness.executors import Executor, InlineExecutor, make_executor
+from zoo.harness.grid import SweepPlan, load_plan, plan_from_options
+from zoo.harness.results_log import append_row, cut_torn_tail, read_log
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Progress = Callable[[dict[str, Any], int, int], None]  # (row, done, total)
+
+
+def run_plan(
+    plan: SweepPlan,
+    executor: Executor | None = None,
+    results_dir: str | Path | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+    render: bool = True,
+) -> pd.DataFrame:
+    """Run every point not yet logged; return the table of all the plan's rows."""
+    from zoo.harness.report import render_sweep
+
+    points = plan.expand()
+    log = Path(results_dir) / f"{plan.name}.jsonl" if results_dir is not None else None
+    rows: list[dict[str, Any]] = []
+    if log is not None and log.exists():
+        logged = read_log(log)
+        if logged and not (resume or overwrite):
+            raise BenchError(f"{log}: already holds {len(logged)} rows; pass --resume to finish that sweep or --overwrite to start again")
+        if overwrite:
+            log.unlink()
+            logged = []
+        cut_torn_tail(log)
+        wanted = {p.id for p in points}
+        rows = [row for row in logged if row.get("point_id") in wanted]
+    done_ids = {row["point_id"] for row in rows}
+    todo = [p for p in points if p.id not in done_ids]
+    if executor is None:
+        executor = InlineExecutor() if plan.analysis_only else make_executor("local")
+
+    def on_row(row: dict[str, Any]) -> None:
+        if log is not None:
+            append_row(log, row)
+        rows.append(row)
+        if progress is not None:
+            progress(row, len(rows), len(points))
+
+    if todo:
+        executor.run(plan, todo, on_row)
+    frame = sweep_frame(plan, rows)
+    if log is not None and render:
+        render_sweep(frame, rows, log.with_name(plan.name))
+    return frame
+
+
+def sweep_frame(plan: SweepPlan, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    from zoo.harness.report import sweep_table
+
+    return sweep_table(rows, plan.keys(), plan.baseline or _default_baseline(plan))
+
+
+def _default_baseline(plan: SweepPlan) -> dict[str, Any]:
+    """The first value of the first axis: each row is compared with its counterpart there."""
+    for key, values in plan.vary.items():
+        return {key: values[0]}
+    return {}
+
+
+# ---- the public functions ----------------------------------------------------------------------
+def compare(
+    arch: Any = None,
+    vary: Mapping[str, Sequence[Any]] | Iterable[str] = (),
+    *,
+    attention: Sequence[str] | str | None = None,
+    set: Mapping[str, Any] | Iterable[str] = (),  # noqa: A002 - the CLI's name
+    baseline: Mapping[str, Any] | Iterable[str] | str = (),
+    measure: bool = True,
+    depth: int | None = 2,
+    executor: str | Executor = "local",
+    jobs: int = 1,
+    timeout: float | None = None,
+    results_dir: str | Path | None = None,
+    name: str = "compare",
+    progress: Progress | None = None,
+    **run_options: Any,
+) -> pd.DataFrame:
+    """Variants of one model side by side, as a DataFrame (one row per variant).
+
+    ``arch`` is a preset name or a spec; ``vary`` maps dotted spec keys or run options
+    (``batch_size``...) to values; ``attention=["mha", "gqa", "mqa"]`` is
+    ``vary={"attention.kind": [...]}``. Analysis columns are of the full-size model; with
+    ``measure`` the harness times each variant cut to ``depth`` layers (None: full depth),
+    each run in its own process. Ratio columns (``*_vs_baseline``) compare each row with
+    ``baseline`` (default: the first value of the first axis).
+    """
+    from zoo.model_spec import ModelSpec
+
+    spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
+    plan = plan_from_options(
+        arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
+        name=name, run=run_options, depth=depth, analysis_only=not measure,
+    )
+    chosen = executor if not isinstance(executor, str) else (
+        InlineExecutor() if not measure else make_executor(executor, jobs=jobs, timeout=timeout)
+    )
+    return run_plan(plan, chosen, results_dir, overwrite=results_dir is not None, progress=progress)
+
+
+def sweep(
+    plan: SweepPlan | str | Path,
+    *,
+    results_dir: str | Path | None = "results",
+    resume: bool = False,
+    overwrite: bool = False,
+    executor: str | Executor = "local",
+    jobs: int = 1,
+    timeout: float | None = None,
+    address: str | None = None,
+    isolation: str | None = None,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Run a sweep file (TOML) or plan, logging each row to ``<results_dir>/<name>.jsonl``."""
+    if not isinstance(plan, SweepPlan):
+        plan = load_plan(plan)
+    chosen = executor if not isinstance(executor, str) else (
+        InlineExecutor() if plan.analysis_only and executor == "local"
+        else make_executor(executor, jobs=jobs, timeout=timeout, address=address, isolation=isolation)  # type: ignore[arg-type]
+    )
+    return run_plan(plan, chosen, results_dir, resume=resume, overwrite=overwrite, progress=progress)
