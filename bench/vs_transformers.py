@@ -218,7 +218,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=_ints, default=[1])
     p.add_argument("--prompt", type=_ints, default=[128])
     p.add_argument("--decode", type=int, default=64, help="decode steps timed per run")
-    p.add_argument("--threads", type=_ints, default=[torch.get_num_threads()])
+    p.add_argument("--threads", type=_ints, default=[1], help="torch threads, e.g. 1,2 (1: steadiest on a shared machine)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per case (medians)")
     p.add_argument("--hf-cache", choices=("dynamic", "static"), default="dynamic")
     p.add_argument("--compile", action="store_true", help="compile both decode steps (CUDA graphs on CUDA)")
