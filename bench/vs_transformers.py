@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_report import bandwidth_probe, cpu_description, write_markdown  # noqa: E402
+from perf_report import bandwidth_probe, write_markdown  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.analysis import decode_bytes_per_step  # noqa: E402
