@@ -61,3 +61,13 @@ def test_an_empty_cache_is_a_clear_error():
     model = zoo.build(tiny_spec("gpt2"), seed=0)
     with pytest.raises(GenerationError, match="max_len=0"):
         KVCache(model, batch_size=1, max_len=0)
+
+
+def test_eager_layers_see_the_filled_length_only_for_claimed_slots():
+    """Eager attention reads only the slots written so far (cache.filled); slots given by
+    the caller (cache_time) or a compiled step keep the whole static cache."""
+    model = zoo.build(tiny_spec("qwen3-0.6b"), seed=0)
+    cache = KVCache(model, batch_size=1, max_len=32)
+    time = cache.advance(5)
+    assert cache.layer(0, time).filled == 5
+    assert cache.layer(0, time, claimed=False).filled is None

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from tests.test_generation import _one_thread, grid_model  # noqa: F401 (autouse fixture)
+from tests.test_generation import VOCAB, _one_thread, grid_model  # noqa: F401 (autouse fixture)
 from zoo.cache import KVCache
 from zoo.errors import GenerationError
 from zoo.generation import compile_decode_step, decode_step, left_pad, prefill
@@ -47,3 +47,36 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
     with pytest.raises(GenerationError, match="max_len=16"):  # the bounds check stays outside the graph
         for _ in range(3):
             step(model, token, compiled_cache)
+
+
+@pytest.mark.gpu
+@CUDA
+def test_reduce_overhead_captures_the_decode_step_in_a_cuda_graph():
+    """The cache tensors and write position are mutated in place by the step; marked as
+    static addresses (zoo/cache.py) they let inductor record a CUDA graph instead of
+    skipping it. cudagraph_or_error turns any skip into an error; no graph breaks
+    (fullgraph); a recorded graph exists in the cudagraph tree; results equal eager."""
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+    from torch._inductor import cudagraph_trees
+
+    model = grid_model("gqa", None, False, True, "rope", "swiglu").to("cuda")
+    ids = torch.randint(0, VOCAB, (2, 5), device="cuda")
+    eager_cache, graph_cache = KVCache(model, 2, 24), KVCache(model, 2, 24)
+    eager = prefill(model, ids, eager_cache)
+    prefill(model, ids, graph_cache)
+    torch._dynamo.reset()
+    counters.clear()
+    step = compile_decode_step(mode="reduce-overhead")
+    token = eager.argmax(-1, keepdim=True)  # (B, 1)
+    with inductor_config.patch(**{"triton.cudagraph_or_error": True}):
+        for _ in range(6):  # warm-up, record, then replays
+            eager = decode_step(model, token, eager_cache)
+            compiled = step(model, token, graph_cache).clone()
+            torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
+            token = eager.argmax(-1, keepdim=True)
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert not counters["graph_break"]
+    manager = cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False)
+    assert manager is not None and any(manager.roots.values()), "no CUDA graph was recorded"
+    assert int(graph_cache.position) == 5 + 6

@@ -20,6 +20,25 @@ from torch import nn
 from zoo.errors import GenerationError
 
 
+def _static_address(tensor: torch.Tensor) -> torch.Tensor:
+    """On CUDA, tell torch.compile this tensor keeps its address between calls.
+
+    A compiled decode step writes the cache (``index_copy_``) and the write position
+    (``add_``) in place. Under ``mode="reduce-overhead"`` inductor records the step in a CUDA
+    graph only if every input it mutates has a static address (parameters and buffers
+    have one; these plain tensors do not unless marked), otherwise it logs "skipping
+    cudagraphs due to mutated inputs" and runs without graphs. Marked tensors are read
+    and written where they live, with no copy into graph-owned memory, so the host sees
+    every write. ``guard=False``: a new cache (new addresses) re-records the graph instead
+    of recompiling the step. On other devices nothing changes.
+    """
+    if tensor.device.type == "cuda":
+        import torch._dynamo  # only here: importing the compiler stack costs a second
+
+        torch._dynamo.mark_static_address(tensor, guard=False)
+    return tensor
+
+
 @dataclass
 class LayerCache:
     """One layer's view of the cache for one forward call."""
@@ -28,6 +47,7 @@ class LayerCache:
     time: torch.Tensor  # (T,) cache time index of each token in this call
     key_valid: torch.Tensor | None  # (B, max_len) False where a time slot holds padding
     max_len: int
+    filled: int | None = None  # eager calls: slots written so far, this call's included (host int)
 
 
 class KVCache:
@@ -67,6 +87,11 @@ class KVCache:
         self.pad_count = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
         self.key_valid: torch.Tensor | None = None
         self.length = 0
+        for layer in self.layers:
+            for tensor in layer.values():
+                _static_address(tensor)
+        _static_address(self.position)
+        _static_address(self.pad_count)
 
     @property
     def nbytes(self) -> int:
@@ -110,11 +135,15 @@ class KVCache:
         B, T = attention_mask.shape
         valid = torch.ones(self.batch_size, self.max_len, dtype=torch.bool, device=self.device)  # (B, max_len)
         valid[:, :T] = attention_mask.to(device=self.device, dtype=torch.bool)
-        self.key_valid = valid
+        self.key_valid = _static_address(valid)
         self.pad_count.copy_(T - valid[:, :T].sum(dim=1))
 
-    def layer(self, index: int, time: torch.Tensor) -> LayerCache:
-        return LayerCache(self.layers[index], time, self.key_valid, self.max_len)
+    def layer(self, index: int, time: torch.Tensor, claimed: bool = True) -> LayerCache:
+        """Layer ``index``'s view. An eager call whose slots were ``claimed`` by ``advance``
+        also gets the filled length, so a layer may read only the slots written so far; a
+        compiled step gets None and stays static-shaped."""
+        filled = None if torch.compiler.is_compiling() or not claimed else self.length
+        return LayerCache(self.layers[index], time, self.key_valid, self.max_len, filled)
 
     def reset(self) -> None:
         """Forget what was written; stale slots are masked by time until overwritten."""

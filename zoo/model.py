@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.components.linear import Linear
 from zoo.errors import SpecError
 from zoo.interfaces import BuildContext, CacheTensor, Positional, Positions
 from zoo.model_spec import LayerSpec, ModelSpec, ResolvedComponent
@@ -80,7 +81,7 @@ class ZooModel(nn.Module):
             self.attention_modules.append(attention)
         self.layers = nn.ModuleList(blocks)
         self.final_norm = _norm_factory(_base(spec, "norm"))(d)
-        self.lm_head = _tag(nn.Linear(d, spec.vocab_size, bias=False), "unembedding")
+        self.lm_head = _tag(Linear(d, spec.vocab_size, bias=False), "unembedding")
         self.embedding_scale = spec.resolved_embedding_scale
         self.tie_weights()
 
@@ -131,7 +132,8 @@ class ZooModel(nn.Module):
         padding). ``last_only`` returns only the last position's logits (B, 1, vocab).
         """
         B, T = input_ids.shape
-        if cache is not None and cache_time is None:
+        claimed = cache is not None and cache_time is None
+        if claimed:
             cache_time = cache.advance(T)  # (T,)
         if positions is None:
             if cache is not None:
@@ -145,7 +147,7 @@ class ZooModel(nn.Module):
         shared = self.positions_for(positions)
         x = shared[self.layer_positional[0]].positional.embed(x, positions)
         for i, block in enumerate(self.layers):
-            layer_cache = None if cache is None else cache.layer(i, cache_time)
+            layer_cache = None if cache is None else cache.layer(i, cache_time, claimed)
             x = block(x, shared[self.layer_positional[i]], layer_cache)  # (B, T, d)
         if last_only:
             x = x[:, -1:]

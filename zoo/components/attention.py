@@ -15,6 +15,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components.masks import visible
+from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, CacheTensor, Options, Positions, causal_keys_seen
 
@@ -109,10 +110,10 @@ class CausalSelfAttention(nn.Module):
         self.scale = options.scale if options.scale is not None else self.head_dim**-0.5
         d, hd = ctx.d_model, self.head_dim
         out_bias = options.bias if options.out_bias is None else options.out_bias
-        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=options.bias)
-        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=options.bias)
-        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=options.bias)
-        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=out_bias)
+        self.q_proj = Linear(d, self.n_heads * hd, bias=options.bias)
+        self.k_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
+        self.v_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
+        self.o_proj = Linear(self.n_heads * hd, d, bias=out_bias)
         self.q_norm = ctx.make_norm(hd) if options.qk_norm else None
         self.k_norm = ctx.make_norm(hd) if options.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if options.sinks else None
@@ -155,9 +156,15 @@ class CausalSelfAttention(nn.Module):
         if self.window is None or length >= cache.max_len:
             k_cache.index_copy_(2, time, k.to(k_cache.dtype))
             v_cache.index_copy_(2, time, v.to(v_cache.dtype))
-            key_time = torch.arange(length, device=q.device)
             key_valid = cache.key_valid
-            return self._attend(q, k_cache, v_cache, positions, time, key_time, key_valid)
+            if cache.filled is None:  # compiled: static shapes, the whole cache, masked by time
+                key_time = torch.arange(length, device=q.device)
+                return self._attend(q, k_cache, v_cache, positions, time, key_time, key_valid)
+            # eager: only the slots written so far (this chunk's are the last of them)
+            n = cache.filled
+            key_time = torch.arange(n, device=q.device)
+            key_valid = None if key_valid is None else key_valid[:, :n]
+            return self._attend(q, k_cache[:, :, :n], v_cache[:, :, :n], positions, time, key_time, key_valid, True)
         # ring buffer of `length` == window slots: slot s holds time t with t % W == s
         slots = torch.arange(length, device=q.device)
         if q.shape[2] == 1:
@@ -188,17 +195,20 @@ class CausalSelfAttention(nn.Module):
         query_time: torch.Tensor,
         key_time: torch.Tensor,
         key_valid: torch.Tensor | None,
+        queries_last: bool = False,
     ) -> torch.Tensor:
-        """Softmax attention of q (B, H, T, D) over k, v (B, Hkv, S, D) -> (B, H, T, D)."""
+        """Softmax attention of q (B, H, T, D) over k, v (B, Hkv, S, D) -> (B, H, T, D).
+
+        ``queries_last``: the keys are times 0..S-1 and the queries the last T of them, so
+        plain causal attention needs no mask: none for one query, ``is_causal`` for S == T.
+        """
         k, v = k.to(q.dtype), v.to(q.dtype)
         bias = positions.positional.score_bias(query_time[None], key_time.expand(1, -1) if key_time.dim() == 1 else key_time, self.n_heads)
-        plain_causal = (
-            self.sinks is None and bias is None and key_valid is None and self.window is None
-            and q.shape[2] == k.shape[2] and q.shape[2] > 1 and query_time is key_time
-        )
-        if plain_causal:
+        T, S = q.shape[2], k.shape[2]
+        plain = self.sinks is None and bias is None and key_valid is None and self.window is None
+        if plain and (queries_last or query_time is key_time) and (T == 1 or T == S):
             return F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
+                q, k, v, is_causal=T > 1, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
             )
         mask = visible(query_time, key_time, self.window, key_valid)  # (B|1, 1, T, S)
         if self.sinks is None:

@@ -9,6 +9,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components.activations import ACTIVATIONS, ActivationName
+from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, Options
 
@@ -47,8 +48,8 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, hidden: int, activation: str, bias: bool) -> None:
         super().__init__()
-        self.up_proj = nn.Linear(d_model, hidden, bias=bias)
-        self.down_proj = nn.Linear(hidden, d_model, bias=bias)
+        self.up_proj = Linear(d_model, hidden, bias=bias)
+        self.down_proj = Linear(hidden, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -60,9 +61,9 @@ class GatedMLP(nn.Module):
 
     def __init__(self, d_model: int, hidden: int, activation: str, bias: bool) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(d_model, hidden, bias=bias)
-        self.up_proj = nn.Linear(d_model, hidden, bias=bias)
-        self.down_proj = nn.Linear(hidden, d_model, bias=bias)
+        self.gate_proj = Linear(d_model, hidden, bias=bias)
+        self.up_proj = Linear(d_model, hidden, bias=bias)
+        self.down_proj = Linear(hidden, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

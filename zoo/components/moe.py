@@ -19,6 +19,7 @@ from torch import nn
 
 from zoo.components.activations import ACTIVATIONS
 from zoo.components.ffn import GatedMLP
+from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, Options
 
@@ -56,7 +57,7 @@ class MoE(nn.Module):
         self.options = options
         E, Fh, d = options.n_experts, options.hidden, d_model
         self.n_experts, self.top_k = E, options.top_k
-        self.router = nn.Linear(d, E, bias=options.router_bias)
+        self.router = Linear(d, E, bias=options.router_bias)
         self.w_up = nn.Parameter(torch.empty(E, Fh, d))
         self.w_gate = nn.Parameter(torch.empty(E, Fh, d)) if options.gated else None
         self.w_down = nn.Parameter(torch.empty(E, d, Fh))

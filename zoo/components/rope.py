@@ -100,20 +100,33 @@ def deinterleave(x: torch.Tensor) -> torch.Tensor:
 
 
 class RopeRotation:
-    """Rotates the first ``rot_dim`` channels of each head of q and k (B, H, T, D)."""
+    """Rotates the first ``rot_dim`` channels of each head of q and k (B, H, T, D).
+
+    Made once per forward and shared by every layer, so the cos/sin tables are cast to each
+    dtype once, and ``rotate_half(x) * sin`` is computed as ``roll(x) * signed_sin`` (the same
+    products, signs exact): one op instead of a negation and a concatenation per call.
+    """
 
     def __init__(self, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> None:
         self.cos = cos  # (B, 1, T, rot_dim) float32
         self.sin = sin
         self.rot_dim = cos.shape[-1]
         self.interleaved = interleaved
+        self._tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _tables_for(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if dtype not in self._tables:
+            half = self.rot_dim // 2
+            signed_sin = torch.cat((-self.sin[..., :half], self.sin[..., half:]), dim=-1)  # (B, 1, T, rot_dim)
+            self._tables[dtype] = (self.cos.to(dtype), signed_sin.to(dtype))
+        return self._tables[dtype]
 
     def _apply(self, x: torch.Tensor) -> torch.Tensor:
         rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
         if self.interleaved:
             rot = deinterleave(rot)
-        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
-        rotated = rot * cos + rotate_half(rot) * sin
+        cos, signed_sin = self._tables_for(x.dtype)
+        rotated = rot * cos + torch.roll(rot, self.rot_dim // 2, dims=-1) * signed_sin  # (B, H, T, rot_dim)
         return rotated if rest.shape[-1] == 0 else torch.cat((rotated, rest), dim=-1)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
