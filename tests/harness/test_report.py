@@ -25,6 +25,6 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
 
     try:
         write_atomic(path, object())  # type: ignore[arg-type]
-    except TypeError:
+    except (TypeError, AttributeError):
         pass
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["x.txt"]

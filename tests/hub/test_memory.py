@@ -6,7 +6,6 @@ and a warm-up build, so only the load itself counts.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

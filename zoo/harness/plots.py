@@ -6,12 +6,11 @@ needs (the batch plot needs a ``batch_size`` axis and measured rows), and writte
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from zoo.atomic import write_bytes_atomic
 from zoo.harness.grid import format_value
 
 RUN_KEYS = ("batch_size", "prompt_len", "gen_len", "repeats", "warmup", "compile", "seed", "threads", "device", "dtype")
@@ -33,18 +32,7 @@ def _save(fig, path: Path) -> Path:  # type: ignore[no-untyped-def]
     fig.tight_layout()
     fig.savefig(buffer, format="png")
     plt.close(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(buffer.getvalue())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_bytes_atomic(path, buffer.getvalue())
 
 
 def _label(values: Mapping[str, Any], leave_out: Sequence[str]) -> str:

@@ -9,11 +9,10 @@ with ``os.replace``, so an interrupted write leaves the previous version, never 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from zoo.atomic import write_text_atomic
 from zoo.harness.run import Measurement
 
 DEFAULT_RESULTS_DIR = Path("results")
@@ -28,18 +27,8 @@ SUMMARY_COLUMNS = (
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole: temp file in the same directory, then os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` whole (see zoo.atomic)."""
+    write_text_atomic(path, text)
 
 
 def read_rows(path: Path) -> list[dict]:

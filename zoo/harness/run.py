@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
 import struct
-import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
+from zoo.atomic import atomic_path
 from zoo.errors import CheckpointError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -152,11 +151,5 @@ def write_safetensors(tensors: Mapping[str, torch.Tensor], path: str | Path, met
 
     path = Path(path)
     contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(contiguous, tmp, metadata=dict(metadata or {}))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        save_file(contiguous, str(tmp), metadata=dict(metadata or {}))

@@ -9,13 +9,12 @@ always means what the model computes.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
 from zoo.hub.names import tensor_rules
@@ -141,9 +140,5 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
             for name, tensor in zip(rule.hf, rule.save([params[n] for n in rule.zoo])):
                 tensors[name] = tensor
     write_safetensors(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".config.json.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(config, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, out / "config.json")
+    write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
     return out
