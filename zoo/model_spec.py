@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.interfaces import Options
+from zoo.layer_selectors import parse_layer_selector
 from zoo.registry import ComponentEntry, get_registry, on_registry_change
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
@@ -85,33 +86,6 @@ class LayerSpec:
     attention: ResolvedComponent
     ffn: ResolvedComponent
     block: ResolvedComponent
-
-
-def parse_layer_selector(key: str, n_layers: int) -> list[int]:
-    """Layer indices named by a selector: '3', '0,2,4', '1-3' (inclusive), '0::2', '5::6'."""
-    indices: list[int] = []
-    for raw in str(key).split(","):
-        item = raw.strip()
-        try:
-            if ":" in item:
-                parts = [int(p) if p.strip() else None for p in item.split(":")]
-                if len(parts) > 3:
-                    raise ValueError
-                indices.extend(range(n_layers)[slice(*parts)])
-            elif "-" in item.lstrip("-"):
-                lo, hi = (int(p) for p in item.split("-", 1))
-                indices.extend(range(lo, hi + 1))
-            else:
-                indices.append(int(item))
-        except ValueError:
-            raise SpecError(
-                f"layers.{key}: cannot read layer selector {item!r}; allowed: an index '3', "
-                "a list '0,2,4', a range '1-3' or a slice '0::2'"
-            ) from None
-    bad = [i for i in indices if not 0 <= i < n_layers]
-    if bad:
-        raise SpecError(f"layers.{key}: layer {bad[0]} is out of range; allowed: 0..{n_layers - 1}")
-    return sorted(set(indices))
 
 
 def _deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -423,22 +397,3 @@ def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
             target[key] = nxt
         target = nxt
     target[keys[-1]] = value
-
-
-def spec_json_schema() -> dict[str, Any]:
-    """JSON Schema of ModelSpec with each family's registered kinds and their options."""
-    schema = ModelSpec.model_json_schema()
-    registry = get_registry()
-    defs = schema.setdefault("$defs", {})
-    for family in COMPONENT_FIELDS:
-        variants = []
-        for kind in registry.kinds(family):
-            options = registry.component(family, kind).options.model_json_schema()
-            defs.update(options.pop("$defs", {}))
-            options["properties"] = {"kind": {"const": kind}, **options.get("properties", {})}
-            options["required"] = ["kind", *options.get("required", [])]
-            options["additionalProperties"] = False
-            options["title"] = f"{family}: {kind}"
-            variants.append(options)
-        schema["properties"][family] = {"anyOf": variants, "description": f"a {family} component"}
-    return schema

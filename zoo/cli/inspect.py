@@ -93,7 +93,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_schema(args: argparse.Namespace) -> int:
-    from zoo.model_spec import spec_json_schema
+    from zoo.spec_schema import spec_json_schema
 
     print(json.dumps(spec_json_schema(), indent=2))
     return 0
