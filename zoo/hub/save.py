@@ -29,11 +29,21 @@ ARCHITECTURES = {
 }
 
 
+# the rope_parameters keys transformers reads for each scaling type (others it warns about)
+SCALING_KEYS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+             "attention_factor", "truncate"),
+}
+
+
 def _rope(positional: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.theta}
     if positional.scaling is not None:
         scaling = positional.scaling.model_dump(exclude_none=True)
-        out.update(rope_type=scaling.pop("type"), **scaling)
+        kind = scaling.pop("type")
+        out.update(rope_type=kind, **{k: v for k, v in scaling.items() if k in SCALING_KEYS[kind]})
     if positional.partial_rotary_factor != 1.0:
         out["partial_rotary_factor"] = positional.partial_rotary_factor
     return out
