@@ -1,12 +1,12 @@
-"""A Linear layer whose one-row bfloat16 product on the CPU runs as a matrix-vector product.
+"""A Linear layer whose one-row CPU product runs as a fused matrix-vector kernel.
 
-At batch 1 a decode step is a chain of matrix-vector products, and on the CPU torch's
-bfloat16 ``F.linear`` of one row goes through a GEMM path that streams the weights at about
-half the speed ``torch.mv`` does (measured on a Xeon with avx512_bf16 and AMX: ~6 GB/s
-against ~10 GB/s, one thread; bench/vs_transformers.py). Decode is memory-bound, so this is
-most of a bf16 decode step. Everything else — float32, several rows, other devices, and
-compiled graphs (which keep the one ``F.linear`` their backend lowers) — is plain
-``F.linear``. Parameter names and shapes are nn.Linear's, so checkpoints map unchanged.
+At batch 1 a decode step is a chain of one-row products and its speed is how fast weights
+stream through the core; torch's ``F.linear`` of one row on the CPU streams well below that
+(``zoo/components/row_product.py`` has the measurements and the kernel). Eager calls go
+through the compiled kernel, and a compiled graph calls it as the custom op
+``torch.ops.zoo.row_product``. Everything else — several rows, small weights, autograd,
+other devices — is plain ``F.linear``. Parameter names and shapes are nn.Linear's, so
+checkpoints map unchanged.
 """
 
 from __future__ import annotations
@@ -15,25 +15,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.components import row_product as rows
 
-def uses_matrix_vector(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """True when ``x`` is one row of bfloat16 on the CPU, outside compilation."""
-    return (
-        x.dtype == torch.bfloat16
-        and weight.dtype == torch.bfloat16
-        and x.device.type == "cpu"
-        and x.numel() == x.shape[-1]
-        and not torch.compiler.is_compiling()
-    )
+
+def uses_row_kernel(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """True when ``x @ weight.T`` is a one-row CPU product that the fused kernel takes."""
+    return rows.enabled() and rows.applies(x, weight)
 
 
 class Linear(nn.Linear):
-    """nn.Linear with the one-row bfloat16 CPU product as ``torch.mv`` (see the module doc)."""
+    """nn.Linear with one-row CPU products through the fused kernel (see the module doc)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if uses_matrix_vector(x, self.weight):
-            out = torch.mv(self.weight, x.reshape(-1))  # (out,)
-            if self.bias is not None:
-                out = out + self.bias
-            return out.view(*x.shape[:-1], out.shape[0])  # (..., out)
-        return F.linear(x, self.weight, self.bias)
+        if not uses_row_kernel(x, self.weight):
+            return F.linear(x, self.weight, self.bias)
+        row = x.reshape(-1)  # (in,)
+        if torch.compiler.is_compiling():
+            out = rows.row_product_op(self.weight, row, self.bias)  # (out,), opaque in the caller's graph
+        else:
+            out = rows.compiled_row_product(self.weight, row, self.bias)  # (out,)
+        return out.view(*x.shape[:-1], out.shape[0])  # (..., out)

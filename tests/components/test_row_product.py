@@ -1,0 +1,128 @@
+"""zoo.components.row_product: the fused one-row CPU kernel, its fallback and its custom op."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import zoo
+from zoo.cache import KVCache
+from zoo.components import row_product as rows
+from zoo.components.linear import Linear, uses_row_kernel
+from zoo.generation import decode_step, prefill
+
+# one MiB and up takes the kernel: 512 x 512 float32, 1024 x 512 bfloat16
+TOLERANCE = {torch.float32: {"atol": 1e-4, "rtol": 1e-5}, torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
+
+
+@pytest.fixture
+def fresh_kernel(monkeypatch):
+    """Module state as in a new process: no compiled kernels, no recorded failure."""
+    monkeypatch.setattr(rows, "_kernels", {})
+    monkeypatch.setattr(rows, "_failed", None)
+    monkeypatch.delenv(rows.ENV_SWITCH, raising=False)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_row_through_the_kernel_matches_f_linear(dtype, bias):
+    layer = Linear(512, 1024, bias=bias).to(dtype)  # (1024, 512): 1-2 MiB
+    x = torch.randn(1, 1, 512, dtype=dtype)
+    with torch.inference_mode():
+        assert uses_row_kernel(x, layer.weight)
+        out = layer(x)
+        expected = F.linear(x, layer.weight, layer.bias)
+    assert out.shape == (1, 1, 1024) and out.dtype == dtype
+    # both accumulate in float32 and round once; only the summation order differs
+    torch.testing.assert_close(out, expected, **TOLERANCE[dtype])
+
+
+def test_one_kernel_serves_every_weight_shape_of_a_dtype():
+    with torch.inference_mode():
+        for out_features, in_features in [(1024, 512), (512, 1024), (768, 768), (2048, 640)]:
+            weight = torch.randn(out_features, in_features)
+            x = torch.randn(in_features)
+            torch.testing.assert_close(rows.compiled_row_product(weight, x, None), torch.mv(weight, x), **TOLERANCE[torch.float32])
+    assert len([key for key in rows._kernels if key[0] == torch.float32 and not key[1]]) == 1
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "weight_shape", "grad"),
+    [
+        ((2, 1, 512), (1024, 512), False),  # two rows: a GEMM, F.linear's job
+        ((1, 3, 512), (1024, 512), False),  # a prompt
+        ((1, 1, 64), (48, 64), False),  # a small weight: the call would cost more than it saves
+        ((1, 1, 8192), (128, 8192), False),  # a long row: inductor's split reduction is slower
+        ((1, 1, 512), (1024, 512), True),  # autograd
+    ],
+)
+def test_other_products_take_f_linear_exactly(x_shape, weight_shape, grad):
+    layer = Linear(weight_shape[1], weight_shape[0])
+    x = torch.randn(x_shape)
+    with torch.set_grad_enabled(grad):
+        assert not uses_row_kernel(x, layer.weight)
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_the_environment_switch_turns_the_kernel_off(monkeypatch):
+    monkeypatch.setenv(rows.ENV_SWITCH, "0")
+    layer = Linear(512, 1024)
+    x = torch.randn(1, 512)
+    with torch.inference_mode():
+        assert not uses_row_kernel(x, layer.weight)
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_a_kernel_that_cannot_compile_is_reported_once_and_f_linear_used(fresh_kernel, monkeypatch, caplog):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found\nmore detail")
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: no_compiler)
+    layer = Linear(512, 1024)
+    x = torch.randn(1, 512)
+    with caplog.at_level(logging.WARNING, logger=rows.__name__), torch.inference_mode():
+        first = layer(x)
+        second = layer(x)
+    assert torch.equal(first, F.linear(x, layer.weight, layer.bias)) and torch.equal(second, first)
+    assert [r.getMessage() for r in caplog.records] == [
+        "zoo: the CPU row-product kernel could not be compiled (RuntimeError: no C++ compiler found); using F.linear"
+    ]
+    assert not rows.enabled()
+
+
+def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op():
+    layer = Linear(512, 1024).eval()
+    x = torch.randn(1, 1, 512)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(graph: torch.fx.GraphModule, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    with torch.no_grad():
+        out = torch.compile(layer, backend=record, fullgraph=True)(x)
+        expected = F.linear(x, layer.weight, layer.bias)
+    torch.testing.assert_close(out, expected, **TOLERANCE[torch.float32])
+    targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert torch.ops.zoo.row_product.default in targets
+
+
+def test_cached_decode_through_the_kernel_equals_the_full_forward():
+    # a vocabulary of 4096 x d_model 128 makes the LM head 2 MiB, so every decode step's
+    # logits come from the kernel while the full forward's come from F.linear
+    spec = zoo.spec("llama-3.2-1b").override({
+        "vocab_size": 4096, "d_model": 128, "n_layers": 2, "max_seq_len": 32,
+        "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 32, "ffn.hidden": 256,
+    })
+    model = zoo.build(spec, seed=0).eval()
+    ids = torch.randint(0, 4096, (1, 10))
+    with torch.inference_mode():
+        assert uses_row_kernel(torch.randn(1, 1, 128), model.lm_head.weight)
+        full = model(ids)  # (1, 10, vocab)
+        cache = KVCache(model, batch_size=1, max_len=10)
+        steps = [prefill(model, ids[:, :6], cache)]
+        steps += [decode_step(model, ids[:, t : t + 1], cache) for t in range(6, 10)]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full[:, 5:], atol=1e-5, rtol=1e-5)
