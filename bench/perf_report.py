@@ -28,25 +28,30 @@ from zoo.components.row_product import compiled_row_product
 PROBE_ROWS, PROBE_COLS = 16384, 8192  # 512 MiB of float32, far above the last-level caches here (32-105 MiB)
 
 
-def bandwidth_probe(repeats: int = 5) -> float:
-    """Bytes/s of the faster large float32 matrix-vector product: median of ``2 * repeats`` runs each."""
-    matrix = torch.randn(PROBE_ROWS, PROBE_COLS)  # (R, C)
-    vector = torch.randn(PROBE_COLS)  # (C,)
+def bandwidth_probe(repeats: int = 5, device: str = "cpu") -> float:
+    """Bytes/s of the faster large float32 matrix-vector product on ``device``: median of
+    ``2 * repeats`` runs each. On CUDA only ``torch.mv`` runs (the row kernel is CPU-only),
+    timed between synchronisations, so the roofline is the GPU's memory, not the host's."""
+    on = torch.device(device)
+    matrix = torch.randn(PROBE_ROWS, PROBE_COLS, device=on)  # (R, C)
+    vector = torch.randn(PROBE_COLS, device=on)  # (C,)
     nbytes = matrix.numel() * matrix.element_size() + vector.numel() * 4 + PROBE_ROWS * 4
-    products: dict[str, Callable[[], torch.Tensor]] = {
-        "torch.mv": lambda: torch.mv(matrix, vector),  # (R,)
-        "zoo row kernel": lambda: compiled_row_product(matrix, vector, None),  # (R,)
-    }
+    products: dict[str, Callable[[], torch.Tensor]] = {"torch.mv": lambda: torch.mv(matrix, vector)}  # (R,)
+    if on.type == "cpu":
+        products["zoo row kernel"] = lambda: compiled_row_product(matrix, vector, None)  # (R,)
+    sync = torch.cuda.synchronize if on.type == "cuda" else (lambda: None)
     with torch.inference_mode():
-        return max(nbytes / _median_seconds(product, max(2 * repeats, 5)) for product in products.values())
+        return max(nbytes / _median_seconds(product, max(2 * repeats, 5), sync) for product in products.values())
 
 
-def _median_seconds(product: Callable[[], torch.Tensor], runs: int) -> float:
+def _median_seconds(product: Callable[[], torch.Tensor], runs: int, sync: Callable[[], None]) -> float:
     product()  # warm-up: pages touched, threads started, kernel compiled
     times = []
     for _ in range(runs):
+        sync()
         start = time.perf_counter()
         product()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -90,12 +95,12 @@ def write_markdown(results: list[Any], args: argparse.Namespace, command: str, b
         "## Measured",
         "",
         f"- command: `{command}`",
-        f"- machine: {cpu_description()}",
+        f"- machine: {cpu_description()}" + (f"; GPU: {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
         f"- torch {torch.__version__}, transformers {transformers.__version__}, device {args.device}, "
         f"{'compiled' if args.compile else 'eager'}, transformers cache: {args.hf_cache}",
         f"- {args.layers} layers per model, decode {args.decode} tokens after the prompt, "
         f"{args.repeats} alternating rounds per case; tokens/s are medians, ratios the median of per-round ratios",
-        "- bandwidth (the faster of torch.mv and zoo's row kernel, float32, 512 MiB): "
+        f"- bandwidth on {args.device} ({'torch.mv' if args.device.startswith('cuda') else 'the faster of torch.mv and zoo row kernel'}, float32, 512 MiB): "
         + ", ".join(f"{bw / 1e9:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t, bw in sorted(bandwidths.items())),
         "",
         "| family | dtype | batch | prompt | threads | zoo prefill tok/s | hf prefill tok/s | prefill ratio "

@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for case in all_cases:
             if case.threads not in bandwidths:
                 torch.set_num_threads(case.threads)
-                bandwidths[case.threads] = bandwidth_probe(args.repeats)
+                bandwidths[case.threads] = bandwidth_probe(args.repeats, args.device)
             progress.update(task, description=f"{case.family} {case.dtype} b{case.batch} p{case.prompt} t{case.threads}")
             results.append(measure(case, checkpoints[case.family], args, bandwidths[case.threads]))
             progress.advance(task)

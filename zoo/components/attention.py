@@ -14,8 +14,9 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.components.masks import visible
 from zoo.components.linear import Linear
+from zoo.components.masks import visible
+from zoo.components.sdpa_kernels import varying_shape_kernels
 from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, CacheTensor, Options, Positions, causal_keys_seen
 
@@ -160,11 +161,13 @@ class CausalSelfAttention(nn.Module):
             if cache.filled is None:  # compiled: static shapes, the whole cache, masked by time
                 key_time = torch.arange(length, device=q.device)
                 return self._attend(q, k_cache, v_cache, positions, time, key_time, key_valid)
-            # eager: only the slots written so far (this chunk's are the last of them)
+            # eager: only the slots written so far (this chunk's are the last of them), a new
+            # key length every call, so no kernel that builds a plan per shape
             n = cache.filled
             key_time = torch.arange(n, device=q.device)
             key_valid = None if key_valid is None else key_valid[:, :n]
-            return self._attend(q, k_cache[:, :, :n], v_cache[:, :, :n], positions, time, key_time, key_valid, True)
+            with varying_shape_kernels(q.device):
+                return self._attend(q, k_cache[:, :, :n], v_cache[:, :, :n], positions, time, key_time, key_valid, True)
         # ring buffer of `length` == window slots: slot s holds time t with t % W == s
         slots = torch.arange(length, device=q.device)
         if q.shape[2] == 1:
