@@ -97,7 +97,7 @@ def write_markdown(results: list[Any], args: argparse.Namespace, command: str, b
         f"- command: `{command}`",
         f"- machine: {cpu_description()}" + (f"; GPU: {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
         f"- torch {torch.__version__}, transformers {transformers.__version__}, device {args.device}, "
-        f"{'compiled' if args.compile else 'eager'}, transformers cache: {args.hf_cache}",
+        f"{'compiled' if args.compile else 'eager'}, transformers cache: {'static' if args.compile else args.hf_cache}",
         f"- {args.layers} layers per model, decode {args.decode} tokens after the prompt, "
         f"{args.repeats} alternating rounds per case; tokens/s are medians, ratios the median of per-round ratios",
         f"- bandwidth on {args.device} ({'torch.mv' if args.device.startswith('cuda') else 'the faster of torch.mv and zoo row kernel'}, float32, 512 MiB): "

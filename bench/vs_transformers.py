@@ -111,10 +111,15 @@ def zoo_runner(model: torch.nn.Module, batch: int, max_len: int, compiled: bool)
 
 
 def hf_runner(model: torch.nn.Module, batch: int, max_len: int, cache_kind: str, compiled: bool) -> Runner:
-    """transformers' own forward and cache, the loop its ``generate`` runs minus its bookkeeping."""
+    """transformers' own forward and cache, the loop its ``generate`` runs minus its bookkeeping.
+
+    Compiled, it always uses its ``StaticCache`` (transformers' own recipe for torch.compile):
+    a ``DynamicCache`` grows by new allocations, which under CUDA graphs are graph outputs
+    overwritten by the next replay."""
     from transformers import DynamicCache, StaticCache
 
     forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True) if compiled else model.forward
+    cache_kind = "static" if compiled else cache_kind
     static = StaticCache(config=model.config, max_cache_len=max_len) if cache_kind == "static" else None
 
     def run(ids: torch.Tensor, n_decode: int) -> tuple[float, float, torch.Tensor]:
@@ -130,6 +135,8 @@ def hf_runner(model: torch.nn.Module, batch: int, max_len: int, cache_kind: str,
         middle = _now(ids)
         for i in range(n_decode):
             position = torch.tensor([T + i], device=ids.device)
+            if compiled:
+                torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs were read
             out = forward(input_ids=token, past_key_values=cache, use_cache=True, cache_position=position)
             token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
         end = _now(ids)
