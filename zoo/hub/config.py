@@ -190,6 +190,15 @@ def _llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str | No
     return spec
 
 
+def _llama(r: ConfigReader) -> dict[str, Any]:
+    """Llama: transformers' LlamaAttention attends to every earlier token, so a window in
+    the config would be ignored there; zoo refuses it rather than compute something else."""
+    if r.get("sliding_window") is not None:
+        raise r.error("sliding_window", "transformers' Llama has no sliding window and would ignore it; "
+                      "a windowed model of this shape is model_type 'mistral'")
+    return _llama_like(r)
+
+
 def _mixtral(r: ConfigReader) -> dict[str, Any]:
     spec = _llama_like(r)
     spec["ffn"] = {"kind": "moe", "n_experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
@@ -279,7 +288,7 @@ def _gemma_ffn(activation: str, hidden: int) -> dict[str, Any]:
 
 FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "gpt2": _gpt2,
-    "llama": _llama_like,
+    "llama": _llama,
     "mistral": _llama_like,
     "mixtral": _mixtral,
     "qwen3": lambda r: _llama_like(r, qk_norm=True, sliding_key="use_sliding_window"),
