@@ -1,4 +1,5 @@
-"""zoo.components.row_product: the fused one-row CPU kernel, its fallback and its custom op."""
+"""zoo.components.row_product: the opt-in fused one-row CPU kernel, its fallback and its
+custom op; and the default one-row path, torch.mv."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ import torch.nn.functional as F
 import zoo
 from zoo.cache import KVCache
 from zoo.components import row_product as rows
-from zoo.components.linear import Linear, uses_row_kernel
+from zoo.components.linear import Linear, uses_matrix_vector, uses_row_kernel
 from zoo.generation import decode_step, prefill
 
 # one MiB and up takes the kernel: 512 x 512 float32, 1024 x 512 bfloat16
 TOLERANCE = {torch.float32: {"atol": 1e-4, "rtol": 1e-5}, torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
+
+
+@pytest.fixture(autouse=True)
+def kernel_on(monkeypatch):
+    """The kernel is opt-in; these tests opt in unless they say otherwise."""
+    monkeypatch.setenv(rows.ENV_SWITCH, "1")
 
 
 @pytest.fixture
@@ -23,7 +30,6 @@ def fresh_kernel(monkeypatch):
     """Module state as in a new process: no compiled kernels, no recorded failure."""
     monkeypatch.setattr(rows, "_kernels", {})
     monkeypatch.setattr(rows, "_failed", None)
-    monkeypatch.delenv(rows.ENV_SWITCH, raising=False)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -59,21 +65,34 @@ def test_one_kernel_serves_every_weight_shape_of_a_dtype():
         ((1, 1, 512), (1024, 512), True),  # autograd
     ],
 )
-def test_other_products_take_f_linear_exactly(x_shape, weight_shape, grad):
+def test_other_products_skip_the_kernel(x_shape, weight_shape, grad):
     layer = Linear(weight_shape[1], weight_shape[0])
     x = torch.randn(x_shape)
     with torch.set_grad_enabled(grad):
         assert not uses_row_kernel(x, layer.weight)
-        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+        expected = F.linear(x, layer.weight, layer.bias)
+        if x.numel() == x.shape[-1]:  # one row: torch.mv, another summation order
+            torch.testing.assert_close(layer(x), expected, **TOLERANCE[torch.float32])
+        else:
+            assert torch.equal(layer(x), expected)
 
 
-def test_the_environment_switch_turns_the_kernel_off(monkeypatch):
-    monkeypatch.setenv(rows.ENV_SWITCH, "0")
-    layer = Linear(512, 1024)
-    x = torch.randn(1, 512)
+@pytest.mark.parametrize("switch", [None, "0"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_without_the_switch_one_row_is_torch_mv(monkeypatch, switch, dtype):
+    if switch is None:
+        monkeypatch.delenv(rows.ENV_SWITCH)
+    else:
+        monkeypatch.setenv(rows.ENV_SWITCH, switch)
+    layer = Linear(512, 1024).to(dtype)
+    x = torch.randn(1, 1, 512, dtype=dtype)
     with torch.inference_mode():
-        assert not uses_row_kernel(x, layer.weight)
-        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+        assert not uses_row_kernel(x, layer.weight) and uses_matrix_vector(x, layer.weight)
+        out = layer(x)
+        assert out.shape == (1, 1, 1024)
+        assert torch.equal(out, (torch.mv(layer.weight, x.reshape(-1)) + layer.bias).view(1, 1, 1024))
+        torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), **TOLERANCE[dtype])
+        assert not uses_matrix_vector(torch.randn(2, 512, dtype=dtype), layer.weight)  # two rows: F.linear
 
 
 def test_a_kernel_that_cannot_compile_is_reported_once_and_f_linear_used(fresh_kernel, monkeypatch, caplog):
