@@ -47,12 +47,19 @@ def _run(*args):
 
 
 def test_bad_input_prints_one_line_and_exits_2():
-    for args in (["show", "nope"], ["show", "qwen3-0.6b", "--set", "attention.n_kv_heads=3"],
-                 ["show", "qwen3-0.6b", "--set", "attention.kind=gqq"], ["bogus"]):
+    cases = {  # argv -> what the line must say: the field and what is allowed
+        ("show", "nope"): "qwen3",
+        ("show", "qwen3-0.6b", "--set", "attention.n_kv_heads=3"): "attention.n_kv_heads",
+        ("show", "qwen3-0.6b", "--set", "attention.kind=gqq"): "did you mean 'gqa'",
+        ("show", "qwen3-0.6b", "--set", "foo=1"): "foo",
+        ("show", "qwen3-0.6b", "--set", "d_model=-5"): "d_model",
+        ("bogus",): "bogus",
+    }
+    for args, message in cases.items():
         result = _run(*args)
         assert result.returncode == 2, args
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-        assert "Traceback" not in result.stderr
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("zoo: error:"), result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_debug_shows_the_traceback():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from zoo.cli.common import add_spec_arguments, load_spec
+from zoo.cli.common import add_spec_arguments, load_spec, progress_bar
 
 DEFAULTS_NOTE = (
     "Defaults (batch 1, prompt 128, gen 16, 1 warm-up round, 2 timed repeats, float32 on "
@@ -53,7 +53,8 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
     err = Console(stderr=True)
-    measurement = _with_progress_bar(err, lambda progress: bench(spec, config, progress=progress))
+    with progress_bar(err, "bench") as update:
+        measurement = bench(spec, config, progress=update)
     saved = None
     if not args.no_save:
         from zoo.harness.report import append_result
@@ -66,18 +67,6 @@ def run_bench(args: argparse.Namespace) -> int:
     if saved:
         err.print(f"appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})")
     return 0
-
-
-def _with_progress_bar(console, work):  # type: ignore[no-untyped-def]
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("bench", total=None)
-
-        def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, description=f"bench: {what}", completed=done, total=total)
-
-        return work(progress)
 
 
 def _bytes(n: int | None) -> str:

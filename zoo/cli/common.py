@@ -1,9 +1,11 @@
-"""Options shared by commands that take a model: --arch, --spec, --hf-config, --set."""
+"""Helpers shared by the commands: --arch, --spec, --hf-config, --set, and the progress bar."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from zoo.model_spec import ModelSpec
@@ -41,3 +43,22 @@ def load_spec(args: argparse.Namespace) -> ModelSpec:
     if args.overrides:
         spec = spec.override(args.overrides)
     return spec
+
+
+@contextlib.contextmanager
+def progress_bar(console: Any, what: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A transient progress bar on ``console``, yielding ``update(description, done, total)``.
+
+    Off unless the console is a terminal: a bar stopped on a pipe or a captured stream still
+    writes a newline, which would make an error raised mid-run two lines instead of one.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(what, total=None)
+
+        def update(description: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{what}: {description}", completed=done, total=total)
+
+        yield update

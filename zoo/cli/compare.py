@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from zoo.cli.common import progress_bar
+
 COMPARE_NOTE = (
     "Analysis columns (parameters, weight and KV bytes, FLOPs) are exact, of the full-size model. "
     "Timing columns come from `zoo bench`'s harness, each variant in its own process, on the "
@@ -93,11 +95,13 @@ def run_compare(args: argparse.Namespace) -> int:
                              "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
                              "threads": args.threads}.items() if v is not None}
     err = Console(stderr=True)
-    frame = _with_progress(err, "compare", lambda progress: compare(
-        spec if spec is not None else args.arch, args.vary, attention=args.attention, set=args.overrides,
-        baseline=args.baseline, measure=not args.analysis_only, depth=_depth(args.depth), jobs=args.jobs,
-        results_dir=args.results_dir if args.save else None, name=args.save or "compare", progress=progress, **run,
-    ))
+    with progress_bar(err, "compare") as update:
+        frame = compare(
+            spec if spec is not None else args.arch, args.vary, attention=args.attention, set=args.overrides,
+            baseline=args.baseline, measure=not args.analysis_only, depth=_depth(args.depth), jobs=args.jobs,
+            results_dir=args.results_dir if args.save else None, name=args.save or "compare",
+            progress=_row_progress(update), **run,
+        )
     if args.csv:
         print(frame.to_csv(index=False), end="")
     else:
@@ -113,11 +117,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     from zoo.harness.sweep import sweep
 
     err = Console(stderr=True)
-    frame = _with_progress(err, args.file, lambda progress: sweep(
-        args.file, results_dir=args.results_dir, resume=args.resume, overwrite=args.overwrite, executor=args.executor,
-        jobs=args.jobs, timeout=args.timeout, address=args.address,
-        isolation="interpreter" if args.fresh_interpreter else None, progress=progress,
-    ))
+    with progress_bar(err, args.file) as update:
+        frame = sweep(
+            args.file, results_dir=args.results_dir, resume=args.resume, overwrite=args.overwrite,
+            executor=args.executor, jobs=args.jobs, timeout=args.timeout, address=args.address,
+            isolation="interpreter" if args.fresh_interpreter else None, progress=_row_progress(update),
+        )
     Console(width=250).print(frame_table(frame, f"zoo sweep: {args.file}"))
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
     err.print(f"{len(frame)} rows ({failed} failed) in {args.results_dir}/")
@@ -147,14 +152,10 @@ def frame_table(frame, title: str):  # type: ignore[no-untyped-def]
     return table
 
 
-def _with_progress(console, what: str, work):  # type: ignore[no-untyped-def]
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _row_progress(update):  # type: ignore[no-untyped-def]
+    """The bar's update as the sweep's per-row callback: each row's label and status as it ends."""
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task(what, total=None)
+    def progress(row, done: int, total: int) -> None:  # type: ignore[no-untyped-def]
+        update(f"{row['label']} {row['status']}", done, total)
 
-        def progress(row, done: int, total: int) -> None:  # type: ignore[no-untyped-def]
-            bar.update(task, description=f"{what}: {row['label']} {row['status']}", completed=done, total=total)
-
-        return work(progress)
+    return progress
