@@ -22,6 +22,10 @@ def test_device_names_map_to_rows():
     assert matches_device(GPUS["h100-pcie"], "NVIDIA H100 PCIe")
     assert not matches_device(GPUS["h100-sxm"], "NVIDIA H100 PCIe")
     assert matches_device(GPUS["rtx-4090"], "NVIDIA GeForce RTX 4090")
+    assert matches_device(GPUS["l4"], "NVIDIA L4")
+    assert not matches_device(GPUS["l4"], "NVIDIA L40S") and not matches_device(GPUS["l4"], "NVIDIA L40")
+    assert matches_device(GPUS["a100-80gb"], "NVIDIA A100-SXM4-80GB")
+    assert not matches_device(GPUS["a100-80gb"], "NVIDIA A100 80GB PCIe")
 
 
 def test_decode_roofline_is_bandwidth_over_bytes_read():

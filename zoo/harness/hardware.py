@@ -9,6 +9,8 @@ least the FLOPs over peak compute and at least the bytes over peak bandwidth.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +50,7 @@ GPUS: dict[str, GPUSpec] = {
                 "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 PCIe: BF16 1,513 TFLOPS with sparsity, FP32 51 TFLOPS, 2 TB/s)"),
         GPUSpec("h200", "NVIDIA H200 SXM 141GB", 989.4, 989.4, 66.9, 4800, 141, ("H200",),
                 "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 4.8 TB/s)"),
-        GPUSpec("a100-80gb", "NVIDIA A100 SXM4 80GB", 312.0, 312.0, 19.5, 2039, 80, ("A100-SXM4-80GB", "A100 80GB"),
+        GPUSpec("a100-80gb", "NVIDIA A100 SXM4 80GB", 312.0, 312.0, 19.5, 2039, 80, ("A100-SXM4-80GB",),
                 "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (A100 80GB SXM: BF16 312 TFLOPS dense, FP32 19.5, 2,039 GB/s)"),
         GPUSpec("l4", "NVIDIA L4 24GB", 121.0, 121.0, 30.3, 300, 24, ("L4",),
                 "https://www.nvidia.com/en-us/data-center/l4/ (L4: BF16 242 TFLOPS with sparsity, FP32 30.3 TFLOPS, 300 GB/s)"),
@@ -66,8 +68,15 @@ def gpu(key: str) -> GPUSpec:
 
 
 def matches_device(spec: GPUSpec, device_name: str) -> bool:
-    """Whether a measured device (torch's name for it) is this board."""
-    return any(part.lower() in device_name.lower() for part in spec.device_names)
+    """Whether a measured device (torch's name for it) is this board.
+
+    Each name part must stand as whole words: "L4" is not an L40S, and the A100 row (SXM4)
+    is not "NVIDIA A100 80GB PCIe", a board with less bandwidth.
+    """
+    return any(
+        re.search(rf"(?<![\w-]){re.escape(part)}(?![\w-])", device_name, flags=re.IGNORECASE)
+        for part in spec.device_names
+    )
 
 
 @dataclass(frozen=True)
