@@ -18,6 +18,9 @@ PUBLISHED = {  # ../shared/reference/architectures.md
     "gpt-oss-20b": 20_914_757_184,
     "gpt-oss-120b": 116_829_156_672,
     "mistral-7b": 7_241_732_096,
+    # not in the reference table: the model card's 46.7B, exactly total_size / 2 of the bf16
+    # checkpoint's model.safetensors.index.json (93,405,585,408 bytes)
+    "mixtral-8x7b": 46_702_792_704,
     "gemma-3-270m": 268_098_176,
     "gemma-3-1b": 999_885_952,
 }
@@ -45,6 +48,27 @@ def test_counts_come_from_the_built_module():
     model = zoo.build(spec, device="meta")
     unique = {id(p): p.numel() for p in model.parameters()}
     assert sum(unique.values()) == zoo.count_params(spec).total == zoo.count_params(model).total
+
+
+def _closed_form_dense(vocab, d, layers, heads, kv_heads, head_dim, ffn, tied, qk_norm):
+    """A decoder with SwiGLU and RMSNorm counted from its config numbers alone, not modules."""
+    attention = d * heads * head_dim + 2 * d * kv_heads * head_dim + heads * head_dim * d
+    per_layer = attention + 3 * d * ffn + 2 * d + (2 * head_dim if qk_norm else 0)
+    return vocab * d * (1 if tied else 2) + layers * per_layer + d
+
+
+@pytest.mark.parametrize(
+    "name,config",
+    [  # vocab, d, layers, heads, kv heads, head_dim, ffn, tied, qk-norm: from each HF config.json
+        ("llama-3.2-1b", (128256, 2048, 16, 32, 8, 64, 8192, True, False)),
+        ("llama-3.1-8b", (128256, 4096, 32, 32, 8, 128, 14336, False, False)),
+        ("qwen3-0.6b", (151936, 1024, 28, 16, 8, 128, 3072, True, True)),
+        ("qwen3-8b", (151936, 4096, 36, 32, 8, 128, 12288, False, True)),
+        ("mistral-7b", (32000, 4096, 32, 32, 8, 128, 14336, False, False)),
+    ],
+)
+def test_module_counts_agree_with_the_closed_form(name, config):
+    assert zoo.count_params(zoo.spec(name)).total == _closed_form_dense(*config) == PUBLISHED[name]
 
 
 def test_kv_bytes_come_from_the_cache_layout():

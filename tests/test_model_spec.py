@@ -113,3 +113,9 @@ def test_unparsable_spec_file_names_the_file(tmp_path):
         ModelSpec.from_file(bad)
     with pytest.raises(SpecError, match="missing.yaml: cannot read"):
         ModelSpec.from_file(tmp_path / "missing.yaml")
+
+
+def test_every_preset_cites_its_hugging_face_config():
+    for name in zoo.list_architectures():
+        source = zoo.spec(name).source
+        assert source.startswith("https://huggingface.co/") and source.endswith("/config.json"), (name, source)
