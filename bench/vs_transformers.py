@@ -9,7 +9,7 @@ memory-bandwidth roofline: bytes read per token (``zoo.analysis.decode_bytes_per
 weights plus KV cache at the midpoint context) over the bandwidth of a large matrix-vector
 product timed the same way.
 
-    python bench/vs_transformers.py                      # default: 4 cases, ~7 minutes on 2 shared cores
+    python bench/vs_transformers.py                      # default: 4 cases, ~4 minutes on the idle 2 cores here, 7 under load
     python bench/vs_transformers.py --full               # dtypes x batch 1, 8 x prompt 128, 512
     python bench/vs_transformers.py --profile qwen3      # where decode time goes, both libraries
 
