@@ -3,8 +3,12 @@
 Covers Mixtral and Qwen3-MoE (softmax over all experts, top-k, renormalised), gpt-oss
 (top-k logits then softmax over those k; experts with biases and a clamped SwiGLU) and
 always-on shared experts. Expert weights are stacked (E, out, in) tensors, so a decode step
-has static shapes and compiles whole: few tokens gather their experts, a compiled step with
-more tokens runs every expert densely, eager prefill loops over the experts in use.
+has static shapes and compiles whole. Which path runs is decided on static facts only:
+few tokens (N*k <= E) gather their experts' rows; more tokens are sorted by expert and run
+through one grouped matmul per projection (``torch._grouped_mm``: no host sync, no Python
+loop over experts) where the device and dtype have it (zoo/components/grouped_mm.py); a
+compiled step without it runs every expert densely, and only an eager step without it
+(CUDA below sm90 or not bf16) loops over the experts in use.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from torch import nn
 
 from zoo.components.activations import ACTIVATIONS
 from zoo.components.ffn import GatedMLP
+from zoo.components.grouped_mm import expert_offsets, grouped_mm_supported
 from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, Options
@@ -146,6 +151,34 @@ class MoE(nn.Module):
             out.index_add_(0, token, ye * weights[token, slot, None])
         return out
 
+    def _experts_grouped(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Many tokens: sort the (token, slot) pairs by expert, one grouped matmul per projection.
+
+        Every shape is static (N*k rows) and the group boundaries stay on the device, so
+        there is no host sync and no loop over experts; each expert's weights are read once.
+        """
+        N, k = index.shape
+        flat_index = index.reshape(-1)  # (N*k,)
+        order = torch.argsort(flat_index, stable=True)  # (N*k,) pairs grouped by expert
+        token = order // k  # (N*k,) the token of each sorted pair
+        offsets = expert_offsets(flat_index, self.n_experts)  # (E,) int32 end row of each group
+        xs = x[token]  # (N*k, d)
+        up = torch._grouped_mm(xs, self.w_up.transpose(1, 2), offs=offsets)  # (N*k, F)
+        sorted_expert = flat_index[order]  # (N*k,)
+        if self.b_up is not None:
+            up = up + self.b_up[sorted_expert]
+        gate = None
+        if self.w_gate is not None:
+            gate = torch._grouped_mm(xs, self.w_gate.transpose(1, 2), offs=offsets)
+            if self.b_gate is not None:
+                gate = gate + self.b_gate[sorted_expert]
+        h = self._activate(gate, up)  # (N*k, F)
+        ys = torch._grouped_mm(h, self.w_down.transpose(1, 2), offs=offsets)  # (N*k, d)
+        if self.b_down is not None:
+            ys = ys + self.b_down[sorted_expert]
+        ys = ys * weights.reshape(-1)[order, None].to(ys.dtype)
+        return torch.zeros_like(x).index_add_(0, token, ys)  # (N, d)
+
     def _experts_dense(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Under torch.compile: every expert on every token, weighted by the routing.
 
@@ -175,6 +208,8 @@ class MoE(nn.Module):
         # the path is chosen on static information only, so a compiled step never breaks
         if flat.shape[0] * self.top_k <= self.n_experts:
             out = self._experts_gathered(flat, weights, index)
+        elif grouped_mm_supported(flat, self.options.hidden):
+            out = self._experts_grouped(flat, weights, index)
         elif torch.compiler.is_compiling():
             out = self._experts_dense(flat, weights, index)
         else:
