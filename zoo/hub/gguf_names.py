@@ -1,0 +1,93 @@
+"""zoo parameter names <-> llama.cpp's GGUF tensor names, and the layout changes between them.
+
+llama.cpp names tensors ``blk.{i}.attn_q.weight`` etc. (gguf-py ``constants.TENSOR_NAMES``)
+and stores experts stacked, ``(E, out, in)`` like zoo. Its converter changes some values:
+``LlamaModel.permute`` reorders the rows of q and k of the llama architecture (Llama,
+Mistral, Mixtral) from the rotate-half to the interleaved rotary pairing, and Gemma 3's
+norm weights are stored with the ``+ 1`` of ``Gemma3RMSNorm`` folded in. Both are undone
+here; qwen2, qwen3, qwen3moe, gemma3 and gpt-oss keep transformers' row order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from zoo.errors import CheckpointError
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+RENAMES: list[tuple[str, str]] = [
+    (r"embed\.weight", "token_embd.weight"),
+    (r"final_norm\.weight", "output_norm.weight"),
+    (r"lm_head\.weight", "output.weight"),
+    (r"layers\.(\d+)\.attn_norm\.weight", r"blk.\1.attn_norm.weight"),
+    (r"layers\.(\d+)\.ffn_norm\.weight", r"blk.\1.ffn_norm.weight"),
+    (r"layers\.(\d+)\.post_attn_norm\.weight", r"blk.\1.post_attention_norm.weight"),
+    (r"layers\.(\d+)\.post_ffn_norm\.weight", r"blk.\1.post_ffw_norm.weight"),
+    (r"layers\.(\d+)\.attention\.(q|k|v)_proj\.(weight|bias)", r"blk.\1.attn_\2.\3"),
+    (r"layers\.(\d+)\.attention\.o_proj\.(weight|bias)", r"blk.\1.attn_output.\2"),
+    (r"layers\.(\d+)\.attention\.(q|k)_norm\.weight", r"blk.\1.attn_\2_norm.weight"),
+    (r"layers\.(\d+)\.attention\.sinks", r"blk.\1.attn_sinks.weight"),
+    (r"layers\.(\d+)\.ffn\.(gate|up|down)_proj\.weight", r"blk.\1.ffn_\2.weight"),
+    (r"layers\.(\d+)\.ffn\.w_(gate|up|down)", r"blk.\1.ffn_\2_exps.weight"),
+    (r"layers\.(\d+)\.ffn\.b_(gate|up|down)", r"blk.\1.ffn_\2_exps.bias"),
+    (r"layers\.(\d+)\.ffn\.router\.(weight|bias)", r"blk.\1.ffn_gate_inp.\2"),
+]
+# gpt-oss names its pre-FFN norm (transformers' post_attention_layernorm) post_attention_norm
+GPT_OSS_RENAMES: list[tuple[str, str]] = [
+    (r"layers\.(\d+)\.ffn_norm\.weight", r"blk.\1.post_attention_norm.weight"),
+] + RENAMES
+# tensors that hold no weights of their own: RoPE factors (read into the spec instead)
+IGNORED = frozenset({"rope_freqs.weight"})
+
+
+@dataclass(frozen=True)
+class GGUFRule:
+    """zoo parameter <- GGUF tensor, through ``transform`` (identity when None)."""
+
+    zoo: str
+    gguf: str
+    transform: Transform | None = None
+
+
+def unpermute_rotary(heads: int) -> Transform:
+    """Inverse of llama.cpp's ``LlamaModel.permute``: per head, rows stored as interleaved
+    pairs (x0, x_half, x1, x_half+1, ...) go back to transformers' two halves."""
+
+    def undo(t: torch.Tensor) -> torch.Tensor:
+        rows = t.shape[0]
+        return t.reshape(heads, rows // heads // 2, 2, *t.shape[1:]).transpose(1, 2).reshape(t.shape)
+
+    return undo
+
+
+def _minus_one(t: torch.Tensor) -> torch.Tensor:
+    return t - 1
+
+
+def gguf_rules(arch: str, zoo_names: list[str], n_heads: int, n_kv_heads: int) -> list[GGUFRule]:
+    """One rule per zoo parameter for a GGUF of architecture ``arch``."""
+    renames = GPT_OSS_RENAMES if arch == "gpt-oss" else RENAMES
+    rules = []
+    for name in zoo_names:
+        for pattern, target in renames:
+            if re.fullmatch(pattern, name):
+                rules.append(GGUFRule(name, re.sub(pattern, target, name), _transform(arch, name, n_heads, n_kv_heads)))
+                break
+        else:
+            raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a GGUF file of architecture {arch!r}")
+    return rules
+
+
+def _transform(arch: str, name: str, n_heads: int, n_kv_heads: int) -> Transform | None:
+    if arch == "llama" and re.search(r"attention\.q_proj\.(weight|bias)$", name):
+        return unpermute_rotary(n_heads)
+    if arch == "llama" and re.search(r"attention\.k_proj\.(weight|bias)$", name):
+        return unpermute_rotary(n_kv_heads)
+    if arch == "gemma3" and name.endswith("norm.weight"):
+        return _minus_one
+    return None
