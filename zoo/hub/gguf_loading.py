@@ -29,7 +29,9 @@ def find_gguf(repo_or_dir: str | Path, gguf_file: str | None = None, revision: s
                 raise CheckpointError(f"{path / gguf_file}: no such GGUF file")
             return path / gguf_file
         return _download(str(repo_or_dir), gguf_file, revision)
-    if path.is_file() and path.suffix == ".gguf":
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise CheckpointError(f"{path}: no such GGUF file")
         return path
     if path.is_dir() and not (path / "config.json").exists():
         found = sorted(path.glob("*.gguf"))
