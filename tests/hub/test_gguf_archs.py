@@ -70,3 +70,15 @@ def test_folder_holding_one_gguf_and_the_requested_dtype(tmp_path: Path) -> None
     model = zoo.from_pretrained(tmp_path, dtype="bfloat16", progress=False)
     assert model.embed.weight.dtype == torch.bfloat16
     assert model.hf_model_type == "qwen3"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3_text"])
+def test_a_gguf_model_saves_as_the_hf_checkpoint_it_came_from(family: str, tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    hf_model = make_model(family)
+    model = zoo.from_pretrained(write_gguf(tmp_path / "model.gguf", hf_model), progress=False)
+    zoo.save_pretrained(model, tmp_path / "saved")
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.float32).eval()
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (reloaded(ids).logits - hf_model(ids).logits).abs().max().item() < 1e-4
