@@ -1,7 +1,7 @@
 """Quantized GGUF tensors: zoo's logits from the GGUF equal its logits (and transformers') from
 the same dequantized weights saved the Hugging Face way.
 
-The ``gguf`` library quantizes F16, BF16, Q8_0, Q4_0 and Q4_1; its K-quants (Q4_K, Q5_K, Q6_K)
+The ``gguf`` library quantizes F16, BF16, Q8_0, Q4_0, Q4_1 and MXFP4; its K-quants (Q4_K, Q5_K, Q6_K)
 are dequantize-only, so those blocks are random bytes with their float16 scales set to sane
 values. Matrices are quantized, norms stay F32 (as llama.cpp leaves 1-D tensors).
 """
@@ -21,7 +21,7 @@ import zoo
 from tests.hub.gguf_files import RENAMES, gguf_tensors, write_gguf
 
 gguf = pytest.importorskip("gguf")
-QUANTIZED_BY_LIBRARY = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1"]
+QUANTIZED_BY_LIBRARY = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "MXFP4"]  # MXFP4: gpt-oss experts
 K_QUANTS = {"Q4_K": ((0, 1e-4), (2, 1e-4)), "Q5_K": ((0, 1e-4), (2, 1e-4)), "Q6_K": ((208, 2e-5),)}
 VOCAB = 128
 

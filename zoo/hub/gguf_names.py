@@ -69,25 +69,24 @@ def _minus_one(t: torch.Tensor) -> torch.Tensor:
     return t - 1
 
 
+# per architecture: (zoo parameter pattern, transform factory taking (n_heads, n_kv_heads))
+TRANSFORMS: dict[str, list[tuple[str, Callable[[int, int], Transform]]]] = {
+    "llama": [
+        (r".*attention\.q_proj\.(weight|bias)", lambda heads, kv: unpermute_rotary(heads)),
+        (r".*attention\.k_proj\.(weight|bias)", lambda heads, kv: unpermute_rotary(kv)),
+    ],
+    "gemma3": [(r".*norm\.weight", lambda heads, kv: _minus_one)],
+}
+
+
 def gguf_rules(arch: str, zoo_names: list[str], n_heads: int, n_kv_heads: int) -> list[GGUFRule]:
     """One rule per zoo parameter for a GGUF of architecture ``arch``."""
     renames = GPT_OSS_RENAMES if arch == "gpt-oss" else RENAMES
     rules = []
     for name in zoo_names:
-        for pattern, target in renames:
-            if re.fullmatch(pattern, name):
-                rules.append(GGUFRule(name, re.sub(pattern, target, name), _transform(arch, name, n_heads, n_kv_heads)))
-                break
-        else:
+        target = next((re.sub(p, t, name) for p, t in renames if re.fullmatch(p, name)), None)
+        if target is None:
             raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a GGUF file of architecture {arch!r}")
+        transform = next((make(n_heads, n_kv_heads) for p, make in TRANSFORMS.get(arch, []) if re.fullmatch(p, name)), None)
+        rules.append(GGUFRule(name, target, transform))
     return rules
-
-
-def _transform(arch: str, name: str, n_heads: int, n_kv_heads: int) -> Transform | None:
-    if arch == "llama" and re.search(r"attention\.q_proj\.(weight|bias)$", name):
-        return unpermute_rotary(n_heads)
-    if arch == "llama" and re.search(r"attention\.k_proj\.(weight|bias)$", name):
-        return unpermute_rotary(n_kv_heads)
-    if arch == "gemma3" and name.endswith("norm.weight"):
-        return _minus_one
-    return None
