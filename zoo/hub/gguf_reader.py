@@ -51,6 +51,10 @@ class GGUFCheckpoint:
                 continue
             self.metadata[name] = field.contents()
         self.tensors = {t.name: t for t in self._reader.tensors}
+        parts = self.metadata.get("split.count")
+        if parts is not None and int(parts) > 1:
+            raise CheckpointError(f"{self.path}: split.count: a GGUF split in {parts} parts is not supported; "
+                                  "merge it first (llama.cpp's gguf-split --merge)")
 
     @property
     def architecture(self) -> str:
