@@ -96,7 +96,7 @@ def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
         orig = w1 * (3 * (1 / f1 - 1 / factor) / (1 - 1 / factor) + 1)
     else:
         orig = high * max(ones, default=1.0) * 1.0001
-    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": high,
+    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": float(f"{high:.6g}"),
                "original_max_position_embeddings": max(int(round(orig)), 1)}
     options = RopeScaling.model_validate({"type": "llama3", **{k: v for k, v in scaling.items() if k != "rope_type"}})
     scaled, _ = rope_frequencies(dim, theta, options)
