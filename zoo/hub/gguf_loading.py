@@ -9,6 +9,8 @@ of the wrong shape, a GGUF tensor no parameter takes, or a type zoo cannot dequa
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -61,15 +63,17 @@ def _download(repo_id: str, filename: str, revision: str | None) -> Path:
         raise CheckpointError(f"{repo_id}/{filename}: cannot download from the Hugging Face hub: {exc}") from None
 
 
-def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, n_heads: int, n_kv_heads: int) -> None:
+def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, n_heads: int, n_kv_heads: int, progress: bool = False) -> None:
     """Dequantize every GGUF tensor into its zoo parameter, one tensor at a time."""
     params = dict(model.named_parameters())
     rules = gguf_rules(g.architecture, list(params), n_heads, n_kv_heads)
     for rule in rules:
         if rule.gguf not in g.tensors:
             raise CheckpointError(f"{g.path}: missing tensor {rule.gguf!r} (needed for zoo parameter {rule.zoo!r})")
-    with torch.no_grad():
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        advance = _progress(stack, progress, len(rules), f"dequantizing {g.path.name}")
         for rule in rules:
+            advance()
             dest = params[rule.zoo]
             if g.shape(rule.gguf) != tuple(dest.shape):
                 raise CheckpointError(f"{g.path}: tensor {rule.gguf!r} has shape {list(g.shape(rule.gguf))}, which "
@@ -82,14 +86,25 @@ def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, n_heads: int, n_kv_hea
             raise CheckpointError(f"{g.path}: unexpected tensor {name!r} (no zoo parameter takes it)")
 
 
+def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, label: str) -> Callable[[], None]:
+    """A transient rich progress bar's advance function (a no-op when disabled)."""
+    if not enabled:
+        return lambda: None
+    from rich.progress import Progress
+
+    bar = stack.enter_context(Progress(transient=True))
+    task = bar.add_task(label, total=total)
+    return lambda: bar.advance(task)
+
+
 def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
-              name: str | None = None) -> ZooModel:
+              name: str | None = None, progress: bool = False) -> ZooModel:
     """A ZooModel with the (dequantized) weights of one GGUF file."""
     g = GGUFCheckpoint(path)
     spec, config = spec_from_gguf(g, name=name)
     g.check_types()  # an unreadable type fails before any memory is allocated
     model = build(spec, device=device, dtype=dtype, init=False)
-    load_gguf_weights(model, g, config["num_attention_heads"], config["num_key_value_heads"])
+    load_gguf_weights(model, g, config["num_attention_heads"], config["num_key_value_heads"], progress=progress)
     model.tie_weights()
     init_buffers(model)
     model.hf_model_type = config["model_type"]  # type: ignore[assignment]

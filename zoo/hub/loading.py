@@ -140,7 +140,7 @@ def from_pretrained(
 
     gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
     if gguf_path is not None:
-        return from_gguf(gguf_path, dtype=dtype, device=device)
+        return from_gguf(gguf_path, dtype=dtype, device=device, progress=progress)
     folder = resolve_checkpoint(repo_or_dir, revision=revision)
     config, _ = read_hf_config(folder / "config.json")
     spec = spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))
