@@ -87,12 +87,16 @@ def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, n_heads: int, n_kv_hea
 
 
 def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, label: str) -> Callable[[], None]:
-    """A transient rich progress bar's advance function (a no-op when disabled)."""
-    if not enabled:
+    """A transient progress bar's advance function: on stderr and only on a terminal, since a
+    bar stopped on a pipe still writes a newline (into `zoo generate`'s text, or an error)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
         return lambda: None
     from rich.progress import Progress
 
-    bar = stack.enter_context(Progress(transient=True))
+    bar = stack.enter_context(Progress(console=console, transient=True))
     task = bar.add_task(label, total=total)
     return lambda: bar.advance(task)
 
