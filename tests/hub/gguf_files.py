@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
-gguf = __import__("pytest").importorskip("gguf")
+gguf = pytest.importorskip("gguf")
 
 RENAMES = [
     (r"model\.embed_tokens\.weight", "token_embd.weight"),

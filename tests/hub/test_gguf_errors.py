@@ -125,3 +125,13 @@ def test_repo_id_with_gguf_file_from_the_offline_hub_cache(qwen3_tensors, tmp_pa
         assert (loaded(ids) - model(ids).logits).abs().max().item() < 1e-4
     with pytest.raises(CheckpointError, match="not in the local Hugging Face cache"):
         zoo.from_pretrained("tiny-org/tiny-GGUF", gguf_file="other.gguf")
+
+
+def test_generate_with_a_gguf_without_tokenizer_is_one_line(qwen3_tensors, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from zoo.cli import main
+
+    model, _ = qwen3_tensors
+    path = write_gguf(tmp_path / "bare.gguf", model)
+    assert main(["generate", "--weights", str(path), "hi", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tokenizer.ggml.model: missing; this GGUF holds no tokenizer" in err[0]

@@ -38,9 +38,9 @@ RENAMES: list[tuple[str, str]] = [
     (r"layers\.(\d+)\.ffn\.router\.(weight|bias)", r"blk.\1.ffn_gate_inp.\2"),
 ]
 # gpt-oss names its pre-FFN norm (transformers' post_attention_layernorm) post_attention_norm
-GPT_OSS_RENAMES: list[tuple[str, str]] = [
-    (r"layers\.(\d+)\.ffn_norm\.weight", r"blk.\1.post_attention_norm.weight"),
-] + RENAMES
+RENAMES_BY_ARCH: dict[str, list[tuple[str, str]]] = {
+    "gpt-oss": [(r"layers\.(\d+)\.ffn_norm\.weight", r"blk.\1.post_attention_norm.weight"), *RENAMES],
+}
 # tensors that hold no weights of their own: RoPE factors (read into the spec instead)
 IGNORED = frozenset({"rope_freqs.weight"})
 
@@ -81,7 +81,7 @@ TRANSFORMS: dict[str, list[tuple[str, Callable[[int, int], Transform]]]] = {
 
 def gguf_rules(arch: str, zoo_names: list[str], n_heads: int, n_kv_heads: int) -> list[GGUFRule]:
     """One rule per zoo parameter for a GGUF of architecture ``arch``."""
-    renames = GPT_OSS_RENAMES if arch == "gpt-oss" else RENAMES
+    renames = RENAMES_BY_ARCH.get(arch, RENAMES)
     rules = []
     for name in zoo_names:
         target = next((re.sub(p, t, name) for p, t in renames if re.fullmatch(p, name)), None)
