@@ -23,7 +23,7 @@ def checkpoint(tmp_path, monkeypatch):
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     model = grid_model("gqa", None, False, False, "rope", "swiglu")
-    monkeypatch.setattr(generate_cli, "load_checkpoint", lambda weights, revision, dtype, device: (model, tmp_path))
+    monkeypatch.setattr(generate_cli, "load_checkpoint", lambda weights, revision, dtype, device, gguf_file=None: (model, tmp_path))
     return tmp_path, model
 
 

@@ -27,7 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="continue a prompt with a checkpoint, streaming tokens")
     p.add_argument("prompt", help="text to continue")
     p.add_argument("--weights", required=True, metavar="REPO_OR_DIR",
-                   help="a Hugging Face repo id or a local folder with config.json, safetensors and tokenizer.json")
+                   help="a Hugging Face repo id, a local folder with config.json, safetensors and tokenizer.json, "
+                        "or a GGUF file (its own tokenizer is used)")
+    p.add_argument("--gguf-file", metavar="NAME", help="the .gguf file to download from the repo id in --weights")
     p.add_argument("--revision", help="hub revision (branch, tag or commit)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -39,21 +41,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_generate)
 
 
-def load_checkpoint(weights: str, revision: str | None, dtype: str, device: str) -> tuple[Any, Path]:
-    """The model and the folder it came from (zoo.hub resolves repo ids and loads weights)."""
+def load_checkpoint(weights: str, revision: str | None, dtype: str, device: str,
+                    gguf_file: str | None = None) -> tuple[Any, Path]:
+    """The model and the folder (or GGUF file) it came from (zoo.hub resolves repo ids)."""
     from zoo.hub.download import resolve_checkpoint
+    from zoo.hub.gguf_loading import find_gguf
     from zoo.hub.loading import from_pretrained
 
-    folder = resolve_checkpoint(weights, revision=revision)
-    return from_pretrained(folder, dtype=dtype, device=device), folder
+    path = find_gguf(weights, gguf_file, revision) or resolve_checkpoint(weights, revision=revision)
+    return from_pretrained(path, dtype=dtype, device=device), path
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:
-    """The checkpoint's own tokenizer.json (the tokenizers library; no remote code)."""
+    """The checkpoint's own tokenizer.json, or a GGUF file's tokenizer.ggml.* metadata
+    (the tokenizers library; no remote code)."""
     from tokenizers import Tokenizer as HFTokenizer
 
     from zoo.errors import CheckpointError
 
+    if folder.suffix == ".gguf" and folder.is_file():
+        from zoo.hub.gguf_reader import GGUFCheckpoint
+        from zoo.hub.gguf_tokenizer import gguf_tokenizer
+
+        return gguf_tokenizer(GGUFCheckpoint(folder))  # type: ignore[no-any-return]
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; zoo generate needs the checkpoint's tokenizer.json")
@@ -64,7 +74,13 @@ def load_tokenizer(folder: Path) -> Tokenizer:
 
 
 def eos_token_ids(folder: Path) -> list[int]:
-    """End-of-sequence ids from generation_config.json, else config.json (an id or a list)."""
+    """End-of-sequence ids from generation_config.json, else config.json (an id or a list),
+    or a GGUF file's EOS, end-of-turn and end-of-message ids."""
+    if folder.suffix == ".gguf" and folder.is_file():
+        from zoo.hub.gguf_reader import GGUFCheckpoint
+        from zoo.hub.gguf_tokenizer import gguf_eos_ids
+
+        return gguf_eos_ids(GGUFCheckpoint(folder))
     for name in ("generation_config.json", "config.json"):
         path = folder / name
         if not path.is_file():
@@ -108,7 +124,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from zoo.sampling import SamplingSettings
 
     SamplingSettings(args.temperature, args.top_k, args.top_p)  # bad values fail before loading
-    model, folder = load_checkpoint(args.weights, args.revision, args.dtype, _device(args.device))
+    extra = {"gguf_file": args.gguf_file} if args.gguf_file else {}
+    model, folder = load_checkpoint(args.weights, args.revision, args.dtype, _device(args.device), **extra)
     tokenizer = load_tokenizer(folder)
     prompt_ids = tokenizer.encode(args.prompt).ids
     eos = eos_token_ids(folder)

@@ -1,4 +1,4 @@
-"""Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen3, qwen3_moe,
+"""Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
 gpt_oss and gemma3_text.
 
 Every key of a config is either mapped into the spec, or listed in ``NEUTRAL_KEYS`` (it does
@@ -199,6 +199,13 @@ def _llama(r: ConfigReader) -> dict[str, Any]:
     return _llama_like(r)
 
 
+def _qwen2(r: ConfigReader) -> dict[str, Any]:
+    """Qwen2: biases on the q, k and v projections (always), none on the output one."""
+    spec = _llama_like(r, sliding_key="use_sliding_window")
+    spec["attention"].update(bias=True, out_bias=False)
+    return spec
+
+
 def _mixtral(r: ConfigReader) -> dict[str, Any]:
     spec = _llama_like(r)
     spec["ffn"] = {"kind": "moe", "n_experts": r.need("num_local_experts"), "top_k": r.need("num_experts_per_tok"),
@@ -291,6 +298,7 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "llama": _llama,
     "mistral": _llama_like,
     "mixtral": _mixtral,
+    "qwen2": _qwen2,
     "qwen3": lambda r: _llama_like(r, qk_norm=True, sliding_key="use_sliding_window"),
     "qwen3_moe": _qwen3_moe,
     "gpt_oss": _gpt_oss,

@@ -4,7 +4,8 @@ The model is built on the meta device and materialised uninitialised (``init=Fal
 checkpoint tensor is then copied from a memory-mapped view straight into its parameter and
 its file pages released, so peak memory is about one copy of the weights. Sharded
 checkpoints are read through ``model.safetensors.index.json``. Only safetensors are read:
-``pytorch_model.bin`` files are pickles and are refused.
+``pytorch_model.bin`` files are pickles and are refused. GGUF files go through
+``zoo.hub.gguf_loading``.
 """
 
 from __future__ import annotations
@@ -127,12 +128,19 @@ def from_pretrained(
     *,
     revision: str | None = None,
     progress: bool = True,
+    gguf_file: str | None = None,
 ) -> ZooModel:
-    """A ZooModel with a Hugging Face checkpoint's weights (a local folder or a hub repo id).
+    """A ZooModel with a Hugging Face checkpoint's weights (a local folder or a hub repo id),
+    or a GGUF file's (a ``.gguf`` path, a folder holding one, or a repo id with ``gguf_file``).
 
     ``dtype`` defaults to float32, ``device`` to the CPU. The spec is ``model.spec`` and the
     checkpoint's family ``model.hf_model_type`` (``save_pretrained`` writes it back).
     """
+    from zoo.hub.gguf_loading import find_gguf, from_gguf
+
+    gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
+    if gguf_path is not None:
+        return from_gguf(gguf_path, dtype=dtype, device=device, progress=progress)
     folder = resolve_checkpoint(repo_or_dir, revision=revision)
     config, _ = read_hf_config(folder / "config.json")
     spec = spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))

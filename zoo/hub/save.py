@@ -24,7 +24,7 @@ from zoo.model_spec import ModelSpec
 
 ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-    "mixtral": "MixtralForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
 }
 
@@ -81,9 +81,9 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     }
     if model_type in ("llama", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text"):
         config["attention_bias"] = att.bias
-    if model_type in ("qwen3", "qwen3_moe", "gpt_oss", "gemma3_text"):
+    if model_type in ("qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text"):
         config["layer_types"] = types
-    if model_type in ("qwen3", "qwen3_moe"):
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
         config["use_sliding_window"] = window is not None
     if model_type == "llama":
         config["mlp_bias"] = getattr(ffn, "bias", False)
