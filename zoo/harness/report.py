@@ -80,7 +80,7 @@ def append_result(measurement: Measurement, results_dir: Path | str = DEFAULT_RE
 ANALYSIS_COLUMNS = ("arch", "n_layers", "dtype", "params_total", "params_active", "weight_bytes", "kv_bytes_per_token",
                     "context_len", "kv_bytes", "flops_per_token")
 MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "prefill_peak_bytes",
-                    "decode_peak_bytes")
+                    "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
 MEASURED_CONTEXT = ("device_name", "threads")
 RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
                  "prefill_tokens_per_s", "decode_peak_bytes")
