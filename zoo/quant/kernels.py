@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-CUDA_INNER_K_TILES = 8  # tinygemm's tile parameter; in_features must be a multiple of 16 x this / 2
+CUDA_INNER_K_TILES = (8, 4, 2)  # tinygemm's tile parameter, the largest with in_features % (16 x tiles) == 0
 
 
 def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -38,7 +38,11 @@ def int4_pack(values: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._convert_weight_to_int4pack_for_cpu(values, 1)  # (out, in / 2) uint8
     pairs = values.to(torch.uint8)  # (out, in)
     nibbles = (pairs[:, ::2] << 4 | pairs[:, 1::2]).contiguous()  # (out, in / 2) uint8, high nibble first
-    return torch.ops.aten._convert_weight_to_int4pack(nibbles, CUDA_INNER_K_TILES)
+    in_features = values.shape[1]
+    tiles = next((t for t in CUDA_INNER_K_TILES if in_features % (16 * t) == 0), None)
+    if tiles is None:
+        raise ValueError(f"int4 on CUDA needs in_features divisible by 32; got {in_features}")
+    return torch.ops.aten._convert_weight_to_int4pack(nibbles, tiles)
 
 
 def int4_matmul(x: torch.Tensor, packed: torch.Tensor, group_size: int, scale_zeros: torch.Tensor) -> torch.Tensor:
