@@ -11,8 +11,10 @@ and in ``zoo.analysis.weight_bytes(..., weights_dtype=)``.
 - ``int8`` / ``int4``: every ``nn.Linear`` (attention and FFN projections, MoE routers, the
   LM head) becomes an ``Int8Linear`` / ``Int4Linear`` (zoo/quant/linear.py); embeddings,
   norms and stacked MoE experts stay in the run's dtype, which defaults to bfloat16 (the
-  kernels' fast activation dtype). With tied embeddings the LM head gets its own quantized
-  copy and the input table stays as it was: both are stored and counted.
+  kernels' fast activation dtype). With tied embeddings the input table becomes int8 rows
+  (``Int8Embedding``): with int8 the head's own buffers (stored once); with int4, whose
+  packed layout cannot be read by rows, an int8 copy of the table beside the int4 head
+  (both stored and counted). An untied input table stays in the run's dtype.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
     if name not in QUANTIZED:
         return model
     size = check_group_size(group_size)
+    head, embed = getattr(model, "lm_head", None), getattr(model, "embed", None)
+    tied = isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and head.weight is embed.weight
     targets = [
         (parent, child_name, child)
         for parent in model.modules()
@@ -97,6 +101,14 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
             if hasattr(linear, attr):
                 setattr(quantized, attr, getattr(linear, attr))
         setattr(parent, child_name, quantized)
+    if tied:
+        from zoo.quant.linear import Int8Embedding
+
+        head = model.lm_head
+        table = embed.weight.detach()  # type: ignore[union-attr]
+        embedding = Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
+        embedding._zoo_family = getattr(embed, "_zoo_family", "embedding")  # type: ignore[assignment]
+        model.embed = embedding
     return model
 
 
@@ -104,11 +116,10 @@ def stored_bytes(model: nn.Module) -> int:
     """Bytes the model's weights occupy as laid out: unique parameters (tied ones once) plus
     the packed weights and scales of quantized layers. The one count the analysis, the
     harness and the roofline share."""
-    from zoo.quant.linear import QuantizedLinear
+    from zoo.quant.linear import Int8Embedding, QuantizedLinear
 
     unique = {id(p): p for p in model.parameters()}
-    total = sum(p.numel() * p.element_size() for p in unique.values())
     for module in model.modules():
-        if isinstance(module, QuantizedLinear):
-            total += sum(b.numel() * b.element_size() for b in module.buffers(recurse=False))
-    return total
+        if isinstance(module, (QuantizedLinear, Int8Embedding)):
+            unique.update({id(b): b for b in module.buffers(recurse=False)})  # shared buffers once
+    return sum(t.numel() * t.element_size() for t in unique.values())

@@ -22,6 +22,7 @@ meta device only the shapes are made, for exact analysis without memory.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zoo.quant import kernels
@@ -123,6 +124,32 @@ class Int4Linear(QuantizedLinear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", group_size={self.group_size}"
+
+
+class Int8Embedding(nn.Module):
+    """An input table of int8 rows: row ``i`` is ``qweight[i] * scales[i]``.
+
+    A tied int8 model passes its LM head's own buffers (the same tensors), so the matrix is
+    stored once, as before quantizing; ``from_table`` quantizes a table of its own (a tied
+    int4 model, whose packed head cannot be read by rows).
+    """
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("qweight", qweight)  # (vocab, d) int8
+        self.register_buffer("scales", scales)  # (vocab,)
+
+    @classmethod
+    def from_table(cls, table: torch.Tensor) -> Int8Embedding:
+        if table.device.type == "meta":
+            qweight = torch.empty(table.shape, dtype=torch.int8, device="meta")
+            return cls(qweight, torch.empty(table.shape[0], dtype=table.dtype, device="meta"))
+        qweight, scales = quantize_int8(table)
+        return cls(qweight, scales.to(table.dtype))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = F.embedding(ids, self.qweight).to(self.scales.dtype)  # (..., d)
+        return rows * self.scales[ids][..., None]  # (..., d)
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
