@@ -20,9 +20,10 @@ DEFAULT_NAME = "bench"
 
 # Columns of the Markdown rendering (the CSV has them all).
 SUMMARY_COLUMNS = (
-    "timestamp", "arch", "device_name", "threads", "dtype", "batch_size", "prompt_len", "gen_len", "compile_mode",
-    "params_total", "kv_bytes", "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s",
-    "prefill_peak_bytes", "decode_peak_bytes", "predicted_gpu", "predicted_decode_tokens_per_s", "zoo_commit",
+    "timestamp", "arch", "device_name", "threads", "dtype", "weights_dtype", "batch_size", "prompt_len", "gen_len",
+    "compile_mode", "params_total", "weight_bytes", "kv_bytes", "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s",
+    "prefill_peak_bytes", "decode_peak_bytes", "fidelity_kl", "predicted_gpu", "predicted_decode_tokens_per_s",
+    "zoo_commit",
 )
 
 
