@@ -49,3 +49,17 @@ def test_bad_values_are_one_line_and_exit_2(spec_file, args, message):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_compare_varies_weights_dtype_with_weight_bytes_column():
+    done = _zoo("compare", "--arch", "llama-3.2-1b", "--vary", "weights_dtype=bf16,int8,int4", "--analysis-only")
+    assert done.returncode == 0, done.stderr
+    rows = {kind: line for line in done.stdout.splitlines() for kind in ("bf16", "int8", "int4")
+            if f"weights_dtype={kind}" in line}
+    assert "2,471,628,800" in rows["bf16"] and "1,236,892,160" in rows["int8"] and "1,035,401,728" in rows["int4"]
+
+
+def test_compare_rejects_a_bad_weights_dtype_in_one_line():
+    done = _zoo("compare", "--arch", "llama-3.2-1b", "--vary", "weights_dtype=bf16,int5", "--analysis-only")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "int5" in done.stderr
