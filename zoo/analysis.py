@@ -134,9 +134,68 @@ def kv_bytes_per_token(
     return kv_cache_bytes(spec, batch_size=1, seq_len=1, dtype=dtype)
 
 
-def weight_bytes(spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16") -> int:
-    """Bytes of the weights in ``dtype`` (tied weights once)."""
-    return count_params(spec).total * resolve_dtype(dtype).itemsize
+def weight_bytes(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    dtype: str | torch.dtype | None = "bfloat16",
+    weights_dtype: str | None = None,
+    group_size: int | None = None,
+) -> int:
+    """Bytes of the weights as laid out (tied weights once): every parameter in ``dtype``,
+    or, with ``weights_dtype`` int8/int4, the quantized layers' packed weights and scales
+    (``zoo.quant.stored_bytes`` of the meta model quantized the way a run quantizes it)."""
+    from zoo.quant import QUANTIZED, normalize
+
+    if normalize(weights_dtype) not in QUANTIZED:
+        return count_params(spec).total * _float_dtype(dtype, weights_dtype).itemsize
+    from zoo.quant import stored_bytes
+
+    return stored_bytes(_quantized_meta_model(_spec_json(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
+
+
+def _float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
+    """The dtype of unquantized weights: a float ``weights_dtype`` names it, else ``dtype``."""
+    from zoo.quant import FLOAT_DTYPE, normalize
+
+    name = normalize(weights_dtype)
+    return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
+
+
+def _spec_json(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> str:
+    model_spec = spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
+    return model_spec.to_json(indent=0)
+
+
+@functools.lru_cache(maxsize=32)
+def _quantized_meta_model(spec_json: str, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
+    import json
+
+    from zoo.quant import quantize
+
+    model = build(ModelSpec.model_validate(json.loads(spec_json)), device="meta", dtype=dtype.removeprefix("torch."))
+    return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
+
+
+on_registry_change(_quantized_meta_model.cache_clear)
+
+
+def quantization_saving(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    dtype: str | torch.dtype | None,
+    weights_dtype: str | None,
+    group_size: int | None = None,
+) -> int:
+    """Bytes the quantized layers save against the same layers in ``dtype`` (0 unquantized);
+    every quantized layer is read at each step, so this is also the saving in bytes read."""
+    from zoo.quant import QUANTIZED, normalize
+    from zoo.quant.linear import QuantizedLinear
+
+    if normalize(weights_dtype) not in QUANTIZED:
+        return 0
+    torch_dtype = resolve_dtype(dtype)
+    model = _quantized_meta_model(_spec_json(spec), str(torch_dtype), weights_dtype, group_size)
+    return sum(
+        m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
+    )
 
 
 # ---- FLOPs and bytes per token (the roofline's inputs) -------------------------------------
@@ -182,14 +241,20 @@ def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], contex
 
 
 def weight_bytes_read(
-    spec: ModelSpec | ZooModel | str | Mapping[str, Any], batch_size: int = 1, dtype: str | torch.dtype | None = "bfloat16"
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    batch_size: int = 1,
+    dtype: str | torch.dtype | None = "bfloat16",
+    weights_dtype: str | None = None,
+    group_size: int | None = None,
 ) -> int:
     """Weight bytes one forward step reads: the active parameters at batch 1; with more
     rows a mixture of experts touches more experts, bounded by every weight except the
-    input-embedding table (of which only the looked-up rows are read)."""
+    input-embedding table (of which only the looked-up rows are read). Quantized layers
+    are read as stored (``quantization_saving`` less)."""
     count = count_params(spec)
     readable = count.total - (count.embedding if count.unembedding else 0)
-    return min(readable, count.active * batch_size) * resolve_dtype(dtype).itemsize
+    dense = min(readable, count.active * batch_size) * _float_dtype(dtype, weights_dtype).itemsize
+    return dense - quantization_saving(spec, dtype, weights_dtype, group_size)
 
 
 def decode_bytes_per_step(
@@ -197,6 +262,9 @@ def decode_bytes_per_step(
     batch_size: int,
     context_len: int,
     dtype: str | torch.dtype | None = "bfloat16",
+    weights_dtype: str | None = None,
+    group_size: int | None = None,
 ) -> int:
     """Bytes one decode step reads: the weights it uses plus the KV cache at that context."""
-    return weight_bytes_read(spec, batch_size, dtype) + kv_cache_bytes(spec, batch_size, context_len, dtype)
+    weights = weight_bytes_read(spec, batch_size, dtype, weights_dtype, group_size)
+    return weights + kv_cache_bytes(spec, batch_size, context_len, dtype)

@@ -32,6 +32,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default: 0)")
     p.add_argument("--predict", metavar="GPU", help="roofline estimate on a GPU: h100-sxm, h100-pcie, h200, a100-80gb, l4, rtx-4090")
+    p.add_argument("--weights-dtype", metavar="KIND",
+                   help="bf16, float32 (the model in that dtype), int8 or int4 (weight-only quantized linear layers, "
+                   "the rest in --dtype, default bfloat16) (default: unquantized)")
+    p.add_argument("--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)")
+    p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file "
+                   "(the checkpoint's tokenizer.json, else UTF-8 bytes as tokens)")
     p.add_argument("--json", action="store_true", help="print the measurement as JSON instead of a table")
     p.add_argument("--results-dir", default="results", help="where results are appended (default: results/)")
     p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
@@ -50,6 +56,7 @@ def run_bench(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
         gen_len=args.gen_len, repeats=args.repeats, warmup=args.warmup, compile=args.compile,
         seed=args.seed, weights=args.weights, predict=args.predict, threads=args.threads,
+        weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
     )
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
     err = Console(stderr=True)
@@ -79,6 +86,18 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
+def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    rows = []
+    if m.fidelity_max_logit_error is not None:
+        rows += [("max logit error vs unquantized", f"{m.fidelity_max_logit_error:.4g}"),
+                 ("KL(unquantized || this), nats/token", f"{m.fidelity_kl:.4g}")]
+    if m.eval_perplexity is not None:
+        rows.append(("perplexity of --eval-text", f"{m.eval_perplexity:.4g}"))
+    if m.eval_perplexity_reference is not None:
+        rows.append(("perplexity unquantized", f"{m.eval_perplexity_reference:.4g}"))
+    return rows
+
+
 def measurement_table(m):  # type: ignore[no-untyped-def]
     """Every field of a Measurement as a two-column rich table, grouped."""
     from rich.table import Table
@@ -90,6 +109,7 @@ def measurement_table(m):  # type: ignore[no-untyped-def]
     rows = [
         ("run", f"batch {c.batch_size} · prompt {c.prompt_len} · gen {c.gen_len} · {c.repeats} repeats after {c.warmup} warm-up"),
         ("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
+        ("weights dtype", m.weights_dtype),
         ("weight bytes", _bytes(m.weight_bytes)),
         ("KV bytes per token", f"{m.kv_bytes_per_token:,}"),
         (f"KV bytes at context {m.context_len}", _bytes(m.kv_bytes)),
@@ -102,6 +122,7 @@ def measurement_table(m):  # type: ignore[no-untyped-def]
         ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
         ("bytes read per decode step", _bytes(m.decode_bytes_per_step)),
     ]
+    rows += _fidelity_rows(m)
     if m.predicted_gpu:
         rows += [
             (f"roofline on {m.predicted_gpu}: prefill tokens/s", _rate(m.predicted_prefill_tokens_per_s)),

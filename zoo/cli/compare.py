@@ -130,7 +130,9 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 TABLE_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "kv_bytes_vs_baseline", "measured_n_layers",
-                 "prefill_tokens_per_s", "decode_tokens_per_s", "decode_tokens_per_s_vs_baseline", "decode_peak_bytes")
+                 "prefill_tokens_per_s", "decode_tokens_per_s", "decode_tokens_per_s_vs_baseline", "decode_peak_bytes",
+                 "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
+SHOWN_WHEN_VARYING = ("weight_bytes",)  # same in every row (most comparisons): left out
 
 
 def frame_table(frame, title: str):  # type: ignore[no-untyped-def]
@@ -139,7 +141,10 @@ def frame_table(frame, title: str):  # type: ignore[no-untyped-def]
 
     from zoo.harness.report import format_cell
 
-    columns = [c for c in TABLE_COLUMNS if c in frame.columns and frame[c].notna().any()]
+    columns = [
+        c for c in TABLE_COLUMNS
+        if c in frame.columns and frame[c].notna().any() and (c not in SHOWN_WHEN_VARYING or frame[c].nunique() > 1)
+    ]
     table = Table(title=title)
     table.add_column("variant")
     for column in columns:

@@ -197,10 +197,23 @@ def check_plan(plan: SweepPlan) -> None:
             _check_key(key, where, kinds, registry, run_fields if where == "run" else spec_fields if where == "set" else None)
     for key in plan.keys():
         _check_key(key, "vary", kinds, registry, None)
+    _check_run_values(plan, run_fields)
     unknown_baseline = set(plan.baseline) - set(plan.keys())
     if unknown_baseline:
         key = sorted(unknown_baseline)[0]
         raise BenchError(f"baseline: {key} is not an axis of this sweep{did_you_mean(key, plan.keys())}; allowed: {allowed(plan.keys())}")
+
+
+def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
+    """Each run option's values, one at a time, through BenchConfig's own validation (a bad
+    ``weights_dtype`` or a batch size of 0 fails here, like an unknown kind, not per point)."""
+    from zoo.harness.run import make_config
+
+    assigned = [plan.run, *({k: v} for k, vs in plan.vary.items() for v in vs), *plan.points]
+    for mapping in assigned:
+        for key, value in mapping.items():
+            if key in run_fields:
+                make_config(**{key: value})
 
 
 def _checked_kind(registry: Any, family: str, kind: Any, key: str) -> str:

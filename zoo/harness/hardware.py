@@ -103,26 +103,29 @@ def roofline(
     prompt_len: int,
     gen_len: int,
     dtype: torch.dtype,
+    weights_dtype: str | None = None,
+    group_size: int | None = None,
 ) -> Roofline:
     """Roofline tokens/s for a run's shape on a GPU of the table.
 
     Prefill: FLOPs of the whole prompt (``zoo.analysis.forward_flops``) against the weights
     plus the KV cache written once. Decode: one step at the midpoint context
     ``prompt_len + gen_len // 2`` (FLOPs per token × batch; bytes = weights read plus
-    the KV cache read at that context, ``zoo.analysis.decode_bytes_per_step``).
+    the KV cache read at that context, ``zoo.analysis.decode_bytes_per_step``). Quantized
+    weights (``weights_dtype`` int8/int4) are read as stored; peaks stay the ``dtype``'s.
     """
     from zoo.analysis import decode_bytes_per_step, forward_flops, kv_cache_bytes, weight_bytes_read
 
     board = gpu(gpu_key)
     peak, bandwidth = board.peak_flops(dtype), board.bandwidth
     prefill_flops = forward_flops(spec_or_model, prompt_len, prompt_len, batch_size)  # type: ignore[arg-type]
-    prefill_bytes = weight_bytes_read(spec_or_model, batch_size * prompt_len, dtype) + kv_cache_bytes(  # type: ignore[arg-type]
+    prefill_bytes = weight_bytes_read(spec_or_model, batch_size * prompt_len, dtype, weights_dtype, group_size) + kv_cache_bytes(  # type: ignore[arg-type]
         spec_or_model, batch_size, prompt_len, dtype  # type: ignore[arg-type]
     )
     prefill_time, prefill_bound = _step_time(prefill_flops, prefill_bytes, peak, bandwidth)
     context = prompt_len + gen_len // 2
     decode_flops = forward_flops(spec_or_model, 1, context, batch_size)  # type: ignore[arg-type]
-    decode_bytes = decode_bytes_per_step(spec_or_model, batch_size, context, dtype)  # type: ignore[arg-type]
+    decode_bytes = decode_bytes_per_step(spec_or_model, batch_size, context, dtype, weights_dtype, group_size)  # type: ignore[arg-type]
     decode_time, decode_bound = _step_time(decode_flops, decode_bytes, peak, bandwidth)
     return Roofline(
         gpu=gpu_key,

@@ -74,7 +74,9 @@ def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     from zoo.model import resolve_dtype
 
     device = pick_device(config.device)
-    dtype = resolve_dtype(config.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    from zoo.quant import run_dtype
+
+    dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
     context = config.prompt_len + config.gen_len
     count = count_params(spec)
     try:
@@ -93,7 +95,7 @@ def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "params_total": count.total,
         "params_active": count.active,
         "params_embedding": count.embedding,
-        "weight_bytes": weight_bytes(spec, dtype),
+        "weight_bytes": weight_bytes(spec, dtype, config.weights_dtype, config.weights_group_size),
         "kv_bytes_per_token": kv_bytes_per_token(spec, dtype=dtype),
         "context_len": context,
         "kv_bytes": kv_cache_bytes(spec, config.batch_size, context, dtype=dtype),

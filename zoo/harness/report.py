@@ -20,9 +20,10 @@ DEFAULT_NAME = "bench"
 
 # Columns of the Markdown rendering (the CSV has them all).
 SUMMARY_COLUMNS = (
-    "timestamp", "arch", "device_name", "threads", "dtype", "batch_size", "prompt_len", "gen_len", "compile_mode",
-    "params_total", "kv_bytes", "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s",
-    "prefill_peak_bytes", "decode_peak_bytes", "predicted_gpu", "predicted_decode_tokens_per_s", "zoo_commit",
+    "timestamp", "arch", "device_name", "threads", "dtype", "weights_dtype", "batch_size", "prompt_len", "gen_len",
+    "compile_mode", "params_total", "weight_bytes", "kv_bytes", "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s",
+    "prefill_peak_bytes", "decode_peak_bytes", "fidelity_kl", "predicted_gpu", "predicted_decode_tokens_per_s",
+    "zoo_commit",
 )
 
 
@@ -80,7 +81,7 @@ def append_result(measurement: Measurement, results_dir: Path | str = DEFAULT_RE
 ANALYSIS_COLUMNS = ("arch", "n_layers", "dtype", "params_total", "params_active", "weight_bytes", "kv_bytes_per_token",
                     "context_len", "kv_bytes", "flops_per_token")
 MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "prefill_peak_bytes",
-                    "decode_peak_bytes")
+                    "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
 MEASURED_CONTEXT = ("device_name", "threads")
 RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
                  "prefill_tokens_per_s", "decode_peak_bytes")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zoo.errors import BenchError, ZooError
 from zoo.harness.environment import Environment, device_name, pick_device, sdpa_backends_used, zoo_git_commit
@@ -46,9 +46,26 @@ class BenchConfig(BaseModel):
     weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
     predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
+    weights_dtype: str | None = Field(
+        None, description="bf16, float32 (the model in that dtype) or int8, int4 (weight-only quantized linears; "
+        "the rest in dtype, default bfloat16); default: unquantized in dtype"
+    )
+    weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
+    eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
+
+    @field_validator("weights_dtype")
+    @classmethod
+    def _check_weights_dtype(cls, value: str | None) -> str | None:
+        from zoo.quant import normalize
+
+        return normalize(value)
 
     @model_validator(mode="after")
     def _check_predict(self) -> BenchConfig:
+        if self.weights_group_size is not None:
+            from zoo.quant import check_group_size
+
+            check_group_size(self.weights_group_size)
         if self.predict is not None:
             from zoo.harness.hardware import gpu
 
@@ -65,7 +82,8 @@ class Measurement(BaseModel):
     params_active: int
     params_embedding: int
     params_unembedding: int
-    weight_bytes: int  # bytes of the model's parameters as built (tied once)
+    weight_bytes: int  # bytes of the weights as laid out (tied once; packed weights and scales when quantized)
+    weights_dtype: str = ""  # bf16, float32, float16, int8 or int4: how the linear weights were stored
     kv_bytes_per_token: int
     kv_bytes: int  # the allocated cache at batch_size x (prompt_len + gen_len)
     context_len: int
@@ -89,6 +107,10 @@ class Measurement(BaseModel):
     predicted_bound: str | None = None  # "prefill: compute, decode: memory"
     prefill_roofline_fraction: float | None = None  # only when measured on that GPU
     decode_roofline_fraction: float | None = None
+    fidelity_max_logit_error: float | None = None  # quantized runs: against the same weights unquantized
+    fidelity_kl: float | None = None  # mean KL(unquantized || quantized) per position, nats
+    eval_perplexity: float | None = None  # of eval_text, this run's model
+    eval_perplexity_reference: float | None = None  # of eval_text, unquantized (quantized runs only)
     environment: Environment
     timestamp: str
 
@@ -132,6 +154,10 @@ def _flops_or_none(spec: ModelSpec, context: int) -> int | None:
         return None
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
+
+
 def _median_spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
@@ -150,6 +176,7 @@ def bench(
     from zoo.cache import KVCache
     from zoo.generation import compile_decode_step, decode_step, prefill
     from zoo.model import as_spec, resolve_dtype
+    from zoo.quant import normalize, run_dtype, stored_bytes
 
     if config is None:
         config = make_config(**options)
@@ -157,7 +184,7 @@ def bench(
         config = make_config(**{**config.model_dump(), **options})
     model_spec = as_spec(spec) if spec is not None else None
     device = pick_device(config.device)
-    dtype = resolve_dtype(config.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
     B, P, G = config.batch_size, config.prompt_len, config.gen_len
     context = P + G
     if model_spec is not None and context > model_spec.max_seq_len:
@@ -178,6 +205,9 @@ def bench(
     model = _load_model(model_spec, config, device, dtype).eval()
     model_spec = model.spec  # type: ignore[assignment]
     assert model_spec is not None
+    from zoo.harness.quantized import prepare_weights
+
+    model, fidelity_fields = prepare_weights(model, config, model_spec.max_seq_len, model_spec.vocab_size)
     if context > model_spec.max_seq_len:
         raise BenchError(f"prompt_len + gen_len = {context} exceeds max_seq_len={model_spec.max_seq_len}")
     compile_mode = "none"
@@ -222,7 +252,6 @@ def bench(
     report("done", total_steps, total_steps)
 
     count = count_params(model_spec)
-    unique = {id(p): p for p in model.parameters()}
     prefill_tps, prefill_lo, prefill_hi = _median_spread(prefill_rates)
     decode_tps, decode_lo, decode_hi = _median_spread(decode_rates)
     midpoint = P + G // 2
@@ -244,7 +273,8 @@ def bench(
         params_active=count.active,
         params_embedding=count.embedding,
         params_unembedding=count.unembedding,
-        weight_bytes=sum(p.numel() * p.element_size() for p in unique.values()),
+        weight_bytes=stored_bytes(model),
+        weights_dtype=normalize(config.weights_dtype) or _dtype_name(dtype),
         kv_bytes_per_token=kv_bytes_per_token(model_spec, dtype=dtype),
         kv_bytes=cache.nbytes,
         context_len=context,
@@ -260,7 +290,10 @@ def bench(
         decode_tokens_per_s_runs=decode_rates,
         time_to_first_token_s=statistics.median(ttfts),
         flops_per_token=_flops_or_none(model_spec, midpoint),
-        decode_bytes_per_step=decode_bytes_per_step(model_spec, B, midpoint, dtype),
+        decode_bytes_per_step=decode_bytes_per_step(
+            model_spec, B, midpoint, dtype, config.weights_dtype, config.weights_group_size
+        ),
+        **fidelity_fields,
         environment=env,
         timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
@@ -275,7 +308,10 @@ def with_prediction(measurement: Measurement, spec: ModelSpec, gpu_key: str, dty
     from zoo.harness.hardware import gpu, matches_device, roofline
 
     c = measurement.config
-    line = roofline(spec, gpu_key, batch_size=c.batch_size, prompt_len=c.prompt_len, gen_len=c.gen_len, dtype=dtype)
+    line = roofline(
+        spec, gpu_key, batch_size=c.batch_size, prompt_len=c.prompt_len, gen_len=c.gen_len, dtype=dtype,
+        weights_dtype=c.weights_dtype, group_size=c.weights_group_size,
+    )
     same_gpu = measurement.environment.device.startswith("cuda") and matches_device(gpu(gpu_key), measurement.environment.device_name)
     return measurement.model_copy(update={
         "predicted_gpu": gpu_key,

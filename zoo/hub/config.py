@@ -1,10 +1,11 @@
 """Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
 gpt_oss and gemma3_text.
 
-Every key of a config is either mapped into the spec, or listed in ``NEUTRAL_KEYS`` (it does
-not change the forward pass: token ids, dropout, training-only options), or checked to hold
-the one value zoo computes; anything else is a ``CheckpointError`` naming the key, so no
-field that changes the computation is ever dropped silently.
+Every key of a config is either mapped into the spec, or neutral by the rule of
+``zoo/hub/config_keys.py`` (it cannot change the forward pass: names, token ids, dropout,
+training and generation options), or checked to hold the one value zoo computes; anything
+else is a ``CheckpointError`` naming the key, so no field that changes the computation is
+ever dropped silently.
 """
 
 from __future__ import annotations
@@ -15,19 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
+from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS, is_neutral  # noqa: F401 - NEUTRAL_KEYS re-exported
 from zoo.model_spec import ModelSpec
 
-NEUTRAL_KEYS = frozenset({
-    "architectures", "model_type", "dtype", "torch_dtype", "transformers_version", "bos_token_id",
-    "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout",
-    "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation", "summary_first_dropout",
-    "summary_proj_to_labels", "summary_type", "summary_use_proj", "add_cross_attention",
-    "reorder_and_upcast_attn", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
-    "pretraining_tp", "_sliding_window_pattern", "sliding_window_pattern", "max_window_layers",
-    "auto_map", "_name_or_path", "name_or_path", "output_attentions", "output_hidden_states",
-    "return_dict", "task_specific_params", "n_ctx", "_attn_implementation_autoset", "cache_implementation",
-    "use_return_dict", "tokenizer_class", "chunk_size_feed_forward", "problem_type", "id2label", "label2id",
-})
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
 
 
@@ -67,7 +58,7 @@ class ConfigReader:
         return ACTIVATIONS[name]
 
     def check_all_used(self) -> None:
-        left = sorted(k for k in self.config if k not in self.used and k not in NEUTRAL_KEYS)
+        left = sorted(k for k in self.config if k not in self.used and not is_neutral(k))
         if left:
             raise self.error(left[0], f"unknown config key for model_type {self.config.get('model_type')!r}; zoo cannot "
                              "tell whether it changes the computation, so it refuses to drop it")
@@ -341,6 +332,8 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
     reader = ConfigReader(data, source)
     reader.used.add("quantization_config")  # mxfp4 experts: the loader dequantizes them
     spec = FAMILIES[model_type](reader)
+    for key, (inert, why) in BASE_CHECKS.items():
+        reader.expect(key, inert, why)
     reader.check_all_used()
     spec["name"] = name or data.get("_name_or_path") or f"hf-{model_type}"
     spec["source"] = source if not isinstance(config, Mapping) else f"hf config ({model_type})"

@@ -1,0 +1,63 @@
+"""QuantizedLinear layers: error bounds of the stored weights, the kernel against the
+dequantized weight, and bytes from the buffers' layout."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from zoo.quant.linear import Int4Linear, Int8Linear, quantize_int4, quantize_int8
+
+
+@pytest.fixture
+def weight():
+    return torch.randn(40, 64, generator=torch.Generator().manual_seed(0)) * 0.05  # (out, in)
+
+
+def test_int8_error_is_at_most_half_a_step_per_row(weight):
+    q, scales = quantize_int8(weight)
+    error = (q.float() * scales[:, None] - weight).abs()  # (out, in)
+    assert q.dtype == torch.int8 and q.abs().max() <= 127
+    assert (error <= scales[:, None] / 2 + 1e-7).all()
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+def test_int4_error_is_at_most_half_a_step_per_group(weight, group_size):
+    values, scale_zeros = quantize_int4(weight, group_size)
+    scales, zeros = scale_zeros[..., 0].T, scale_zeros[..., 1].T  # (out, G)
+    groups = values.float().view(40, -1, group_size)
+    rebuilt = ((groups - 8) * scales[..., None] + zeros[..., None]).view(40, 64)
+    assert values.min() >= 0 and values.max() <= 15 and scale_zeros.shape == (64 // group_size, 40, 2)
+    step = scales.repeat_interleave(group_size, dim=1)  # (out, in)
+    assert ((rebuilt - weight).abs() <= step / 2 + 1e-6).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("make", [
+    lambda w, b, dt: Int8Linear(w, b, dt),
+    lambda w, b, dt: Int4Linear(w, b, dt, 32),
+], ids=["int8", "int4"])
+def test_kernel_equals_the_dequantized_linear(weight, make, dtype):
+    bias = torch.randn(40) * 0.1
+    layer = make(weight.to(dtype), bias.to(dtype), dtype)
+    x = torch.randn(3, 5, 64).to(dtype)  # (B, T, in)
+    expected = F.linear(x.float(), layer.dequantize(), layer.bias.float())  # (B, T, out)
+    got = layer(x)
+    assert got.shape == (3, 5, 40) and got.dtype == dtype
+    tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(got.float(), expected, atol=tolerance, rtol=tolerance)
+
+
+def test_dequantized_weights_are_close_to_the_originals(weight):
+    int8 = Int8Linear(weight, None, torch.float32).dequantize()
+    int4 = Int4Linear(weight, None, torch.float32, 32).dequantize()
+    assert (int8 - weight).abs().max() < (int4 - weight).abs().max() < 0.1 * weight.abs().max()
+
+
+def test_bytes_come_from_the_layout(weight):
+    int8 = Int8Linear(weight.bfloat16(), torch.zeros(40).bfloat16(), torch.bfloat16)
+    assert int8.stored_bytes() == 40 * 64 + 40 * 2 + 40 * 2  # int8 weight, bf16 scales, bf16 bias
+    int4 = Int4Linear(weight.bfloat16(), None, torch.bfloat16, 32)
+    padded = 48  # 40 rows padded to a multiple of 16
+    assert int4.stored_bytes() == padded * 64 // 2 + (64 // 32) * padded * 2 * 2  # nibbles, bf16 scale + zero
+    meta = Int4Linear(weight.to("meta", torch.bfloat16), None, torch.bfloat16, 32)
+    assert meta.stored_bytes() == int4.stored_bytes()

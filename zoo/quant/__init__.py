@@ -1,0 +1,125 @@
+"""Weight-only quantization of a built or loaded model: ``weights_dtype`` and its bytes.
+
+``weights_dtype`` is a property of a *run*, not of the spec: the spec says what the model
+computes, the weights' storage says how its trained (or random) weights are held. The same
+checkpoint is benchmarked at bf16, int8 and int4, and fidelity is measured against the
+unquantized model on the same weights, which only a post-build step allows. It lives in
+``BenchConfig`` (so ``zoo compare --vary weights_dtype=...`` takes it like any run option)
+and in ``zoo.analysis.weight_bytes(..., weights_dtype=)``.
+
+- ``bf16`` / ``float32``: no quantization; the whole model in that dtype.
+- ``int8`` / ``int4``: every ``nn.Linear`` (attention and FFN projections, MoE routers, the
+  LM head) becomes an ``Int8Linear`` / ``Int4Linear`` (zoo/quant/linear.py); embeddings,
+  norms and stacked MoE experts stay in the run's dtype, which defaults to bfloat16 (the
+  kernels' fast activation dtype). With tied embeddings the input table becomes int8 rows
+  (``Int8Embedding``): with int8 the head's own buffers (stored once); with int4, whose
+  packed layout cannot be read by rows, an int8 copy of the table beside the int4 head
+  (both stored and counted). An untied input table stays in the run's dtype.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from zoo.errors import BenchError, allowed
+
+WEIGHTS_DTYPES = ("bf16", "float32", "int8", "int4")
+QUANTIZED = ("int8", "int4")
+ALIASES = {"bfloat16": "bf16", "fp32": "float32", "f32": "float32"}
+DEFAULT_GROUP_SIZE = 32  # int4; chosen by measurement (docs/architecture.md, "Quantized weights")
+FLOAT_DTYPE = {"bf16": "bfloat16", "float32": "float32"}
+
+
+def normalize(weights_dtype: str | None) -> str | None:
+    """The canonical name (``bfloat16`` -> ``bf16``), or a BenchError naming what is allowed."""
+    if weights_dtype is None:
+        return None
+    name = ALIASES.get(str(weights_dtype).lower(), str(weights_dtype).lower())
+    if name not in WEIGHTS_DTYPES:
+        raise BenchError(f"weights_dtype: {weights_dtype!r} is not a weights dtype; {allowed(WEIGHTS_DTYPES)}")
+    return name
+
+
+def check_group_size(group_size: int | None) -> int:
+    """The int4 group size (default ``DEFAULT_GROUP_SIZE``), or a BenchError."""
+    from zoo.quant.linear import INT4_GROUP_SIZES
+
+    size = DEFAULT_GROUP_SIZE if group_size is None else group_size
+    if size not in INT4_GROUP_SIZES:
+        raise BenchError(f"weights_group_size: {group_size} is not supported; {allowed(str(s) for s in INT4_GROUP_SIZES)}")
+    return size
+
+
+def run_dtype(weights_dtype: str | None, dtype: str | None, default: str) -> str:
+    """The model's dtype for a run: ``dtype`` if given, else the float weights dtype, else
+    bfloat16 for quantized weights, else ``default``. A float weights dtype that contradicts
+    ``dtype`` is a BenchError."""
+    name = normalize(weights_dtype)
+    if name in FLOAT_DTYPE:
+        from zoo.model import resolve_dtype
+
+        if dtype is not None and resolve_dtype(dtype) != resolve_dtype(FLOAT_DTYPE[name]):
+            raise BenchError(f"weights_dtype: {name} contradicts dtype={dtype}; give one of them, or the same dtype")
+        return FLOAT_DTYPE[name]
+    if name in QUANTIZED:
+        return dtype or "bfloat16"
+    return dtype or default
+
+
+def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None = None) -> nn.Module:
+    """Replace the model's linear layers by quantized ones, in place; returns the model.
+
+    Float ``weights_dtype`` (or None) leaves it unchanged: the run builds it in that dtype.
+    Works on the meta device too (shapes only), which is how the analysis counts bytes.
+    """
+    from zoo.quant.linear import Int4Linear, Int8Linear, QuantizedLinear
+
+    name = normalize(weights_dtype)
+    if name not in QUANTIZED:
+        return model
+    size = check_group_size(group_size)
+    head, embed = getattr(model, "lm_head", None), getattr(model, "embed", None)
+    tied = isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and head.weight is embed.weight
+    targets = [
+        (parent, child_name, child)
+        for parent in model.modules()
+        for child_name, child in parent.named_children()
+        if isinstance(child, nn.Linear) and not isinstance(child, QuantizedLinear)
+    ]
+    for parent, child_name, linear in targets:
+        weight, bias = linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
+        if name == "int8":
+            quantized: nn.Module = Int8Linear(weight, bias, weight.dtype)
+        else:
+            if linear.in_features % size:
+                raise BenchError(
+                    f"weights_group_size: {size} does not divide in_features={linear.in_features} of {child_name}; "
+                    "choose a group size that divides every layer's input width"
+                )
+            quantized = Int4Linear(weight, bias, weight.dtype, size)
+        for attr in ("_zoo_family",):  # keep the analysis's family tag
+            if hasattr(linear, attr):
+                setattr(quantized, attr, getattr(linear, attr))
+        setattr(parent, child_name, quantized)
+    if tied:
+        from zoo.quant.linear import Int8Embedding
+
+        head = model.lm_head
+        table = embed.weight.detach()  # type: ignore[union-attr]
+        embedding = Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
+        embedding._zoo_family = getattr(embed, "_zoo_family", "embedding")  # type: ignore[assignment]
+        model.embed = embedding
+    return model
+
+
+def stored_bytes(model: nn.Module) -> int:
+    """Bytes the model's weights occupy as laid out: unique parameters (tied ones once) plus
+    the packed weights and scales of quantized layers. The one count the analysis, the
+    harness and the roofline share."""
+    from zoo.quant.linear import Int8Embedding, QuantizedLinear
+
+    unique = {id(p): p for p in model.parameters()}
+    for module in model.modules():
+        if isinstance(module, (QuantizedLinear, Int8Embedding)):
+            unique.update({id(b): b for b in module.buffers(recurse=False)})  # shared buffers once
+    return sum(t.numel() * t.element_size() for t in unique.values())

@@ -1,0 +1,59 @@
+"""The products of quantized layers, per device: torch's own packed-weight kernels.
+
+Chosen by measurement (one thread, an 8192 x 2048 weight, one bfloat16 row, this project's
+Xeon; the figures and the script are in docs/architecture.md): ``aten._weight_int8pack_mm``
+took 1.08 ms and ``aten._weight_int4pack_mm_for_cpu`` 1.06 ms against 2.5 ms for the
+bfloat16 ``F.linear`` and 7.1 ms for ``torch.mv``; torchao 0.18's CPU int8 weight-only
+layer took 19.1 ms and its int4 layer needs the ``mslk`` package, so torchao is no
+dependency. On CUDA, int4 uses ``aten._weight_int4pack_mm`` (the tinygemm kernel that
+torchao's tensor-core-tiled int4 layout calls; it reads the packed 4-bit weight in the
+product). int8 on CUDA has no aten kernel: it dequantizes into the product
+(``F.linear`` of the int8 weight cast, times the scales), which inductor fuses under
+``--compile`` and which eager mode runs as a cast plus a bfloat16 GEMM, so it saves memory
+but not time there.
+
+Activations go to the kernels in their own dtype; torch's CPU kernels are fast for
+bfloat16 rows and slow for float32 ones (``_weight_int8pack_mm`` with float32 took 14 ms on
+the shape above), which is why quantized runs default to bfloat16 (zoo/quant/__init__.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+CUDA_INNER_K_TILES = (8, 4, 2)  # tinygemm's tile parameter, the largest with in_features % (16 x tiles) == 0
+
+
+def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``x @ (qweight * scales[:, None]).T``: x (M, in), qweight (out, in) int8 -> (M, out)."""
+    if x.device.type == "cpu":
+        return torch.ops.aten._weight_int8pack_mm(x, qweight, scales.to(x.dtype))  # (M, out)
+    return F.linear(x, qweight.to(x.dtype)) * scales.to(x.dtype)  # (M, out)
+
+
+def int4_pack(values: torch.Tensor) -> torch.Tensor:
+    """Values (out, in) int32 in 0..15 -> the device kernel's packed layout (CPU or CUDA)."""
+    if values.device.type == "cpu":
+        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(values, 1)  # (out, in / 2) uint8
+    if values.device.type != "cuda":
+        from zoo.errors import BenchError
+
+        raise BenchError(f"weights_dtype: int4 on {values.device.type} is not supported; allowed devices: cpu, cuda")
+    pairs = values.to(torch.uint8)  # (out, in)
+    nibbles = (pairs[:, ::2] << 4 | pairs[:, 1::2]).contiguous()  # (out, in / 2) uint8, high nibble first
+    in_features = values.shape[1]
+    tiles = next((t for t in CUDA_INNER_K_TILES if in_features % (16 * t) == 0), None)
+    if tiles is None:
+        raise ValueError(f"int4 on CUDA needs in_features divisible by 32; got {in_features}")
+    return torch.ops.aten._convert_weight_to_int4pack(nibbles, tiles)
+
+
+def int4_matmul(x: torch.Tensor, packed: torch.Tensor, group_size: int, scale_zeros: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T`` with W rebuilt per group as ``(q - 8) * scale + zero``: x (M, in) -> (M, out)."""
+    if x.device.type == "cpu":
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scale_zeros.to(x.dtype))
+    if x.dtype != torch.bfloat16:  # tinygemm takes bfloat16 rows only
+        out = torch.ops.aten._weight_int4pack_mm(x.to(torch.bfloat16), packed, group_size, scale_zeros.to(torch.bfloat16))
+        return out.to(x.dtype)  # (M, out)
+    return torch.ops.aten._weight_int4pack_mm(x, packed, group_size, scale_zeros.to(torch.bfloat16))  # (M, out)

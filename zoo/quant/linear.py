@@ -1,0 +1,176 @@
+"""Weight-only quantized linear layers: int8 per output channel, int4 group-wise.
+
+Decode at batch 1 streams every weight once per token, so storing weights in fewer bytes
+makes it faster only if the product reads those bytes directly, without first rebuilding a
+full-width weight. The layers therefore keep the kernel's own packed layout as buffers and
+call it on every forward (``zoo/quant/kernels.py``); ``dequantize()`` exists for tests,
+fidelity checks and devices without a kernel.
+
+- ``Int8Linear``: ``qweight`` int8 (out, in), symmetric, ``scales`` (out,) in the model's
+  dtype; ``w ≈ q * scale`` with ``scale = max|w_row| / 127``.
+- ``Int4Linear``: 4-bit values packed two per byte in the kernel's layout (``packed``), and
+  ``scale_zeros`` (in / group, out, 2): per group of ``group_size`` inputs, asymmetric
+  (``w ≈ (q - 8) * scale + zero`` with q in 0..15, the layout of torch's int4 kernels). The
+  output dimension is padded to a multiple of 16 (the CPU packing needs it); the padded
+  rows are zeros, stored and counted, and sliced off the output.
+
+Bytes are the buffers' bytes (``stored_bytes``): scales and padding included. A layer is
+quantized on the device it will run on (the packing differs between CPU and CUDA); on the
+meta device only the shapes are made, for exact analysis without memory.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.quant import kernels
+
+INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernels accept
+INT4_ROW_MULTIPLE = 16  # the CPU packing works on blocks of 16 output rows
+
+
+class QuantizedLinear(nn.Module):
+    """Common part: shapes, bias, bytes; subclasses hold the packed weight and scales."""
+
+    bits: int
+
+    def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    def stored_bytes(self) -> int:
+        """Bytes this layer stores: packed weight, scales (and zeros), bias."""
+        tensors = list(self.buffers(recurse=False)) + list(self.parameters(recurse=False))
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def dense_bytes(self, dtype: torch.dtype) -> int:
+        """Bytes of the same layer unquantized in ``dtype`` (weight and bias)."""
+        bias = 0 if self.bias is None else self.out_features
+        return (self.in_features * self.out_features + bias) * dtype.itemsize
+
+    def _finish(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        out = out[:, : self.out_features]  # (M, out): padded rows dropped
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features)  # (..., out)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Int8Linear(QuantizedLinear):
+    """int8 weights, one symmetric scale per output channel."""
+
+    bits = 8
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, scale_dtype: torch.dtype) -> None:
+        out_features, in_features = weight.shape
+        super().__init__(in_features, out_features, bias)
+        if weight.device.type == "meta":
+            qweight = torch.empty(out_features, in_features, dtype=torch.int8, device="meta")
+            scales = torch.empty(out_features, dtype=scale_dtype, device="meta")
+        else:
+            qweight, scales = quantize_int8(weight)
+            scales = scales.to(scale_dtype)
+        self.register_buffer("qweight", qweight)  # (out, in) int8
+        self.register_buffer("scales", scales)  # (out,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # (M, in)
+        return self._finish(kernels.int8_matmul(rows, self.qweight, self.scales), x)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight the kernel multiplies with (out, in), in float32."""
+        return self.qweight.float() * self.scales.float()[:, None]  # (out, in)
+
+
+class Int4Linear(QuantizedLinear):
+    """4-bit weights, an asymmetric scale and zero per group of ``group_size`` inputs."""
+
+    bits = 4
+
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, scale_dtype: torch.dtype, group_size: int
+    ) -> None:
+        out_features, in_features = weight.shape
+        super().__init__(in_features, out_features, bias)
+        self.group_size = group_size
+        padded = -(-out_features // INT4_ROW_MULTIPLE) * INT4_ROW_MULTIPLE
+        if weight.device.type == "meta":
+            packed = torch.empty(padded, in_features // 2, dtype=torch.uint8, device="meta")
+            scale_zeros = torch.empty(in_features // group_size, padded, 2, dtype=scale_dtype, device="meta")
+        else:
+            full = weight.new_zeros(padded, in_features)  # (out padded, in)
+            full[:out_features] = weight
+            values, scale_zeros = quantize_int4(full, group_size)
+            packed = kernels.int4_pack(values)
+            scale_zeros = scale_zeros.to(scale_dtype)
+        self.register_buffer("packed", packed)  # kernel layout; N * K / 2 bytes
+        self.register_buffer("scale_zeros", scale_zeros)  # (in / group, out padded, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # (M, in)
+        return self._finish(kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros), x)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight the kernel multiplies with (out, in), in float32, read back through the
+        kernel itself (an identity input), so it holds whatever the packed layout is."""
+        eye = torch.eye(self.in_features, device=self.packed.device)  # (in, in)
+        columns = kernels.int4_matmul(eye, self.packed, self.group_size, self.scale_zeros.float())  # (in, out padded)
+        return columns.float().T[: self.out_features].contiguous()  # (out, in)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", group_size={self.group_size}"
+
+
+class Int8Embedding(nn.Module):
+    """An input table of int8 rows: row ``i`` is ``qweight[i] * scales[i]``.
+
+    A tied int8 model passes its LM head's own buffers (the same tensors), so the matrix is
+    stored once, as before quantizing; ``from_table`` quantizes a table of its own (a tied
+    int4 model, whose packed head cannot be read by rows).
+    """
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("qweight", qweight)  # (vocab, d) int8
+        self.register_buffer("scales", scales)  # (vocab,)
+
+    @classmethod
+    def from_table(cls, table: torch.Tensor) -> Int8Embedding:
+        if table.device.type == "meta":
+            qweight = torch.empty(table.shape, dtype=torch.int8, device="meta")
+            return cls(qweight, torch.empty(table.shape[0], dtype=table.dtype, device="meta"))
+        qweight, scales = quantize_int8(table)
+        return cls(qweight, scales.to(table.dtype))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = F.embedding(ids, self.qweight).to(self.scales.dtype)  # (..., d)
+        return rows * self.scales[ids][..., None]  # (..., d)
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8: (q (out, in) int8, scales (out,) float32)."""
+    w = weight.float()  # (out, in)
+    scales = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)  # (out,)
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)  # (out, in)
+    return q, scales
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric group-wise 4-bit: (values (out, in) int32 in 0..15, scale_zeros (in / g, out, 2)).
+
+    Each group's range [min, max] maps onto 0..15; torch's kernels compute
+    ``(q - 8) * scale + zero``, so zero is the value at q = 8: ``min + 8 * scale``.
+    """
+    out_features, in_features = weight.shape
+    groups = weight.float().reshape(out_features, in_features // group_size, group_size)  # (out, G, g)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # (out, G)
+    scales = ((high - low) / 15).clamp(min=1e-8)  # (out, G)
+    values = torch.round((groups - low[..., None]) / scales[..., None]).clamp(0, 15)  # (out, G, g)
+    zeros = low + 8 * scales  # (out, G)
+    scale_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()  # (G, out, 2)
+    return values.to(torch.int32).reshape(out_features, in_features), scale_zeros
