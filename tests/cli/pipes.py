@@ -44,3 +44,32 @@ def one_error_line(result: subprocess.CompletedProcess[str], *words: str) -> Non
     assert result.stderr.startswith("zoo: error:") and result.stderr.count("\n") == 1, result.stderr
     for word in words:
         assert word in result.stderr, (word, result.stderr)
+
+
+def zoo_on_a_terminal(*args: str, columns: int = 80, timeout: float = 180, **env: str) -> tuple[int, str]:
+    """``zoo ARGS`` with stdout and stderr on a pseudo-terminal ``columns`` wide: (status, output)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import time
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    environ = environment(**env)
+    environ.pop("COLUMNS", None)
+    environ["TERM"] = "xterm-256color"
+    process = subprocess.Popen([*zoo_command(), *args], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                               env=environ, cwd=REPO)
+    os.close(follower)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    return process.wait(timeout=30), b"".join(chunks).decode(errors="replace")

@@ -102,3 +102,11 @@ def test_the_readme_compare_snippet_runs_as_a_plain_script(tmp_path):
                             env=environment(), timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "['ok', 'ok']\n", (result.stdout, result.stderr)
+
+
+def test_bench_shows_progress_on_a_terminal_only(tmp_path):
+    from tests.cli.pipes import zoo_on_a_terminal
+
+    spec = str(write_tiny_spec(tmp_path))
+    status, out = zoo_on_a_terminal("bench", "--spec", spec, *TINY_BENCH, "--no-save", columns=120)
+    assert status == 0 and "bench: build" in out and "decode tokens/s" in out  # the bar, then the table

@@ -132,3 +132,12 @@ def test_bad_generate_options_are_one_line(tmp_path):
         one_error_line(zoo("generate", "--weights", str(tmp_path), "hello", "--device", device), *words)
     one_error_line(zoo("generate", "--weights", str(tmp_path), ""), "prompt", "empty")
     one_error_line(zoo("generate", "--weights", str(tmp_path), "hi", "--threads", "0"), "--threads")
+
+
+@pytest.mark.parametrize("columns", [30, 200])
+def test_zoo_list_on_a_terminal_cuts_nothing(arch_site, columns):
+    from tests.cli.pipes import zoo_on_a_terminal
+
+    status, out = zoo_on_a_terminal("list", columns=columns, PYTHONPATH=str(arch_site))
+    assert status == 0 and "…" not in out
+    assert LONG_NAME in out.replace("\r\n", "\n") and "116,829,156,672" in out
