@@ -85,7 +85,9 @@ def test_zoo_show_output_loads_back(tmp_path):
     assert again.returncode == 0 and again.stdout == shown.stdout, again.stderr
     as_json = zoo("show", "qwen3-0.6b", "--json").stdout
     (tmp_path / "f.json").write_text(as_json)
-    assert zoo("show", "--spec", str(tmp_path / "f.json"), "--format", "json").stdout == as_json
+    from zoo.model_spec import ModelSpec
+
+    assert ModelSpec.from_file(tmp_path / "f.json").to_dict() == json.loads(as_json)["spec"]
 
 
 @pytest.mark.parametrize("argv", [["schema"], ["show", "gpt2", "--json"], ["list"]])
@@ -105,7 +107,7 @@ def test_head_minus_one_in_a_shell():
     assert result.stdout == "{\n" and result.stderr == ""
 
 
-@pytest.mark.parametrize("fmt", ["table", "json", "csv", "md"])
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
 def test_zoo_plugins_reports_a_skipped_plugin_once(tmp_path, fmt):
     site = add_fake_plugin(tmp_path, "broken-dist", "broken", "broken_plugin", BROKEN)
     result = zoo("plugins", "--format", fmt, site=site)

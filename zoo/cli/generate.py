@@ -96,28 +96,30 @@ def text_pieces(tokenizer: Tokenizer, tokens: Iterable[int], context: list[int] 
 
 def _checked_options(args: argparse.Namespace) -> str:
     """Fail on bad options before anything loads; the device to use."""
-    import torch
-
     from zoo.errors import GenerationError
-    from zoo.harness.environment import pick_device
-    from zoo.sampling import SamplingSettings
 
     if not args.prompt.strip():
         raise GenerationError("prompt: empty; give some text to continue, e.g. zoo generate --weights DIR \"Once upon a time\"")
+    if args.threads is not None and args.threads < 1:
+        raise GenerationError(f"--threads: {args.threads}; allowed: 1 or more")
+    import torch
+
+    from zoo.harness.environment import pick_device
+    from zoo.sampling import SamplingSettings
+
     if args.threads is not None:
-        if args.threads < 1:
-            raise GenerationError(f"--threads: {args.threads}; allowed: 1 or more")
         torch.set_num_threads(args.threads)
     SamplingSettings(args.temperature, args.top_k, args.top_p)
     return str(pick_device(args.device))
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    device = _checked_options(args)  # before torch is imported where it can: bad options fail fast
     import torch
 
     from zoo.generation import stream
 
-    device = _checked_options(args)  # loading shows its own bar (zoo.hub), on a terminal only
+    # loading shows its own bar (zoo.hub), on a terminal only
     model, folder = load_checkpoint(args.weights, args.revision, args.dtype, device)
     tokenizer = load_tokenizer(folder)
     prompt_ids = tokenizer.encode(args.prompt).ids

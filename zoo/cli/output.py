@@ -74,8 +74,9 @@ def cell_text(value: Any, raw: bool = False) -> str:
 def add_format_arguments(parser: argparse.ArgumentParser, formats: Sequence[str] = TABLE_FORMATS,
                          default: str = "table") -> None:
     """``--format F`` and its alias ``--json`` (= ``--format json``)."""
+    note = "; a table is never cut, and on a pipe it is plain columns" if "table" in formats else ""
     parser.add_argument("--format", choices=tuple(formats), default=default,
-                        help=f"{', '.join(formats)} (default: {default}); the table is never cut, on a pipe it is plain columns")
+                        help=f"{', '.join(formats)} (default: {default}){note}")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="same as --format json: one JSON document on stdout")
 
