@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from zoo.cli.common import add_spec_arguments, load_spec, progress_bar
 from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
@@ -64,7 +65,7 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         print_table(measurement_table(measurement), args.format)
     if saved:
-        err.print(f"appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})")
+        sys.stderr.write(f"zoo: appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})\n")  # unwrapped
     return 0
 
 

@@ -113,7 +113,7 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     print_frame(frame, "zoo compare: " + (args.arch or args.spec_file), args.format)
     if args.save:
-        err.print(f"saved {args.results_dir}/{args.save}.jsonl (rendered: .csv, .md, plots)")
+        sys.stderr.write(f"zoo: saved {args.results_dir}/{args.save}.jsonl (rendered: .csv, .md, plots)\n")
     return _status(frame)
 
 
