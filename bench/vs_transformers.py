@@ -10,6 +10,7 @@ weights plus KV cache at the midpoint context) over the bandwidth of a large mat
 product timed the same way.
 
     python bench/vs_transformers.py                      # default: 4 cases, ~4 minutes on the idle 2 cores here, 7 under load
+    python bench/vs_transformers.py --write-results      # the same, and regenerate results/perf-vs-transformers.md
     python bench/vs_transformers.py --full               # dtypes x batch 1, 8 x prompt 128, 512
     python bench/vs_transformers.py --profile qwen3      # where decode time goes, both libraries
 
@@ -232,9 +233,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--full", action="store_true", help="the full grid: batch 1,8 x prompt 128,512, threads 1,2")
     p.add_argument("--profile", metavar="FAMILY", help="profile decode of both libraries and print the top ops")
-    p.add_argument("--out", type=Path, default=RESULTS, help="Markdown results (written whole)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="Markdown results, written whole (default: a file in the temporary folder, named at the end)")
+    p.add_argument("--write-results", action="store_true", help=f"write the tracked {RESULTS.relative_to(RESULTS.parents[1])} instead")
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = RESULTS if args.write_results else Path(tempfile.gettempdir()) / "zoo-perf-vs-transformers.md"
     if args.full:
         args.batch, args.prompt, args.threads = [1, 8], [128, 512], [1, 2]
     unknown = [f for f in args.families if f not in FAMILIES]
@@ -274,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress.advance(task)
     text = write_markdown(results, args, command, bandwidths, None if args.no_write else args.out)
     print(text)
+    if not args.no_write:
+        print(f"written to {args.out}" + ("" if args.write_results else " (--write-results updates the tracked file)"), file=sys.stderr)
     return 0
 
 

@@ -47,3 +47,17 @@ FAMILY_PRESETS = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-os
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_zoo_cache(tmp_path_factory: pytest.TempPathFactory):
+    """`zoo list` caches its table; tests (and the commands they start) use a cache of their own."""
+    import os
+
+    previous = os.environ.get("ZOO_CACHE_DIR")
+    os.environ["ZOO_CACHE_DIR"] = str(tmp_path_factory.mktemp("zoo-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("ZOO_CACHE_DIR", None)
+    else:
+        os.environ["ZOO_CACHE_DIR"] = previous

@@ -62,7 +62,7 @@ def test_zoo_plugins_lists_versions_what_each_registers_and_failures(site, capsy
     add_fake_plugin(site, "broken-plugin", "broken", "broken_plugin", BROKEN)
     add_fake_plugin(site, "good-plugin", "good", "good_plugin", kind_plugin("goodnorm"), version="2.3.4")
     code, out, err = run(capsys, "plugins", "--json")
-    assert code == 0 and err.splitlines() == [BROKEN_LINE]
+    assert code == 0 and err == ""  # the failure is reported once: in the document, not also as a warning
     report = json.loads(out)
     good = next(p for p in report["plugins"] if p["name"] == "good")
     assert good == {
@@ -75,7 +75,7 @@ def test_zoo_plugins_lists_versions_what_each_registers_and_failures(site, capsy
         "error": "import failed: RuntimeError: this plugin is broken on purpose",
     }]
     code, out, _ = run(capsys, "plugins")
-    assert code == 0 and "goodnorm" in out and "2.3.4" in out and "skipped plugins" in out
+    assert code == 0 and "goodnorm" in out and "2.3.4" in out and "skipped plugin" in out
 
 
 def test_two_plugins_claiming_one_kind_fail_naming_both(site, capsys, monkeypatch):

@@ -305,6 +305,8 @@ class ModelSpec(BaseModel):
             raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
         if not isinstance(data, Mapping):
             raise SpecError(f"{path}: expected a mapping of spec fields at the top level")
+        if set(data) == {"spec", "analysis"} and isinstance(data["spec"], Mapping):
+            data = data["spec"]  # `zoo show --format json` output: the analysis is derived, not read
         try:
             return cls.model_validate(data)
         except SpecError as exc:

@@ -61,6 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("zoo: interrupted\n")
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout closed the pipe (``zoo schema | head -1``): end quietly.
+
+    stdout is pointed at /dev/null so the interpreter's final flush cannot fail again, and
+    the status is the one a process killed by SIGPIPE has in a shell (128 + 13).
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 @contextmanager

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from zoo.cli.common import add_spec_arguments, load_spec, progress_bar
+from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
 
 DEFAULTS_NOTE = (
     "Defaults (batch 1, prompt 128, gen 16, 1 warm-up round, 2 timed repeats, float32 on "
@@ -38,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)")
     p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file "
                    "(the checkpoint's tokenizer.json, else UTF-8 bytes as tokens)")
-    p.add_argument("--json", action="store_true", help="print the measurement as JSON instead of a table")
+    add_format_arguments(p)
     p.add_argument("--results-dir", default="results", help="where results are appended (default: results/)")
     p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
     p.add_argument("--no-save", action="store_true", help="do not append to the results files")
@@ -46,8 +48,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    import json
-
     from rich.console import Console
 
     from zoo.harness.run import bench, make_config
@@ -67,12 +67,12 @@ def run_bench(args: argparse.Namespace) -> int:
         from zoo.harness.report import append_result
 
         saved = append_result(measurement, args.results_dir, args.results_name)
-    if args.json:
-        print(json.dumps(measurement.model_dump(mode="json"), indent=2))
+    if args.format == "json":
+        print_json(measurement.model_dump(mode="json"))
     else:
-        Console().print(measurement_table(measurement))
+        print_table(measurement_table(measurement), args.format)
     if saved:
-        err.print(f"appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})")
+        sys.stderr.write(f"zoo: appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})\n")  # unwrapped
     return 0
 
 
@@ -98,14 +98,9 @@ def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     return rows
 
 
-def measurement_table(m):  # type: ignore[no-untyped-def]
-    """Every field of a Measurement as a two-column rich table, grouped."""
-    from rich.table import Table
-
+def measurement_table(m) -> TableData:  # type: ignore[no-untyped-def]
+    """Every field of a Measurement as a two-column table, grouped."""
     c, e = m.config, m.environment
-    table = Table(title=f"zoo bench: {m.arch}", show_header=True)
-    table.add_column("measure")
-    table.add_column("value", justify="right")
     rows = [
         ("run", f"batch {c.batch_size} · prompt {c.prompt_len} · gen {c.gen_len} · {c.repeats} repeats after {c.warmup} warm-up"),
         ("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
@@ -140,6 +135,4 @@ def measurement_table(m):  # type: ignore[no-untyped-def]
         ("torch", e.torch_version),
         ("zoo commit", e.zoo_commit or "-"),
     ]
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+    return TableData(f"zoo bench: {m.arch}", ["measure", "value"], [[n, v] for n, v in rows], right={"value"})

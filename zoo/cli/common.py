@@ -49,12 +49,22 @@ def load_spec(args: argparse.Namespace) -> ModelSpec:
 def progress_bar(console: Any, what: str) -> Iterator[Callable[[str, int, int], None]]:
     """A transient progress bar on ``console``, yielding ``update(description, done, total)``.
 
-    Off unless the console is a terminal: a bar stopped on a pipe or a captured stream still
-    writes a newline, which would make an error raised mid-run two lines instead of one.
+    It shows the time spent and, once steps have finished, an estimate of the time left
+    (descriptions may carry a better one, as `zoo bench` does per timed round). Off unless
+    the console is a terminal: nothing reaches a pipe or a log, and a bar stopped on a
+    captured stream would still write a newline, making an error raised mid-run two lines.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(what, total=None)
 

@@ -4,8 +4,10 @@ logged row by row, resumable)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from zoo.cli.common import progress_bar
+from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
 
 COMPARE_NOTE = (
     "Analysis columns (parameters, weight and KV bytes, FLOPs) are exact, of the full-size model. "
@@ -33,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _add_run_options(p)
     p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)")
     p.add_argument("--results-dir", default="results", help="where --save writes (default: results/)")
-    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    _add_output_options(p)
     p.set_defaults(func=run_compare)
 
     s = subparsers.add_parser("sweep", help="run a TOML sweep file, one row per point, resumable",
@@ -50,7 +52,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--fresh-interpreter", action="store_true",
                    help="start each local run in a new Python interpreter instead of forking it from a preloaded server")
     s.add_argument("--timeout", type=float, help="seconds a run may take before it is killed and recorded as failed")
+    _add_output_options(s)
     s.set_defaults(func=run_sweep)
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    add_format_arguments(p)
+    p.add_argument("--csv", dest="format", action="store_const", const="csv",
+                   help="same as --format csv: every column of every row (the table shows a selection)")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -102,59 +111,126 @@ def run_compare(args: argparse.Namespace) -> int:
             results_dir=args.results_dir if args.save else None, name=args.save or "compare",
             progress=_row_progress(update), **run,
         )
-    if args.csv:
-        print(frame.to_csv(index=False), end="")
-    else:
-        Console(width=250).print(frame_table(frame, "zoo compare: " + (args.arch or args.spec_file)))
+    print_frame(frame, "zoo compare: " + (args.arch or args.spec_file), args.format)
     if args.save:
-        err.print(f"saved {args.results_dir}/{args.save}.jsonl (rendered: .csv, .md, plots)")
-    return 0
+        sys.stderr.write(f"zoo: saved {args.results_dir}/{args.save}.jsonl (rendered: .csv, .md, plots)\n")
+    return _status(frame)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from rich.console import Console
 
+    from zoo.harness.grid import load_plan
     from zoo.harness.sweep import sweep
+
+    plan = load_plan(args.file)
+    log = Path(args.results_dir) / f"{plan.name}.jsonl"
+    measured = 0
+
+    def count(update):  # type: ignore[no-untyped-def]
+        report = _row_progress(update)
+
+        def progress(row, done: int, total: int) -> None:  # type: ignore[no-untyped-def]
+            nonlocal measured
+            measured += 1
+            report(row, done, total)
+
+        return progress
 
     err = Console(stderr=True)
     with progress_bar(err, args.file) as update:
         frame = sweep(
-            args.file, results_dir=args.results_dir, resume=args.resume, overwrite=args.overwrite,
+            plan, results_dir=args.results_dir, resume=args.resume, overwrite=args.overwrite,
             executor=args.executor, jobs=args.jobs, timeout=args.timeout, address=args.address,
-            isolation="interpreter" if args.fresh_interpreter else None, progress=_row_progress(update),
+            isolation="interpreter" if args.fresh_interpreter else None, progress=count(update),
         )
-    Console(width=250).print(frame_table(frame, f"zoo sweep: {args.file}"))
+    print_frame(frame, f"zoo sweep: {args.file}", args.format)
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
-    err.print(f"{len(frame)} rows ({failed} failed) in {args.results_dir}/")
+    earlier = len(frame) - measured
+    if earlier and not measured:
+        sys.stderr.write(f"zoo: nothing measured: every point of {args.file} was already in {log} "
+                         f"({_provenance(frame, log)}); --overwrite measures them again\n")
+    elif earlier:
+        sys.stderr.write(f"zoo: measured {measured} points; {earlier} rows were already in {log} ({_provenance(frame, log)})\n")
+    sys.stderr.write(f"zoo: {len(frame)} rows ({failed} failed) in {log}\n")
+    return _status(frame)
+
+
+def _provenance(frame, log) -> str:  # type: ignore[no-untyped-def]
+    """Where logged rows came from: when they finished and on which device."""
+    from zoo.harness.results_log import read_log
+
+    ids = set(frame["point_id"]) if len(frame) else set()
+    rows = [r for r in read_log(log) if r.get("point_id") in ids] if log.exists() else []
+    finished = sorted(str(r["finished_at"]) for r in rows if r.get("finished_at"))
+    devices = sorted({str((r.get("measurement") or {}).get("environment", {}).get("device_name"))
+                      for r in rows if r.get("measurement")})
+    parts = []
+    if finished:
+        parts.append(f"finished {finished[0]}" + (f" to {finished[-1]}" if finished[-1] != finished[0] else ""))
+    if devices:
+        parts.append("on " + ", ".join(devices))
+    return ", ".join(parts) or "rows of an earlier run"
+
+
+def _status(frame) -> int:  # type: ignore[no-untyped-def]
+    """1 when every row failed (a script must not take that for success), else 0."""
+    if len(frame) and bool((frame["status"] == "failed").all()):
+        first = frame["error"].iloc[0]
+        sys.stderr.write(f"zoo: every row failed; the first: {first}\n")
+        return 1
     return 0
+
+
+def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    """The comparison in the chosen format: json and csv carry every column, table and md a selection."""
+    if fmt == "json":
+        import json
+
+        print_json({"rows": json.loads(frame.to_json(orient="records"))})
+    elif fmt == "csv":
+        sys.stdout.write(frame.to_csv(index=False))
+    else:
+        print_table(frame_table(frame, title), fmt)
 
 
 TABLE_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "kv_bytes_vs_baseline", "measured_n_layers",
                  "prefill_tokens_per_s", "decode_tokens_per_s", "decode_tokens_per_s_vs_baseline", "decode_peak_bytes",
                  "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
 SHOWN_WHEN_VARYING = ("weight_bytes",)  # same in every row (most comparisons): left out
+KV_COLUMNS = ("kv_bytes_per_token", "kv_bytes")
 
 
-def frame_table(frame, title: str):  # type: ignore[no-untyped-def]
-    """The comparison as a rich table: variant, figures, ratios; failed rows show their error."""
-    from rich.table import Table
+def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]
+    """The comparison as a table: variant, figures, ratios; failed rows show their error.
 
-    from zoo.harness.report import format_cell
-
+    KV bytes depend on the dtype: its name is in those columns' headers when every row has
+    the same, else a dtype column follows the variant.
+    """
     columns = [
         c for c in TABLE_COLUMNS
         if c in frame.columns and frame[c].notna().any() and (c not in SHOWN_WHEN_VARYING or frame[c].nunique() > 1)
     ]
-    table = Table(title=title)
-    table.add_column("variant")
+    dtypes = sorted({str(d) for d in frame["dtype"].dropna()}) if "dtype" in frame.columns else []
+    one_dtype = dtypes[0] if len(dtypes) == 1 else None
+    headers = ["variant", *(["dtype"] if len(dtypes) > 1 else [])]
     for column in columns:
-        table.add_column(column.replace("_", " "), justify="right")
-    table.add_column("status")
+        header = column.replace("_", " ")
+        headers.append(f"{header} ({one_dtype})" if one_dtype and column in KV_COLUMNS else header)
+    headers.append("status")
+    rows = []
     for record in frame.to_dict("records"):
-        cells = [format_cell(record[c].item() if hasattr(record[c], "item") else record[c]) for c in columns]
+        cells = [_py(record[c]) for c in columns]
         status = record["status"] if record["status"] == "ok" else f"failed: {record['error']}"
-        table.add_row(record["label"], *cells, status)
-    return table
+        rows.append([record["label"], *([record.get("dtype")] if len(dtypes) > 1 else []), *cells, status])
+    return TableData(title, headers, rows, right=set(headers[1 + (len(dtypes) > 1):-1]))
+
+
+def _py(value):  # type: ignore[no-untyped-def]
+    """numpy scalars as Python numbers (so integers print as integers)."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def _row_progress(update):  # type: ignore[no-untyped-def]

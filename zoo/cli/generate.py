@@ -37,7 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when available)")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is steadiest on a shared CPU)")
     p.set_defaults(func=run_generate)
 
 
@@ -109,27 +110,38 @@ def text_pieces(tokenizer: Tokenizer, tokens: Iterable[int], context: list[int] 
         printed = text
 
 
-def _device(name: str) -> str:
-    if name != "auto":
-        return name
+def _checked_options(args: argparse.Namespace) -> str:
+    """Fail on bad options before anything loads; the device to use."""
+    from zoo.errors import GenerationError
+
+    if not args.prompt.strip():
+        raise GenerationError("prompt: empty; give some text to continue, e.g. zoo generate --weights DIR \"Once upon a time\"")
+    if args.threads is not None and args.threads < 1:
+        raise GenerationError(f"--threads: {args.threads}; allowed: 1 or more")
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from zoo.harness.environment import pick_device
+    from zoo.sampling import SamplingSettings
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    SamplingSettings(args.temperature, args.top_k, args.top_p)
+    return str(pick_device(args.device))
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    device = _checked_options(args)  # before torch is imported where it can: bad options fail fast
     import torch
 
     from zoo.generation import stream
-    from zoo.sampling import SamplingSettings
 
-    SamplingSettings(args.temperature, args.top_k, args.top_p)  # bad values fail before loading
+    # loading shows its own bar (zoo.hub), on a terminal only
     extra = {"gguf_file": args.gguf_file} if args.gguf_file else {}
-    model, folder = load_checkpoint(args.weights, args.revision, args.dtype, _device(args.device), **extra)
+    model, folder = load_checkpoint(args.weights, args.revision, args.dtype, device, **extra)
     tokenizer = load_tokenizer(folder)
     prompt_ids = tokenizer.encode(args.prompt).ids
     eos = eos_token_ids(folder)
-    ids = torch.tensor([prompt_ids], dtype=torch.long)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     tokens = stream(model, ids, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
                     eos_token_id=eos or None)
     count = 0

@@ -3,74 +3,62 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from zoo.cli.common import add_spec_arguments, load_spec
+from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("list", help="architectures, and component kinds by family")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p = subparsers.add_parser(
+        "list", help="architectures, and component kinds by family",
+        description="Architectures with parameters and KV bytes per token, and the component kinds of each "
+        "family. The figures are cached (see ZOO_CACHE_DIR) until zoo or a plugin changes, so a "
+        "repeated `zoo list` does not import torch. --format csv prints the architectures only.",
+    )
+    add_format_arguments(p)
+    p.add_argument("--no-cache", action="store_true", help="recompute everything, ignoring and not writing the cache")
     p.set_defaults(func=run_list)
 
-    p = subparsers.add_parser("show", help="a spec as YAML or JSON, with parameters and KV bytes")
+    p = subparsers.add_parser(
+        "show", help="a spec as YAML or JSON, with parameters and KV bytes",
+        description="A spec with its analysis. In YAML the analysis is a block of comments, so the output "
+        "loads back with `zoo show --spec FILE`; in JSON it is {\"spec\": ..., \"analysis\": ...}, which "
+        "--spec also reads (the analysis is ignored).",
+    )
     add_spec_arguments(p, positional_arch=True)
-    p.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    add_format_arguments(p, formats=("yaml", "json"), default="yaml")
     p.set_defaults(func=run_show)
 
     p = subparsers.add_parser("schema", help="JSON Schema of ModelSpec (for editors)")
     p.set_defaults(func=run_schema)
 
 
-def _fmt(n: int) -> str:
-    return f"{n:,}"
-
-
 def run_list(args: argparse.Namespace) -> int:
-    import zoo
-    from zoo.registry import FAMILIES, get_registry
+    from zoo.cli.catalog import catalog
 
-    registry = get_registry()
-    rows = []
-    for name in sorted(registry.architectures):
-        spec = zoo.spec(name)
-        count = zoo.count_params(spec)
-        rows.append({
-            "name": name,
-            "params": count.total,
-            "active": count.active,
-            "kv_bytes_per_token_bf16": zoo.kv_bytes_per_token(spec),
-            "plugin": registry.architectures[name].plugin,
-        })
-    components = {family: registry.kinds(family) for family in FAMILIES}
+    document = catalog(use_cache=not args.no_cache)
     if args.format == "json":
-        print(json.dumps({"architectures": rows, "components": components}, indent=2))
+        print_json(document)
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="architectures")
-    for column in ("name", "params", "active", "KV bytes/token (bf16)", "from"):
-        table.add_column(column, justify="right" if column not in ("name", "from") else "left", no_wrap=True)
-    for row in rows:
-        table.add_row(row["name"], _fmt(row["params"]), _fmt(row["active"]), _fmt(row["kv_bytes_per_token_bf16"]), row["plugin"])
-    console.print(table)
-    kinds = Table(title="components")
-    kinds.add_column("family")
-    kinds.add_column("kinds")
-    for family, names in components.items():
-        kinds.add_row(family, ", ".join(names))
-    console.print(kinds)
+    architectures = TableData(
+        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "from"],
+        [[r["name"], r["params"], r["active"], r["kv_bytes_per_token_bf16"], r["plugin"]] for r in document["architectures"]],
+    )
+    components = TableData("components", ["family", "kinds"],
+                           [[family, ", ".join(kinds)] for family, kinds in document["components"].items()])
+    print_table(architectures, args.format)
+    if args.format != "csv":
+        print()
+        print_table(components, args.format)
     return 0
 
 
-def run_show(args: argparse.Namespace) -> int:
+def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
+    """Parameters and KV bytes of a spec, as `zoo show` prints them."""
     import zoo
 
-    spec = load_spec(args)
     count = zoo.count_params(spec)
-    summary = {
+    return {
         "params": {
             "total": count.total,
             "active": count.active,
@@ -78,22 +66,29 @@ def run_show(args: argparse.Namespace) -> int:
             "unembedding": count.unembedding,
             "by_component": count.by_component,
         },
-        "kv_bytes_per_token": {"bfloat16": zoo.kv_bytes_per_token(spec, "bfloat16"), "float32": zoo.kv_bytes_per_token(spec, "float32")},
+        "kv_bytes_per_token": {"bfloat16": zoo.kv_bytes_per_token(spec, "bfloat16"),
+                               "float32": zoo.kv_bytes_per_token(spec, "float32")},
         "kv_cache_bytes_at_max_seq_len_bf16": zoo.kv_cache_bytes(spec, 1, spec.max_seq_len, "bfloat16"),
     }
-    if args.format == "json":
-        print(json.dumps({"spec": spec.to_dict(), "analysis": summary}, indent=2))
-        return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
     import yaml
 
+    spec = load_spec(args)
+    summary = analysis_summary(spec)
+    if args.format == "json":
+        print_json({"spec": spec.to_dict(), "analysis": summary})
+        return 0
+    analysis = yaml.safe_dump(summary, sort_keys=False).rstrip()
     print(spec.to_yaml().rstrip())
-    print("# --- analysis ---")
-    print(yaml.safe_dump(summary, sort_keys=False).rstrip())
+    print("# --- analysis (comments: `zoo show --spec` reads this file back) ---")
+    print("\n".join(f"# {line}" for line in analysis.splitlines()))
     return 0
 
 
 def run_schema(args: argparse.Namespace) -> int:
     from zoo.spec_schema import spec_json_schema
 
-    print(json.dumps(spec_json_schema(), indent=2))
+    print_json(spec_json_schema())
     return 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
+
+from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
 
 if TYPE_CHECKING:
     from zoo.registry import PluginInfo, Registry
@@ -16,9 +18,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "plugins",
         help="plugins (built in and installed) with versions and what each registers",
         description="List every plugin: built-in ones, installed distributions with a `zoo` entry point "
-        "(ZOO_PLUGINS=a,b loads only those; empty loads none) and plugins that failed to load.",
+        "(ZOO_PLUGINS=a,b loads only those; empty loads none) and plugins that failed to load. A skipped "
+        "plugin is reported once: in the 'skipped plugins' table (or the JSON's failures), or with "
+        "--format csv, which prints the plugins only, as a warning line on stderr.",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_format_arguments(p)
     p.set_defaults(func=run_plugins)
 
 
@@ -52,41 +56,40 @@ def _row(registry: Registry, info: PluginInfo) -> dict[str, Any]:
 
 
 def run_plugins(args: argparse.Namespace) -> int:
+    import warnings
+
+    from zoo.errors import PluginWarning
     from zoo.registry import get_registry
 
-    registry = get_registry()
+    with warnings.catch_warnings():
+        if args.format != "csv":  # the failures are part of this command's output: not a warning too
+            warnings.simplefilter("ignore", PluginWarning)
+        registry = get_registry()
     rows = plugin_rows(registry)
     failures = [{"name": f.name, "distribution": f.distribution or None, "error": f.error} for f in registry.failures]
-    if args.json:
-        print(json.dumps({"plugins": rows, "failures": failures, "ZOO_PLUGINS": os.environ.get("ZOO_PLUGINS")}, indent=2))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="plugins")
-    for column in ("plugin", "version", "from", "components", "architectures"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        source = row["distribution"] or row["source"]
-        shadowed = {(o.get("family"), o.get("kind")): o["by"] for o in row["overridden"] if "kind" in o}
-        components = "\n".join(
-            f"{family}: " + ", ".join(
-                kind + (f" (overridden by {shadowed[(family, kind)]})" if (family, kind) in shadowed else "")
-                for kind in kinds
-            )
-            for family, kinds in row["components"].items()
-        )
-        table.add_row(row["name"], row["version"], source, components, ", ".join(row["architectures"]))
-    console.print(table)
-    if failures:
-        failed = Table(title="skipped plugins", title_style="bold red")
-        for column in ("plugin", "distribution", "error"):
-            failed.add_column(column, overflow="fold")
-        for failure in failures:
-            failed.add_row(failure["name"], failure["distribution"] or "", failure["error"])
-        console.print(failed)
     chosen = os.environ.get("ZOO_PLUGINS")
+    if args.format == "json":
+        print_json({"plugins": rows, "failures": failures, "ZOO_PLUGINS": chosen})
+        return 0
+    print_table(TableData("plugins", ["plugin", "version", "from", "components", "architectures"],
+                          [_table_row(row) for row in rows]), args.format)
+    if failures and args.format != "csv":
+        print()
+        print_table(TableData("skipped plugins", ["skipped plugin", "distribution", "error"],
+                              [[f["name"], f["distribution"] or "", f["error"]] for f in failures]), args.format)
     if chosen is not None:
-        console.print(f"ZOO_PLUGINS={chosen!r}: only these installed plugins were loaded")
+        sys.stderr.write(f"zoo: ZOO_PLUGINS={chosen!r}: only these installed plugins were loaded\n")
     return 0
+
+
+def _table_row(row: dict[str, Any]) -> list[str]:
+    source = row["distribution"] or row["source"]
+    shadowed = {(o.get("family"), o.get("kind")): o["by"] for o in row["overridden"] if "kind" in o}
+    components = "\n".join(
+        f"{family}: " + ", ".join(
+            kind + (f" (overridden by {shadowed[(family, kind)]})" if (family, kind) in shadowed else "")
+            for kind in kinds
+        )
+        for family, kinds in row["components"].items()
+    )
+    return [row["name"], row["version"], source, components, ", ".join(row["architectures"])]

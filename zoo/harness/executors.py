@@ -13,13 +13,16 @@ Rows reach ``on_row`` in the driver process only, in the order runs end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import signal
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -103,7 +106,8 @@ class LocalExecutor:
                     reader, writer = context.Pipe(duplex=False)
                     log = logs / f"{point.id}.log"
                     process = context.Process(target=self.target, args=(plan_json, point.model_dump_json(), writer, str(log)), daemon=True)
-                    process.start()
+                    with _main_script_hidden():
+                        process.start()
                     writer.close()
                     running[process.sentinel] = (point, process, reader, log, time.monotonic())
                 ready = wait_any([*running, *(r for _, _, r, _, _ in running.values())], timeout=1.0)
@@ -123,6 +127,26 @@ class LocalExecutor:
             for log in logs.iterdir():
                 log.unlink(missing_ok=True)
             logs.rmdir()
+
+
+@contextlib.contextmanager
+def _main_script_hidden() -> Iterator[None]:
+    """Start processes without multiprocessing re-running the caller's script in them.
+
+    The fork server and each process it starts re-import ``__main__`` from its file, so a
+    script calling ``zoo.compare`` at top level, without an ``if __name__ == "__main__":``
+    guard, would call it again inside every run, where starting processes is refused: each
+    row failed with no output. A run needs nothing of the caller's script (its target and
+    arguments are zoo's own), so ``__main__`` is replaced by an empty module while a process
+    starts, and the script runs once, as written.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 def _collect(point: SweepPoint, process: Any, reader: Any, log: Path, timeout: float | None, started: float) -> dict[str, Any] | None:

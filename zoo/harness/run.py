@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -162,6 +163,15 @@ def _median_spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def _duration(seconds: float) -> str:
+    """A rough human duration for progress estimates: 12 s, 3 min, 1.5 h."""
+    if seconds < 90:
+        return f"{max(seconds, 1):.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def bench(
     spec: ModelSpec | str | Mapping[str, Any] | None,
     config: BenchConfig | None = None,
@@ -220,12 +230,18 @@ def bench(
     generator = torch.Generator().manual_seed(config.seed)
     prompt = torch.randint(model_spec.vocab_size, (B, P), generator=generator).to(device)  # (B, P)
 
+    warm_times: list[tuple[float, float]] = []  # (prefill s, s per decode step) of each warm-up round
+
     def one_round(prompt_ids: torch.Tensor, decode_steps: int) -> None:
         cache.reset()
+        start = time.perf_counter()
         token = prefill(model, prompt_ids, cache).argmax(-1, keepdim=True)  # (B, 1)
+        probe.synchronize()
+        middle = time.perf_counter()
         for _ in range(decode_steps):
             token = step(model, token, cache).argmax(-1, keepdim=True)
         probe.synchronize()
+        warm_times.append((middle - start, (time.perf_counter() - middle) / max(decode_steps, 1)))
 
     warm_prompt = prompt if device.type == "cuda" else prompt[:, :HOST_WARMUP_PROMPT]
     warm_steps = min(WARMUP_DECODE_STEPS, G - 1)
@@ -234,11 +250,16 @@ def bench(
     for i in range(1, config.warmup):
         one_round(warm_prompt, warm_steps)
         report("warm-up", 1 + i, total_steps)
+    # a timed round's length, guessed from the last warm-up round until a timed one has run
+    warm_prefill, warm_step = warm_times[-1] if warm_times else (0.0, 0.0)
+    round_s = warm_prefill * P / warm_prompt.shape[1] + warm_step * (G - 1)
 
     prefill_rates, decode_rates, ttfts = [], [], []
     prefill_peak = decode_peak = 0
     for r in range(config.repeats):
-        report(f"repeat {r + 1}/{config.repeats}", 1 + config.warmup + r, total_steps)
+        left = round_s * (config.repeats - r)
+        report(f"repeat {r + 1}/{config.repeats}, about {_duration(left)} left", 1 + config.warmup + r, total_steps)
+        round_start = time.perf_counter()
         cache.reset()
         with probe.phase() as pre:
             token = prefill(model, prompt, cache).argmax(-1, keepdim=True)  # (B, 1)
@@ -249,6 +270,7 @@ def bench(
         prefill_rates.append(B * P / pre.seconds)
         decode_rates.append(B * (G - 1) / dec.seconds)
         prefill_peak, decode_peak = max(prefill_peak, pre.peak_bytes), max(decode_peak, dec.peak_bytes)
+        round_s = time.perf_counter() - round_start
     report("done", total_steps, total_steps)
 
     count = count_params(model_spec)

@@ -115,9 +115,12 @@ def _copy_in_chunks(dest: torch.Tensor, view: torch.Tensor, release) -> None:  #
 def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, folder: Path):  # type: ignore[no-untyped-def]
     if not enabled:
         return None
+    from rich.console import Console
     from rich.progress import Progress
 
-    bar = stack.enter_context(Progress(transient=True))
+    # on stderr, and only on a terminal: a bar on stdout, even stopped, leaves a blank line in piped text
+    console = Console(stderr=True)
+    bar = stack.enter_context(Progress(console=console, transient=True, disable=not console.is_terminal))
     return bar, bar.add_task(f"loading {folder.name}", total=total)
 
 

@@ -1,32 +1,17 @@
-"""Tiny DeepSeek specs for the plugin's tests; installs the plugin (pip -e) when it is not."""
+"""Tiny DeepSeek specs for the plugin's tests; zoo-mla made importable without installing it."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import site
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))
+from staging import stage_zoo_mla  # noqa: E402
 
-def _ensure_installed() -> None:
-    """zoo finds plugins only through installed entry points, so tests need a real install."""
-    if importlib.util.find_spec("zoo_mla") is not None:
-        return
-    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(Path(__file__).parents[1])]
-    if importlib.util.find_spec("setuptools") is not None:
-        command.insert(4, "--no-build-isolation")
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
-    for directory in site.getsitepackages():
-        site.addsitedir(directory)
-    importlib.invalidate_caches()
-
-
-_ensure_installed()
+stage_zoo_mla()  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
 import zoo
 from zoo.model_spec import ModelSpec
