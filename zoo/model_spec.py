@@ -1,8 +1,9 @@
-"""ModelSpec: a validated, serialisable description of a decoder language model.
+"""ModelSpec: a validated, serialisable description of a model (decoder-only, encoder-only).
 
 Each component field is ``{"kind": name, ...options}``; the registry validates the options of
 that kind (unknown keys are errors). ``layers`` holds per-layer overrides keyed by a layer
 selector ("0,2,4", "1-3", "0::2", "5::6"), merged over the base components for those layers.
+``embedding`` and ``head`` are model-level parts (one each), also built by the registry.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from zoo.interfaces import Options
 from zoo.layer_selectors import parse_layer_selector
 from zoo.registry import ComponentEntry, get_registry, on_registry_change
 
-COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
+COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")  # per layer
+MODEL_PARTS: dict[str, str] = {"embedding": "token", "head": "causal_lm"}  # one per model: default kind
 
 
 def format_validation_error(
@@ -144,6 +146,23 @@ def resolve_component(
     return ResolvedComponent(family, str(kind), options, entry)
 
 
+class StackSpec(BaseModel):
+    """The encoder of an encoder-decoder: its depth, component overrides merged over the
+    top-level ones (e.g. ``attention: {causal: false}``), its own per-layer selectors and
+    whether it ends with a norm."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_layers: PositiveInt
+    norm: dict[str, Any] | None = None
+    positional: dict[str, Any] | None = None
+    attention: dict[str, Any] | None = None
+    ffn: dict[str, Any] | None = None
+    block: dict[str, Any] | None = None
+    layers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    final_norm: bool = True
+
+
 class ModelSpec(BaseModel):
     """A decoder language model: sizes, one component of each family, per-layer overrides."""
 
@@ -164,6 +183,12 @@ class ModelSpec(BaseModel):
     attention: ComponentSpec
     ffn: ComponentSpec
     block: ComponentSpec = ComponentSpec(kind="pre_norm")
+    embedding: ComponentSpec = ComponentSpec(kind="token")
+    head: ComponentSpec = ComponentSpec(kind="causal_lm")
+    final_norm: bool = Field(True, description="a norm after the last block (false: post-norm encoders, BERT)")
+    encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
+    cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
+    decoder_start_token_id: int | None = Field(None, ge=0, description="encoder-decoder: first decoder token")
     layers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-layer overrides: selector -> {family: {...}}"
     )
@@ -201,6 +226,8 @@ class ModelSpec(BaseModel):
         for family in COMPONENT_FIELDS:
             if family in data:
                 data[family] = resolve_component(family, data[family], family, context).to_dict()
+        for family, default_kind in MODEL_PARTS.items():
+            data[family] = resolve_component(family, data.get(family) or default_kind, family, context).to_dict()
         layers = data.get("layers") or {}
         if not isinstance(layers, Mapping):
             raise SpecError(f"layers: expected a mapping of layer selector -> overrides, got {layers!r}")
@@ -220,6 +247,7 @@ class ModelSpec(BaseModel):
                 for index in parse_layer_selector(str(key), n_layers):
                     _resolve_layer(data, normalised, index, context)
         data["layers"] = normalised
+        _check_encoder(data, context)
         return data
 
     # ---- per-layer view -------------------------------------------------------------------
@@ -235,6 +263,17 @@ class ModelSpec(BaseModel):
 
     def iter_layers(self) -> Iterable[LayerSpec]:
         return iter(self.layer_specs())
+
+    def encoder_spec(self) -> ModelSpec | None:
+        """The encoder stack as a spec of its own (components merged over the top level,
+        bidirectional attention, no head), or None for a single-stack model."""
+        if self.encoder is None:
+            return None
+        return _encoder_spec(self.model_dump())
+
+    def part(self, family: str) -> ResolvedComponent:
+        """A model-level component (``embedding``, ``head``, or the base ``norm``), resolved."""
+        return resolve_component(family, getattr(self, family), family, _context(self.model_dump()))
 
     @property
     def resolved_embedding_scale(self) -> float | None:
@@ -260,7 +299,7 @@ class ModelSpec(BaseModel):
                     f"{dotted}: unknown key{did_you_mean(head, type(self).model_fields)}; "
                     f"allowed: {allowed(type(self).model_fields)}"
                 )
-            if head in COMPONENT_FIELDS:
+            if head in COMPONENT_FIELDS or head in MODEL_PARTS:
                 if not rest:
                     component_updates[head] = {**component_updates.get(head, {}), **_as_component_dict(value, head)}
                 else:
@@ -275,7 +314,7 @@ class ModelSpec(BaseModel):
         for family, update in component_updates.items():
             old_kind = data[family]["kind"]
             data[family] = merge_component(family, data[family], update)
-            if data[family]["kind"] != old_kind:
+            if data[family]["kind"] != old_kind and family in COMPONENT_FIELDS:
                 data["layers"] = _prune_layer_overrides(data.get("layers") or {}, family, data[family]["kind"])
         spec = type(self)(**data)
         return spec
@@ -316,6 +355,48 @@ class ModelSpec(BaseModel):
         from zoo.hub.config import spec_from_hf_config
 
         return spec_from_hf_config(config)
+
+
+def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level fields with the encoder's overrides merged in (a spec of its own)."""
+    encoder = dict(data["encoder"])
+    out = {k: v for k, v in data.items() if k not in ("encoder", "cross_attention", "decoder_start_token_id", "layers")}
+    out.update(n_layers=encoder["n_layers"], layers=encoder.get("layers") or {}, final_norm=encoder.get("final_norm", True))
+    out["head"] = {"kind": "none"}
+    out["name"] = f"{data.get('name') or 'model'}-encoder"
+    for family in COMPONENT_FIELDS:
+        update = encoder.get(family)
+        if update:
+            out[family] = merge_component(family, _as_component_dict(data[family], family), update)
+    attention = _as_component_dict(out["attention"], "attention")
+    out["attention"] = {**attention, "causal": False}
+    return out
+
+
+def _encoder_spec(data: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(**_encoder_data(data))
+
+
+def _check_encoder(data: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """encoder and cross_attention come together; both must resolve (errors say where)."""
+    encoder, cross = data.get("encoder"), data.get("cross_attention")
+    if (encoder is None) != (cross is None):
+        missing = "cross_attention" if cross is None else "encoder"
+        raise SpecError(f"{missing}: required when {'encoder' if cross is None else 'cross_attention'} is set "
+                        "(an encoder-decoder needs both; a single-stack model neither)")
+    if encoder is None:
+        return
+    data["cross_attention"] = resolve_component("attention", cross, "cross_attention", context).to_dict()  # type: ignore[index]
+    if isinstance(encoder, StackSpec):
+        encoder = encoder.model_dump()
+    if not isinstance(encoder, Mapping):
+        raise SpecError(f"encoder: expected a mapping like {{n_layers: 6, ...}}, got {encoder!r}")
+    try:
+        _encoder_spec({**data, "encoder": StackSpec(**encoder).model_dump()})
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, prefix="encoder")) from None
+    except SpecError as exc:
+        raise SpecError(f"encoder: {exc}") from None
 
 
 @functools.lru_cache(maxsize=256)
