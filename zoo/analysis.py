@@ -95,6 +95,12 @@ def _model_for(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel
     return _meta_model(as_spec(spec).to_json(indent=0))
 
 
+def meta_model(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
+    """The model a spec builds, on the meta device (cached by spec JSON): for inspecting
+    structure without allocating."""
+    return _model_for(spec)
+
+
 @functools.lru_cache(maxsize=64)
 def _meta_model(spec_json: str) -> ZooModel:
     import json
