@@ -42,7 +42,7 @@ RUNTIME_KEYS = frozenset({
     "use_cache", "return_dict", "use_return_dict", "output_attentions", "output_hidden_states",
     "_attn_implementation", "_attn_implementation_internal", "_attn_implementation_autoset",
     "attn_implementation", "cache_implementation", "initializer_range", "initializer_factor",
-    "chunk_size_feed_forward", "attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+    "chunk_size_feed_forward", "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
     "reorder_and_upcast_attn", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
     "pretraining_tp", "_sliding_window_pattern", "sliding_window_pattern", "max_window_layers", "n_ctx",
 })
