@@ -36,6 +36,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.ffn",
     "zoo.components.moe",
     "zoo.components.blocks",
+    "zoo.components.mamba",
     "zoo.archs",
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -10,21 +9,14 @@ import torch
 
 from zoo.components.mamba import MambaMixer, MambaOptions
 from zoo.components.mamba_scan import chunk_length, selective_scan
+from zoo.interfaces import LayerState
 
 D_MODEL, D_STATE, D_CONV = 32, 8, 4
 
 
-@dataclass
-class _State:
-    """Just what the mixer reads from a layer's state."""
-
-    tensors: dict[str, torch.Tensor]
-    token_valid: torch.Tensor | None = None
-
-
-def _fresh_state(mixer: MambaMixer, batch: int) -> _State:
-    shapes = mixer.state_shapes(batch)
-    return _State({name: torch.zeros(shape) for name, shape in shapes.items()})
+def _fresh_state(mixer: MambaMixer, batch: int, token_valid: torch.Tensor | None = None) -> LayerState:
+    tensors = {name: torch.zeros(t.shape, dtype=t.dtype) for name, t in mixer.state_layout(batch, 64).items()}
+    return LayerState(tensors, torch.arange(1), None, 64, token_valid=token_valid)
 
 
 def _hf_pair(falcon: bool = False):  # type: ignore[no-untyped-def]
@@ -45,7 +37,7 @@ def _hf_pair(falcon: bool = False):  # type: ignore[no-untyped-def]
         )
     torch.manual_seed(0)
     options = MambaOptions(d_state=D_STATE, d_conv=D_CONV, bcdt_norm_eps=1e-6 if falcon else None)
-    ours = MambaMixer(options, SimpleNamespace(d_model=D_MODEL))  # type: ignore[arg-type]
+    ours = MambaMixer(options, SimpleNamespace(d_model=D_MODEL, role="decoder"))  # type: ignore[arg-type]
     with torch.no_grad():
         for name, param in ours.named_parameters():
             if name in ("in_proj.weight", "x_proj.weight", "out_proj.weight"):
@@ -84,8 +76,7 @@ def test_left_padding_leaves_the_state_untouched():
     x = torch.randn(1, 6, D_MODEL)
     padded = torch.cat((torch.randn(1, 3, D_MODEL), x), dim=1)  # three padding tokens first
     valid = torch.tensor([[False] * 3 + [True] * 6])
-    alone, with_pads = _fresh_state(ours, 1), _fresh_state(ours, 1)
-    with_pads.token_valid = valid
+    alone, with_pads = _fresh_state(ours, 1), _fresh_state(ours, 1, valid)
     with torch.no_grad():
         expected = ours(x, None, alone)
         got = ours(padded, None, with_pads)[:, 3:]

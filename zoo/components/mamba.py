@@ -22,8 +22,10 @@ from pydantic import Field, PositiveInt
 from torch import nn
 
 from zoo.components.linear import Linear
+from zoo.errors import SpecError
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
-from zoo.interfaces import BuildContext, Options
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
 
 
 class MambaOptions(Options):
@@ -63,8 +65,8 @@ class DtProjection(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-class MambaMixer(nn.Module):
-    """The selective-scan mixer; ``forward(x, positions, state=None)`` (positions unused)."""
+class MambaMixer(TokenMixer):
+    """The selective-scan mixer. Positions are not used: order comes from the recurrence."""
 
     causal = True
 
@@ -97,21 +99,32 @@ class MambaMixer(nn.Module):
             self.D.fill_(1.0)
 
     # ---- state ----------------------------------------------------------------------------
-    def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
-        return {"conv": (batch_size, self.d_inner, self.d_conv), "ssm": (batch_size, self.d_inner, self.d_state)}
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """The convolution window and the recurrent state: float32, fixed per sequence."""
+        return {
+            "conv": StateTensor((batch_size, self.d_inner, self.d_conv), torch.float32, per="sequence"),
+            "ssm": StateTensor((batch_size, self.d_inner, self.d_state), torch.float32, per="sequence"),
+        }
 
-    def state_update_flops(self, n_new: int) -> int:
-        """FLOPs of the scan itself per the new tokens, whatever the context: per channel and
-        state entry, exp(dt·A), dt·B·x and the decay-and-add (about 6), C·h (2); the
-        convolution (2·d_conv per channel) and the D skip and gate (4 per channel)."""
-        per_token = self.d_inner * (8 * self.d_state + 2 * self.d_conv + 4)
-        return n_new * per_token
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """The state update beyond the projections, whatever the context: per channel and
+        state entry exp(dt·A), dt·B·x, the decay-and-add (about 6) and C·h (2); per channel
+        the convolution (2·d_conv), the D skip and the gate (4)."""
+        return n_new * self.d_inner * (8 * self.d_state + 2 * self.d_conv + 4)
 
     # ---- forward --------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, positions: object = None, state: object = None, memory: object = None) -> torch.Tensor:
-        B, T, _ = x.shape
-        tensors = None if state is None else state.tensors  # type: ignore[attr-defined]
-        valid = None if state is None else getattr(state, "token_valid", None)  # (B, T) bool
+    def forward(
+        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). With a state, its conv window and recurrent state are
+        read and updated in place; tokens marked False in ``token_valid`` (left padding)
+        enter as zeros with a zero step, so they leave the state as it was."""
+        T = x.shape[1]
+        tensors = None if state is None else state.tensors
+        if state is not None:
+            valid = state.token_valid  # (B, T) bool or None
+        else:
+            valid = None if positions is None else positions.key_valid
         xs, z = self.in_proj(x).chunk(2, dim=-1)  # (B, T, d_inner) each
         if valid is not None:
             xs = xs * valid[..., None].to(xs.dtype)  # padding enters the convolution as zeros
@@ -144,6 +157,14 @@ def _weightless_rms(t: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(t.float(), (t.shape[-1],), eps=eps).to(t.dtype)
 
 
-def build_mamba(options: MambaOptions, ctx: BuildContext) -> nn.Module:
+def build_mamba(options: MambaOptions, ctx: BuildContext) -> MambaMixer:
     """Mamba (v1) selective-scan mixer."""
+    if ctx.role == "cross_attention":
+        raise SpecError("cross_attention.kind: mamba mixes a sequence with itself and cannot read an encoder's "
+                        "output; allowed: an attention kind (gqa, mha, mqa)")
     return MambaMixer(options, ctx)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "mamba", build_mamba, options=MambaOptions, module=MambaMixer)

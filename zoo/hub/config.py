@@ -1,5 +1,5 @@
 """Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen3, qwen3_moe,
-gpt_oss and gemma3_text.
+gpt_oss and gemma3_text (and mamba, falcon_mamba from ``config_mamba.py``).
 
 Every key of a config is either mapped into the spec, or listed in ``NEUTRAL_KEYS`` (it does
 not change the forward pass: token ids, dropout, training-only options), or checked to hold
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
+from zoo.hub.config_mamba import mamba_spec
 from zoo.model_spec import ModelSpec
 
 NEUTRAL_KEYS = frozenset({
@@ -295,6 +296,8 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "qwen3_moe": _qwen3_moe,
     "gpt_oss": _gpt_oss,
     "gemma3_text": _gemma3,
+    "mamba": mamba_spec,
+    "falcon_mamba": lambda r: mamba_spec(r, falcon=True),
 }
 
 
