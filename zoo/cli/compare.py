@@ -129,7 +129,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-TABLE_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "kv_bytes_vs_baseline", "measured_n_layers",
+TABLE_COLUMNS = ("params_total", "kv_bytes_per_token", "state_bytes", "kv_bytes", "kv_bytes_vs_baseline", "measured_n_layers",
                  "prefill_tokens_per_s", "decode_tokens_per_s", "decode_tokens_per_s_vs_baseline", "decode_peak_bytes")
 
 

@@ -67,7 +67,8 @@ class Measurement(BaseModel):
     params_unembedding: int
     weight_bytes: int  # bytes of the model's parameters as built (tied once)
     kv_bytes_per_token: int
-    kv_bytes: int  # the allocated cache at batch_size x (prompt_len + gen_len)
+    state_bytes: int = 0  # fixed per sequence (recurrent state, convolution windows), any context
+    kv_bytes: int  # the allocated cache (KV and state) at batch_size x (prompt_len + gen_len)
     context_len: int
     prefill_peak_bytes: int
     decode_peak_bytes: int
@@ -145,7 +146,7 @@ def bench(
     """Measure one spec (or ``weights=``) as ``config`` / keyword options say; see BenchConfig."""
     from datetime import datetime, timezone
 
-    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token
+    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token, state_bytes
     from zoo.cache import KVCache
     from zoo.generation import compile_decode_step, decode_step, prefill
     from zoo.model import as_spec, resolve_dtype
@@ -245,6 +246,7 @@ def bench(
         params_unembedding=count.unembedding,
         weight_bytes=sum(p.numel() * p.element_size() for p in unique.values()),
         kv_bytes_per_token=kv_bytes_per_token(model_spec, dtype=dtype),
+        state_bytes=state_bytes(model_spec, dtype=dtype),
         kv_bytes=cache.nbytes,
         context_len=context,
         prefill_peak_bytes=prefill_peak,
