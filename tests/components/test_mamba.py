@@ -113,3 +113,18 @@ def test_chunks_stay_in_cache():
     assert chunk_length(1, 1536, 16) == 4  # mamba-130m
     assert chunk_length(1, 64, 8) == 64  # tiny: capped
     assert chunk_length(64, 1536, 16) == 4  # large batches: floor
+
+
+def test_the_scan_trains_gradients_equal_the_recurrence():
+    torch.manual_seed(2)
+    batch, T, d, N = 2, 11, 5, 3
+    inputs = [torch.randn(batch, T, d), torch.rand(batch, T, d), -torch.rand(d, N), torch.randn(batch, T, N),
+              torch.randn(batch, T, N)]
+    ours = [t.clone().requires_grad_() for t in inputs]
+    loop = [t.clone().requires_grad_() for t in inputs]
+    y, _ = selective_scan(*ours, None, 4)
+    y_ref, _ = _loop_scan(*loop, torch.zeros(batch, d, N))
+    y.square().sum().backward()
+    y_ref.square().sum().backward()
+    for a, b in zip(ours, loop):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-5)

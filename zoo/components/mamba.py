@@ -15,10 +15,11 @@ d_state), the recurrent state, both float32 (decoding accumulates into them).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components.linear import Linear
@@ -38,6 +39,16 @@ class MambaOptions(Options):
     bcdt_norm_eps: float | None = Field(
         None, gt=0, description="weightless RMS norms on dt, B and C with this eps (Falcon-Mamba); none: off"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_dt_rank(cls, data: Any, info: ValidationInfo) -> Any:
+        """Store the default rank the model will use (ceil(d_model / 16)), as a spec shows
+        every number it builds with."""
+        d_model = (info.context or {}).get("d_model")
+        if isinstance(data, dict) and data.get("dt_rank") is None and isinstance(d_model, int):
+            data = {**data, "dt_rank": math.ceil(d_model / 16)}
+        return data
 
 
 class DtProjection(nn.Module):

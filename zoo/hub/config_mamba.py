@@ -57,7 +57,10 @@ def mamba_spec(r: ConfigReader, falcon: bool = False) -> dict[str, Any]:
     if falcon:
         mixer["bcdt_norm_eps"] = float(r.get("mixer_rms_eps", 1e-6))
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers, "max_seq_len": MAMBA_CONTEXT,
+        # transformers' Mamba has no context limit and ignores this key; zoo writes it when a
+        # spec sets a limit, so that the limit survives a save and load
+        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
+        "max_seq_len": r.get("max_position_embeddings", MAMBA_CONTEXT),
         "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "norm": {"kind": "rmsnorm", "eps": r.get("layer_norm_epsilon", 1e-5)},
         "positional": {"kind": "none"},
@@ -81,4 +84,6 @@ def mamba_config(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     }
     if model_type == "falcon_mamba":
         config["mixer_rms_eps"] = mixer.bcdt_norm_eps
+    if spec.max_seq_len != MAMBA_CONTEXT:
+        config["max_position_embeddings"] = spec.max_seq_len
     return config
