@@ -88,6 +88,10 @@ MIXERS = {
                        "layers": {"1::2": {"attention": GQA}}},
     "windowed-gqa-then-mamba": {"attention": {**GQA, "window": WINDOW}, "ffn": {"kind": "none"},
                                 "positional": {"kind": "alibi"}, "layers": {"1::2": {"attention": MAMBA}}},
+    "linear-rope": {"attention": {"kind": "linear", "n_heads": 4, "head_dim": 8}, "ffn": FFN["swiglu"],
+                    "positional": {"kind": "rope"}},
+    "linear-then-mamba": {"attention": {"kind": "linear", "n_heads": 2}, "ffn": FFN["moe"],
+                          "positional": {"kind": "none"}, "layers": {"1": {"attention": MAMBA}}},
 }
 
 

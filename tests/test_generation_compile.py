@@ -49,7 +49,7 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
             step(model, token, compiled_cache)
 
 
-@pytest.mark.parametrize("name", ["mamba", "mamba-then-gqa"])
+@pytest.mark.parametrize("name", ["mamba", "mamba-then-gqa", "linear-rope"])
 def test_compiled_recurrent_decode_step_equals_eager_without_recompiling(name):
     """The recurrent state (conv window and SSM state) is updated in place inside the
     graph, from a left-padded prefill, and the step compiles once."""

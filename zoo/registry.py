@@ -37,6 +37,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.moe",
     "zoo.components.blocks",
     "zoo.components.mamba",
+    "zoo.components.linear_attention",
     "zoo.archs",
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")
