@@ -20,6 +20,8 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.mistral",
     "zoo.archs.gemma3",
     "zoo.archs.mamba",
+    "zoo.archs.bert",
+    "zoo.archs.transformer",
 )
 
 
