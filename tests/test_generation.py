@@ -134,6 +134,19 @@ def test_recurrent_and_hybrid_left_padded_rows_equal_their_unpadded_runs(name):
         torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba"])  # no positions: uncached, a padded row's
+def test_uncached_left_padding_leaves_recurrent_rows_as_alone(name):
+    """Without a cache the attention_mask reaches the mixers as Positions.key_valid (positions
+    are then not shifted by the padding, hence no positional encoding here)."""
+    model = mixer_model(name)
+    ids = torch.tensor([[3, 3, 5, 9, 2], [1, 2, 5, 9, 2]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        padded = model(ids, attention_mask=mask)[0, 2:]
+        alone = model(ids[:1, 2:])[0]
+    torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
 def test_chunked_prefill_equals_full_forward(window, positional):
