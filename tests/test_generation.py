@@ -134,7 +134,7 @@ def test_recurrent_and_hybrid_left_padded_rows_equal_their_unpadded_runs(name):
         torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba"])  # no positions: uncached, a padded row's
+@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba"])  # no positional encoding (see below)
 def test_uncached_left_padding_leaves_recurrent_rows_as_alone(name):
     """Without a cache the attention_mask reaches the mixers as Positions.key_valid (positions
     are then not shifted by the padding, hence no positional encoding here)."""
