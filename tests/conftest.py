@@ -15,19 +15,19 @@ def tiny_spec(name: str, *, window: int = 4, n_layers: int | None = None) -> Mod
     """The preset shrunk to test size, keeping its structure (kinds, per-layer pattern)."""
     spec = zoo.spec(name)
     attention = spec.attention
-    kv = 1 if attention.n_kv_heads == 1 else (4 if attention.kind == "mha" else 2)
     layers = n_layers or (6 if spec.layers and "5::6" in spec.layers else 2)
     updates: dict[str, object] = {
         "d_model": 64,
         "n_layers": layers,
         "vocab_size": TINY_VOCAB,
         "max_seq_len": 64,
-        "attention.n_heads": 4,
-        "attention.n_kv_heads": kv,
-        "attention.head_dim": 16,
-        "ffn.hidden": 48,
     }
-    if attention.window:
+    if "n_heads" in attention.options_dict():  # attention (a recurrent mixer has no heads)
+        kv = 1 if attention.n_kv_heads == 1 else (4 if attention.kind == "mha" else 2)
+        updates.update({"attention.n_heads": 4, "attention.n_kv_heads": kv, "attention.head_dim": 16})
+    if "hidden" in spec.ffn.options_dict():
+        updates["ffn.hidden"] = 48
+    if attention.options_dict().get("window"):
         updates["attention.window"] = window
     if spec.ffn.kind == "moe":
         updates["ffn.n_experts"] = 4
@@ -41,7 +41,8 @@ def tiny_spec(name: str, *, window: int = 4, n_layers: int | None = None) -> Mod
     return spec.override(updates)
 
 
-FAMILY_PRESETS = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-oss-20b", "mistral-7b", "mixtral-8x7b", "gemma-3-270m"]
+FAMILY_PRESETS = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-oss-20b", "mistral-7b", "mixtral-8x7b", "gemma-3-270m",
+                  "mamba-130m"]
 
 
 @pytest.fixture(autouse=True)

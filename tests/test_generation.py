@@ -78,6 +78,75 @@ def test_prefill_then_decode_equals_full_forward(combination):
     torch.testing.assert_close(torch.stack(steps, dim=1), full[:, 4:], atol=1e-5, rtol=1e-5)
 
 
+# recurrent and hybrid stacks: prefill + decode, chunked prefill and left padding as above
+GQA = {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8}
+MAMBA = {"kind": "mamba", "d_state": 4, "d_conv": 3}
+MIXERS = {
+    "mamba": {"attention": MAMBA, "ffn": {"kind": "none"}, "positional": {"kind": "none"}},
+    "mamba-moe": {"attention": MAMBA, "ffn": FFN["moe"], "positional": {"kind": "none"}},
+    "mamba-then-gqa": {"attention": MAMBA, "ffn": FFN["swiglu"], "positional": {"kind": "rope"},
+                       "layers": {"1::2": {"attention": GQA}}},
+    "windowed-gqa-then-mamba": {"attention": {**GQA, "window": WINDOW}, "ffn": {"kind": "none"},
+                                "positional": {"kind": "alibi"}, "layers": {"1::2": {"attention": MAMBA}}},
+    "linear-rope": {"attention": {"kind": "linear", "n_heads": 4, "head_dim": 8}, "ffn": FFN["swiglu"],
+                    "positional": {"kind": "rope"}},
+    "linear-then-mamba": {"attention": {"kind": "linear", "n_heads": 2}, "ffn": FFN["moe"],
+                          "positional": {"kind": "none"}, "layers": {"1": {"attention": MAMBA}}},
+}
+
+
+def mixer_model(name: str, n_layers: int = 2) -> zoo.model.ZooModel:
+    spec = ModelSpec.model_validate({
+        "name": f"mixers-{name}-{n_layers}", "vocab_size": VOCAB, "d_model": 32, "n_layers": n_layers,
+        "max_seq_len": 32, "norm": {"kind": "rmsnorm"}, "block": {"kind": "pre_norm"}, **MIXERS[name],
+    })
+    return zoo.build(spec, seed=0).eval()
+
+
+@pytest.mark.parametrize("name", MIXERS)
+def test_recurrent_and_hybrid_stacks_decode_as_their_full_forward(name):
+    model = mixer_model(name)
+    ids = torch.randint(0, VOCAB, (2, 12))
+    with torch.no_grad():
+        full = model(ids)
+    cache = KVCache(model, batch_size=2, max_len=12)
+    last = [prefill(model, ids[:, a:b], cache) for a, b in ((0, 5), (5, 6), (6, 9))]  # chunks, one of one token
+    last += [decode_step(model, ids[:, t : t + 1], cache) for t in range(9, 12)]
+    torch.testing.assert_close(torch.stack(last, dim=1), full[:, [4, 5, 8, 9, 10, 11]], atol=1e-5, rtol=1e-5)
+    cache.reset()  # the recurrent state is forgotten: the same prompt gives the same logits
+    torch.testing.assert_close(prefill(model, ids[:, :5], cache), full[:, 4], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", MIXERS)
+def test_recurrent_and_hybrid_left_padded_rows_equal_their_unpadded_runs(name):
+    model = mixer_model(name)
+    prompts = [torch.randint(0, VOCAB, (n,)).tolist() for n in (7, 2, 5)]
+    follow = torch.randint(0, VOCAB, (3, 4))
+    ids, mask = left_pad(prompts, pad_token_id=3)
+    cache = KVCache(model, batch_size=3, max_len=7 + 4)
+    batched = [prefill(model, ids, cache, attention_mask=mask)]
+    batched += [decode_step(model, follow[:, t : t + 1], cache) for t in range(4)]
+    batched_logits = torch.stack(batched, dim=1)  # (B, 5, vocab)
+    for row, prompt in enumerate(prompts):
+        alone = torch.tensor([prompt + follow[row].tolist()])
+        with torch.no_grad():
+            full = model(alone)[0, len(prompt) - 1 :]  # (5, vocab)
+        torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba"])  # no positional encoding (see below)
+def test_uncached_left_padding_leaves_recurrent_rows_as_alone(name):
+    """Without a cache the attention_mask reaches the mixers as Positions.key_valid (positions
+    are then not shifted by the padding, hence no positional encoding here)."""
+    model = mixer_model(name)
+    ids = torch.tensor([[3, 3, 5, 9, 2], [1, 2, 5, 9, 2]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        padded = model(ids, attention_mask=mask)[0, 2:]
+        alone = model(ids[:1, 2:])[0]
+    torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
 def test_chunked_prefill_equals_full_forward(window, positional):

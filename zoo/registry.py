@@ -39,6 +39,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.ffn",
     "zoo.components.moe",
     "zoo.components.blocks",
+    "zoo.components.mamba",
+    "zoo.components.linear_attention",
     "zoo.components.embeddings",
     "zoo.components.heads",
     "zoo.archs",

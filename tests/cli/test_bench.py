@@ -29,7 +29,8 @@ def test_bench_prints_a_table_with_every_field(tiny_file, capsys):
             "--prompt-len", "8", "--gen-len", "4", "--repeats", "1", "--no-save", "--dtype", "bfloat16"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for label in ("params total", "weight bytes", "KV bytes per token", "KV bytes at context 12", "peak memory, prefill",
+    for label in ("params total", "weight bytes", "KV bytes per token", "state bytes per sequence",
+                  "KV + state bytes at context 12", "peak memory, prefill",
                   "peak memory, decode", "prefill tokens/s", "decode tokens/s", "time to first token", "SDPA backend",
                   "compile", "threads", "zoo commit", "bfloat16"):
         assert label in out, label

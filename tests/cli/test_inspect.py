@@ -13,6 +13,14 @@ def test_show_prints_spec_and_analysis(capsys):
     assert out["analysis"]["kv_bytes_per_token"]["bfloat16"] == 114_688
 
 
+def test_show_a_recurrent_model_reports_its_state_per_sequence(capsys):
+    assert main(["show", "mamba-130m", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)["analysis"]
+    assert out["params"]["total"] == 129_135_360
+    assert out["kv_bytes_per_token"]["bfloat16"] == 0
+    assert out["state_bytes_per_sequence"] == {"bfloat16": 2_949_120, "float32": 2_949_120}
+
+
 def test_show_yaml_with_overrides(capsys):
     assert main(["show", "llama-3.2-1b", "--set", "attention.kind=mqa"]) == 0
     out = capsys.readouterr().out
@@ -39,7 +47,7 @@ def test_schema_lists_kinds(capsys):
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
     kinds = {v["properties"]["kind"]["const"] for v in schema["properties"]["attention"]["anyOf"]}
-    assert {"mha", "gqa", "mqa"} <= kinds
+    assert {"mha", "gqa", "mqa", "mamba", "linear"} <= kinds
 
 
 def _run(*args):

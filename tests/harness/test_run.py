@@ -42,6 +42,15 @@ def test_a_cpu_run_measures_every_field():
     assert Measurement.model_validate_json(m.model_dump_json()) == m
 
 
+def test_a_recurrent_arch_reports_its_state_beside_no_kv():
+    spec = tiny_spec("mamba-130m")
+    m = zoo.bench(spec, **SMALL)
+    assert m.kv_bytes_per_token == 0
+    assert m.state_bytes == zoo.state_bytes(spec, dtype="float32") == 2 * (128 * 4 + 128 * 16) * 4  # conv + ssm, 2 layers
+    assert m.kv_bytes == m.state_bytes  # the whole cache, at any context
+    assert m.flops_per_token == zoo.flops_per_token(spec, 16 + 3) == zoo.flops_per_token(spec, 1000)
+
+
 def test_windowed_moe_arch_with_sinks_runs():
     m = bench(tiny_spec("gpt-oss-20b"), batch_size=2, **SMALL)
     assert m.kv_bytes == zoo.kv_cache_bytes(tiny_spec("gpt-oss-20b"), 2, 22, dtype="float32")

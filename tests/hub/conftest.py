@@ -12,6 +12,8 @@ import torch
 VOCAB = 128
 COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
               head_dim=16, bos_token_id=None, eos_token_id=None, pad_token_id=None, max_position_embeddings=128)
+MAMBA = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, state_size=8, conv_kernel=4, expand=2,
+             bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 # windows of 8 so that 20-token prompts and 32 decode steps cross them
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -31,6 +33,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                      "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False}}),
     "gemma3_text": ("Gemma3TextConfig", {**COMMON, "num_key_value_heads": 1, "intermediate_size": 96, "sliding_window": 8,
                                          "layer_types": ["sliding_attention", "full_attention"]}),
+    "mamba": ("MambaConfig", MAMBA),
+    "falcon_mamba": ("FalconMambaConfig", {**MAMBA, "mixer_rms_eps": 1e-6}),
 }
 FAMILIES = list(CONFIGS)
 

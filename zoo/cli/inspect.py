@@ -68,6 +68,7 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
         },
         "kv_bytes_per_token": {"bfloat16": zoo.kv_bytes_per_token(spec, "bfloat16"),
                                "float32": zoo.kv_bytes_per_token(spec, "float32")},
+        "state_bytes_per_sequence": {"bfloat16": zoo.state_bytes(spec, 1, "bfloat16"), "float32": zoo.state_bytes(spec, 1, "float32")},
         "kv_cache_bytes_at_max_seq_len_bf16": zoo.kv_cache_bytes(spec, 1, spec.max_seq_len, "bfloat16"),
     }
 

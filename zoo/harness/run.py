@@ -88,7 +88,8 @@ class Measurement(BaseModel):
     weight_bytes: int  # bytes of the weights as laid out (tied once; packed weights and scales when quantized)
     weights_dtype: str = ""  # bf16, float32, float16, int8 or int4: how the linear weights were stored
     kv_bytes_per_token: int
-    kv_bytes: int  # the allocated cache at batch_size x (prompt_len + gen_len)
+    state_bytes: int = 0  # fixed per sequence (recurrent state, convolution windows), any context
+    kv_bytes: int  # the allocated cache (KV and state) at batch_size x (prompt_len + gen_len)
     context_len: int
     prefill_peak_bytes: int
     decode_peak_bytes: int
@@ -309,7 +310,7 @@ def _measurement(
 ) -> Measurement:
     from datetime import datetime, timezone
 
-    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token
+    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token, state_bytes
     from zoo.quant import normalize, stored_bytes
 
     B, P, G = config.batch_size, config.prompt_len, config.gen_len
@@ -326,7 +327,8 @@ def _measurement(
         arch=spec.name, config=config, params_total=count.total, params_active=count.active,
         params_embedding=count.embedding, params_unembedding=count.unembedding,
         weight_bytes=stored_bytes(model), weights_dtype=normalize(config.weights_dtype) or _dtype_name(dtype),
-        kv_bytes_per_token=kv_bytes_per_token(spec, dtype=dtype), kv_bytes=t.cache_bytes, context_len=P + G,
+        kv_bytes_per_token=kv_bytes_per_token(spec, dtype=dtype), state_bytes=state_bytes(spec, dtype=dtype),
+        kv_bytes=t.cache_bytes, context_len=P + G,
         prefill_peak_bytes=t.prefill_peak, decode_peak_bytes=t.decode_peak, memory_method=t.memory_method,
         prefill_tokens_per_s=prefill_tps, prefill_tokens_per_s_min=prefill_lo, prefill_tokens_per_s_max=prefill_hi,
         decode_tokens_per_s=decode_tps, decode_tokens_per_s_min=decode_lo, decode_tokens_per_s_max=decode_hi,

@@ -1,5 +1,5 @@
 """Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
-gpt_oss, gemma3_text, and the encoders bert and roberta.
+gpt_oss, gemma3_text, the encoders bert and roberta (and mamba, falcon_mamba from ``config_mamba.py``).
 
 Every key of a config is either mapped into the spec, or neutral by the rule of
 ``zoo/hub/config_keys.py`` (it cannot change the forward pass: names, token ids, dropout,
@@ -17,6 +17,7 @@ from typing import Any
 
 from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
 from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS, is_neutral  # noqa: F401 - NEUTRAL_KEYS re-exported
+from zoo.hub.config_mamba import mamba_spec
 from zoo.model_spec import ModelSpec
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -324,6 +325,8 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "qwen3_moe": _qwen3_moe,
     "gpt_oss": _gpt_oss,
     "gemma3_text": _gemma3,
+    "mamba": mamba_spec,
+    "falcon_mamba": lambda r: mamba_spec(r, falcon=True),
     "bert": _bert,
     "roberta": lambda r: _bert(r, roberta=True),
 }

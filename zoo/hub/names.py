@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from zoo.errors import CheckpointError
+from zoo.hub.config_mamba import MAMBA_RENAMES
 
 Pairs = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
@@ -312,6 +313,8 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
     else:
         rules = []
         renames = GEMMA_RENAMES if model_type == "gemma3_text" else LLAMA_RENAMES
+        if model_type in ("mamba", "falcon_mamba"):
+            renames = MAMBA_RENAMES
     claimed = {n for rule in rules for n in rule.zoo}
     for name in names:
         if name in claimed:

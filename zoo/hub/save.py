@@ -17,6 +17,7 @@ import torch
 from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
+from zoo.hub.config_mamba import mamba_config
 from zoo.hub.names import tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model import ZooModel
@@ -26,6 +27,7 @@ ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+    "mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
     "bert": "BertModel", "roberta": "RobertaModel",
 }
 MASKED_LM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
@@ -87,6 +89,8 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         return _bert_config(spec, model_type)
     base = spec.layer(0)
     att, ffn, norm = base.attention, base.ffn, base.norm
+    if model_type in ("mamba", "falcon_mamba"):
+        return mamba_config(spec, model_type)
     if model_type == "gpt2":
         return {"model_type": "gpt2", "vocab_size": spec.vocab_size, "n_embd": spec.d_model, "n_layer": spec.n_layers,
                 "n_head": att.n_heads, "n_positions": spec.max_seq_len, "n_inner": ffn.hidden,

@@ -1,0 +1,181 @@
+"""Mamba (v1) selective state-space mixer: the `attention`-family kind ``mamba``.
+
+in_proj splits each token into x and a gate z; x goes through a causal depthwise
+convolution (kernel ``d_conv``) and SiLU; x_proj makes the input-dependent dt (rank
+``dt_rank``), B and C; dt_proj and softplus give the step; A = -exp(A_log) decays the state;
+D skips x past the scan; the output is gated by silu(z) and projected back by out_proj.
+Parameter names and shapes are those of Hugging Face's MambaMixer, so checkpoints map
+one to one. The maths is in ``mamba_scan.py``.
+
+State per sequence (``per="sequence"``, fixed size whatever the context): ``conv`` (B,
+d_inner, d_conv), the last d_conv inputs of the convolution, and ``ssm`` (B, d_inner,
+d_state), the recurrent state, both float32 (decoding accumulates into them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, ValidationInfo, model_validator
+from torch import nn
+
+from zoo.components.linear import Linear
+from zoo.errors import SpecError
+from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+
+
+class MambaOptions(Options):
+    d_state: PositiveInt = Field(16, description="state size N per channel")
+    d_conv: PositiveInt = Field(4, description="causal convolution kernel size")
+    expand: PositiveInt = Field(2, description="d_inner = expand * d_model")
+    dt_rank: PositiveInt | None = Field(None, description="rank of the dt projection; default ceil(d_model / 16)")
+    conv_bias: bool = Field(True, description="bias on the convolution")
+    bias: bool = Field(False, description="bias on in_proj and out_proj")
+    bcdt_norm_eps: float | None = Field(
+        None, gt=0, description="weightless RMS norms on dt, B and C with this eps (Falcon-Mamba); none: off"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_dt_rank(cls, data: Any, info: ValidationInfo) -> Any:
+        """Store the default rank the model will use (ceil(d_model / 16)), as a spec shows
+        every number it builds with."""
+        d_model = (info.context or {}).get("d_model")
+        if isinstance(data, dict) and data.get("dt_rank") is None and isinstance(d_model, int):
+            data = {**data, "dt_rank": math.ceil(d_model / 16)}
+        return data
+
+
+class DtProjection(nn.Module):
+    """dt_proj (weight (d_inner, dt_rank), bias (d_inner,)): not an nn.Linear, so that the
+    model's generic init leaves its Mamba initialisation (bias = softplus⁻¹ of a step
+    drawn log-uniformly in [1e-3, 0.1]) alone."""
+
+    def __init__(self, dt_rank: int, d_inner: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d_inner, dt_rank))
+        self.bias = nn.Parameter(torch.empty(d_inner))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight.is_meta:
+            return
+        with torch.no_grad():
+            std = self.weight.shape[1] ** -0.5
+            self.weight.uniform_(-std, std)
+            step = torch.exp(torch.rand_like(self.bias, dtype=torch.float32) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+            step = step.clamp(min=1e-4)
+            self.bias.copy_(step + torch.log(-torch.expm1(-step)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class MambaMixer(TokenMixer):
+    """The selective-scan mixer. Positions are not used: order comes from the recurrence."""
+
+    causal = True
+
+    def __init__(self, options: MambaOptions, ctx: BuildContext) -> None:
+        super().__init__()
+        d = ctx.d_model
+        self.d_inner = options.expand * d
+        self.d_state = options.d_state
+        self.d_conv = options.d_conv
+        self.dt_rank = int(options.dt_rank or math.ceil(d / 16))
+        self.norm_eps = options.bcdt_norm_eps
+        self.in_proj = Linear(d, 2 * self.d_inner, bias=options.bias)
+        self.conv1d = nn.Conv1d(
+            self.d_inner, self.d_inner, self.d_conv, groups=self.d_inner, padding=self.d_conv - 1, bias=options.conv_bias
+        )
+        self.x_proj = Linear(self.d_inner, self.dt_rank + 2 * self.d_state, bias=False)
+        self.dt_proj = DtProjection(self.dt_rank, self.d_inner)
+        self.A_log = nn.Parameter(torch.empty(self.d_inner, self.d_state))
+        self.D = nn.Parameter(torch.empty(self.d_inner))
+        self.out_proj = Linear(self.d_inner, d, bias=options.bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """S4D-real A (A_log = log 1..N per channel) and D = 1, as Mamba initialises them."""
+        if self.A_log.is_meta:
+            return
+        with torch.no_grad():
+            n = torch.arange(1, self.d_state + 1, dtype=torch.float32, device=self.A_log.device)
+            self.A_log.copy_(torch.log(n).expand(self.d_inner, -1))
+            self.D.fill_(1.0)
+
+    # ---- state ----------------------------------------------------------------------------
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """The convolution window and the recurrent state: float32, fixed per sequence."""
+        return {
+            "conv": StateTensor((batch_size, self.d_inner, self.d_conv), torch.float32, per="sequence"),
+            "ssm": StateTensor((batch_size, self.d_inner, self.d_state), torch.float32, per="sequence"),
+        }
+
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """The state update beyond the projections, whatever the context: per channel and
+        state entry exp(dt·A), dt·B·x, the decay-and-add (about 6) and C·h (2); per channel
+        the convolution (2·d_conv), the D skip and the gate (4)."""
+        return n_new * self.d_inner * (8 * self.d_state + 2 * self.d_conv + 4)
+
+    # ---- forward --------------------------------------------------------------------------
+    def forward(
+        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). With a state, its conv window and recurrent state are
+        read and updated in place; tokens marked False in ``token_valid`` (left padding)
+        enter as zeros with a zero step, so they leave the state as it was."""
+        T = x.shape[1]
+        tensors = None if state is None else state.tensors
+        if state is not None:
+            valid = state.token_valid  # (B, T) bool or None
+        else:
+            valid = None if positions is None else positions.key_valid
+        xs, z = self.in_proj(x).chunk(2, dim=-1)  # (B, T, d_inner) each
+        if valid is not None:
+            xs = xs * valid[..., None].to(xs.dtype)  # padding enters the convolution as zeros
+        window = None if tensors is None else tensors["conv"]
+        weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
+        xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window)).transpose(1, 2)  # (B, T, d_inner)
+        dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        if self.norm_eps is not None:
+            dt, Bm, Cm = (_weightless_rms(t, self.norm_eps) for t in (dt, Bm, Cm))
+        dt = F.softplus(self.dt_proj(dt).float())  # (B, T, d_inner)
+        if valid is not None:
+            dt = dt * valid[..., None]  # a zero step leaves the state as it was
+        A = -torch.exp(self.A_log.float())  # (d_inner, N)
+        ssm = None if tensors is None else tensors["ssm"]
+        if ssm is not None and T == 1:
+            y = selective_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm)[:, None]  # (B, 1, d_inner)
+        else:
+            y, last = selective_scan(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner)
+            if ssm is not None:
+                ssm.copy_(last.to(ssm.dtype))
+        y = (y + xs.float() * self.D.float()) * F.silu(z.float())
+        return self.out_proj(y.to(x.dtype))  # (B, T, d)
+
+    def extra_repr(self) -> str:
+        return f"d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, dt_rank={self.dt_rank}"
+
+
+def _weightless_rms(t: torch.Tensor, eps: float) -> torch.Tensor:
+    """Falcon-Mamba's RMS norm without a weight, in float32, cast back."""
+    return F.rms_norm(t.float(), (t.shape[-1],), eps=eps).to(t.dtype)
+
+
+def build_mamba(options: MambaOptions, ctx: BuildContext) -> MambaMixer:
+    """Mamba (v1) selective-scan mixer."""
+    if ctx.role == "cross_attention":
+        raise SpecError("cross_attention.kind: mamba mixes a sequence with itself and cannot read an encoder's "
+                        "output; allowed: an attention kind (gqa, mha, mqa)")
+    return MambaMixer(options, ctx)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "mamba", build_mamba, options=MambaOptions, module=MambaMixer)
