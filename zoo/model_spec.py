@@ -23,6 +23,7 @@ from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.interfaces import Options
 from zoo.layer_selectors import parse_layer_selector
 from zoo.registry import ComponentEntry, get_registry, on_registry_change
+from zoo.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_text
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
 
@@ -48,7 +49,7 @@ def format_validation_error(
             msg = "required but missing"
         got = err.get("input")
         quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(got, Mapping) or named
-        lines.append(f"{path or '<spec>'}: {msg}{'' if quiet else f' (got {got!r})'}")
+        lines.append(f"{path or '<spec>'}: {msg}{'' if quiet else f' (got {bounded_repr(got)})'}")
     return "; ".join(lines)
 
 
@@ -294,15 +295,8 @@ class ModelSpec(BaseModel):
     def from_file(cls, path: str | Path) -> ModelSpec:
         """Read a spec from a YAML or JSON file."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"{path}: cannot read spec file ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
+        text = read_text(path, SpecError, "spec file")
+        data = load_json(text, SpecError, str(path)) if path.suffix == ".json" else load_yaml(text, SpecError, str(path))
         if not isinstance(data, Mapping):
             raise SpecError(f"{path}: expected a mapping of spec fields at the top level")
         try:
@@ -381,11 +375,7 @@ def _parse_updates(updates: Mapping[str, Any] | Iterable[str] | str) -> list[tup
         if "=" not in item:
             raise SpecError(f"{item!r}: expected key=value, e.g. attention.n_kv_heads=1")
         key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        pairs.append((key.strip(), value))
+        pairs.append((key.strip(), parse_scalar(raw, SpecError, f"--set {key.strip()}")))
     return pairs
 
 

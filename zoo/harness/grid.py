@@ -22,7 +22,6 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
@@ -124,10 +123,9 @@ def split_values(text: str) -> list[str]:
 
 def parse_scalar(raw: str) -> Any:
     """A value as --set reads it: YAML (numbers, null, true, {flow: mappings}), else the text."""
-    try:
-        return yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        return raw
+    from zoo.safe_io import parse_scalar as parse
+
+    return parse(raw, BenchError, repr(raw[:40]))
 
 
 def parse_vary(items: Iterable[str]) -> dict[str, list[Any]]:
@@ -244,13 +242,17 @@ def load_plan(path: str | Path) -> SweepPlan:
         import tomli as tomllib
     from pydantic import ValidationError
 
+    from zoo.safe_io import check_depth, read_text
+
     path = Path(path)
+    text = read_text(path, BenchError, "sweep file")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BenchError(f"{path}: cannot read sweep file ({exc.strerror or exc})") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BenchError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise BenchError(f"{path}: not valid TOML: nested too deep") from None
+    check_depth(data, BenchError, str(path))
     data.setdefault("name", path.stem)
     if isinstance(data.get("depth"), str):
         if data["depth"] != "full":
