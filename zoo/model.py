@@ -18,6 +18,7 @@ from zoo.components.linear import Linear
 from zoo.errors import SpecError
 from zoo.interfaces import BuildContext, CacheTensor, Positional, Positions
 from zoo.model_spec import LayerSpec, ModelSpec, ResolvedComponent
+from zoo.sampling import check_seed
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -236,6 +237,7 @@ def build(
     randomly initialised.
     """
     spec = as_spec(spec)
+    check_seed(seed, SpecError)
     torch_dtype = resolve_dtype(dtype)
     with torch.device("meta"), _skip_torch_init():
         model = ZooModel(spec)

@@ -24,6 +24,7 @@ from zoo.interfaces import Options
 from zoo.layer_selectors import parse_layer_selector
 from zoo.registry import ComponentEntry, get_registry, on_registry_change
 from zoo.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_text
+from zoo.strict_numbers import StrictNumbers
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
 
@@ -145,10 +146,10 @@ def resolve_component(
     return ResolvedComponent(family, str(kind), options, entry)
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictNumbers):
     """A decoder language model: sizes, one component of each family, per-layer overrides."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = None
     source: str | None = Field(default=None, description="URL of the config this spec follows")

@@ -23,16 +23,17 @@ from zoo.errors import BenchError, ZooError
 from zoo.harness.environment import Environment, device_name, pick_device, sdpa_backends_used, zoo_git_commit
 from zoo.harness.measure import probe_for
 from zoo.model_spec import ModelSpec
+from zoo.strict_numbers import StrictNumbers
 
 HOST_WARMUP_PROMPT = 32  # host devices warm up on at most this many prompt tokens
 WARMUP_DECODE_STEPS = 3  # enough for CUDA graphs to be recorded under reduce-overhead
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
-class BenchConfig(BaseModel):
+class BenchConfig(StrictNumbers):
     """How to run: defaults keep `zoo bench --arch qwen3-0.6b` under a minute on 2 CPU cores."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     device: str = Field("auto", description="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps")
     dtype: str | None = Field(None, description="default bfloat16 on CUDA, float32 elsewhere")
@@ -42,7 +43,7 @@ class BenchConfig(BaseModel):
     repeats: int = Field(2, ge=1, description="timed rounds; medians and spread over these")
     warmup: int = Field(1, ge=1, description="untimed rounds before timing")
     compile: bool = Field(False, description="torch.compile the decode step (reduce-overhead on CUDA)")
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
     weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
     predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
