@@ -52,6 +52,10 @@ def run_bench(args: argparse.Namespace) -> int:
         seed=args.seed, weights=args.weights, predict=args.predict, threads=args.threads,
     )
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
+    if not args.no_save:  # an unwritable folder or damaged log fails now, not after the run
+        from zoo.harness.report import check_results
+
+        check_results(args.results_dir, args.results_name)
     err = Console(stderr=True)
     with progress_bar(err, "bench") as update:
         measurement = bench(spec, config, progress=update)

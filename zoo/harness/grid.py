@@ -164,6 +164,7 @@ def check_plan(plan: SweepPlan) -> None:
     from zoo.registry import get_registry
 
     registry = get_registry()
+    check_name(plan.name)
     if (plan.arch is None) == (plan.spec is None):
         raise BenchError("give exactly one base model: an architecture (arch) or a spec")
     for key, values in plan.vary.items():
@@ -199,6 +200,13 @@ def check_plan(plan: SweepPlan) -> None:
     if unknown_baseline:
         key = sorted(unknown_baseline)[0]
         raise BenchError(f"baseline: {key} is not an axis of this sweep{did_you_mean(key, plan.keys())}; allowed: {allowed(plan.keys())}")
+
+
+def check_name(name: str) -> None:
+    """A sweep's name is a file stem inside --results-dir: no folders, no hidden files."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0") or name != name.strip():
+        raise BenchError(f"name: {name!r} is not a file name; use letters, digits, '.', '-' and '_' "
+                         "(no '/', no leading '.'): results are written inside --results-dir")
 
 
 def _checked_kind(registry: Any, family: str, kind: Any, key: str) -> str:
