@@ -64,15 +64,10 @@ def load_tokenizer(folder: Path) -> Tokenizer:
 
 
 def eos_token_ids(folder: Path) -> list[int]:
-    """End-of-sequence ids from generation_config.json, else config.json (an id or a list)."""
-    for name in ("generation_config.json", "config.json"):
-        path = folder / name
-        if not path.is_file():
-            continue
-        value = json.loads(path.read_text()).get("eos_token_id")
-        if value is not None:
-            return [int(value)] if isinstance(value, int) else [int(v) for v in value]
-    return []
+    """End-of-sequence ids from generation_config.json, else config.json (checked in zoo.hub.config)."""
+    from zoo.hub.config import eos_token_ids as read_ids
+
+    return read_ids(folder)
 
 
 def text_pieces(tokenizer: Tokenizer, tokens: Iterable[int], context: list[int] | None = None) -> Iterator[str]:
