@@ -255,7 +255,7 @@ def _component_entry(
     if not callable(factory):
         raise PluginError(f"plugin {plugin!r}: factory of {family} kind {kind!r} is not callable: {factory!r}")
     options = Options if options is None else options
-    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+    if not (isinstance(options, type) and issubclass(options, Options)):
         raise PluginError(
             f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.interfaces.Options, "
             f"got {options!r}"
@@ -288,9 +288,9 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
                 implemented = True
                 try:
                     impl.function(register=callbacks[caller.name])
-                except PluginError:
+                except (PluginError, KeyboardInterrupt):
                     raise
-                except Exception as exc:
+                except BaseException as exc:  # SystemExit too: plugin code never ends the command
                     raise PluginError(f"plugin {name!r}: {caller.name} raised {type(exc).__name__}: {exc}") from exc
     if not implemented:
         raise PluginError(

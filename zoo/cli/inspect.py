@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from zoo.cli.common import add_spec_arguments, load_spec
 
@@ -30,10 +31,16 @@ def run_list(args: argparse.Namespace) -> int:
     import zoo
     from zoo.registry import FAMILIES, get_registry
 
+    from zoo.errors import PluginError
+
     registry = get_registry()
     rows = []
     for name in sorted(registry.architectures):
-        spec = zoo.spec(name)
+        try:
+            spec = zoo.spec(name)
+        except PluginError as exc:  # a plugin's broken preset: reported, the others still listed
+            sys.stderr.write(f"zoo: warning: skipped {exc}\n")
+            continue
         count = zoo.count_params(spec)
         rows.append({
             "name": name,
