@@ -240,7 +240,13 @@ def build(
     check_seed(seed, SpecError)
     torch_dtype = resolve_dtype(dtype)
     with torch.device("meta"), _skip_torch_init():
-        model = ZooModel(spec)
+        try:
+            model = ZooModel(spec)
+        except RuntimeError as exc:
+            if "overflow" not in str(exc):
+                raise
+            raise SpecError(f"{spec.name or 'spec'}: too large to describe: {str(exc).splitlines()[0]} "
+                            "(a tensor of more than 2**63 bytes)") from None
     model.to(dtype=torch_dtype)
     target = torch.device(device) if device is not None else torch.device("cpu")
     if target.type == "meta":

@@ -27,6 +27,9 @@ from zoo.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_t
 from zoo.strict_numbers import StrictNumbers
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
+# Analysis builds each layer as Python objects on the meta device (about 6 ms a layer), so the
+# depth is bounded: real models have at most a few hundred layers; 10**7 would take hours.
+MAX_LAYERS = 1024
 
 
 def format_validation_error(
@@ -155,7 +158,7 @@ class ModelSpec(StrictNumbers):
     source: str | None = Field(default=None, description="URL of the config this spec follows")
     vocab_size: PositiveInt
     d_model: PositiveInt
-    n_layers: PositiveInt
+    n_layers: PositiveInt = Field(le=MAX_LAYERS, description=f"at most {MAX_LAYERS}")
     max_seq_len: PositiveInt
     tie_embeddings: bool = True
     embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
@@ -197,6 +200,9 @@ class ModelSpec(StrictNumbers):
             raise SpecError(
                 f"{key}: unknown key{did_you_mean(key, cls.model_fields)}; allowed: {allowed(cls.model_fields)}"
             )
+        n_layers = data.get("n_layers")
+        if isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > MAX_LAYERS:
+            raise SpecError(f"n_layers: {n_layers:,} layers is more than zoo models and analyses (at most {MAX_LAYERS:,})")
         context = _context(data)
         if "block" not in data:
             data["block"] = {"kind": "pre_norm"}

@@ -170,6 +170,10 @@ def bench(
         from zoo.analysis import flops_per_token
 
         flops_per_token(model_spec, context)  # fail before the run when the roofline cannot be had
+    if model_spec is not None:  # refuse what cannot fit before allocating anything
+        from zoo.harness.memory_check import check_fits
+
+        check_fits(model_spec, B, P, context, dtype, device)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     total_steps = 1 + config.warmup + config.repeats
