@@ -190,16 +190,39 @@ def check_plan(plan: SweepPlan) -> None:
                 kinds[family].add(_checked_kind(registry, family, value, key))
             elif family in COMPONENT_FAMILIES and not option and isinstance(value, Mapping) and "kind" in value:
                 kinds[family].add(_checked_kind(registry, family, value["kind"], f"{key}.kind"))
+            elif family in COMPONENT_FAMILIES and not option and isinstance(value, str):  # attention=gqa
+                kinds[family].add(_checked_kind(registry, family, value, key))
     run_fields, spec_fields = set(BenchConfig.model_fields) - {"weights"}, set(ModelSpec.model_fields)
     for mapping, where in [(plan.set, "set"), (plan.run, "run"), (plan.baseline, "baseline")]:
         for key in mapping:
             _check_key(key, where, kinds, registry, run_fields if where == "run" else spec_fields if where == "set" else None)
     for key in plan.keys():
         _check_key(key, "vary", kinds, registry, None)
+    _check_run_values(plan, run_fields)
     unknown_baseline = set(plan.baseline) - set(plan.keys())
     if unknown_baseline:
         key = sorted(unknown_baseline)[0]
         raise BenchError(f"baseline: {key} is not an axis of this sweep{did_you_mean(key, plan.keys())}; allowed: {allowed(plan.keys())}")
+
+
+def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
+    """Run options (shared ``[run]`` and each axis or point value of one) as BenchConfig takes
+    them, so ``prompt_len = "many"`` fails before any point runs, not in every row."""
+    from zoo.harness.run import make_config
+
+    def check(values: Mapping[str, Any], where: str) -> None:
+        try:
+            make_config(**{**plan.run, **values})
+        except BenchError as exc:
+            raise BenchError(f"{where}: {exc}") from None
+
+    check({}, "run")
+    for key, values in plan.vary.items():
+        if key in run_fields:
+            for value in values:
+                check({key: value}, f"vary.{key}")
+    for index, point in enumerate(plan.points):
+        check({k: v for k, v in point.items() if k in run_fields}, f"points[{index}]")
 
 
 def check_name(name: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import BenchError
-from zoo.harness.executors import Executor, InlineExecutor, make_executor
+from zoo.harness.executors import Executor, InlineExecutor, check_executor_options, make_executor
 from zoo.harness.grid import SweepPlan, load_plan, plan_from_options
 from zoo.harness.results_log import append_line, check_folder_writable, end_tail, locked, read_locked
 
@@ -123,6 +123,7 @@ def compare(
     """
     from zoo.model_spec import ModelSpec
 
+    check_executor_options(jobs, timeout)
     spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
     plan = plan_from_options(
         arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
@@ -148,6 +149,7 @@ def sweep(
     progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Run a sweep file (TOML) or plan, logging each row to ``<results_dir>/<name>.jsonl``."""
+    check_executor_options(jobs, timeout)
     if not isinstance(plan, SweepPlan):
         plan = load_plan(plan)
     chosen = executor if not isinstance(executor, str) else (
