@@ -144,3 +144,58 @@ def test_help_imports_neither_torch_nor_any_plugin(site):
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# ---- hostile plugins (issue 17): each is reported in one line and skipped ----------------------
+HOSTILE = {
+    "exits": ("import sys\nsys.exit(0)\n", "import failed: SystemExit: 0"),
+    "baseexc": ("class Boom(BaseException):\n    pass\nraise Boom('at import')\n", "import failed: Boom: at import"),
+    "hookexit": ("import sys, zoo\n@zoo.hookimpl\ndef zoo_register_components(register):\n    sys.exit(3)\n",
+                 "zoo_register_components raised SystemExit: 3"),
+    "plainopts": ("import pydantic, zoo\nfrom zoo.components.norms import build_rmsnorm\n"
+                  "class Opts(pydantic.BaseModel):\n    eps: float = 1e-6\n"
+                  "@zoo.hookimpl\ndef zoo_register_components(register):\n"
+                  "    register('norm', 'plainnorm', build_rmsnorm, options=Opts)\n",
+                  "options of norm kind 'plainnorm' must be a subclass of zoo.interfaces.Options"),
+    "badsig": ("import zoo\n@zoo.hookimpl\ndef zoo_register_components(register, extra):\n    pass\n",
+               "its hooks do not match zoo's hookspecs"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_plugins_are_skipped_with_one_line(site, capsys, name):
+    source, message = HOSTILE[name]
+    add_fake_plugin(site, f"{name}-plugin", name, f"{name}_plugin", source)
+    code, out, err = run(capsys, "list", "--format", "json")
+    assert code == 0 and "gpt2" in {row["name"] for row in json.loads(out)["architectures"]}
+    assert len(err.splitlines()) == 1 and message in err and f"plugin {name!r}" in err, err
+
+
+ARCH_PLUGINS = {
+    "raises": ("import zoo\ndef bad():\n    raise RuntimeError('factory boom')\n"
+               "@zoo.hookimpl\ndef zoo_register_architectures(register):\n    register('boom-arch', bad)\n",
+               "boom-arch", "its factory raised RuntimeError: factory boom"),
+    "invalid": ("import zoo\n@zoo.hookimpl\ndef zoo_register_architectures(register):\n"
+                "    register('bad-arch', {'vocab_size': 0})\n", "bad-arch", "is not a valid spec: vocab_size"),
+    "exits": ("import sys, zoo\n@zoo.hookimpl\ndef zoo_register_architectures(register):\n"
+              "    register('exit-arch', lambda: sys.exit(0))\n", "exit-arch", "its factory raised SystemExit"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_PLUGINS))
+def test_broken_plugin_architectures_leave_zoo_list_working(site, capsys, name):
+    source, arch, message = ARCH_PLUGINS[name]
+    add_fake_plugin(site, f"{name}-plugin", name, f"{name}_plugin", source)
+    code, out, err = run(capsys, "list", "--format", "json")
+    assert code == 0 and "gpt2" in {row["name"] for row in json.loads(out)["architectures"]}
+    assert len(err.splitlines()) == 1 and f"architecture {arch!r} of plugin {name!r}" in err and message in err
+    code, out, err = run(capsys, "show", arch)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and f"architecture {arch!r} of plugin {name!r}" in err
+
+
+def test_a_plugin_exiting_at_import_does_not_end_the_command(site):
+    add_fake_plugin(site, "exits-plugin", "exits", "exits_plugin", HOSTILE["exits"][0])
+    result = run_zoo(["show", "gpt2", "--format", "json"], site)
+    assert result.returncode == 0 and json.loads(result.stdout)["spec"]["name"] == "gpt2"
+    assert [line for line in result.stderr.splitlines() if "exits" in line] == [
+        "zoo: warning: plugin 'exits' (exits-plugin) skipped: import failed: SystemExit: 0"]

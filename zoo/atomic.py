@@ -1,7 +1,8 @@
 """Files written whole or not at all: a temp file in the same folder, then ``os.replace``.
 
 An interrupted write leaves the previous version (or nothing), never half a file. One
-implementation for results, plots, configs and checkpoints.
+implementation for results, plots, configs and checkpoints. The file gets the mode a plain
+``open`` would give it (0666 less the umask: 0644 under umask 022), not mkstemp's 0600.
 """
 
 from __future__ import annotations
@@ -13,12 +14,30 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (/proc), else by
+    setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temp path to write; on success it replaces ``path``, on failure it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; a new file follows the umask
+    except (AttributeError, OSError):  # pragma: no cover - no fchmod (Windows)
+        pass
     os.close(fd)
     try:
         yield Path(tmp)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from zoo.safe_io import bounded_repr
 from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.interfaces import Options
 from zoo.registry import ComponentEntry, get_registry
@@ -44,7 +45,7 @@ def format_validation_error(
             msg = "required but missing"
         got = err.get("input")
         quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(got, Mapping) or named
-        lines.append(f"{path or '<spec>'}: {msg}{'' if quiet else f' (got {got!r})'}")
+        lines.append(f"{path or '<spec>'}: {msg}{'' if quiet else f' (got {bounded_repr(got)})'}")
     return "; ".join(lines)
 
 

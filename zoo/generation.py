@@ -21,7 +21,7 @@ from zoo.cache import KVCache
 from zoo.errors import GenerationError
 from zoo.interfaces import Memory
 from zoo.model import ZooModel
-from zoo.sampling import SamplingSettings, sample
+from zoo.sampling import SamplingSettings, check_seed, sample
 
 DecodeStep = Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
 
@@ -174,6 +174,7 @@ def stream(
     Arguments are checked here, when ``stream`` is called, not at the first step.
     """
     settings = SamplingSettings(temperature, top_k, top_p)
+    check_seed(seed)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise GenerationError(f"max_new_tokens: must be an integer >= 0, got {max_new_tokens!r}")
     eos = _eos_ids(eos_token_id)

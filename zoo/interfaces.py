@@ -38,21 +38,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from torch import nn
+
+from zoo.strict_numbers import StrictNumbers
 
 if TYPE_CHECKING:
     from zoo.model_spec import LayerSpec
 
 
-class Options(BaseModel):
+class Options(StrictNumbers):
     """Base of every component's options: unknown keys are errors, values are immutable.
 
     ``reset_on_kind_change`` names options that a spec must not carry over when another kind
     replaces this one (``mqa`` fixes ``n_kv_heads``; carrying 8 over would contradict it).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset()
 
 

@@ -18,6 +18,7 @@ from zoo.errors import GenerationError, SpecError
 from zoo.interfaces import Embedding, Memory, Positional, Positions, StateTensor, TokenMixer
 from zoo.model_spec import ModelSpec, resolve_component
 from zoo.stack import build_component, build_layers, context, norm_factory, shared_positions
+from zoo.sampling import check_seed
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -285,9 +286,16 @@ def build(
     randomly initialised.
     """
     spec = as_spec(spec)
+    check_seed(seed, SpecError)
     torch_dtype = resolve_dtype(dtype)
     with torch.device("meta"), _skip_torch_init():
-        model = ZooModel(spec)
+        try:
+            model = ZooModel(spec)
+        except RuntimeError as exc:
+            if "overflow" not in str(exc):
+                raise
+            raise SpecError(f"{spec.name or 'spec'}: too large to describe: {str(exc).splitlines()[0]} "
+                            "(a tensor of more than 2**63 bytes)") from None
     model.to(dtype=torch_dtype)
     target = torch.device(device) if device is not None else torch.device("cpu")
     if target.type == "meta":

@@ -33,6 +33,9 @@ from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.layer_selectors import parse_layer_selector
 from zoo.registry import get_registry, on_registry_change
 
+from zoo.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_text
+from zoo.strict_numbers import StrictNumbers
+
 __all__ = [
     "COMPONENT_FIELDS",
     "MODEL_PARTS",
@@ -45,6 +48,9 @@ __all__ = [
     "merge_component",
     "resolve_component",
 ]
+# Analysis builds each layer as Python objects on the meta device (about 6 ms a layer), so the
+# depth is bounded: real models have at most a few hundred layers; 10**7 would take hours.
+MAX_LAYERS = 1024
 
 class StackSpec(BaseModel):
     """The encoder of an encoder-decoder: its depth, component overrides merged over the
@@ -53,7 +59,7 @@ class StackSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_layers: PositiveInt
+    n_layers: PositiveInt = Field(le=MAX_LAYERS, description=f"at most {MAX_LAYERS}")
     norm: dict[str, Any] | None = None
     positional: dict[str, Any] | None = None
     attention: dict[str, Any] | None = None
@@ -63,16 +69,16 @@ class StackSpec(BaseModel):
     final_norm: bool = True
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictNumbers):
     """A decoder language model: sizes, one component of each family, per-layer overrides."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = None
     source: str | None = Field(default=None, description="URL of the config this spec follows")
     vocab_size: PositiveInt
     d_model: PositiveInt
-    n_layers: PositiveInt
+    n_layers: PositiveInt = Field(le=MAX_LAYERS, description=f"at most {MAX_LAYERS}")
     max_seq_len: PositiveInt
     tie_embeddings: bool = True
     embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
@@ -120,6 +126,9 @@ class ModelSpec(BaseModel):
             raise SpecError(
                 f"{key}: unknown key{did_you_mean(key, cls.model_fields)}; allowed: {allowed(cls.model_fields)}"
             )
+        n_layers = data.get("n_layers")
+        if isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > MAX_LAYERS:
+            raise SpecError(f"n_layers: {n_layers:,} layers is more than zoo models and analyses (at most {MAX_LAYERS:,})")
         context = _context(data)
         if "block" not in data:
             data["block"] = {"kind": "pre_norm"}
@@ -233,15 +242,8 @@ class ModelSpec(BaseModel):
     def from_file(cls, path: str | Path) -> ModelSpec:
         """Read a spec from a YAML or JSON file."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"{path}: cannot read spec file ({exc.strerror or exc})") from None
-        try:
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
+        text = read_text(path, SpecError, "spec file")
+        data = load_json(text, SpecError, str(path)) if path.suffix == ".json" else load_yaml(text, SpecError, str(path))
         if not isinstance(data, Mapping):
             raise SpecError(f"{path}: expected a mapping of spec fields at the top level")
         if set(data) == {"spec", "analysis"} and isinstance(data["spec"], Mapping):
@@ -364,11 +366,7 @@ def _parse_updates(updates: Mapping[str, Any] | Iterable[str] | str) -> list[tup
         if "=" not in item:
             raise SpecError(f"{item!r}: expected key=value, e.g. attention.n_kv_heads=1")
         key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        pairs.append((key.strip(), value))
+        pairs.append((key.strip(), parse_scalar(raw, SpecError, f"--set {key.strip()}")))
     return pairs
 
 

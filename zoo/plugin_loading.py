@@ -39,6 +39,11 @@ def installed_entry_points() -> list[metadata.EntryPoint]:
     return sorted(unique.values(), key=lambda ep: ep.name)
 
 
+def one_line(text: str) -> str:
+    """A message on one line: pluggy's validation errors span three."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip()) or type(text).__name__
+
+
 def _distribution(ep: metadata.EntryPoint) -> tuple[str, str]:
     dist = ep.dist
     if dist is None:
@@ -67,7 +72,9 @@ def load_entry_points(registry: Registry) -> None:
         distribution, version = _distribution(ep)
         try:
             plugin = ep.load()
-        except Exception as exc:  # a broken plugin is reported and skipped, never fatal
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: a broken plugin is reported and skipped, never fatal
             _fail(registry, name, f"import failed: {type(exc).__name__}: {exc}", distribution)
             continue
         try:
@@ -79,6 +86,7 @@ def load_entry_points(registry: Registry) -> None:
 
 
 def _fail(registry: Registry, name: str, error: str, distribution: str = "") -> None:
+    error = one_line(error)
     failure = PluginFailure(name, error, distribution)
     registry.failures.append(failure)
     key = (name, error)

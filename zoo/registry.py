@@ -245,9 +245,9 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
                 implemented = True
                 try:
                     impl.function(register=callbacks[caller.name])
-                except PluginError:
+                except (PluginError, KeyboardInterrupt):
                     raise
-                except Exception as exc:
+                except BaseException as exc:  # SystemExit too: plugin code never ends the command
                     raise PluginError(f"plugin {name!r}: {caller.name} raised {type(exc).__name__}: {exc}") from exc
     if not implemented:
         raise PluginError(

@@ -66,7 +66,7 @@ def component_entry(
     if not callable(factory):
         raise PluginError(f"plugin {plugin!r}: factory of {family} kind {kind!r} is not callable: {factory!r}")
     options = Options if options is None else options
-    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+    if not (isinstance(options, type) and issubclass(options, Options)):
         raise PluginError(
             f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.interfaces.Options, "
             f"got {options!r}"

@@ -22,8 +22,8 @@ class SamplingSettings:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:  # also rejects NaN
-            raise GenerationError(f"temperature: must be >= 0 (0 = greedy), got {self.temperature}")
+        if isinstance(self.temperature, bool) or not 0 <= self.temperature < float("inf"):  # also rejects NaN
+            raise GenerationError(f"temperature: must be a finite number >= 0 (0 = greedy), got {self.temperature}")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
             raise GenerationError(f"top_k: must be an integer >= 1 or None, got {self.top_k!r}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
@@ -70,3 +70,15 @@ def sample(
         scaled = filter_top_p(scaled, settings.top_p)
     probs = torch.softmax(scaled, dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)
+
+
+SEED_RANGE = (0, 2**64 - 1)
+
+
+def check_seed(seed: object, error: type[Exception] = GenerationError) -> None:
+    """A seed torch can take: an integer in 0 .. 2**64 - 1 (or None for no seed)."""
+    low, high = SEED_RANGE
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
+        raise error(f"seed: must be an integer from {low} to 2**64 - 1 ({high}), got {seed!r}")

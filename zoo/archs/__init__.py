@@ -27,13 +27,25 @@ FAMILY_MODULES: tuple[str, ...] = (
 
 def preset(name: str) -> Any:
     """The ModelSpec registered under ``name`` (built-in or from a plugin)."""
-    from zoo.registry import get_registry
+    from zoo.errors import PluginError, SpecError
     from zoo.model_spec import ModelSpec
+    from zoo.registry import get_registry
 
-    source = get_registry().architecture(name).source
+    entry = get_registry().architecture(name)
+    source = entry.source
+    where = f"architecture {name!r} of plugin {entry.plugin!r}"
     if callable(source) and not isinstance(source, ModelSpec):
-        source = source()
-    spec = ModelSpec.model_validate(source)
+        try:
+            source = source()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the plugin's bug: one error naming it, never a traceback
+            message = " ".join(str(exc).split())[:300]
+            raise PluginError(f"{where}: its factory raised {type(exc).__name__}: {message}") from None
+    try:
+        spec = ModelSpec.model_validate(source)
+    except SpecError as exc:
+        raise PluginError(f"{where} is not a valid spec: {exc}") from None
     return spec if spec.name else spec.override({"name": name})
 
 

@@ -60,6 +60,10 @@ def run_bench(args: argparse.Namespace) -> int:
         weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
     )
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
+    if not args.no_save:  # an unwritable folder or damaged log fails now, not after the run
+        from zoo.harness.report import check_results
+
+        check_results(args.results_dir, args.results_name)
     err = Console(stderr=True)
     if spec is not None and not args.weights:
         from zoo.harness.encoder_bench import bench_encoder, family_of

@@ -70,13 +70,22 @@ def fingerprint() -> str:
 
 def build_catalog() -> dict[str, Any]:
     """Every architecture with its parameters and KV bytes per token, and the kinds per family."""
+    import sys
+
     import zoo
+    from zoo.errors import PluginError
     from zoo.registry import FAMILIES, get_registry
 
     registry = get_registry()
     rows = []
+    broken = False
     for name in sorted(registry.architectures):
-        spec = zoo.spec(name)
+        try:
+            spec = zoo.spec(name)
+        except PluginError as exc:  # a plugin's broken preset: reported, the others still listed
+            sys.stderr.write(f"zoo: warning: skipped {exc}\n")
+            broken = True
+            continue
         count = zoo.count_params(spec)
         rows.append({
             "name": name,
@@ -86,7 +95,7 @@ def build_catalog() -> dict[str, Any]:
             "plugin": registry.architectures[name].plugin,
         })
     catalog = {"architectures": rows, "components": {family: registry.kinds(family) for family in FAMILIES}}
-    return {**catalog, "_cacheable": not registry.failures}
+    return {**catalog, "_cacheable": not registry.failures and not broken}
 
 
 def catalog(use_cache: bool = True) -> dict[str, Any]:

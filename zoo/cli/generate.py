@@ -7,7 +7,6 @@ the part not yet printed is written, so multi-token characters and merges print 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -82,14 +81,9 @@ def eos_token_ids(folder: Path) -> list[int]:
         from zoo.hub.gguf_tokenizer import gguf_eos_ids
 
         return gguf_eos_ids(GGUFCheckpoint(folder))
-    for name in ("generation_config.json", "config.json"):
-        path = folder / name
-        if not path.is_file():
-            continue
-        value = json.loads(path.read_text()).get("eos_token_id")
-        if value is not None:
-            return [int(value)] if isinstance(value, int) else [int(v) for v in value]
-    return []
+    from zoo.hub.config import eos_token_ids as read_ids
+
+    return read_ids(folder)
 
 
 def text_pieces(tokenizer: Tokenizer, tokens: Iterable[int], context: list[int] | None = None) -> Iterator[str]:

@@ -98,7 +98,8 @@ class LocalExecutor:
         plan_json = plan.model_dump_json()
         queue = list(points)
         running: dict[Any, tuple[SweepPoint, Any, Any, Path, float]] = {}
-        logs = Path(tempfile.mkdtemp(prefix="zoo-sweep-"))
+        remove_stale_log_folders()
+        logs = Path(tempfile.mkdtemp(prefix=f"{LOG_PREFIX}{os.getpid()}-"))
         try:
             while queue or running:
                 while queue and len(running) < self.jobs:
@@ -147,6 +148,42 @@ def _main_script_hidden() -> Iterator[None]:
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+
+
+LOG_PREFIX = "zoo-sweep-"
+STALE_UNNAMED_S = 24 * 3600  # folders of older zoo versions carry no pid: removed after a day
+
+
+def remove_stale_log_folders(root: str | Path | None = None) -> list[Path]:
+    """Remove the run-log folders that killed sweeps left in the temp dir (kill -9 skips the
+    ``finally`` that removes them): those whose owning process (the pid in the name) is gone."""
+    import shutil
+
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{LOG_PREFIX}*"):
+        owner = folder.name[len(LOG_PREFIX):].split("-", 1)[0]
+        try:
+            if owner.isdigit() and "-" in folder.name[len(LOG_PREFIX):]:
+                if _alive(int(owner)):
+                    continue
+            elif time.time() - folder.stat().st_mtime < STALE_UNNAMED_S:
+                continue
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _collect(point: SweepPoint, process: Any, reader: Any, log: Path, timeout: float | None, started: float) -> dict[str, Any] | None:
@@ -201,6 +238,7 @@ def _forked_run(plan_json: str, point_json: str, conn: Any, log_path: str) -> No
 def make_executor(name: str = "local", *, jobs: int = 1, isolation: Isolation | None = None,
                   timeout: float | None = None, address: str | None = None) -> Executor:
     """An executor by name: ``local`` (default) or ``ray`` (needs ``pip install -e ".[ray]"``)."""
+    check_executor_options(jobs, timeout)
     if name == "local":
         if address is not None:
             raise BenchError("--address is for --executor ray; the local executor runs on this machine")
@@ -210,3 +248,14 @@ def make_executor(name: str = "local", *, jobs: int = 1, isolation: Isolation | 
 
         return RayExecutor(address=address, timeout=timeout)
     raise BenchError(f"executor: unknown {name!r}; allowed: local, ray")
+
+
+def check_executor_options(jobs: int = 1, timeout: float | None = None) -> None:
+    """--jobs and --timeout checked before anything runs (even when no executor is made)."""
+    import math
+
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout <= 0):
+        raise BenchError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise BenchError(f"jobs: must be an integer >= 1, got {jobs!r}")

@@ -22,7 +22,6 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
@@ -124,10 +123,9 @@ def split_values(text: str) -> list[str]:
 
 def parse_scalar(raw: str) -> Any:
     """A value as --set reads it: YAML (numbers, null, true, {flow: mappings}), else the text."""
-    try:
-        return yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        return raw
+    from zoo.safe_io import parse_scalar as parse
+
+    return parse(raw, BenchError, repr(raw[:40]))
 
 
 def parse_vary(items: Iterable[str]) -> dict[str, list[Any]]:
@@ -166,6 +164,7 @@ def check_plan(plan: SweepPlan) -> None:
     from zoo.registry import get_registry
 
     registry = get_registry()
+    check_name(plan.name)
     if (plan.arch is None) == (plan.spec is None):
         raise BenchError("give exactly one base model: an architecture (arch) or a spec")
     for key, values in plan.vary.items():
@@ -191,6 +190,8 @@ def check_plan(plan: SweepPlan) -> None:
                 kinds[family].add(_checked_kind(registry, family, value, key))
             elif family in COMPONENT_FAMILIES and not option and isinstance(value, Mapping) and "kind" in value:
                 kinds[family].add(_checked_kind(registry, family, value["kind"], f"{key}.kind"))
+            elif family in COMPONENT_FAMILIES and not option and isinstance(value, str):  # attention=gqa
+                kinds[family].add(_checked_kind(registry, family, value, key))
     run_fields, spec_fields = set(BenchConfig.model_fields) - {"weights"}, set(ModelSpec.model_fields)
     for mapping, where in [(plan.set, "set"), (plan.run, "run"), (plan.baseline, "baseline")]:
         for key in mapping:
@@ -205,15 +206,30 @@ def check_plan(plan: SweepPlan) -> None:
 
 
 def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
-    """Each run option's values, one at a time, through BenchConfig's own validation (a bad
-    ``weights_dtype`` or a batch size of 0 fails here, like an unknown kind, not per point)."""
+    """Run options (shared ``[run]`` and each axis or point value of one) as BenchConfig takes
+    them, so ``prompt_len = "many"`` fails before any point runs, not in every row."""
     from zoo.harness.run import make_config
 
-    assigned = [plan.run, *({k: v} for k, vs in plan.vary.items() for v in vs), *plan.points]
-    for mapping in assigned:
-        for key, value in mapping.items():
-            if key in run_fields:
-                make_config(**{key: value})
+    def check(values: Mapping[str, Any], where: str) -> None:
+        try:
+            make_config(**{**plan.run, **values})
+        except BenchError as exc:
+            raise BenchError(f"{where}: {exc}") from None
+
+    check({}, "run")
+    for key, values in plan.vary.items():
+        if key in run_fields:
+            for value in values:
+                check({key: value}, f"vary.{key}")
+    for index, point in enumerate(plan.points):
+        check({k: v for k, v in point.items() if k in run_fields}, f"points[{index}]")
+
+
+def check_name(name: str) -> None:
+    """A sweep's name is a file stem inside --results-dir: no folders, no hidden files."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0") or name != name.strip():
+        raise BenchError(f"name: {name!r} is not a file name; use letters, digits, '.', '-' and '_' "
+                         "(no '/', no leading '.'): results are written inside --results-dir")
 
 
 def _checked_kind(registry: Any, family: str, kind: Any, key: str) -> str:
@@ -257,13 +273,17 @@ def load_plan(path: str | Path) -> SweepPlan:
         import tomli as tomllib
     from pydantic import ValidationError
 
+    from zoo.safe_io import check_depth, read_text
+
     path = Path(path)
+    text = read_text(path, BenchError, "sweep file")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BenchError(f"{path}: cannot read sweep file ({exc.strerror or exc})") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BenchError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise BenchError(f"{path}: not valid TOML: nested too deep") from None
+    check_depth(data, BenchError, str(path))
     data.setdefault("name", path.stem)
     if isinstance(data.get("depth"), str):
         if data["depth"] != "full":

@@ -1,9 +1,10 @@
 """Result files: rows appended to ``results/<name>.jsonl``, re-rendered as CSV and Markdown.
 
-The JSON-lines file is the record (one Measurement per line, nested as measured); the CSV
-and Markdown files are renderings of all its rows, flattened, rewritten after each append.
-Every file is written whole to a temporary file in the same directory and moved into place
-with ``os.replace``, so an interrupted write leaves the previous version, never half a file.
+The JSON-lines file is the record (one Measurement per line, nested as measured), appended
+one whole line at a time under the log's lock (``results_log``), so concurrent benches keep
+every row; the CSV and Markdown files are renderings of all its rows, flattened, rewritten
+(whole: temp file + ``os.replace``) under the same lock after each append. Every existing
+row is checked before anything is written: a damaged log is one error and stays as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zoo.atomic import write_text_atomic
+from zoo.errors import BenchError
+from zoo.harness.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
 from zoo.harness.run import Measurement
 
 DEFAULT_RESULTS_DIR = Path("results")
@@ -33,10 +36,33 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The JSON rows of a results file (none if it does not exist)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The JSON rows of a results file (none if it does not exist); a damaged line is a
+    ``BenchError`` naming it."""
+    return read_log(Path(path))
+
+
+def _measurements(rows: list[dict], path: Path) -> list[Measurement]:
+    from pydantic import ValidationError
+
+    out = []
+    for number, row in enumerate(rows, start=1):
+        try:
+            out.append(Measurement.model_validate(row))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise BenchError(f"{path}: row {number} is not a measurement ({where}: {first['msg']}); "
+                             "the results log is damaged (nothing was written)") from None
+    return out
+
+
+def check_results(results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME) -> None:
+    """Fail now, before measuring, if the results cannot be appended: an unwritable folder or
+    a damaged log (a ``BenchError`` naming the path or the line)."""
+    jsonl = Path(results_dir) / f"{name}.jsonl"
+    with locked(jsonl) as fd:
+        _measurements(read_locked(fd, jsonl), jsonl)
+    check_folder_writable(jsonl.parent)
 
 
 def render_csv(measurements: Sequence[Measurement]) -> str:
@@ -66,13 +92,12 @@ def append_result(measurement: Measurement, results_dir: Path | str = DEFAULT_RE
     """
     directory = Path(results_dir)
     jsonl, csv, md = (directory / f"{name}.{ext}" for ext in ("jsonl", "csv", "md"))
-    existing = jsonl.read_text(encoding="utf-8") if jsonl.exists() else ""
-    if existing and not existing.endswith("\n"):
-        existing += "\n"
-    write_atomic(jsonl, existing + measurement.model_dump_json() + "\n")
-    all_rows = [Measurement.model_validate(row) for row in read_rows(jsonl)]
-    write_atomic(csv, render_csv(all_rows))
-    write_atomic(md, render_markdown(all_rows))
+    with locked(jsonl) as fd:  # concurrent benches append in turn; none loses a row
+        all_rows = _measurements(read_locked(fd, jsonl), jsonl) + [measurement]
+        end_tail(fd)
+        append_line(fd, measurement.model_dump_json())
+        write_atomic(csv, render_csv(all_rows))
+        write_atomic(md, render_markdown(all_rows))
     return {"jsonl": jsonl, "csv": csv, "md": md}
 
 

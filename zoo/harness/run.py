@@ -26,16 +26,17 @@ from zoo.harness.environment import Environment, device_name, pick_device, sdpa_
 from zoo.harness.measure import probe_for
 from zoo.model import resolve_dtype
 from zoo.model_spec import ModelSpec
+from zoo.strict_numbers import StrictNumbers
 
 HOST_WARMUP_PROMPT = 32  # host devices warm up on at most this many prompt tokens
 WARMUP_DECODE_STEPS = 3  # enough for CUDA graphs to be recorded under reduce-overhead
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
-class BenchConfig(BaseModel):
+class BenchConfig(StrictNumbers):
     """How to run: defaults keep `zoo bench --arch qwen3-0.6b` under a minute on 2 CPU cores."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     device: str = Field("auto", description="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps")
     dtype: str | None = Field(None, description="default bfloat16 on CUDA, float32 elsewhere")
@@ -45,7 +46,7 @@ class BenchConfig(BaseModel):
     repeats: int = Field(2, ge=1, description="timed rounds; medians and spread over these")
     warmup: int = Field(1, ge=1, description="untimed rounds before timing")
     compile: bool = Field(False, description="torch.compile the decode step (reduce-overhead on CUDA)")
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
     weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
     predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
@@ -194,6 +195,11 @@ def bench(
     dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
     if model_spec is not None:
         _check_run(model_spec, config)
+    if model_spec is not None:  # refuse what cannot fit before allocating anything
+        from zoo.harness.memory_check import check_fits
+
+        context = config.prompt_len + config.gen_len
+        check_fits(model_spec, config.batch_size, config.prompt_len, context, dtype, device)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     report = progress or (lambda what, done, total: None)

@@ -9,14 +9,15 @@ run again, finishes with every point exactly once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import BenchError
-from zoo.harness.executors import Executor, InlineExecutor, make_executor
+from zoo.harness.executors import Executor, InlineExecutor, check_executor_options, make_executor
 from zoo.harness.grid import SweepPlan, load_plan, plan_from_options
-from zoo.harness.results_log import append_row, cut_torn_tail, read_log
+from zoo.harness.results_log import append_line, check_folder_writable, end_tail, locked, read_locked
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,39 +36,49 @@ def run_plan(
     render: bool = True,
 ) -> pd.DataFrame:
     """Run every point not yet logged; return the table of all the plan's rows."""
-    from zoo.harness.report import render_sweep
-
     points = plan.expand()
-    log = Path(results_dir) / f"{plan.name}.jsonl" if results_dir is not None else None
-    rows: list[dict[str, Any]] = []
-    if log is not None and log.exists():
-        logged = read_log(log)
+    if results_dir is None:
+        return _run_points(plan, points, [], executor, None, progress)
+    log = Path(results_dir) / f"{plan.name}.jsonl"
+    with locked(log, wait=False) as fd:  # one sweep per log: a second is refused, not duplicated
+        logged = read_locked(fd, log)
         if logged and not (resume or overwrite):
             raise BenchError(f"{log}: already holds {len(logged)} rows; pass --resume to finish that sweep or --overwrite to start again")
         if overwrite:
-            log.unlink()
+            os.ftruncate(fd, 0)
             logged = []
-        cut_torn_tail(log)
+        end_tail(fd)
         wanted = {p.id for p in points}
-        rows = [row for row in logged if row.get("point_id") in wanted]
+        rows = list({row["point_id"]: row for row in reversed(logged) if row.get("point_id") in wanted}.values())[::-1]
+        check_folder_writable(log.parent)  # the tables go beside the log: fail before running
+        frame = _run_points(plan, points, rows, executor, fd, progress)
+        if render:
+            from zoo.harness.report import render_sweep
+
+            render_sweep(frame, rows, log.with_name(plan.name))
+    return frame
+
+
+def _run_points(
+    plan: SweepPlan, points: list[Any], rows: list[dict[str, Any]], executor: Executor | None, fd: int | None,
+    progress: Progress | None,
+) -> pd.DataFrame:
+    """Run the points not in ``rows`` (the first row of each logged id), appending each row."""
     done_ids = {row["point_id"] for row in rows}
     todo = [p for p in points if p.id not in done_ids]
     if executor is None:
         executor = InlineExecutor() if plan.analysis_only else make_executor("local")
 
     def on_row(row: dict[str, Any]) -> None:
-        if log is not None:
-            append_row(log, row)
+        if fd is not None:
+            append_line(fd, row)
         rows.append(row)
         if progress is not None:
             progress(row, len(rows), len(points))
 
     if todo:
         executor.run(plan, todo, on_row)
-    frame = sweep_frame(plan, rows)
-    if log is not None and render:
-        render_sweep(frame, rows, log.with_name(plan.name))
-    return frame
+    return sweep_frame(plan, rows)
 
 
 def sweep_frame(plan: SweepPlan, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -112,6 +123,7 @@ def compare(
     """
     from zoo.model_spec import ModelSpec
 
+    check_executor_options(jobs, timeout)
     spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
     plan = plan_from_options(
         arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
@@ -137,6 +149,7 @@ def sweep(
     progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Run a sweep file (TOML) or plan, logging each row to ``<results_dir>/<name>.jsonl``."""
+    check_executor_options(jobs, timeout)
     if not isinstance(plan, SweepPlan):
         plan = load_plan(plan)
     chosen = executor if not isinstance(executor, str) else (

@@ -10,7 +10,6 @@ ever dropped silently.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,25 @@ from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS, is_neutral  # noqa: F
 from zoo.hub.config_mamba import mamba_spec
 from zoo.model_spec import ModelSpec
 
+# What each numeric or structured key must hold (null = absent); checked before any family reads
+# them, so a 0 head count, a list or a string where a number belongs is one error naming the key.
+POSITIVE_INTS = frozenset({
+    "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
+    "max_position_embeddings", "intermediate_size", "head_dim", "n_embd", "n_head", "n_layer", "n_positions",
+    "n_inner", "num_local_experts", "num_experts_per_tok", "num_experts", "experts_per_token",
+    "moe_intermediate_size", "sliding_window", "decoder_sparse_step", "sliding_window_pattern",
+    "_sliding_window_pattern", "initial_context_length",
+})
+FINITE_NUMBERS = frozenset({
+    "rope_theta", "rms_norm_eps", "layer_norm_epsilon", "partial_rotary_factor", "rope_local_base_freq",
+    "swiglu_limit", "swiglu_alpha", "query_pre_attn_scalar",
+})
+BOOLEANS = frozenset({
+    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "norm_topk_prob", "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx", "use_bidirectional_attention",
+})
+STRINGS = frozenset({"model_type", "hidden_act", "activation_function", "hidden_activation"})
+MAPPINGS = frozenset({"rope_parameters", "rope_scaling", "quantization_config"})
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
 
 
@@ -336,23 +354,51 @@ def read_hf_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     """The config dict and a name for messages (a file, a folder holding config.json, or a dict)."""
     if isinstance(config, Mapping):
         return dict(config), "config"
+    from zoo.safe_io import load_json, read_text
+
     path = Path(config)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such config file") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read as JSON ({exc})") from None
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such config file")
+    data = load_json(read_text(path, CheckpointError, "config file"), CheckpointError, str(path))
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data, str(path)
 
 
+def check_value_types(data: Mapping[str, Any], source: str) -> None:
+    """Every key zoo reads holds a value of its type (or null); else one CheckpointError."""
+    import math
+
+    for key, value in data.items():
+        if value is None:
+            continue
+        problem = None
+        if key in POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            problem = "expected a positive integer"
+        elif key in FINITE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            problem = "expected a finite number"
+        elif key in BOOLEANS and not isinstance(value, bool):
+            problem = "expected true or false"
+        elif key in STRINGS and not isinstance(value, str):
+            problem = "expected a string"
+        elif key in MAPPINGS and not isinstance(value, Mapping):
+            problem = "expected an object"
+        elif key == "layer_types" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            problem = "expected a list of strings"
+        elif key == "mlp_only_layers" and not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            problem = "expected a list of layer indices"
+        if problem:
+            from zoo.safe_io import bounded_repr
+
+            raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")
+
+
 def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:
     """The ModelSpec computing what transformers computes for this config.json."""
     data, source = read_hf_config(config)
+    check_value_types(data, source)
     model_type = data.get("model_type")
     if model_type not in FAMILIES:
         raise CheckpointError(
@@ -366,7 +412,10 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
                               "allowed: unquantized safetensors, or gpt_oss with mxfp4 experts (dequantized on load)")
     reader = ConfigReader(data, source)
     reader.used.add("quantization_config")  # mxfp4 experts: the loader dequantizes them
-    spec = FAMILIES[model_type](reader)
+    try:
+        spec = FAMILIES[model_type](reader)
+    except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:  # a shape no check above foresaw
+        raise CheckpointError(f"{source}: malformed config ({type(exc).__name__}: {str(exc)[:200]})") from None
     for key, (inert, why) in BASE_CHECKS.items():
         reader.expect(key, inert, why)
     reader.check_all_used()
@@ -376,3 +425,25 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
         return ModelSpec.model_validate(spec)
     except SpecError as exc:
         raise CheckpointError(f"{source}: the config maps to an invalid spec: {exc}") from None
+
+
+def eos_token_ids(folder: Path) -> list[int]:
+    """End-of-sequence ids from generation_config.json, else config.json (an id or a list);
+    a file that is not JSON, or an id that is not a non-negative integer, is a CheckpointError."""
+    from zoo.safe_io import load_json, read_text
+
+    for name in ("generation_config.json", "config.json"):
+        path = Path(folder) / name
+        if not path.exists():
+            continue
+        data = load_json(read_text(path, CheckpointError, name), CheckpointError, str(path))
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{path}: expected a JSON object")
+        value = data.get("eos_token_id")
+        if value is None:
+            continue
+        ids = value if isinstance(value, list) else [value]
+        if not ids or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in ids):
+            raise CheckpointError(f"{path}: eos_token_id: expected a token id or a list of them, got {value!r}"[:300])
+        return list(ids)
+    return []

@@ -11,7 +11,6 @@ checkpoints are read through ``model.safetensors.index.json``. Only safetensors 
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import torch
@@ -31,16 +30,14 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
     """Checkpoint tensor name -> the (header-parsed) safetensors file holding it."""
     index = folder / INDEX_FILE
     if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index}: corrupt index file ({exc})") from None
+        weight_map = read_weight_map(index)
         files: dict[str, SafetensorsFile] = {}
         for shard in sorted(set(weight_map.values())):
-            if not (folder / shard).is_file():
+            path = shard_path(folder, shard, index)
+            if not path.exists():
                 tensor = next(t for t, s in weight_map.items() if s == shard)
-                raise CheckpointError(f"{folder / shard}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)")
-            files[shard] = SafetensorsFile(folder / shard)
+                raise CheckpointError(f"{path}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)")
+            files[shard] = SafetensorsFile(path)
         located: dict[str, SafetensorsFile] = {}
         for tensor, shard in weight_map.items():
             if tensor not in files[shard].tensors:
@@ -58,6 +55,31 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
         for tensor in file.tensors:
             located[tensor] = file
     return located
+
+
+def read_weight_map(index: Path) -> dict[str, str]:
+    """The index's ``weight_map``: tensor name -> shard file name, both strings."""
+    from zoo.safe_io import load_json, read_text
+
+    data = load_json(read_text(index, CheckpointError, "index file"), CheckpointError, str(index))
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index}: corrupt index file: expected an object with a weight_map object")
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise CheckpointError(f"{index}: weight_map[{tensor!r}]: expected a shard file name, got {shard!r}"[:300])
+    return weight_map
+
+
+def shard_path(folder: Path, shard: str, index: Path) -> Path:
+    """A shard named by the index, refused unless it names a file inside the checkpoint folder
+    (no absolute path, no ``..``). Judged on the name, not on where symlinks lead: the hub's
+    cache links every file of a snapshot to a blob outside it."""
+    parts = Path(shard).parts
+    if not parts or Path(shard).is_absolute() or ".." in parts or "\\" in shard or "\0" in shard:
+        raise CheckpointError(f"{index}: weight_map names {shard!r}, outside the checkpoint folder; "
+                              "shards must be files inside it")
+    return folder / shard
 
 
 def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool = True) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import struct
 import warnings
 from collections.abc import Mapping
@@ -35,6 +36,16 @@ SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "BOOL": torch.bool,
 }
 _MAX_HEADER = 100 * 1024 * 1024
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _short(value: object) -> str:
+    from zoo.safe_io import bounded_repr
+
+    return bounded_repr(value, 80)
 
 
 class TensorInfo:
@@ -63,9 +74,12 @@ class SafetensorsFile:
         return CheckpointError(f"{self.path}: {message}")
 
     def _read_header(self) -> None:
+        from zoo.safe_io import open_regular
+
+        fd = open_regular(self.path, CheckpointError, "safetensors file")  # a FIFO would block forever
         try:
-            size = self.path.stat().st_size
-            with open(self.path, "rb") as handle:
+            with os.fdopen(fd, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
                 prefix = handle.read(8)
                 if len(prefix) < 8:
                     raise self._fail("not a safetensors file (shorter than its 8-byte header length)")
@@ -79,38 +93,57 @@ class SafetensorsFile:
             header = json.loads(raw.decode("utf-8"))
             if not isinstance(header, dict):
                 raise ValueError("not an object")
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise self._fail(f"corrupt safetensors header ({exc})") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise self._fail(f"corrupt safetensors header ({str(exc)[:200]})") from None
         self._data_start = 8 + header_len
         data_size = size - self._data_start
-        self.metadata = dict(header.pop("__metadata__", None) or {})
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise self._fail(f"__metadata__: expected an object of strings, got {_short(metadata)}")
+        self.metadata = dict(metadata)
         for name, entry in header.items():
             self.tensors[name] = self._tensor_info(name, entry, data_size)
+        self._check_no_overlap()
 
     def _tensor_info(self, name: str, entry: object, data_size: int) -> TensorInfo:
-        try:
-            dtype_name, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]  # type: ignore[index]
-            shape = tuple(int(s) for s in shape)
-        except (TypeError, KeyError, ValueError):
-            raise self._fail(f"tensor {name!r}: corrupt header entry {entry!r}") from None
-        if dtype_name not in SAFETENSORS_DTYPES:
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise self._fail(f"tensor {name!r}: corrupt header entry {_short(entry)}; expected dtype, shape and data_offsets")
+        dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype_name, str) or dtype_name not in SAFETENSORS_DTYPES:
             raise self._fail(
-                f"tensor {name!r}: dtype {dtype_name} is not supported; allowed: {', '.join(SAFETENSORS_DTYPES)}"
+                f"tensor {name!r}: dtype {_short(dtype_name)} is not supported; allowed: {', '.join(SAFETENSORS_DTYPES)}"
             )
+        if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+            raise self._fail(f"tensor {name!r}: shape must be a list of non-negative integers, got {_short(shape)}")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+            raise self._fail(f"tensor {name!r}: data_offsets must be two non-negative integers, got {_short(offsets)}")
+        start, end = offsets
         dtype = SAFETENSORS_DTYPES[dtype_name]
         numel = 1
-        for s in shape:
-            numel *= s
+        for dim in shape:
+            numel *= dim
         expected = numel * dtype.itemsize
-        if not 0 <= start <= end or end - start != expected:
-            raise self._fail(f"tensor {name!r}: {end - start} bytes stored for shape {list(shape)} {dtype_name} ({expected} expected)")
+        if not start <= end or end - start != expected:
+            raise self._fail(f"tensor {name!r}: {end - start} bytes stored for shape {shape} {dtype_name} ({expected} expected)")
         if end > data_size:
             raise self._fail(f"truncated: tensor {name!r} ends at byte {end} of a {data_size}-byte data section")
-        return TensorInfo(name, dtype, shape, self._data_start + start, self._data_start + end)
+        return TensorInfo(name, dtype, tuple(shape), self._data_start + start, self._data_start + end)
+
+    def _check_no_overlap(self) -> None:
+        """Tensors may not share bytes (the safetensors library refuses such files too)."""
+        previous: TensorInfo | None = None
+        for info in sorted(self.tensors.values(), key=lambda t: (t.start, t.end)):
+            if previous is not None and info.start < previous.end and info.end > info.start:
+                raise self._fail(f"tensors {previous.name!r} and {info.name!r} overlap in the data section "
+                                 f"(bytes {info.start - self._data_start}..{previous.end - self._data_start})")
+            if info.end > info.start and (previous is None or info.end > previous.end):
+                previous = info
 
     # ---- data -----------------------------------------------------------------------------
     def __enter__(self) -> SafetensorsFile:
-        self._file = open(self.path, "rb")
+        from zoo.safe_io import open_regular
+
+        self._file = os.fdopen(open_regular(self.path, CheckpointError, "safetensors file"), "rb")
         if self.path.stat().st_size > 0:
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return self
