@@ -27,9 +27,9 @@ def test_every_linear_is_quantized_and_logits_stay_close(kind):
     assert not [m for m in model.modules() if type(m) is torch.nn.Linear or type(m).__name__ == "Linear"]
     assert sum(isinstance(m, QuantizedLinear) for m in model.modules()) == 2 * 7 + 1  # q k v o gate up down, head
     if kind == "int8":  # the tied input table reads the head's int8 rows: one matrix stored
-        assert model.embed.qweight is model.lm_head.qweight and model.embed.scales is model.lm_head.scales
+        assert model.embed.quantized_rows.qweight is model.lm_head.qweight and model.embed.quantized_rows.scales is model.lm_head.scales
     else:  # int4's packed layout has no rows to read: the table gets int8 rows of its own
-        assert model.embed.qweight.dtype == torch.int8 and model.embed.qweight.shape == (spec.vocab_size, 64)
+        assert model.embed.quantized_rows.qweight.dtype == torch.int8 and model.embed.quantized_rows.qweight.shape == (spec.vocab_size, 64)
     assert (got - reference).abs().max() < 0.2 * reference.abs().max()
 
 
@@ -46,10 +46,10 @@ def test_tied_embedding_rows_are_int8_rows_of_the_table():
     table = model.embed.weight.detach().clone()
     quantize(model, "int8")
     ids = torch.tensor([[0, 5, 96]])
-    torch.testing.assert_close(model.embed(ids)[0], model.lm_head.dequantize()[ids[0]])
+    torch.testing.assert_close(model.embed.lookup(ids)[0], model.lm_head.dequantize()[ids[0]])
     int4 = quantize(zoo.build(_spec(), dtype="float32", seed=0), "int4")
     step = table.abs().amax(1) / 127  # (vocab,)
-    assert ((int4.embed(ids)[0] - table[ids[0]]).abs() <= step[ids[0], None] / 2 + 1e-7).all()
+    assert ((int4.embed.lookup(ids)[0] - table[ids[0]]).abs() <= step[ids[0], None] / 2 + 1e-7).all()
 
 
 def test_quantized_reads_fewer_bytes_per_step():

@@ -89,28 +89,19 @@ def run_bench(args: argparse.Namespace) -> int:
 def _run_encoder_bench(args, spec, config, bench_encoder, err) -> int:  # type: ignore[no-untyped-def]
     """An encoder or encoder-decoder: its own measurement, printed (not appended to the
     decoder results files, whose columns it does not have)."""
-    import json
-
-    from rich.console import Console
-
     measurement = bench_encoder(spec, config, gen_len_given=args.gen_len is not None)
-    if args.json:
-        print(json.dumps(measurement.model_dump(mode="json"), indent=2))
+    if args.format == "json":
+        print_json(measurement.model_dump(mode="json"))
     else:
-        Console().print(encoder_table(measurement))
+        print_table(encoder_table(measurement), args.format)
     if not args.no_save:
-        err.print(f"{measurement.family} measurements are printed only (the results files hold decoder runs)")
+        sys.stderr.write(f"zoo: {measurement.family} measurements are printed only (the results files hold decoder runs)\n")
     return 0
 
 
-def encoder_table(m):  # type: ignore[no-untyped-def]
-    """An EncoderMeasurement as a two-column rich table."""
-    from rich.table import Table
-
+def encoder_table(m) -> TableData:  # type: ignore[no-untyped-def]
+    """An EncoderMeasurement as a two-column table."""
     c, e = m.config, m.environment
-    table = Table(title=f"zoo bench: {m.arch} ({m.family})", show_header=True)
-    table.add_column("measure")
-    table.add_column("value", justify="right")
     rows = [
         ("run", f"batch {c.batch_size} · length {m.seq_len} · {c.repeats} repeats after {c.warmup} warm-up"),
         ("params total", f"{m.params_total:,}"),
@@ -131,9 +122,7 @@ def encoder_table(m):  # type: ignore[no-untyped-def]
         ]
     rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
              ("threads", str(e.threads)), ("torch", e.torch_version), ("zoo commit", e.zoo_commit or "-")]
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+    return TableData(f"zoo bench: {m.arch} ({m.family})", ["measure", "value"], [[n, v] for n, v in rows], right={"value"})
 
 
 def _bytes(n: int | None) -> str:

@@ -27,11 +27,12 @@ class TokenEmbedding(nn.Embedding, Embedding):
         self.scale = ctx.embedding_scale
         self.token_type = nn.Embedding(options.type_vocab_size, ctx.d_model) if options.type_vocab_size else None
         self.norm = ctx.make_norm(ctx.d_model) if options.norm else None
+        self.quantized_rows: nn.Module | None = None  # set by zoo.quant, which then drops ``weight``
 
     def forward(  # type: ignore[override]
         self, input_ids: torch.Tensor, positions: Positions, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        x = super().forward(input_ids)  # (B, T, d)
+        x = self.lookup(input_ids)  # (B, T, d)
         if self.scale is not None:
             x = x * torch.tensor(self.scale, dtype=x.dtype)
         x = positions.positional.embed(x, positions.ids)
@@ -39,6 +40,14 @@ class TokenEmbedding(nn.Embedding, Embedding):
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
             x = x + self.token_type(types)  # (B, T, d)
         return x if self.norm is None else self.norm(x)
+
+
+    def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Rows of the token table (B, T, d): the float table, or the int8 rows that replace it
+        when the weights are quantized (the table is then stored once, as int8)."""
+        if self.quantized_rows is not None:
+            return self.quantized_rows(input_ids)
+        return super().forward(input_ids)
 
 
 def build_token(options: TokenEmbeddingOptions, ctx: BuildContext) -> TokenEmbedding:

@@ -84,7 +84,9 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
         (parent, child_name, child)
         for parent in model.modules()
         for child_name, child in parent.named_children()
-        if isinstance(child, nn.Linear) and not isinstance(child, QuantizedLinear)
+        # a Linear with sub-modules (BERT's masked-LM head: dense, norm, then the decoder)
+        # computes more than x W^T + b, so it stays in float; its plain parts are quantized
+        if isinstance(child, nn.Linear) and not isinstance(child, QuantizedLinear) and not any(child.children())
     ]
     for parent, child_name, linear in targets:
         weight, bias = linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
@@ -97,18 +99,18 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
                     "choose a group size that divides every layer's input width"
                 )
             quantized = Int4Linear(weight, bias, weight.dtype, size)
-        for attr in ("_zoo_family",):  # keep the analysis's family tag
+        for attr in ("_zoo_family", "logits", "tied"):  # the analysis's family tag; a head's declared output
             if hasattr(linear, attr):
                 setattr(quantized, attr, getattr(linear, attr))
         setattr(parent, child_name, quantized)
-    if tied:
+    if tied and isinstance(model.lm_head, QuantizedLinear):
         from zoo.quant.linear import Int8Embedding
 
         head = model.lm_head
         table = embed.weight.detach()  # type: ignore[union-attr]
         embedding = Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
-        embedding._zoo_family = getattr(embed, "_zoo_family", "embedding")  # type: ignore[assignment]
-        model.embed = embedding
+        embed.quantized_rows = embedding  # type: ignore[union-attr]
+        embed.weight = None  # type: ignore[union-attr,assignment]  # the int8 rows replace the float table
     return model
 
 
