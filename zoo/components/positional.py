@@ -18,7 +18,8 @@ class NoPositionalOptions(Options):
 
 
 class LearnedOptions(Options):
-    max_positions: int | None = Field(None, gt=0, description="table size; default max_seq_len")
+    max_positions: int | None = Field(None, gt=0, description="positions covered; default max_seq_len")
+    offset: int = Field(0, ge=0, description="rows before position 0 (BART: 2); the table has max_positions + offset rows")
 
 
 class SinusoidalOptions(Options):
@@ -41,11 +42,16 @@ class NoPositional(Positional):
 
 
 class LearnedPositional(Positional):
-    """A learned table of absolute position embeddings added to token embeddings (GPT-2)."""
+    """A learned table of absolute position embeddings added to token embeddings (GPT-2).
 
-    def __init__(self, max_positions: int, d_model: int) -> None:
+    ``offset`` rows come before position 0: BART's table has two rows it never reads (its
+    fairseq origin reserved them for padding), so position p reads row p + 2.
+    """
+
+    def __init__(self, max_positions: int, d_model: int, offset: int = 0) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(max_positions, d_model))
+        self.offset = offset
+        self.weight = nn.Parameter(torch.empty(max_positions + offset, d_model))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -53,7 +59,7 @@ class LearnedPositional(Positional):
             nn.init.normal_(self.weight, std=0.01)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x + self.weight[positions].to(x.dtype)  # (B, T, d)
+        return x + self.weight[positions + self.offset].to(x.dtype)  # (B, T, d)
 
 
 class SinusoidalPositional(Positional):
@@ -135,7 +141,7 @@ def build_none(options: NoPositionalOptions, ctx: BuildContext) -> Positional:
 
 def build_learned(options: LearnedOptions, ctx: BuildContext) -> Positional:
     """Learned absolute position embeddings (GPT-2)."""
-    return LearnedPositional(options.max_positions or ctx.max_seq_len, ctx.d_model)
+    return LearnedPositional(options.max_positions or ctx.max_seq_len, ctx.d_model, options.offset)
 
 
 def build_sinusoidal(options: SinusoidalOptions, ctx: BuildContext) -> Positional:

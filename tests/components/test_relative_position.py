@@ -1,0 +1,69 @@
+"""T5's bucketed relative position bias against transformers' T5Attention on the same table."""
+
+import pytest
+import torch
+
+import zoo
+from zoo.components.relative_position import RelativeBuckets, relative_position_bucket
+from zoo.errors import SpecError
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (8, 20)])
+def test_buckets_match_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> None:
+    relative = torch.arange(-300, 301)[None, :]  # exact, logarithmic and clipped distances
+    ours = relative_position_bucket(relative, bidirectional, num_buckets, max_distance)
+    theirs = T5Attention._relative_position_bucket(
+        relative, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+    assert torch.equal(ours, theirs)
+    assert int(ours.max()) == num_buckets - 1
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_bias_matches_t5_compute_bias(is_decoder: bool) -> None:
+    config = transformers.T5Config(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=16,
+                                   relative_attention_max_distance=40, is_decoder=is_decoder)
+    theirs = T5Attention(config, has_relative_attention_bias=True).eval()
+    ours = RelativeBuckets(4, 16, 40, bidirectional=not is_decoder)
+    with torch.no_grad():
+        ours.weight.copy_(theirs.relative_attention_bias.weight)
+    T, past = 5, 60  # queries at positions 60..64 over keys 0..64, as a cached decoder sees them
+    query = torch.arange(past, past + T)[None]
+    key = torch.arange(past + T)[None]
+    expected = theirs.compute_bias(T, past + T, past_seen_tokens=past)  # (1, H, T, S)
+    torch.testing.assert_close(ours.score_bias(query, key, 4), expected, rtol=0, atol=0)
+
+
+def test_bias_is_shift_invariant_per_row() -> None:
+    """Left padding shifts a row's times; the bias depends on differences only."""
+    table = RelativeBuckets(2, 8, 16, bidirectional=True)
+    pos = torch.arange(6)[None]
+    torch.testing.assert_close(table.score_bias(pos, pos, 2), table.score_bias(pos + 3, pos + 3, 2))
+
+
+def test_head_count_mismatch_is_an_error() -> None:
+    with pytest.raises(ValueError, match="2 heads"):
+        RelativeBuckets(2, 8, 16, bidirectional=True).score_bias(torch.zeros(1, 1), torch.zeros(1, 1), 4)
+
+
+def test_spec_builds_one_table_shared_by_every_layer() -> None:
+    spec = zoo.spec("gpt2").override({
+        "d_model": 32, "n_layers": 2, "vocab_size": 50, "attention.n_heads": 4, "attention.n_kv_heads": 4,
+        "positional.kind": "relative_buckets", "positional.num_buckets": 8, "positional.max_distance": 16,
+        "attention.scale": 1.0,
+    })
+    model = zoo.build(spec, seed=0)
+    tables = [m for m in model.modules() if isinstance(m, RelativeBuckets)]
+    assert len(tables) == 1 and tables[0].weight.shape == (8, 4)
+    assert not tables[0].bidirectional  # gpt2's attention is causal
+    out = model(torch.randint(0, 50, (2, 7)))
+    assert out.shape == (2, 7, 50) and torch.isfinite(out).all()
+
+
+def test_too_few_buckets_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match="num_buckets"):
+        zoo.spec("gpt2").override({"positional.kind": "relative_buckets", "positional.num_buckets": 2})
