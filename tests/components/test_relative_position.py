@@ -4,6 +4,8 @@ import pytest
 import torch
 
 import zoo
+from zoo.cache import KVCache
+from zoo.model import ZooModel
 from zoo.components.relative_position import RelativeBuckets, relative_position_bucket
 from zoo.errors import SpecError
 
@@ -67,3 +69,59 @@ def test_spec_builds_one_table_shared_by_every_layer() -> None:
 def test_too_few_buckets_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="num_buckets"):
         zoo.spec("gpt2").override({"positional.kind": "relative_buckets", "positional.num_buckets": 2})
+
+
+def _t5_decoder_stack():  # type: ignore[no-untyped-def]
+    """transformers' T5 decoder stack (no encoder: its cross-attention is skipped), perturbed."""
+    from transformers.models.t5.modeling_t5 import T5Stack
+
+    config = transformers.T5Config(d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, vocab_size=60,
+                                   relative_attention_num_buckets=8, relative_attention_max_distance=12,
+                                   is_decoder=True, use_cache=False, dropout_rate=0.0)
+    stack = T5Stack(config).eval()
+    with torch.no_grad():
+        for param in stack.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    return stack
+
+
+def _zoo_twin(stack) -> ZooModel:  # type: ignore[no-untyped-def]
+    """The same causal stack as a zoo spec: RMS norm, bucketed bias, scale 1, relu MLP."""
+    spec = zoo.spec("gpt2").override({
+        "d_model": 32, "n_layers": 2, "vocab_size": 60, "max_seq_len": 64,
+        "norm.kind": "rmsnorm", "norm.eps": 1e-6,
+        "positional.kind": "relative_buckets", "positional.num_buckets": 8, "positional.max_distance": 12,
+        "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8, "attention.bias": False,
+        "attention.scale": 1.0, "ffn.hidden": 48, "ffn.activation": "relu", "ffn.bias": False,
+        "tie_embeddings": False,
+    })
+    model = zoo.build(spec, seed=0)
+    hf = stack.state_dict()
+    ours = {"embed.weight": hf["embed_tokens.weight"], "final_norm.weight": hf["final_layer_norm.weight"],
+            "positionals.0.weight": hf["block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+            "lm_head.weight": torch.eye(60, 32)}  # logits = the first 32 of 60 = the hidden states
+    for i in range(2):
+        b = f"block.{i}.layer"
+        ours[f"layers.{i}.attn_norm.weight"] = hf[f"{b}.0.layer_norm.weight"]
+        ours[f"layers.{i}.ffn_norm.weight"] = hf[f"{b}.2.layer_norm.weight"]
+        for name in "qkvo":
+            ours[f"layers.{i}.attention.{name}_proj.weight"] = hf[f"{b}.0.SelfAttention.{name}.weight"]
+        ours[f"layers.{i}.ffn.up_proj.weight"] = hf[f"{b}.2.DenseReluDense.wi.weight"]
+        ours[f"layers.{i}.ffn.down_proj.weight"] = hf[f"{b}.2.DenseReluDense.wo.weight"]
+    model.load_state_dict(ours)
+    return model.eval()
+
+
+def test_causal_t5_stack_matches_transformers_full_and_cached() -> None:
+    """30 tokens cross max_distance 12 (log and clipped buckets); decode steps see the same bias."""
+    stack = _t5_decoder_stack()
+    model = _zoo_twin(stack)
+    ids = torch.randint(0, 60, (2, 30))
+    with torch.no_grad():
+        expected = stack(input_ids=ids).last_hidden_state  # (B, T, 32)
+        full = model(ids)[..., :32]
+        cache = KVCache(model, batch_size=2, max_len=30)
+        steps = [model(ids[:, :20], cache=cache)[..., :32]]
+        steps += [model(ids[:, t : t + 1], cache=cache)[..., :32] for t in range(20, 30)]
+    torch.testing.assert_close(full, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-4, atol=1e-4)
