@@ -54,6 +54,18 @@ def fused_qkv(zoo: tuple[str, str, str], hf: str, weight: bool) -> Rule:
     return Rule(zoo, (hf,), load, lambda z: [torch.cat(z).T if weight else torch.cat(z)])
 
 
+def split_rows(zoo: tuple[str, ...], hf: str) -> Rule:
+    """One checkpoint tensor = zoo's tensors concatenated along dim 0 (ModernBERT's Wqkv, Wi)."""
+
+    def load(d: list[torch.Tensor], s: list[torch.Tensor]) -> Pairs:
+        sizes = [t.shape[0] for t in d]
+        if s[0].shape[0] != sum(sizes):
+            return [(torch.cat(d), s[0])]  # shape mismatch, reported by the loader
+        return list(zip(d, torch.split(s[0], sizes)))
+
+    return Rule(zoo, (hf,), load, lambda z: [torch.cat(z)])
+
+
 def stacked_experts(zoo: str, hf: list[str]) -> Rule:
     """One checkpoint tensor per expert -> zoo's stacked (E, ...) parameter."""
 
