@@ -13,7 +13,7 @@ from zoo.interfaces import BuildContext, Options, Positions
 
 
 class PreNormOptions(Options):
-    pass
+    attn_norm: bool = Field(True, description="norm before attention; ModernBERT's layer 0 has none (its input is the normed embedding)")
 
 
 class PostNormOptions(Options):
@@ -31,9 +31,9 @@ class SandwichOptions(Options):
 class PreNormBlock(nn.Module):
     """x + attn(norm(x)), then x + ffn(norm(x)) (GPT-2, Llama, Qwen)."""
 
-    def __init__(self, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> None:
+    def __init__(self, ctx: BuildContext, attention: nn.Module, ffn: nn.Module, attn_norm: bool = True) -> None:
         super().__init__()
-        self.attn_norm = ctx.make_norm(ctx.d_model)
+        self.attn_norm = ctx.make_norm(ctx.d_model) if attn_norm else nn.Identity()
         self.attention = attention
         self.ffn_norm = ctx.make_norm(ctx.d_model)
         self.ffn = ffn
@@ -93,7 +93,7 @@ class SandwichBlock(nn.Module):
 
 def build_pre_norm(options: PreNormOptions, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> nn.Module:
     """Pre-norm residual block."""
-    return PreNormBlock(ctx, attention, ffn)
+    return PreNormBlock(ctx, attention, ffn, options.attn_norm)
 
 
 def build_post_norm(options: PostNormOptions, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> nn.Module:
