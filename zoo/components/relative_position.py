@@ -99,11 +99,11 @@ def build_relative_buckets(options: RelativeBucketsOptions, ctx: BuildContext) -
     """T5's relative position bias, one table per stack, bidirectional unless causal."""
     attention = ctx.layer.attention.options
     bidirectional = options.bidirectional
-    if bidirectional is None:
+    if bidirectional is None:  # an attention kind without the option (a plugin's) is causal
         bidirectional = not bool(getattr(attention, "causal", True))
     return RelativeBuckets(int(attention.n_heads), options.num_buckets, options.max_distance, bidirectional)
 
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("positional", "relative_buckets", build_relative_buckets, options=RelativeBucketsOptions)
+    register("positional", "relative_buckets", build_relative_buckets, options=RelativeBucketsOptions, module=RelativeBuckets)
