@@ -125,3 +125,48 @@ def test_causal_t5_stack_matches_transformers_full_and_cached() -> None:
         steps += [model(ids[:, t : t + 1], cache=cache)[..., :32] for t in range(20, 30)]
     torch.testing.assert_close(full, expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_bidirectional_t5_encoder_stack_with_padding() -> None:
+    """transformers' T5EncoderModel vs zoo's bidirectional stack of the same parts, a padded row."""
+    config = transformers.T5Config(d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, vocab_size=60,
+                                   relative_attention_num_buckets=8, relative_attention_max_distance=12, dropout_rate=0.0)
+    hf = transformers.T5EncoderModel(config).eval()
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    spec = zoo.spec("gpt2").override({
+        "d_model": 32, "n_layers": 2, "vocab_size": 60, "max_seq_len": 64, "tie_embeddings": False,
+        "norm.kind": "rmsnorm", "norm.eps": 1e-6,
+        "positional.kind": "relative_buckets", "positional.num_buckets": 8, "positional.max_distance": 12,
+        "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8, "attention.bias": False,
+        "attention.scale": 1.0, "attention.causal": False, "ffn.hidden": 48, "ffn.activation": "relu", "ffn.bias": False,
+    })
+    model = zoo.build(spec, seed=0).eval()
+    table = model.positionals[0]
+    assert isinstance(table, RelativeBuckets) and table.bidirectional
+    state = {k.replace("encoder.", ""): v for k, v in hf.state_dict().items()}
+    ours = {"embed.weight": state["shared.weight"], "final_norm.weight": state["final_layer_norm.weight"],
+            "positionals.0.weight": state["block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+            "lm_head.weight": torch.zeros(60, 32)}
+    for i in range(2):
+        b = f"block.{i}.layer"
+        ours |= {f"layers.{i}.attn_norm.weight": state[f"{b}.0.layer_norm.weight"],
+                 f"layers.{i}.ffn_norm.weight": state[f"{b}.1.layer_norm.weight"],
+                 f"layers.{i}.ffn.up_proj.weight": state[f"{b}.1.DenseReluDense.wi.weight"],
+                 f"layers.{i}.ffn.down_proj.weight": state[f"{b}.1.DenseReluDense.wo.weight"]}
+        ours |= {f"layers.{i}.attention.{n}_proj.weight": state[f"{b}.0.SelfAttention.{n}.weight"] for n in "qkvo"}
+    model.load_state_dict(ours)
+    ids = torch.randint(0, 60, (2, 30))
+    mask = torch.ones_like(ids)
+    mask[1, -7:] = 0
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+        x = model.embed(ids)
+        shared = model.positions_for(torch.arange(30)[None].expand(2, 30))
+        shared[0].key_valid = mask.bool()
+        for block in model.layers:
+            x = block(x, shared[0])
+        got = model.final_norm(x)
+    real = mask.bool()
+    assert (got[real] - expected[real]).abs().max().item() < 1e-4
