@@ -22,6 +22,7 @@ __all__ = [
     "compare",
     "count_params",
     "cross_kv_bytes",
+    "embed",
     "flops_per_token",
     "errors",
     "from_pretrained",
@@ -61,6 +62,7 @@ _LAZY = {
     "from_pretrained": ("zoo.hub.loading", "from_pretrained"),
     "save_pretrained": ("zoo.hub.save", "save_pretrained"),
     "generate": ("zoo.generation", "generate"),
+    "embed": ("zoo.sentence", "embed"),
 }
 
 
@@ -107,6 +109,7 @@ if TYPE_CHECKING:
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
     from zoo.generation import generate
+    from zoo.sentence import embed
     from zoo.model import build
     from zoo.registry import register_plugin
     from zoo.model_spec import ModelSpec

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from zoo.errors import SpecError
-from zoo.interfaces import FeedForward
+from zoo.interfaces import FeedForward, Head, TokenMixer
 from zoo.model import ZooModel, as_spec, build, resolve_dtype
 from zoo.model_spec import ModelSpec
 from zoo.registry import on_registry_change
@@ -38,10 +38,11 @@ class ParamCount:
     embedding: int
     unembedding: int
     by_component: dict[str, int] = field(default_factory=dict)
+    tied: bool = False  # the head shares the embedding table
 
     @property
     def active_with_embedding(self) -> int:
-        return self.active + (self.embedding if self.unembedding else 0)
+        return self.active + (0 if self.tied else self.embedding)
 
     @property
     def non_embedding(self) -> int:
@@ -94,6 +95,12 @@ def _model_for(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel
     return _meta_model(as_spec(spec).to_json(indent=0))
 
 
+def meta_model(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
+    """The model a spec builds, on the meta device (cached by spec JSON): for inspecting
+    structure without allocating."""
+    return _model_for(spec)
+
+
 @functools.lru_cache(maxsize=64)
 def _meta_model(spec_json: str) -> ZooModel:
     import json
@@ -109,14 +116,14 @@ def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamC
     model = _model_for(spec)
     by_family, inactive = _walk_counts(model)
     total = sum(by_family.values())
-    embedding = model.embed.weight.numel()
-    tied = model.lm_head.weight is model.embed.weight
-    unembedding = 0 if tied else model.lm_head.weight.numel()
-    if tied:  # the one matrix serves as the unembedding: active, and reported as embedding
-        active = total - inactive
-    else:
-        active = total - inactive - embedding
-    return ParamCount(total=total, active=active, embedding=embedding, unembedding=unembedding, by_component=by_family)
+    embedding = by_family.get("embedding", 0)  # token (and token-type) tables
+    unembedding = by_family.get("unembedding", 0)  # the head's own parameters (a tied table is the embedding's)
+    tied = any(module.tied for module in model.modules() if isinstance(module, Head))
+    # a tied table serves as the unembedding: active (reported as embedding); an untied
+    # input table is a lookup, not a multiply
+    active = total - inactive - (0 if tied else embedding)
+    return ParamCount(total=total, active=active, embedding=embedding, unembedding=unembedding,
+                      by_component=by_family, tied=tied)
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,11 @@ def _head_matmul_params(model: ZooModel) -> int:
     )
 
 
+def _matmul_params_of(module: nn.Module) -> int:
+    by_family, inactive = _walk_counts(module)
+    return sum(by_family.values()) - inactive - sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES)
+
+
 def forward_flops(
     spec: ModelSpec | ZooModel | str | Mapping[str, Any],
     n_new: int,
@@ -230,18 +242,39 @@ def forward_flops(
     batch_size: int = 1,
     *,
     last_only: bool = False,
+    memory_len: int = 0,
 ) -> int:
-    """FLOPs of one forward over ``n_new`` new tokens per row ending at ``context_len``.
+    """FLOPs of one (decoder) forward over ``n_new`` new tokens per row ending at
+    ``context_len``, attending to ``memory_len`` encoder tokens (encoder-decoders).
 
-    2 FLOPs per multiply-add: 2 × matmul parameters per token, except the head, which
-    runs on the last row only when ``last_only`` (as prefill does), plus each token
-    mixer's declared ``score_flops`` (which knows its window, or its state update).
+    2 FLOPs per multiply-add: 2 × matmul parameters per token (the encoder's excluded: see
+    ``encoder_flops``), except the head, which runs on the last row only when ``last_only``
+    (as prefill does), plus each token mixer's declared ``score_flops`` (which knows its
+    window, or its state update); cross-attention sees ``memory_len`` keys.
     """
     model = _model_for(spec)
-    mixing = sum(int(module.score_flops(n_new, context_len)) for _, module in model.stateful_modules())
+    cross = {id(module) for module in model.cross_attention_modules}
+    mixing = sum(
+        int(module.score_flops(n_new, memory_len if id(module) in cross else context_len))
+        for _, module in model.stateful_modules()
+    )
     head = _head_matmul_params(model)
     head_rows = 1 if last_only else n_new
-    return batch_size * (2 * (matmul_params(model) - head) * n_new + 2 * head * head_rows + mixing)
+    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder)
+    return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head * head_rows + mixing)
+
+
+def encoder_flops(spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1) -> int:
+    """FLOPs of an encoder-decoder's encoder over ``memory_len`` tokens per row (0 without one)."""
+    model = _model_for(spec)
+    if model.encoder is None:
+        return 0
+    mixing = 0
+    for block in model.encoder.layers:
+        for module in block.modules():
+            if isinstance(module, TokenMixer):
+                mixing += int(module.score_flops(memory_len, memory_len))
+    return batch_size * (2 * _matmul_params_of(model.encoder) * memory_len + mixing)
 
 
 def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], context_len: int) -> int:
@@ -256,7 +289,7 @@ def weight_bytes_read(
     rows a mixture of experts touches more experts, bounded by every weight except the
     input-embedding table (of which only the looked-up rows are read)."""
     count = count_params(spec)
-    readable = count.total - (count.embedding if count.unembedding else 0)
+    readable = count.total - (0 if count.tied else count.embedding)
     return min(readable, count.active * batch_size) * resolve_dtype(dtype).itemsize
 
 

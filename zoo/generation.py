@@ -19,6 +19,8 @@ from torch import nn
 
 from zoo.cache import KVCache
 from zoo.errors import GenerationError
+from zoo.interfaces import Memory
+from zoo.model import ZooModel
 from zoo.sampling import SamplingSettings, sample
 
 DecodeStep = Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
@@ -27,6 +29,15 @@ DecodeStep = Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
 def _context_length(model: nn.Module) -> int | None:
     spec = getattr(model, "spec", None)
     return getattr(spec, "max_seq_len", None)
+
+
+def check_generates(model: nn.Module) -> None:
+    """Token-by-token generation needs causal self-attention and a head giving logits."""
+    if isinstance(model, ZooModel) and not model.can_generate:
+        raise GenerationError(
+            f"model: {model.spec.name or 'this model'} cannot generate (bidirectional attention or a head without "
+            "logits: an encoder); run model(input_ids, attention_mask=...) for its outputs"
+        )
 
 
 def _check_ids(name: str, ids: torch.Tensor, cache: KVCache) -> None:
@@ -55,14 +66,20 @@ def check_left_padded(attention_mask: torch.Tensor, shape: torch.Size) -> torch.
 # fails under inference_mode ("Cannot set version_counter for inference tensor").
 @torch.no_grad()
 def prefill(
-    model: nn.Module, input_ids: torch.Tensor, cache: KVCache, attention_mask: torch.Tensor | None = None
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    cache: KVCache,
+    attention_mask: torch.Tensor | None = None,
+    memory: Memory | None = None,
 ) -> torch.Tensor:
     """Run the prompt (B, T) through the model, filling the cache; last logits (B, vocab).
 
     ``attention_mask`` (B, T), 1 for tokens and 0 for padding, marks a left-padded batch:
     positions count only real tokens and no query attends to a pad. Padding is only
-    allowed in the first chunk written to a cache.
+    allowed in the first chunk written to a cache. ``memory``: an encoder-decoder's
+    encoder output (``model.encode``), whose cross K/V the cache keeps for later steps.
     """
+    check_generates(model)
     _check_ids("input_ids", input_ids, cache)
     context = _context_length(model)
     if context is not None and cache.length + input_ids.shape[1] > context:
@@ -76,7 +93,8 @@ def prefill(
             if cache.length != 0:
                 raise GenerationError("attention_mask: padding is only allowed in the first prefill of an empty cache")
             cache.set_padding(mask)
-    return model(input_ids, cache=cache, last_only=True)[:, -1]  # (B, vocab)
+    extra = {} if memory is None else {"memory": memory}
+    return model(input_ids, cache=cache, last_only=True, **extra)[:, -1]  # (B, vocab)
 
 
 @torch.no_grad()
@@ -178,6 +196,33 @@ def stream(
     return _steps(model, ids, mask, max_new_tokens, settings, generator, eos, pad)
 
 
+def _is_seq2seq(model: nn.Module) -> bool:
+    return isinstance(model, ZooModel) and model.encoder is not None
+
+
+def _start(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None, max_new_tokens: int
+) -> tuple[KVCache, torch.Tensor]:
+    """The cache and the first logits (B, vocab): the prompt prefilled, or for an
+    encoder-decoder the prompt encoded and the decoder start token prefilled with it."""
+    B, T = ids.shape
+    if not _is_seq2seq(model):
+        cache = KVCache(model, B, T + max_new_tokens)
+        return cache, prefill(model, ids, cache, mask)
+    assert isinstance(model, ZooModel)
+    memory = model.encode(ids, mask)  # (B, S, d): cross K/V are computed from it once
+    cache = KVCache(model, B, 1 + max_new_tokens, memory_len=T)
+    return cache, prefill(model, decoder_start(model, B, ids.device), cache, memory=memory)
+
+
+def decoder_start(model: ZooModel, batch_size: int, device: torch.device) -> torch.Tensor:
+    """The decoder's first input (B, 1): the spec's ``decoder_start_token_id``."""
+    start = model.spec.decoder_start_token_id
+    if start is None:
+        raise GenerationError("decoder_start_token_id: an encoder-decoder spec needs it to start decoding")
+    return torch.full((batch_size, 1), start, dtype=torch.long, device=device)
+
+
 def _steps(
     model: nn.Module,
     ids: torch.Tensor,
@@ -190,11 +235,10 @@ def _steps(
 ) -> Iterator[torch.Tensor]:
     if max_new_tokens == 0:
         return
-    B, T = ids.shape
+    B = ids.shape[0]
     eos_tensor = torch.tensor(eos, dtype=torch.long, device=ids.device)
-    cache = KVCache(model, B, T + max_new_tokens)
     finished = torch.zeros(B, dtype=torch.bool, device=ids.device)  # (B,)
-    logits = prefill(model, ids, cache, mask)  # (B, vocab)
+    cache, logits = _start(model, ids, mask, max_new_tokens)  # (B, vocab)
     for step in range(max_new_tokens):
         with torch.no_grad():
             token = sample(logits, settings, generator)  # (B,)
@@ -227,6 +271,9 @@ def generate(
     greedy; otherwise ``top_k``/``top_p`` filter and ``seed`` makes the draw repeatable.
     Rows that emit ``eos_token_id`` (an id or a list of ids) are padded with
     ``pad_token_id`` (default: the first eos id, else 0) until every row has finished.
+    An encoder-decoder encodes ``input_ids`` (any padding, marked by the mask) and returns
+    the decoder's ids instead: the start token then the new ones (B, 1 + n), as
+    transformers' ``generate`` does.
     """
     eos = _eos_ids(eos_token_id)
     pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
@@ -235,6 +282,7 @@ def generate(
     new = list(
         stream(model, ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id, mask, pad_token_id)
     )
+    prefix = decoder_start(model, ids.shape[0], ids.device) if _is_seq2seq(model) else ids  # type: ignore[arg-type]
     if not new:
-        return ids.clone()
-    return torch.cat((ids, torch.stack(new, dim=1)), dim=1)  # (B, T + n)
+        return prefix.clone()
+    return torch.cat((prefix, torch.stack(new, dim=1)), dim=1)  # (B, T + n)

@@ -178,6 +178,11 @@ class Positional(nn.Module):
     def init_buffers(self) -> None:
         """Recompute non-persistent buffers after the module left the meta device."""
 
+    def position_ids(self, default: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """Positions (B, T) of an uncached call: ``default`` counts every slot from 0;
+        ``valid`` (B, T) is the attention mask. RoBERTa's learned table counts real tokens."""
+        return default
+
 
 class TokenMixer(nn.Module, metaclass=ABCMeta):
     """Base of every ``attention``-family module: softmax attention, cross-attention, and
@@ -296,6 +301,40 @@ def causal_keys_seen(n_new: int, context_len: int, window: int | None) -> int:
     return prefix(context_len) - prefix(start)
 
 
+class Embedding(nn.Module, metaclass=ABCMeta):
+    """Base of ``embedding`` modules: token ids -> the first stack's input.
+
+    ``weight`` (V, d) is the token table (a tied head shares it).
+    """
+
+    weight: torch.Tensor
+
+    @abstractmethod
+    def forward(
+        self, input_ids: torch.Tensor, positions: Positions, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> (B, T, d), the positional encoding's ``embed`` applied."""
+
+
+class Head(nn.Module, metaclass=ABCMeta):
+    """Base of ``head`` modules: final hidden states (B, T, d) -> the model's output.
+
+    ``logits``: the output is (B, T, vocab) scores over tokens (a model can generate or
+    fill masks with it); otherwise the hidden states come out (B, T, d). ``tied``: the
+    head shares the embedding table (``tie`` re-points it after materialisation).
+    """
+
+    logits: bool = True
+    tied: bool = False
+
+    @abstractmethod
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, vocab) logits, or the hidden states (B, T, d)."""
+
+    def tie(self, embedding: Embedding) -> None:
+        """Share ``embedding.weight`` where this head is tied; nothing otherwise."""
+
+
 # The base class each registry family's modules subclass (checked at registration).
 FAMILY_BASES: dict[str, type] = {
     "norm": nn.Module,
@@ -303,4 +342,6 @@ FAMILY_BASES: dict[str, type] = {
     "attention": TokenMixer,
     "ffn": FeedForward,
     "block": Block,
+    "embedding": Embedding,
+    "head": Head,
 }

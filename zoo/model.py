@@ -1,4 +1,4 @@
-"""The model: token embedding -> blocks -> final norm -> LM head, built from a ModelSpec.
+"""The model: embedding -> [encoder] -> blocks -> final norm -> head, built from a ModelSpec.
 
 Every part comes from the registry; this file knows no component kind by name. Models are
 built on the meta device first (no memory), then materialised on the target device and
@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.components.linear import Linear
-from zoo.errors import PluginError, SpecError
-from zoo.interfaces import BuildContext, Positional, Positions, StateTensor, TokenMixer
-from zoo.model_spec import LayerSpec, ModelSpec, ResolvedComponent
+from zoo.errors import GenerationError, SpecError
+from zoo.interfaces import Embedding, Memory, Positional, Positions, StateTensor, TokenMixer
+from zoo.model_spec import ModelSpec, resolve_component
+from zoo.stack import build_component, build_layers, context, norm_factory, shared_positions
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -40,92 +40,104 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def _tag(module: nn.Module, family: str) -> nn.Module:
-    """Mark a module with the family it was built for (for per-component counts)."""
-    module._zoo_family = family  # type: ignore[assignment]
-    return module
+class Encoder(nn.Module):
+    """An encoder-decoder's encoder stack: its own positionals, blocks and final norm.
 
-
-def _norm_factory(component: ResolvedComponent):  # type: ignore[no-untyped-def]
-    def make_norm(dim: int) -> nn.Module:
-        return _tag(component.entry.factory(component.options, dim), "norm")
-
-    return make_norm
-
-
-class ZooModel(nn.Module):
-    """A decoder-only language model assembled from registered components."""
+    It reads the model's token embedding (shared with the decoder) and never keeps state.
+    """
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
-        d = spec.d_model
-        self.embed = _tag(nn.Embedding(spec.vocab_size, d), "embedding")
-        layer_specs = spec.layer_specs()
-        self.positionals = nn.ModuleList()
-        positional_index: dict[str, int] = {}
-        self.layer_positional: list[int] = []
-        blocks = []
-        # references into blocks, not registered twice: the token mixers that keep state
-        # between calls, in cache order, and each block's index into them
-        self._stateful: list[tuple[str, TokenMixer]] = []
-        for layer in layer_specs:
-            ctx = self._context(layer)
-            key = repr((layer.positional.to_dict(), _head_geometry(layer)))
-            if key not in positional_index:
-                positional_index[key] = len(self.positionals)
-                self.positionals.append(_tag(_build(layer.positional, ctx), "positional"))
-            self.layer_positional.append(positional_index[key])
-            attention = _tag(_build(layer.attention, ctx), "attention")
-            ffn = _build(layer.ffn, ctx)
-            block = _build(layer.block, ctx, attention=attention, ffn=None if ffn is None else _tag(ffn, "ffn"))
-            blocks.append(_tag(block, "block"))
-            self._stateful.append((f"layers.{layer.index}.attention", attention))
-        self.layers = nn.ModuleList(blocks)
-        self.final_norm = _norm_factory(_base(spec, "norm"))(d)
-        self.lm_head = _tag(Linear(d, spec.vocab_size, bias=False), "unembedding")
-        self.embedding_scale = spec.resolved_embedding_scale
+        layers = build_layers(spec, "encoder", "encoder.")
+        self.positionals, self.layers = layers.positionals, layers.blocks
+        self.layer_positional = layers.layer_positional
+        self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
+
+    def forward(self, embed: Embedding, input_ids: torch.Tensor, valid: torch.Tensor | None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids (B, S), valid (B, S) or None -> hidden states (B, S, d)."""
+        B, S = input_ids.shape
+        base = torch.arange(S, device=input_ids.device)[None, :].expand(B, S)
+        first = self.positionals[self.layer_positional[0]]
+        assert isinstance(first, Positional)
+        shared = shared_positions(self.positionals, first.position_ids(base, valid), valid)
+        x = embed(input_ids, shared[self.layer_positional[0]], token_type_ids)  # (B, S, d)
+        for i, block in enumerate(self.layers):
+            x = block(x, shared[self.layer_positional[i]])
+        return x if self.final_norm is None else self.final_norm(x)
+
+
+class ZooModel(nn.Module):
+    """A model assembled from registered components: embedding -> [encoder] -> blocks ->
+    final norm -> head. Decoder-only, encoder-only (bidirectional attention, a masked-LM,
+    pooler or no head) and encoder-decoder models are all specs of this one class."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        first = spec.layer_specs()[0]
+        self.embed = build_component(spec.part("embedding"), context(spec, first, "decoder"))
+        encoder_spec = spec.encoder_spec()
+        cross = None if encoder_spec is None else resolve_component(
+            "attention", spec.cross_attention, "cross_attention", {"d_model": spec.d_model})
+        layers = build_layers(spec, "decoder", cross=cross)
+        self.positionals = layers.positionals
+        self.layer_positional = layers.layer_positional
+        self.layers = layers.blocks
+        # references into blocks, not registered twice: the stateful token mixers in cache
+        # order, and each block's (self, cross) index into them
+        self._stateful: list[tuple[str, TokenMixer]] = layers.mixers
+        self._states = layers.states
+        self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
+        self.lm_head = build_component(spec.part("head"), context(spec, first, "decoder"))
+        self.encoder = None if encoder_spec is None else Encoder(encoder_spec)
         self.tie_weights()
 
-    def _context(self, layer: LayerSpec) -> BuildContext:
-        spec = self.spec
-        return BuildContext(
-            d_model=spec.d_model,
-            n_layers=spec.n_layers,
-            layer_index=layer.index,
-            vocab_size=spec.vocab_size,
-            max_seq_len=spec.max_seq_len,
-            layer=layer,
-            make_norm=_norm_factory(layer.norm),
-        )
-
     def tie_weights(self) -> None:
-        if self.spec.tie_embeddings:
-            self.lm_head.weight = self.embed.weight
+        """Re-point a tied head at the embedding table (after materialisation or loading)."""
+        self.lm_head.tie(self.embed)
 
     # ---- structure ------------------------------------------------------------------------
     def stateful_modules(self) -> list[tuple[str, TokenMixer]]:
-        """(path, module) of every token mixer the cache keeps state for, in cache order."""
+        """(path, module) of every token mixer the cache keeps state for, in cache order:
+        each decoder layer's self-attention, then its cross-attention when it has one."""
         return list(self._stateful)
 
     @property
     def attention_modules(self) -> list[TokenMixer]:
         """The blocks' self-attention mixers, layer by layer."""
-        return [module for _, module in self._stateful]
+        return [self._stateful[i][1] for i, _ in self._states]
+
+    @property
+    def cross_attention_modules(self) -> list[TokenMixer]:
+        """The blocks' cross-attention mixers (encoder-decoders), layer by layer."""
+        return [self._stateful[c][1] for _, c in self._states if c is not None]
+
+    @property
+    def can_generate(self) -> bool:
+        """Token by token generation needs causal self-mixers and a head giving logits."""
+        return all(module.causal for module in self.attention_modules) and self.lm_head.logits
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> list[dict[str, StateTensor]]:
         """What each stateful mixer keeps between calls, as it declares it (cache order)."""
         return [module.state_layout(batch_size, max_len, memory_len) for _, module in self._stateful]
 
-    def positions_for(self, ids: torch.Tensor) -> list[Positions]:
+    def positions_for(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> list[Positions]:
         """One Positions per distinct positional module; rotations computed once, shared."""
-        shared = []
-        for module in self.positionals:
-            assert isinstance(module, Positional)
-            shared.append(Positions(ids=ids, positional=module, rotation=module.rotation(ids)))
-        return shared
+        return shared_positions(self.positionals, ids, key_valid)
 
     # ---- forward --------------------------------------------------------------------------
+    def encode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> Memory:
+        """The encoder's output for input_ids (B, S): hidden (B, S, d) and its validity."""
+        if self.encoder is None:
+            raise SpecError("encode: this model has no encoder (set spec.encoder for an encoder-decoder)")
+        valid = _valid(attention_mask, input_ids)
+        return Memory(self.encoder(self.embed, input_ids, valid, token_type_ids), valid)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -133,64 +145,68 @@ class ZooModel(nn.Module):
         cache: Any = None,
         cache_time: torch.Tensor | None = None,
         last_only: bool = False,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        memory: Memory | None = None,
+        hidden: bool = False,
     ) -> torch.Tensor:
-        """Logits (B, T, vocab) for input_ids (B, T).
+        """The head's output for input_ids (B, T): logits (B, T, vocab), or hidden states
+        (B, T, d) for a model without an LM head (or with ``hidden=True``: the final
+        hidden states whatever the head).
 
-        Without a cache the whole sequence attends causally. With one, ``cache_time`` (T,)
+        Without a cache the whole sequence is one call; ``attention_mask`` (B, T) marks
+        padding (1 token, 0 pad) that no query attends to. With a cache, ``cache_time`` (T,)
         gives the cache slots of these tokens (default: the next free slots, claimed from
         the cache's device-side write position, so a decode step has no Python-int state)
         and ``positions`` (B, T) their positions (default: the times less each row's left
-        padding). ``last_only`` returns only the last position's logits (B, 1, vocab).
+        padding). ``memory``: the encoder output (``encode``), needed without a cache and
+        on the first call with one (its cross K/V are then kept). ``last_only`` returns
+        only the last position's output (B, 1, ...).
         """
         B, T = input_ids.shape
+        if self.encoder is not None and memory is None and (cache is None or cache.memory_valid is None):
+            raise GenerationError("memory: an encoder-decoder needs the encoder output; pass memory=model.encode(ids)")
         claimed = cache is not None and cache_time is None
         if claimed:
             cache_time = cache.advance(T)  # (T,)
+        valid = None if cache is not None else _valid(attention_mask, input_ids)
         if positions is None:
             if cache is not None:
                 positions = cache.positions(cache_time)  # (B, T)
             else:
                 base = cache_time if cache_time is not None else torch.arange(T, device=input_ids.device)
-                positions = base[None, :].expand(B, T)
-        x = self.embed(input_ids)  # (B, T, d)
-        if self.embedding_scale is not None:
-            x = x * torch.tensor(self.embedding_scale, dtype=x.dtype)
-        shared = self.positions_for(positions)
-        x = shared[self.layer_positional[0]].positional.embed(x, positions)
+                first = self.positionals[self.layer_positional[0]]
+                assert isinstance(first, Positional)
+                positions = first.position_ids(base[None, :].expand(B, T), valid)
+        shared = self.positions_for(positions, valid)
+        x = self.embed(input_ids, shared[self.layer_positional[0]], token_type_ids)  # (B, T, d)
+        if memory is not None and cache is not None:
+            cache.set_memory(memory)
         for i, block in enumerate(self.layers):
-            state = None if cache is None else cache.layer(i, cache_time, claimed)
-            x = block(x, shared[self.layer_positional[i]], state)  # (B, T, d)
+            own, cross = self._states[i]
+            state = None if cache is None else cache.layer(own, cache_time, claimed)
+            if cross is None:
+                x = block(x, shared[self.layer_positional[i]], state)  # (B, T, d)
+            else:
+                cross_state = None if cache is None else cache.layer(cross, cache_time, claimed)
+                x = block(x, shared[self.layer_positional[i]], state, memory=memory, cross_state=cross_state)
         if last_only:
             x = x[:, -1:]
-        return self.lm_head(self.final_norm(x))  # (B, T, vocab)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x if hidden else self.lm_head(x)  # (B, T, vocab) or (B, T, d)
 
 
-def _head_geometry(layer: LayerSpec) -> tuple[Any, Any]:
-    """What a positional encoding reads of its layer's mixer (documented in zoo.interfaces):
-    layers whose heads differ get their own rotation."""
-    options = layer.attention.options
-    return getattr(options, "head_dim", None), getattr(options, "rope_head_dim", None)
-
-
-def _base(spec: ModelSpec, family: str) -> ResolvedComponent:
-    from zoo.model_spec import resolve_component
-
-    return resolve_component(family, getattr(spec, family), family, {"d_model": spec.d_model})
-
-
-def _build(component: ResolvedComponent, ctx: BuildContext, **modules: Any) -> Any:
-    """Build one component and check it is the class its plugin declared at registration."""
-    entry = component.entry
-    module = entry.factory(component.options, ctx, **modules)
-    if module is None and component.family == "ffn":
-        return None  # no FFN branch (kind none)
-    declared = entry.module or nn.Module
-    if not isinstance(module, declared):
-        raise PluginError(
-            f"plugin {entry.plugin!r}: {component.family} kind {component.kind!r} built a "
-            f"{type(module).__name__}, not the {declared.__name__} it declared at registration"
+def _valid(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask as bool (B, T), after checking its shape; None when absent."""
+    if attention_mask is None:
+        return None
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise GenerationError(
+            f"attention_mask: shape {tuple(attention_mask.shape)} must equal input_ids' {tuple(input_ids.shape)}"
         )
-    return module
+    return attention_mask.to(device=input_ids.device, dtype=torch.bool)
 
 
 def as_spec(spec: ModelSpec | str | Mapping[str, Any]) -> ModelSpec:

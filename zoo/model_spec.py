@@ -1,8 +1,9 @@
-"""ModelSpec: a validated, serialisable description of a decoder language model.
+"""ModelSpec: a validated, serialisable description of a model (decoder-only, encoder-only).
 
 Each component field is ``{"kind": name, ...options}``; the registry validates the options of
 that kind (unknown keys are errors). ``layers`` holds per-layer overrides keyed by a layer
 selector ("0,2,4", "1-3", "0::2", "5::6"), merged over the base components for those layers.
+``embedding`` and ``head`` are model-level parts (one each), also built by the registry.
 """
 
 from __future__ import annotations
@@ -10,138 +11,56 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from zoo.component_spec import (
+    COMPONENT_FIELDS,
+    MODEL_PARTS,
+    ComponentSpec,
+    LayerSpec,
+    ResolvedComponent,
+    as_component_dict,
+    format_validation_error,
+    merge_component,
+    resolve_component,
+)
 from zoo.errors import SpecError, allowed, did_you_mean
-from zoo.interfaces import Options
 from zoo.layer_selectors import parse_layer_selector
-from zoo.registry import ComponentEntry, get_registry, on_registry_change
+from zoo.registry import get_registry, on_registry_change
 
-COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
+__all__ = [
+    "COMPONENT_FIELDS",
+    "MODEL_PARTS",
+    "ComponentSpec",
+    "LayerSpec",
+    "ModelSpec",
+    "ResolvedComponent",
+    "StackSpec",
+    "format_validation_error",
+    "merge_component",
+    "resolve_component",
+]
 
+class StackSpec(BaseModel):
+    """The encoder of an encoder-decoder: its depth, component overrides merged over the
+    top-level ones (e.g. ``attention: {causal: false}``), its own per-layer selectors and
+    whether it ends with a norm."""
 
-def format_validation_error(
-    error: ValidationError, prefix: str = "", allowed_keys: Iterable[str] | None = None
-) -> str:
-    """One clause per problem: 'field.path: message (got value)'."""
-    lines = []
-    for err in error.errors():
-        loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
-        msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        named = re.match(r"^([A-Za-z_][\w.]*): (.*)$", msg)
-        if named and not loc:  # a model validator naming its own field
-            loc, msg = named.group(1), named.group(2)
-        path = ".".join(p for p in (prefix, loc) if p)
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-            if allowed_keys is not None:
-                keys = list(allowed_keys)
-                msg += f"{did_you_mean(str(err['loc'][-1]), keys)}; allowed: {allowed(keys)}"
-        elif err["type"] == "missing":
-            msg = "required but missing"
-        got = err.get("input")
-        quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(got, Mapping) or named
-        lines.append(f"{path or '<spec>'}: {msg}{'' if quiet else f' (got {got!r})'}")
-    return "; ".join(lines)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class ComponentSpec(BaseModel):
-    """A component as the spec stores it: its kind plus that kind's options, flat."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    kind: str
-
-    def options_dict(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
-@dataclass(frozen=True)
-class ResolvedComponent:
-    """A component of one layer, options validated by its registered kind."""
-
-    family: str
-    kind: str
-    options: Options
-    entry: ComponentEntry
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.options, name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **self.options.model_dump()}
-
-
-@dataclass(frozen=True)
-class LayerSpec:
-    index: int
-    norm: ResolvedComponent
-    positional: ResolvedComponent
-    attention: ResolvedComponent
-    ffn: ResolvedComponent
-    block: ResolvedComponent
-
-
-def _deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _as_component_dict(raw: Any, path: str) -> dict[str, Any]:
-    if isinstance(raw, ComponentSpec):
-        return raw.model_dump()
-    if isinstance(raw, str):
-        return {"kind": raw}
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    raise SpecError(f"{path}: expected a mapping like {{kind: ..., ...}} or a kind name, got {raw!r}")
-
-
-def merge_component(family: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """Apply an update to a component; a new kind keeps only the options it also has."""
-    new_kind = update.get("kind")
-    if new_kind is None or new_kind == base.get("kind"):
-        return _deep_merge(base, update)
-    entry = get_registry().component(family, str(new_kind), path=f"{family}.kind")
-    keep = set(entry.options.model_fields) - set(entry.options.reset_on_kind_change)
-    carried = {k: v for k, v in base.items() if k in keep and k not in update}
-    try:
-        entry.options.model_validate(_deep_merge(carried, {k: v for k, v in update.items() if k != "kind"}))
-    except ValidationError as exc:  # a carried value the new kind cannot take is dropped too
-        rejected = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
-        carried = {k: v for k, v in carried.items() if k not in rejected}
-    except (ValueError, TypeError):
-        pass
-    return _deep_merge(carried, update)
-
-
-def resolve_component(
-    family: str, raw: Any, path: str, context: Mapping[str, Any]
-) -> ResolvedComponent:
-    data = _as_component_dict(raw, path)
-    kind = data.pop("kind", None)
-    registry = get_registry()
-    if kind is None:
-        raise SpecError(f"{path}.kind: required but missing; allowed: {allowed(registry.kinds(family))}")
-    entry = registry.component(family, str(kind), path=f"{path}.kind")
-    try:
-        options = entry.options.model_validate(data, context=dict(context))
-    except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, prefix=path, allowed_keys=entry.options.model_fields)) from None
-    except (ValueError, TypeError) as exc:
-        raise SpecError(f"{path}: {exc}") from None
-    return ResolvedComponent(family, str(kind), options, entry)
+    n_layers: PositiveInt
+    norm: dict[str, Any] | None = None
+    positional: dict[str, Any] | None = None
+    attention: dict[str, Any] | None = None
+    ffn: dict[str, Any] | None = None
+    block: dict[str, Any] | None = None
+    layers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    final_norm: bool = True
 
 
 class ModelSpec(BaseModel):
@@ -164,6 +83,12 @@ class ModelSpec(BaseModel):
     attention: ComponentSpec
     ffn: ComponentSpec
     block: ComponentSpec = ComponentSpec(kind="pre_norm")
+    embedding: ComponentSpec = ComponentSpec(kind="token")
+    head: ComponentSpec = ComponentSpec(kind="causal_lm")
+    final_norm: bool = Field(True, description="a norm after the last block (false: post-norm encoders, BERT)")
+    encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
+    cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
+    decoder_start_token_id: int | None = Field(None, ge=0, description="encoder-decoder: first decoder token")
     layers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-layer overrides: selector -> {family: {...}}"
     )
@@ -201,6 +126,8 @@ class ModelSpec(BaseModel):
         for family in COMPONENT_FIELDS:
             if family in data:
                 data[family] = resolve_component(family, data[family], family, context).to_dict()
+        for family, default_kind in MODEL_PARTS.items():
+            data[family] = resolve_component(family, data.get(family) or default_kind, family, context).to_dict()
         layers = data.get("layers") or {}
         if not isinstance(layers, Mapping):
             raise SpecError(f"layers: expected a mapping of layer selector -> overrides, got {layers!r}")
@@ -215,11 +142,12 @@ class ModelSpec(BaseModel):
                         f"layers.{key}.{family}: unknown component{did_you_mean(str(family), COMPONENT_FIELDS)}; "
                         f"allowed: {allowed(COMPONENT_FIELDS)}"
                     )
-            normalised[str(key)] = {f: _as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v) for f, v in override.items()}
+            normalised[str(key)] = {f: as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v) for f, v in override.items()}
             if isinstance(n_layers, int) and n_layers > 0 and all(f in data for f in COMPONENT_FIELDS):
                 for index in parse_layer_selector(str(key), n_layers):
                     _resolve_layer(data, normalised, index, context)
         data["layers"] = normalised
+        _check_encoder(data, context)
         return data
 
     # ---- per-layer view -------------------------------------------------------------------
@@ -235,6 +163,17 @@ class ModelSpec(BaseModel):
 
     def iter_layers(self) -> Iterable[LayerSpec]:
         return iter(self.layer_specs())
+
+    def encoder_spec(self) -> ModelSpec | None:
+        """The encoder stack as a spec of its own (components merged over the top level,
+        bidirectional attention, no head), or None for a single-stack model."""
+        if self.encoder is None:
+            return None
+        return _encoder_spec(self.model_dump())
+
+    def part(self, family: str) -> ResolvedComponent:
+        """A model-level component (``embedding``, ``head``, or the base ``norm``), resolved."""
+        return resolve_component(family, getattr(self, family), family, _context(self.model_dump()))
 
     @property
     def resolved_embedding_scale(self) -> float | None:
@@ -260,9 +199,9 @@ class ModelSpec(BaseModel):
                     f"{dotted}: unknown key{did_you_mean(head, type(self).model_fields)}; "
                     f"allowed: {allowed(type(self).model_fields)}"
                 )
-            if head in COMPONENT_FIELDS:
+            if head in COMPONENT_FIELDS or head in MODEL_PARTS:
                 if not rest:
-                    component_updates[head] = {**component_updates.get(head, {}), **_as_component_dict(value, head)}
+                    component_updates[head] = {**component_updates.get(head, {}), **as_component_dict(value, head)}
                 else:
                     _set_nested(component_updates.setdefault(head, {}), rest, value)
             elif not rest:
@@ -275,7 +214,7 @@ class ModelSpec(BaseModel):
         for family, update in component_updates.items():
             old_kind = data[family]["kind"]
             data[family] = merge_component(family, data[family], update)
-            if data[family]["kind"] != old_kind:
+            if data[family]["kind"] != old_kind and family in COMPONENT_FIELDS:
                 data["layers"] = _prune_layer_overrides(data.get("layers") or {}, family, data[family]["kind"])
         spec = type(self)(**data)
         return spec
@@ -318,6 +257,48 @@ class ModelSpec(BaseModel):
         return spec_from_hf_config(config)
 
 
+def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level fields with the encoder's overrides merged in (a spec of its own)."""
+    encoder = dict(data["encoder"])
+    out = {k: v for k, v in data.items() if k not in ("encoder", "cross_attention", "decoder_start_token_id", "layers")}
+    out.update(n_layers=encoder["n_layers"], layers=encoder.get("layers") or {}, final_norm=encoder.get("final_norm", True))
+    out["head"] = {"kind": "none"}
+    out["name"] = f"{data.get('name') or 'model'}-encoder"
+    for family in COMPONENT_FIELDS:
+        update = encoder.get(family)
+        if update:
+            out[family] = merge_component(family, as_component_dict(data[family], family), update)
+    attention = as_component_dict(out["attention"], "attention")
+    out["attention"] = {**attention, "causal": False}
+    return out
+
+
+def _encoder_spec(data: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(**_encoder_data(data))
+
+
+def _check_encoder(data: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """encoder and cross_attention come together; both must resolve (errors say where)."""
+    encoder, cross = data.get("encoder"), data.get("cross_attention")
+    if (encoder is None) != (cross is None):
+        missing = "cross_attention" if cross is None else "encoder"
+        raise SpecError(f"{missing}: required when {'encoder' if cross is None else 'cross_attention'} is set "
+                        "(an encoder-decoder needs both; a single-stack model neither)")
+    if encoder is None:
+        return
+    data["cross_attention"] = resolve_component("attention", cross, "cross_attention", context).to_dict()  # type: ignore[index]
+    if isinstance(encoder, StackSpec):
+        encoder = encoder.model_dump()
+    if not isinstance(encoder, Mapping):
+        raise SpecError(f"encoder: expected a mapping like {{n_layers: 6, ...}}, got {encoder!r}")
+    try:
+        _encoder_spec({**data, "encoder": StackSpec(**encoder).model_dump()})
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, prefix="encoder")) from None
+    except SpecError as exc:
+        raise SpecError(f"encoder: {exc}") from None
+
+
 @functools.lru_cache(maxsize=256)
 def _layer_specs(spec_json: str) -> tuple[LayerSpec, ...]:
     data = json.loads(spec_json)
@@ -336,7 +317,7 @@ def _resolve_layer(
     data: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]], index: int, context: Mapping[str, Any]
 ) -> LayerSpec:
     n_layers = int(data["n_layers"])
-    parts: dict[str, Any] = {f: _as_component_dict(data[f], f) for f in COMPONENT_FIELDS}
+    parts: dict[str, Any] = {f: as_component_dict(data[f], f) for f in COMPONENT_FIELDS}
     paths = {f: f for f in COMPONENT_FIELDS}
     for key, override in overrides.items():
         if index in parse_layer_selector(key, n_layers):

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from zoo import hookspecs
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
 
-FAMILIES: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
+FAMILIES: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block", "embedding", "head")
 # families whose modules need no declared class (plain nn.Module is all they promise)
 OPTIONAL_MODULE_FAMILIES: frozenset[str] = frozenset({"norm"})
 ENTRY_POINT_GROUP = "zoo"
@@ -37,6 +37,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.ffn",
     "zoo.components.moe",
     "zoo.components.blocks",
+    "zoo.components.embeddings",
+    "zoo.components.heads",
     "zoo.archs",
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")

@@ -57,3 +57,29 @@ def test_a_spec_file_that_does_not_parse_exits_2(tmp_path, capsys):
     assert main(["bench", "--no-save", "--spec", str(bad)]) == 2
     err = capsys.readouterr().err  # raw: a stray blank line would be a second line
     assert len(err.splitlines()) == 1 and "bad.yaml" in err
+
+
+def test_bench_an_encoder_and_an_encoder_decoder(capsys):
+    small = {"n_layers": 1, "d_model": 32, "attention.n_heads": 2, "attention.n_kv_heads": 2, "attention.head_dim": 16,
+             "ffn.hidden": 64, "vocab_size": 128}
+    base = ["--device", "cpu", "--prompt-len", "8", "--repeats", "1", "--no-save", "--json"]
+    sets = [f"{k}={v}" for k, v in small.items()]
+    assert main(["bench", "--arch", "bert-base-uncased", *sum((["--set", s] for s in sets), []), *base]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["family"] == "encoder" and out["forward_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
+    seq2seq = sets + ["encoder.n_layers=1", "cross_attention.n_heads=2", "cross_attention.n_kv_heads=2",
+                      "cross_attention.head_dim=16"]
+    assert main(["bench", "--arch", "transformer-base", *sum((["--set", s] for s in seq2seq), []), *base,
+                 "--gen-len", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["family"] == "encoder-decoder" and out["decode_tokens_per_s"] > 0
+    assert out["self_kv_bytes"] == 3 * 2 * 32 * 4 and out["cross_kv_bytes"] == 8 * 2 * 32 * 4
+
+
+@pytest.mark.parametrize("option,field", [(["--compile"], "compile"), (["--gen-len", "4"], "gen_len"),
+                                          (["--predict", "l4"], "predict")])
+def test_decoder_options_on_an_encoder_are_one_line_exit_2(option, field, capsys):
+    argv = ["bench", "--arch", "bert-base-uncased", "--set", "n_layers=1", "--device", "cpu", "--no-save", *option]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{field}:" in err and "is an encoder" in err

@@ -25,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA, float32 elsewhere)")
     p.add_argument("--batch-size", type=int, default=1, help="rows per batch (default: 1)")
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row (default: 128)")
-    p.add_argument("--gen-len", type=int, default=16, help="tokens generated per row, the first by prefill (default: 16)")
+    p.add_argument("--gen-len", type=int, help="tokens generated per row, the first by prefill (default: 16; "
+                   "an encoder generates none)")
     p.add_argument("--repeats", type=int, default=2, help="timed rounds; medians and spread over them (default: 2)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default: 1)")
     p.add_argument("--compile", action="store_true", help="torch.compile the decode step (reduce-overhead on CUDA)")
@@ -48,11 +49,16 @@ def run_bench(args: argparse.Namespace) -> int:
 
     config = make_config(
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
-        gen_len=args.gen_len, repeats=args.repeats, warmup=args.warmup, compile=args.compile,
-        seed=args.seed, weights=args.weights, predict=args.predict, threads=args.threads,
+        repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
+        predict=args.predict, threads=args.threads, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
     )
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
     err = Console(stderr=True)
+    if spec is not None and not args.weights:
+        from zoo.harness.encoder_bench import bench_encoder, family_of
+
+        if family_of(spec) != "decoder":
+            return _run_encoder_bench(args, spec, config, bench_encoder, err)
     with progress_bar(err, "bench") as update:
         measurement = bench(spec, config, progress=update)
     saved = None
@@ -67,6 +73,56 @@ def run_bench(args: argparse.Namespace) -> int:
     if saved:
         err.print(f"appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})")
     return 0
+
+
+def _run_encoder_bench(args, spec, config, bench_encoder, err) -> int:  # type: ignore[no-untyped-def]
+    """An encoder or encoder-decoder: its own measurement, printed (not appended to the
+    decoder results files, whose columns it does not have)."""
+    import json
+
+    from rich.console import Console
+
+    measurement = bench_encoder(spec, config, gen_len_given=args.gen_len is not None)
+    if args.json:
+        print(json.dumps(measurement.model_dump(mode="json"), indent=2))
+    else:
+        Console().print(encoder_table(measurement))
+    if not args.no_save:
+        err.print(f"{measurement.family} measurements are printed only (the results files hold decoder runs)")
+    return 0
+
+
+def encoder_table(m):  # type: ignore[no-untyped-def]
+    """An EncoderMeasurement as a two-column rich table."""
+    from rich.table import Table
+
+    c, e = m.config, m.environment
+    table = Table(title=f"zoo bench: {m.arch} ({m.family})", show_header=True)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("run", f"batch {c.batch_size} · length {m.seq_len} · {c.repeats} repeats after {c.warmup} warm-up"),
+        ("params total", f"{m.params_total:,}"),
+        ("weight bytes", _bytes(m.weight_bytes)),
+        ("encoder tokens/s (median (min–max))",
+         f"{_rate(m.forward_tokens_per_s)} ({_rate(m.forward_tokens_per_s_min)}–{_rate(m.forward_tokens_per_s_max)})"),
+        ("encoder time", f"{m.encoder_time_s * 1000:,.1f} ms"),
+        ("encoder FLOPs per forward", f"{m.encoder_flops:,}"),
+        ("peak memory", _bytes(m.peak_bytes)),
+        ("memory measured as", m.memory_method),
+    ]
+    if m.family == "encoder-decoder":
+        rows += [
+            ("decoder prefill tokens/s (start token)", _rate(m.decoder_prefill_tokens_per_s)),
+            ("decode tokens/s", _rate(m.decode_tokens_per_s)),
+            (f"self KV bytes at {c.gen_len} tokens", _bytes(m.self_kv_bytes)),
+            (f"cross KV bytes of {m.seq_len} encoder tokens", _bytes(m.cross_kv_bytes)),
+        ]
+    rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
+             ("threads", str(e.threads)), ("torch", e.torch_version), ("zoo commit", e.zoo_commit or "-")]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
 
 
 def _bytes(n: int | None) -> str:

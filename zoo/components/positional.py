@@ -18,8 +18,11 @@ class NoPositionalOptions(Options):
 
 
 class LearnedOptions(Options):
-    max_positions: int | None = Field(None, gt=0, description="positions covered; default max_seq_len")
-    offset: int = Field(0, ge=0, description="rows before position 0 (BART: 2); the table has max_positions + offset rows")
+    max_positions: int | None = Field(None, gt=0, description="table size; default max_seq_len + offset")
+    offset: int = Field(0, ge=0, description="table row = position + offset (BART, RoBERTa: 2)")
+    count_tokens: bool = Field(
+        False, description="uncached calls number only real tokens; padding takes row offset - 1 (RoBERTa)"
+    )
 
 
 class SinusoidalOptions(Options):
@@ -42,16 +45,13 @@ class NoPositional(Positional):
 
 
 class LearnedPositional(Positional):
-    """A learned table of absolute position embeddings added to token embeddings (GPT-2).
+    """A learned table of absolute position embeddings added to token embeddings (GPT-2)."""
 
-    ``offset`` rows come before position 0: BART's table has two rows it never reads (its
-    fairseq origin reserved them for padding), so position p reads row p + 2.
-    """
-
-    def __init__(self, max_positions: int, d_model: int, offset: int = 0) -> None:
+    def __init__(self, max_positions: int, d_model: int, offset: int = 0, count_tokens: bool = False) -> None:
         super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_positions, d_model))
         self.offset = offset
-        self.weight = nn.Parameter(torch.empty(max_positions + offset, d_model))
+        self.count_tokens = count_tokens
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -59,7 +59,14 @@ class LearnedPositional(Positional):
             nn.init.normal_(self.weight, std=0.01)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x + self.weight[positions + self.offset].to(x.dtype)  # (B, T, d)
+        rows = positions + self.offset if self.offset else positions
+        return x + self.weight[rows].to(x.dtype)  # (B, T, d)
+
+    def position_ids(self, default: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        if not self.count_tokens or valid is None:
+            return default
+        counted = valid.long().cumsum(dim=1) - 1  # (B, T): 0.. over real tokens
+        return torch.where(valid, counted, torch.full_like(counted, -1))
 
 
 class SinusoidalPositional(Positional):
@@ -142,7 +149,8 @@ def build_none(options: NoPositionalOptions, ctx: BuildContext) -> Positional:
 
 def build_learned(options: LearnedOptions, ctx: BuildContext) -> Positional:
     """Learned absolute position embeddings (GPT-2)."""
-    return LearnedPositional(options.max_positions or ctx.max_seq_len, ctx.d_model, options.offset)
+    size = options.max_positions or ctx.max_seq_len + options.offset
+    return LearnedPositional(size, ctx.d_model, options.offset, options.count_tokens)
 
 
 def build_sinusoidal(options: SinusoidalOptions, ctx: BuildContext) -> Positional:

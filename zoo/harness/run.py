@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from zoo.errors import BenchError, ZooError
 from zoo.harness.environment import Environment, device_name, pick_device, sdpa_backends_used, zoo_git_commit
 from zoo.harness.measure import probe_for
+from zoo.model import resolve_dtype
 from zoo.model_spec import ModelSpec
 
 HOST_WARMUP_PROMPT = 32  # host devices warm up on at most this many prompt tokens
@@ -143,12 +145,7 @@ def bench(
     **options: Any,
 ) -> Measurement:
     """Measure one spec (or ``weights=``) as ``config`` / keyword options say; see BenchConfig."""
-    from datetime import datetime, timezone
-
-    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token
-    from zoo.cache import KVCache
-    from zoo.generation import compile_decode_step, decode_step, prefill
-    from zoo.model import as_spec, resolve_dtype
+    from zoo.model import as_spec
 
     if config is None:
         config = make_config(**options)
@@ -157,37 +154,68 @@ def bench(
     model_spec = as_spec(spec) if spec is not None else None
     device = pick_device(config.device)
     dtype = resolve_dtype(config.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    B, P, G = config.batch_size, config.prompt_len, config.gen_len
-    context = P + G
-    if model_spec is not None and context > model_spec.max_seq_len:
-        raise BenchError(
-            f"prompt_len + gen_len = {context} exceeds max_seq_len={model_spec.max_seq_len} of {model_spec.name}; "
-            f"allowed: at most {model_spec.max_seq_len}"
-        )
-    if config.predict and model_spec is not None:
-        from zoo.analysis import flops_per_token
-
-        flops_per_token(model_spec, context)  # fail before the run when the roofline cannot be had
+    if model_spec is not None:
+        _check_run(model_spec, config)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    total_steps = 1 + config.warmup + config.repeats
     report = progress or (lambda what, done, total: None)
-
-    report("build", 0, total_steps)
+    report("build", 0, 1 + config.warmup + config.repeats)
     model = _load_model(model_spec, config, device, dtype).eval()
     model_spec = model.spec  # type: ignore[assignment]
     assert model_spec is not None
-    if context > model_spec.max_seq_len:
-        raise BenchError(f"prompt_len + gen_len = {context} exceeds max_seq_len={model_spec.max_seq_len}")
+    _check_run(model_spec, config, predict=False)
+    timings = _timed_rounds(model, config, device, dtype, report)
+    measurement = _measurement(model, model_spec, config, timings, device, dtype)
+    if config.predict:
+        measurement = with_prediction(measurement, model_spec, config.predict, dtype)
+    return measurement
+
+
+def _check_run(spec: ModelSpec, config: BenchConfig, predict: bool = True) -> None:
+    """The run fits the model's context; a roofline asked for can be had (before the run)."""
+    context = config.prompt_len + config.gen_len
+    if context > spec.max_seq_len:
+        raise BenchError(
+            f"prompt_len + gen_len = {context} exceeds max_seq_len={spec.max_seq_len} of {spec.name}; "
+            f"allowed: at most {spec.max_seq_len}"
+        )
+    if predict and config.predict:
+        from zoo.analysis import flops_per_token
+
+        flops_per_token(spec, context)
+
+
+@dataclass
+class _Timings:
+    prefill_rates: list[float]
+    decode_rates: list[float]
+    ttfts: list[float]
+    prefill_peak: int
+    decode_peak: int
+    sdpa: str
+    compile_mode: str
+    cache_bytes: int
+    memory_method: str
+
+
+def _timed_rounds(
+    model: torch.nn.Module, config: BenchConfig, device: torch.device, dtype: torch.dtype, report: Progress
+) -> _Timings:
+    """Warm-up rounds (untimed), then ``repeats`` timed rounds of prefill and decode."""
+    from zoo.cache import KVCache
+    from zoo.generation import compile_decode_step, decode_step, prefill
+
+    B, P, G = config.batch_size, config.prompt_len, config.gen_len
+    total_steps = 1 + config.warmup + config.repeats
     compile_mode = "none"
     step = decode_step
     if config.compile:  # the whole step in one graph; the cache's bounds check stays eager
         compile_mode = "reduce-overhead" if device.type == "cuda" else "default"
         step = compile_decode_step(mode=compile_mode)
     probe = probe_for(device)
-    cache = KVCache(model, B, context, dtype=dtype, device=device)
+    cache = KVCache(model, B, P + G, dtype=dtype, device=device)
     generator = torch.Generator().manual_seed(config.seed)
-    prompt = torch.randint(model_spec.vocab_size, (B, P), generator=generator).to(device)  # (B, P)
+    prompt = torch.randint(model.spec.vocab_size, (B, P), generator=generator).to(device)  # type: ignore[union-attr]
 
     def one_round(prompt_ids: torch.Tensor, decode_steps: int) -> None:
         cache.reset()
@@ -203,9 +231,7 @@ def bench(
     for i in range(1, config.warmup):
         one_round(warm_prompt, warm_steps)
         report("warm-up", 1 + i, total_steps)
-
-    prefill_rates, decode_rates, ttfts = [], [], []
-    prefill_peak = decode_peak = 0
+    timings = _Timings([], [], [], 0, 0, sdpa, compile_mode, cache.nbytes, probe.memory_method)
     for r in range(config.repeats):
         report(f"repeat {r + 1}/{config.repeats}", 1 + config.warmup + r, total_steps)
         cache.reset()
@@ -214,58 +240,47 @@ def bench(
         with probe.phase() as dec:
             for _ in range(G - 1):
                 token = step(model, token, cache).argmax(-1, keepdim=True)  # (B, 1)
-        ttfts.append(pre.seconds)
-        prefill_rates.append(B * P / pre.seconds)
-        decode_rates.append(B * (G - 1) / dec.seconds)
-        prefill_peak, decode_peak = max(prefill_peak, pre.peak_bytes), max(decode_peak, dec.peak_bytes)
+        timings.ttfts.append(pre.seconds)
+        timings.prefill_rates.append(B * P / pre.seconds)
+        timings.decode_rates.append(B * (G - 1) / dec.seconds)
+        timings.prefill_peak = max(timings.prefill_peak, pre.peak_bytes)
+        timings.decode_peak = max(timings.decode_peak, dec.peak_bytes)
     report("done", total_steps, total_steps)
+    timings.memory_method = probe.memory_method  # known once a phase has run
+    return timings
 
-    count = count_params(model_spec)
+
+def _measurement(
+    model: torch.nn.Module, spec: ModelSpec, config: BenchConfig, t: _Timings, device: torch.device, dtype: torch.dtype
+) -> Measurement:
+    from datetime import datetime, timezone
+
+    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token
+
+    B, P, G = config.batch_size, config.prompt_len, config.gen_len
+    count = count_params(spec)
     unique = {id(p): p for p in model.parameters()}
-    prefill_tps, prefill_lo, prefill_hi = _median_spread(prefill_rates)
-    decode_tps, decode_lo, decode_hi = _median_spread(decode_rates)
+    prefill_tps, prefill_lo, prefill_hi = _median_spread(t.prefill_rates)
+    decode_tps, decode_lo, decode_hi = _median_spread(t.decode_rates)
     midpoint = P + G // 2
     env = Environment(
-        torch_version=torch.__version__,
-        python_version=sys.version.split()[0],
-        device=str(device),
-        device_name=device_name(device),
-        dtype=str(dtype).removeprefix("torch."),
-        sdpa_backend=sdpa,
-        compile_mode=compile_mode,
-        threads=torch.get_num_threads(),
-        zoo_commit=zoo_git_commit(),
+        torch_version=torch.__version__, python_version=sys.version.split()[0], device=str(device),
+        device_name=device_name(device), dtype=str(dtype).removeprefix("torch."), sdpa_backend=t.sdpa,
+        compile_mode=t.compile_mode, threads=torch.get_num_threads(), zoo_commit=zoo_git_commit(),
     )
-    measurement = Measurement(
-        arch=model_spec.name,
-        config=config,
-        params_total=count.total,
-        params_active=count.active,
-        params_embedding=count.embedding,
-        params_unembedding=count.unembedding,
+    return Measurement(
+        arch=spec.name, config=config, params_total=count.total, params_active=count.active,
+        params_embedding=count.embedding, params_unembedding=count.unembedding,
         weight_bytes=sum(p.numel() * p.element_size() for p in unique.values()),
-        kv_bytes_per_token=kv_bytes_per_token(model_spec, dtype=dtype),
-        kv_bytes=cache.nbytes,
-        context_len=context,
-        prefill_peak_bytes=prefill_peak,
-        decode_peak_bytes=decode_peak,
-        memory_method=probe.memory_method,
-        prefill_tokens_per_s=prefill_tps,
-        prefill_tokens_per_s_min=prefill_lo,
-        prefill_tokens_per_s_max=prefill_hi,
-        decode_tokens_per_s=decode_tps,
-        decode_tokens_per_s_min=decode_lo,
-        decode_tokens_per_s_max=decode_hi,
-        decode_tokens_per_s_runs=decode_rates,
-        time_to_first_token_s=statistics.median(ttfts),
-        flops_per_token=_flops_or_none(model_spec, midpoint),
-        decode_bytes_per_step=decode_bytes_per_step(model_spec, B, midpoint, dtype),
-        environment=env,
-        timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        kv_bytes_per_token=kv_bytes_per_token(spec, dtype=dtype), kv_bytes=t.cache_bytes, context_len=P + G,
+        prefill_peak_bytes=t.prefill_peak, decode_peak_bytes=t.decode_peak, memory_method=t.memory_method,
+        prefill_tokens_per_s=prefill_tps, prefill_tokens_per_s_min=prefill_lo, prefill_tokens_per_s_max=prefill_hi,
+        decode_tokens_per_s=decode_tps, decode_tokens_per_s_min=decode_lo, decode_tokens_per_s_max=decode_hi,
+        decode_tokens_per_s_runs=t.decode_rates, time_to_first_token_s=statistics.median(t.ttfts),
+        flops_per_token=_flops_or_none(spec, midpoint),
+        decode_bytes_per_step=decode_bytes_per_step(spec, B, midpoint, dtype),
+        environment=env, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    if config.predict:
-        measurement = with_prediction(measurement, model_spec, config.predict, dtype)
-    return measurement
 
 
 def with_prediction(measurement: Measurement, spec: ModelSpec, gpu_key: str, dtype: torch.dtype) -> Measurement:

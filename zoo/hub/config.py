@@ -1,5 +1,5 @@
 """Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen3, qwen3_moe,
-gpt_oss and gemma3_text.
+gpt_oss, gemma3_text, and the encoders bert and roberta.
 
 Every key of a config is either mapped into the spec, or listed in ``NEUTRAL_KEYS`` (it does
 not change the forward pass: token ids, dropout, training-only options), or checked to hold
@@ -27,6 +27,7 @@ NEUTRAL_KEYS = frozenset({
     "auto_map", "_name_or_path", "name_or_path", "output_attentions", "output_hidden_states",
     "return_dict", "task_specific_params", "n_ctx", "_attn_implementation_autoset", "cache_implementation",
     "use_return_dict", "tokenizer_class", "chunk_size_feed_forward", "problem_type", "id2label", "label2id",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "gradient_checkpointing",
 })
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
 
@@ -286,6 +287,36 @@ def _gemma_ffn(activation: str, hidden: int) -> dict[str, Any]:
     return {"kind": "gated", "hidden": hidden, "activation": activation}
 
 
+def _bert(r: ConfigReader, roberta: bool = False) -> dict[str, Any]:
+    """BERT and RoBERTa: post-norm bidirectional encoders. The head follows
+    ``architectures`` (``*ForMaskedLM``/``*ForPreTraining``: the masked-LM head; otherwise
+    BertModel's pooler). RoBERTa numbers real tokens from ``pad_token_id + 1``."""
+    r.expect("position_embedding_type", (None, "absolute"), "relative position embeddings are not implemented")
+    r.expect("is_decoder", (None, False), "zoo's bert is the encoder; a causal BERT is a decoder spec")
+    d, heads = r.need("hidden_size"), r.need("num_attention_heads")
+    table = r.need("max_position_embeddings")
+    positional: dict[str, Any] = {"kind": "learned", "max_positions": table}
+    max_seq_len = table
+    if roberta:
+        offset = int(r.config.get("pad_token_id") if r.config.get("pad_token_id") is not None else 1) + 1
+        positional.update(offset=offset, count_tokens=True)
+        max_seq_len = table - offset
+    heads_for = [str(a) for a in r.get("architectures", [])]
+    masked = any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in heads_for)
+    return {
+        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("num_hidden_layers"),
+        "max_seq_len": max_seq_len, "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "norm": {"kind": "layernorm", "eps": r.get("layer_norm_eps", 1e-12), "bias": True},
+        "positional": positional,
+        "attention": {"kind": "mha", "n_heads": heads, "head_dim": d // heads, "bias": True, "causal": False},
+        "ffn": {"kind": "mlp", "hidden": r.need("intermediate_size"), "activation": r.activation("hidden_act", "gelu"), "bias": True},
+        "block": {"kind": "post_norm"},
+        "embedding": {"kind": "token", "type_vocab_size": r.get("type_vocab_size", 2), "norm": True},
+        "head": {"kind": "masked_lm" if masked else "pooler", **({"activation": r.activation("hidden_act", "gelu")} if masked else {})},
+        "final_norm": False,
+    }
+
+
 FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
@@ -295,6 +326,8 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "qwen3_moe": _qwen3_moe,
     "gpt_oss": _gpt_oss,
     "gemma3_text": _gemma3,
+    "bert": _bert,
+    "roberta": lambda r: _bert(r, roberta=True),
 }
 
 

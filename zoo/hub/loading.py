@@ -18,7 +18,7 @@ import torch
 from zoo.errors import CheckpointError
 from zoo.hub.config import read_hf_config, spec_from_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.names import IGNORED_HF, tensor_rules
+from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model import ZooModel, build, init_buffers
 
@@ -62,6 +62,8 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
 def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool = True) -> None:
     """Copy every checkpoint tensor into the model's (materialised) parameters, checking all."""
     located = checkpoint_files(folder)
+    stored = legacy_aliases(located)  # current name -> the name the file uses
+    located = {**located, **{name: located[old] for name, old in stored.items()}}
     params = dict(model.named_parameters())  # tied weights appear once, under embed.weight
     rules = tensor_rules(model_type, {n: p.shape for n, p in params.items()}, located.keys())
     used: set[str] = set()
@@ -75,24 +77,25 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
             stack.enter_context(file)
         bar = _progress(stack, progress, len(rules), folder)
         for rule in rules:
-            sources = [located[n].view(n) for n in rule.hf]
+            sources = [located[n].view(stored.get(n, n)) for n in rule.hf]
             dests = [params[n] for n in rule.zoo]
             for dest, view in rule.load(dests, sources):
                 if dest.shape != view.shape:
                     name = rule.hf[0]
                     raise CheckpointError(
-                        f"{located[name].path}: tensor {name!r} has shape {list(located[name].tensors[name].shape)}, "
+                        f"{located[name].path}: tensor {name!r} has shape {list(located[name].tensors[stored.get(name, name)].shape)}, "
                         f"which does not fit zoo parameter {rule.zoo[0]!r} of shape {list(params[rule.zoo[0]].shape)}"
                     )
-                release = lambda: [located[n].release(n) for n in rule.hf]  # noqa: E731
+                release = lambda: [located[n].release(stored.get(n, n)) for n in rule.hf]  # noqa: E731
                 _copy_in_chunks(dest, view, release)
             del sources
             used.update(rule.hf)
+            used.update(stored[n] for n in rule.hf if n in stored)
             if bar is not None:
                 bar[0].advance(bar[1])
     tied_head = {"lm_head.weight"} if model.spec.tie_embeddings else set()
     for name in sorted(located):
-        if name not in used and name not in tied_head and not IGNORED_HF.match(name):
+        if name not in used and name not in tied_head and not ignored_tensor(model_type, name):
             raise CheckpointError(f"{located[name].path}: unexpected tensor {name!r} (no zoo parameter takes it)")
 
 

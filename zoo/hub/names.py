@@ -181,6 +181,68 @@ GPT2_TRANSPOSED: list[tuple[str, str]] = [
 IGNORED_HF = re.compile(r".*(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq)$")
 
 
+def _bert_renames(zoo_names: Collection[str], hf_keys: Collection[str], model_type: str) -> list[tuple[str, str]]:
+    """BERT / RoBERTa: BertModel names (prefix-less, pooler) or *ForMaskedLM names under
+    ``bert.`` / ``roberta.`` with the prediction head beside them."""
+    root = "bert" if model_type == "bert" else "roberta"
+    masked = "lm_head.bias" in zoo_names
+    prefixed = any(k.startswith(f"{root}.") for k in hf_keys) if hf_keys else masked
+    p = f"{root}." if prefixed else ""
+    layer = rf"{p}encoder.layer.\1"
+    renames = [
+        (r"embed\.weight", f"{p}embeddings.word_embeddings.weight"),
+        (r"positionals\.0\.weight", f"{p}embeddings.position_embeddings.weight"),
+        (r"embed\.token_type\.weight", f"{p}embeddings.token_type_embeddings.weight"),
+        (r"embed\.norm\.(weight|bias)", rf"{p}embeddings.LayerNorm.\1"),
+        (r"layers\.(\d+)\.attention\.q_proj\.(weight|bias)", rf"{layer}.attention.self.query.\2"),
+        (r"layers\.(\d+)\.attention\.k_proj\.(weight|bias)", rf"{layer}.attention.self.key.\2"),
+        (r"layers\.(\d+)\.attention\.v_proj\.(weight|bias)", rf"{layer}.attention.self.value.\2"),
+        (r"layers\.(\d+)\.attention\.o_proj\.(weight|bias)", rf"{layer}.attention.output.dense.\2"),
+        (r"layers\.(\d+)\.attn_norm\.(weight|bias)", rf"{layer}.attention.output.LayerNorm.\2"),
+        (r"layers\.(\d+)\.ffn\.up_proj\.(weight|bias)", rf"{layer}.intermediate.dense.\2"),
+        (r"layers\.(\d+)\.ffn\.down_proj\.(weight|bias)", rf"{layer}.output.dense.\2"),
+        (r"layers\.(\d+)\.ffn_norm\.(weight|bias)", rf"{layer}.output.LayerNorm.\2"),
+    ]
+    if not masked:
+        return renames + [(r"lm_head\.dense\.(weight|bias)", rf"{p}pooler.dense.\1")]
+    head = "cls.predictions" if root == "bert" else "lm_head"
+    dense, norm = ("transform.dense", "transform.LayerNorm") if root == "bert" else ("dense", "layer_norm")
+    return renames + [
+        (r"lm_head\.dense\.(weight|bias)", rf"{head}.{dense}.\1"),
+        (r"lm_head\.norm\.(weight|bias)", rf"{head}.{norm}.\1"),
+        (r"lm_head\.bias", f"{head}.bias"),
+        (r"lm_head\.weight", f"{head}.decoder.weight"),  # untied only (a tied table is embed.weight)
+    ]
+
+
+# checkpoint tensors of these families that zoo's model does not hold: BERT's next-sentence
+# head, a pooler beside a masked-LM head, the tied decoder (a copy of the embedding and its
+# bias), stored position / token-type id buffers
+BERT_IGNORED = re.compile(
+    r"^(cls\.seq_relationship\..*|(bert\.|roberta\.)?pooler\..*|cls\.predictions\.decoder\.(weight|bias)"
+    r"|lm_head\.decoder\.(weight|bias)|.*embeddings\.(position_ids|token_type_ids))$"
+)
+LEGACY_NORM_NAMES = (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias"))
+
+
+def ignored_tensor(model_type: str, name: str) -> bool:
+    """A checkpoint tensor that is no weight of zoo's model for this family."""
+    if IGNORED_HF.match(name):
+        return True
+    return model_type in ("bert", "roberta") and bool(BERT_IGNORED.match(name))
+
+
+def legacy_aliases(names: Collection[str]) -> dict[str, str]:
+    """Current name -> stored name for checkpoints written with old tensor names (BERT's
+    TensorFlow-era ``LayerNorm.gamma`` / ``LayerNorm.beta``)."""
+    aliases = {}
+    for name in names:
+        for old, new in LEGACY_NORM_NAMES:
+            if name.endswith(old):
+                aliases[name[: -len(old)] + new] = name
+    return aliases
+
+
 def _layers_with(zoo_names: Collection[str], suffix: str) -> list[str]:
     return sorted({m.group(1) for n in zoo_names if (m := re.fullmatch(rf"layers\.(\d+)\.{suffix}", n))}, key=int)
 
@@ -257,6 +319,8 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
         rules = _expert_rules(names, hf_keys, "mlp", "gate", ("gate_proj", "up_proj", "down_proj"), n_experts)
     elif model_type == "gpt_oss":
         rules = _gpt_oss_rules(names, hf_keys)
+    elif model_type in ("bert", "roberta"):
+        rules, renames = [], _bert_renames(names, hf_keys, model_type)
     else:
         rules = []
         renames = GEMMA_RENAMES if model_type == "gemma3_text" else LLAMA_RENAMES

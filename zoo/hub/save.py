@@ -26,7 +26,9 @@ ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+    "bert": "BertModel", "roberta": "RobertaModel",
 }
+MASKED_LM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
 
 
 # the rope_parameters keys transformers reads for each scaling type (others it warns about)
@@ -61,8 +63,28 @@ def _windows(spec: ModelSpec) -> tuple[list[str], int | None]:
     return ["sliding_attention" if w else "full_attention" for w in windows], (sizes.pop() if sizes else None)
 
 
+def _bert_config(spec: ModelSpec, model_type: str) -> dict[str, Any]:
+    base = spec.layer(0)
+    att, ffn, norm, positional = base.attention, base.ffn, base.norm, base.positional
+    embedding = spec.part("embedding")
+    config: dict[str, Any] = {
+        "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "intermediate_size": ffn.hidden,
+        "hidden_act": ffn.activation, "max_position_embeddings": positional.max_positions or spec.max_seq_len,
+        "type_vocab_size": embedding.type_vocab_size, "layer_norm_eps": norm.eps,
+        "tie_word_embeddings": spec.tie_embeddings, "position_embedding_type": "absolute",
+    }
+    if model_type == "roberta":
+        config["pad_token_id"] = positional.offset - 1
+    masked = spec.head.kind == "masked_lm"
+    config["architectures"] = [(MASKED_LM_ARCHITECTURES if masked else ARCHITECTURES)[model_type]]
+    return config
+
+
 def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     """The config.json of ``model_type`` that computes what ``spec`` computes."""
+    if model_type in ("bert", "roberta"):
+        return _bert_config(spec, model_type)
     base = spec.layer(0)
     att, ffn, norm = base.attention, base.ffn, base.norm
     if model_type == "gpt2":
@@ -111,7 +133,8 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
 
 
 def _same_computation(a: ModelSpec, b: ModelSpec) -> bool:
-    top = ("vocab_size", "d_model", "n_layers", "max_seq_len", "tie_embeddings")
+    top = ("vocab_size", "d_model", "n_layers", "max_seq_len", "tie_embeddings", "embedding", "head", "final_norm",
+           "encoder", "cross_attention")
     if any(getattr(a, k) != getattr(b, k) for k in top) or a.resolved_embedding_scale != b.resolved_embedding_scale:
         return False
     fams = ("norm", "positional", "attention", "ffn", "block")
@@ -129,7 +152,7 @@ def matching_config(spec: ModelSpec, model_type: str | None) -> dict[str, Any]:
         try:
             config = hf_config_from_spec(spec, candidate)
             if _same_computation(spec, spec_from_hf_config(config)):
-                return {"architectures": [ARCHITECTURES[candidate]], **config}
+                return {"architectures": [ARCHITECTURES[candidate]], **config}  # bert's own wins
         except (CheckpointError, AttributeError, TypeError):
             continue
     which = f"a {model_type} config" if model_type else "any supported Hugging Face family"

@@ -1,0 +1,51 @@
+"""Token embeddings: the token table, the positional ``embed`` hook, optional token-type
+table and embedding norm (BERT: word + position + token type, then LayerNorm)."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field, NonNegativeInt
+from torch import nn
+
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, Embedding, Options, Positions
+
+
+class TokenEmbeddingOptions(Options):
+    type_vocab_size: NonNegativeInt = Field(0, description="token-type (segment) table size; 0: none (BERT: 2)")
+    norm: bool = Field(False, description="a norm of the model's norm kind after the sum (BERT's LayerNorm)")
+
+
+class TokenEmbedding(nn.Embedding, Embedding):
+    """x = scale * table[ids] (+ positions) (+ type_table[type_ids]), then the optional norm.
+
+    State-dict names: ``weight``, ``token_type.weight``, ``norm.*``.
+    """
+
+    def __init__(self, options: TokenEmbeddingOptions, ctx: BuildContext) -> None:
+        super().__init__(ctx.vocab_size, ctx.d_model)
+        self.scale = ctx.embedding_scale
+        self.token_type = nn.Embedding(options.type_vocab_size, ctx.d_model) if options.type_vocab_size else None
+        self.norm = ctx.make_norm(ctx.d_model) if options.norm else None
+
+    def forward(  # type: ignore[override]
+        self, input_ids: torch.Tensor, positions: Positions, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = super().forward(input_ids)  # (B, T, d)
+        if self.scale is not None:
+            x = x * torch.tensor(self.scale, dtype=x.dtype)
+        x = positions.positional.embed(x, positions.ids)
+        if self.token_type is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
+            x = x + self.token_type(types)  # (B, T, d)
+        return x if self.norm is None else self.norm(x)
+
+
+def build_token(options: TokenEmbeddingOptions, ctx: BuildContext) -> TokenEmbedding:
+    """Token table with optional token types and embedding norm."""
+    return TokenEmbedding(options, ctx)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("embedding", "token", build_token, options=TokenEmbeddingOptions, module=TokenEmbedding)

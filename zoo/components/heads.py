@@ -1,0 +1,118 @@
+"""Output heads: causal LM (a Linear, optionally tied), masked LM (BERT's transform and tied
+decoder), none (hidden states out, like transformers' AutoModel), pooler (hidden states,
+plus ``pool``: dense + tanh on the first token).
+
+State-dict names keep ``lm_head.weight`` for the LM heads, so every decoder checkpoint map
+is unchanged; the masked-LM head adds ``dense.*``, ``norm.*`` and ``bias``.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from zoo.components.activations import ACTIVATIONS, ActivationName
+from zoo.components.linear import Linear
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, Embedding, Head, Options
+
+
+class CausalLMOptions(Options):
+    bias: bool = Field(False, description="a bias on the vocabulary projection")
+
+
+class MaskedLMOptions(Options):
+    activation: ActivationName = Field("gelu", description="of the transform (BERT: exact gelu)")
+
+
+class NoHeadOptions(Options):
+    pass
+
+
+class PoolerOptions(Options):
+    pass
+
+
+class CausalLMHead(Linear, Head):
+    """logits = x W^T (+ b); W is the embedding table when ``tie_embeddings``."""
+
+    def __init__(self, options: CausalLMOptions, ctx: BuildContext) -> None:
+        super().__init__(ctx.d_model, ctx.vocab_size, bias=options.bias)
+        self.tied = ctx.tie_embeddings
+
+    def tie(self, embedding: Embedding) -> None:
+        if self.tied:
+            self.weight = embedding.weight  # type: ignore[assignment]
+
+
+class MaskedLMHead(Linear, Head):
+    """BERT's prediction head: norm(act(dense(x))) W^T + b, W tied to the token table."""
+
+    def __init__(self, options: MaskedLMOptions, ctx: BuildContext) -> None:
+        super().__init__(ctx.d_model, ctx.vocab_size, bias=True)
+        self.dense = nn.Linear(ctx.d_model, ctx.d_model)
+        self.act = ACTIVATIONS[options.activation]
+        self.norm = ctx.make_norm(ctx.d_model)
+        self.tied = ctx.tie_embeddings
+
+    def tie(self, embedding: Embedding) -> None:
+        if self.tied:
+            self.weight = embedding.weight  # type: ignore[assignment]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.norm(self.act(self.dense(x))))  # (B, T, vocab)
+
+
+class NoHead(Head):
+    """The final hidden states (B, T, d) are the output."""
+
+    logits = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class PoolerHead(Head):
+    """Hidden states out, plus BERT's pooler: ``pool(hidden) = tanh(dense(hidden[:, 0]))``."""
+
+    logits = False
+
+    def __init__(self, ctx: BuildContext) -> None:
+        super().__init__()
+        self.dense = nn.Linear(ctx.d_model, ctx.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def pool(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, d) -> (B, d): the first token through dense + tanh."""
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+def build_causal_lm(options: CausalLMOptions, ctx: BuildContext) -> CausalLMHead:
+    """Vocabulary projection (tied to the embedding when the spec says so)."""
+    return CausalLMHead(options, ctx)
+
+
+def build_masked_lm(options: MaskedLMOptions, ctx: BuildContext) -> MaskedLMHead:
+    """BERT's masked-LM head: dense, activation, norm, tied decoder with a bias."""
+    return MaskedLMHead(options, ctx)
+
+
+def build_none(options: NoHeadOptions, ctx: BuildContext) -> NoHead:
+    """No head: the model returns its final hidden states."""
+    return NoHead()
+
+
+def build_pooler(options: PoolerOptions, ctx: BuildContext) -> PoolerHead:
+    """Hidden states out, with BERT's pooler (dense + tanh on the first token)."""
+    return PoolerHead(ctx)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("head", "causal_lm", build_causal_lm, options=CausalLMOptions, module=CausalLMHead)
+    register("head", "masked_lm", build_masked_lm, options=MaskedLMOptions, module=MaskedLMHead)
+    register("head", "none", build_none, options=NoHeadOptions, module=NoHead)
+    register("head", "pooler", build_pooler, options=PoolerOptions, module=PoolerHead)
