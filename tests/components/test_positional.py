@@ -13,7 +13,7 @@ def test_bart_offset_two() -> None:
     from transformers.models.bart.modeling_bart import BartLearnedPositionalEmbedding
 
     theirs = BartLearnedPositionalEmbedding(16, 8)  # 16 positions, table of 18 rows
-    ours = LearnedPositional(16, 8, offset=2)
+    ours = LearnedPositional(18, 8, offset=2)  # max_positions is the table size
     assert ours.weight.shape == theirs.weight.shape == (18, 8)
     with torch.no_grad():
         ours.weight.copy_(theirs.weight)

@@ -162,7 +162,7 @@ def test_bidirectional_t5_encoder_stack_with_padding() -> None:
     mask[1, -7:] = 0
     with torch.no_grad():
         expected = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-        x = model.embed(ids)
+        x = model.embed.weight[ids]  # (B, T, d): T5 does not scale its embeddings
         shared = model.positions_for(torch.arange(30)[None].expand(2, 30))
         shared[0].key_valid = mask.bool()
         for block in model.layers:
