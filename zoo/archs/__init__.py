@@ -21,6 +21,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.gemma3",
     "zoo.archs.bert",
     "zoo.archs.transformer",
+    "zoo.archs.modernbert",
 )
 
 

@@ -24,6 +24,7 @@ class CausalLMOptions(Options):
 
 class MaskedLMOptions(Options):
     activation: ActivationName = Field("gelu", description="of the transform (BERT: exact gelu)")
+    transform_bias: bool = Field(True, description="a bias on the transform's dense layer (ModernBERT: none)")
 
 
 class NoHeadOptions(Options):
@@ -51,7 +52,7 @@ class MaskedLMHead(Linear, Head):
 
     def __init__(self, options: MaskedLMOptions, ctx: BuildContext) -> None:
         super().__init__(ctx.d_model, ctx.vocab_size, bias=True)
-        self.dense = nn.Linear(ctx.d_model, ctx.d_model)
+        self.dense = nn.Linear(ctx.d_model, ctx.d_model, bias=options.transform_bias)
         self.act = ACTIVATIONS[options.activation]
         self.norm = ctx.make_norm(ctx.d_model)
         self.tied = ctx.tie_embeddings

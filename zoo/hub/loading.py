@@ -18,7 +18,8 @@ import torch
 from zoo.errors import CheckpointError
 from zoo.hub.config import read_hf_config, spec_from_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
+from zoo.hub.families import ignored_tensor, tensor_rules
+from zoo.hub.names import legacy_aliases
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model import ZooModel, build, init_buffers
 

@@ -328,10 +328,16 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
     for name in names:
         if name in claimed:
             continue
-        for pattern, target in renames:
-            if re.fullmatch(pattern, name):
-                rules.append(rename(name, re.sub(pattern, target, name)))
-                break
-        else:
+        target = renamed(name, renames)
+        if target is None:
             raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a {model_type} checkpoint")
+        rules.append(rename(name, target))
     return rules
+
+
+def renamed(name: str, renames: list[tuple[str, str]]) -> str | None:
+    """The checkpoint name of zoo parameter ``name`` by the first matching rename, or None."""
+    for pattern, target in renames:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, target, name)
+    return None

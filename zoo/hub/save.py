@@ -17,7 +17,7 @@ import torch
 from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
-from zoo.hub.names import tensor_rules
+from zoo.hub.families import FAMILY_MODULES, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model import ZooModel
 from zoo.model_spec import ModelSpec
@@ -27,6 +27,7 @@ ARCHITECTURES = {
     "mixtral": "MixtralForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
     "bert": "BertModel", "roberta": "RobertaModel",
+    **{model_type: module.ARCHITECTURE for model_type, module in FAMILY_MODULES.items()},
 }
 MASKED_LM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
 
@@ -85,6 +86,8 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     """The config.json of ``model_type`` that computes what ``spec`` computes."""
     if model_type in ("bert", "roberta"):
         return _bert_config(spec, model_type)
+    if model_type in FAMILY_MODULES:
+        return FAMILY_MODULES[model_type].write_config(spec)
     base = spec.layer(0)
     att, ffn, norm = base.attention, base.ffn, base.norm
     if model_type == "gpt2":
