@@ -22,6 +22,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.bert",
     "zoo.archs.transformer",
     "zoo.archs.modernbert",
+    "zoo.archs.t5",
 )
 
 

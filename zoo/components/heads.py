@@ -20,6 +20,7 @@ from zoo.interfaces import BuildContext, Embedding, Head, Options
 
 class CausalLMOptions(Options):
     bias: bool = Field(False, description="a bias on the vocabulary projection")
+    scale: float | None = Field(None, gt=0, description="multiply the hidden states first (T5, tied: d_model ** -0.5)")
 
 
 class MaskedLMOptions(Options):
@@ -41,10 +42,16 @@ class CausalLMHead(Linear, Head):
     def __init__(self, options: CausalLMOptions, ctx: BuildContext) -> None:
         super().__init__(ctx.d_model, ctx.vocab_size, bias=options.bias)
         self.tied = ctx.tie_embeddings
+        self.scale = options.scale
 
     def tie(self, embedding: Embedding) -> None:
         if self.tied:
             self.weight = embedding.weight  # type: ignore[assignment]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scale is not None:
+            x = x * self.scale  # (B, T, d)
+        return super().forward(x)  # (B, T, vocab)
 
 
 class MaskedLMHead(Linear, Head):
