@@ -23,6 +23,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.transformer",
     "zoo.archs.modernbert",
     "zoo.archs.t5",
+    "zoo.archs.bart",
 )
 
 

@@ -14,11 +14,11 @@ from types import ModuleType
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.hub import modernbert, t5
+from zoo.hub import bart, modernbert, t5
 from zoo.hub import names
 from zoo.hub.names import Rule, rename
 
-FAMILY_MODULES: dict[str, ModuleType] = {module.MODEL_TYPE: module for module in (modernbert, t5)}
+FAMILY_MODULES: dict[str, ModuleType] = {module.MODEL_TYPE: module for module in (modernbert, t5, bart)}
 
 
 def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:

@@ -19,7 +19,7 @@ from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
 from zoo.hub.families import FAMILY_MODULES, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
-from zoo.model import ZooModel
+from zoo.model import ZooModel, persistent_buffers
 from zoo.model_spec import ModelSpec
 
 ARCHITECTURES = {
@@ -167,7 +167,7 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = matching_config(model.spec, model_type or getattr(model, "hf_model_type", None))
-    params = dict(model.named_parameters())
+    params = {**dict(model.named_parameters()), **persistent_buffers(model)}
     first = next(iter(params.values()))
     config["dtype"] = str(first.dtype).removeprefix("torch.")
     tensors: dict[str, torch.Tensor] = {}
