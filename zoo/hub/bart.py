@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.names import Rule
 from zoo.model_spec import ModelSpec
@@ -68,7 +69,8 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
 def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The bart config.json computing what ``spec`` computes (checked by reading it back)."""
     encoder = spec.encoder_spec()
-    assert encoder is not None and spec.encoder is not None
+    if encoder is None or spec.encoder is None:
+        raise CheckpointError(f"spec {spec.name!r}: a bart config describes an encoder-decoder")
     dec, enc = spec.layer(0), encoder.layer(0)
     return {
         "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "d_model": spec.d_model,

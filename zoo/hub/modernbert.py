@@ -18,6 +18,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector, rope_options
 from zoo.hub.names import Rule, split_rows
 from zoo.model_spec import ModelSpec
@@ -99,13 +100,15 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
 
 def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The modernbert config.json computing what ``spec`` computes (checked by reading it back)."""
+    head = spec.part("head")
+    if spec.encoder is not None or head.kind not in ARCHITECTURES:
+        raise CheckpointError(f"spec {spec.name!r}: a modernbert config describes an encoder with head none or masked_lm")
     layers = spec.layer_specs()
     base = layers[0]
     att, ffn, norm = base.attention, base.ffn, base.norm
     windows = {layer.attention.window for layer in layers if layer.attention.window}
     full = next((layer for layer in layers if not layer.attention.window), base)
     local = next((layer for layer in layers if layer.attention.window), base)
-    head = spec.part("head")
     config: dict[str, Any] = {
         "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
         "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "intermediate_size": ffn.hidden,

@@ -15,6 +15,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.names import Rule
 from zoo.model_spec import ModelSpec
@@ -62,12 +63,15 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
 
 def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The t5 config.json computing what ``spec`` computes (checked by reading it back)."""
+    encoder = spec.encoder
+    if encoder is None:
+        raise CheckpointError(f"spec {spec.name!r}: a t5 config describes an encoder-decoder")
     base = spec.layer(0)
     att, ffn, positional = base.attention, base.ffn, base.positional
     activation = ffn.options.model_dump().get("activation")
-    proj = next(name for name, kind in FFN.items() if kind["kind"] == ffn.kind and kind.get("activation", activation) == activation)
-    encoder = spec.encoder
-    assert encoder is not None
+    proj = next((name for name, kind in FFN.items() if kind["kind"] == ffn.kind and kind.get("activation", activation) == activation), None)
+    if proj is None:
+        raise CheckpointError(f"ffn: {ffn.kind} ({activation}) has no t5 feed_forward_proj")
     return {
         "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "d_model": spec.d_model,
         "d_kv": att.head_dim, "num_heads": att.n_heads, "d_ff": ffn.hidden, "num_layers": encoder.n_layers,
