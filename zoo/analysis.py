@@ -261,7 +261,8 @@ def forward_flops(
     )
     head = _head_matmul_params(model)
     head_rows = 1 if last_only else n_new
-    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder)
+    # the encoder's layers (its embedding is the model's tied table, counted at the model level)
+    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder, ("embedding",))
     return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head * head_rows + mixing)
 
 
