@@ -80,3 +80,39 @@ def test_reduce_overhead_captures_the_decode_step_in_a_cuda_graph():
     manager = cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False)
     assert manager is not None and any(manager.roots.values()), "no CUDA graph was recorded"
     assert int(graph_cache.position) == 5 + 6
+
+
+def test_compiled_encoder_decoder_and_recurrent_decode_steps_do_not_recompile():
+    """Cross-attention reading the memory K/V, and a recurrent mixer reading its
+    per-sequence state with token_valid, capture whole (aot_eager) and are reused."""
+    import zoo
+    from tests.test_state import Plugin
+    from zoo.registry import reset_registry
+
+    tiny = {"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "ffn.hidden": 64, "encoder": {"n_layers": 1},
+            "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8,
+            "cross_attention.n_heads": 4, "cross_attention.n_kv_heads": 4, "cross_attention.head_dim": 8}
+    seq2seq = zoo.build(zoo.spec("transformer-base").override(tiny), seed=0).eval()
+    zoo.register_plugin(Plugin(), name="runsum-plugin")
+    try:
+        hybrid = zoo.build(zoo.spec("gpt2").override({"n_layers": 2, "d_model": 32, "vocab_size": VOCAB,
+                                                      "attention.n_heads": 2, "attention.n_kv_heads": 2,
+                                                      "layers": {"0": {"attention": {"kind": "runsum"}}}}), seed=0)
+        ids, mask = left_pad([[5, 9, 2], [11, 4, 6, 1]])
+        memory = seq2seq.encode(ids, mask)
+        for model, extra in ((seq2seq, {"memory": memory}), (hybrid, {"attention_mask": mask})):
+            prompt = ids[:, :1] if model is seq2seq else ids
+            caches = [KVCache(model, 2, 12, memory_len=4 if model is seq2seq else 0) for _ in range(2)]
+            eager = prefill(model, prompt, caches[0], **extra)
+            prefill(model, prompt, caches[1], **extra)
+            torch._dynamo.reset()
+            step = compile_decode_step(backend="aot_eager")
+            token = eager.argmax(-1, keepdim=True)  # (B, 1)
+            for i in range(4):
+                eager = decode_step(model, token, caches[0])
+                with torch._dynamo.config.patch(error_on_recompile=i > 0):
+                    compiled = step(model, token, caches[1])
+                torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+                token = eager.argmax(-1, keepdim=True)
+    finally:
+        reset_registry()

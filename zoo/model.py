@@ -132,6 +132,10 @@ class ZooModel(nn.Module):
         """What each stateful mixer keeps between calls, as it declares it (cache order)."""
         return [module.state_layout(batch_size, max_len, memory_len) for _, module in self._stateful]
 
+    def cache_layout(self, batch_size: int, max_len: int) -> list[dict[str, StateTensor]]:
+        """Deprecated name of ``state_layout`` (no encoder memory)."""
+        return self.state_layout(batch_size, max_len)
+
     def positions_for(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> list[Positions]:
         """One Positions per distinct positional module; rotations computed once, shared."""
         return shared_positions(self.positionals, ids, key_valid)

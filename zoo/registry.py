@@ -12,7 +12,6 @@ raises half way, or clashes with another, leaves the registry as it was.
 from __future__ import annotations
 
 import importlib
-import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +23,14 @@ from pydantic import BaseModel
 
 from zoo import hookspecs
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
+from zoo.registry_entries import (
+    FAMILIES,
+    ArchitectureEntry,
+    ComponentEntry,
+    architecture_entry,
+    component_entry,
+)
 
-FAMILIES: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block", "embedding", "head")
-# families whose modules need no declared class (plain nn.Module is all they promise)
-OPTIONAL_MODULE_FAMILIES: frozenset[str] = frozenset({"norm"})
 ENTRY_POINT_GROUP = "zoo"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.norms",
@@ -43,30 +46,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")
 PluginSource = Literal["builtin", "entry point", "runtime"]
-
-
-@dataclass(frozen=True)
-class ComponentEntry:
-    """One registered kind: how to validate its options and how to build it."""
-
-    family: str
-    kind: str
-    factory: Callable[..., Any]
-    options: type[BaseModel]
-    plugin: str
-    doc: str = ""
-    override: bool = False  # registered with override=True
-    replaces: str | None = None  # the plugin whose kind this one replaced
-    module: type | None = None  # the class the factory builds (its capabilities), checked at registration
-
-
-@dataclass(frozen=True)
-class ArchitectureEntry:
-    name: str
-    source: Any  # ModelSpec, dict, or zero-argument callable returning either
-    plugin: str
-    override: bool = False
-    replaces: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,13 +104,13 @@ class Registry:
         plugin: str = "<direct>",
         module: type | None = None,
     ) -> None:
-        staged = _Staged(components=[_component_entry(family, kind, factory, options, override, plugin, module)])
+        staged = _Staged(components=[component_entry(family, kind, factory, options, override, plugin, module)])
         self._apply(staged)
 
     def register_architecture(
         self, name: str, source: Any, *, override: bool = False, plugin: str = "<direct>"
     ) -> None:
-        self._apply(_Staged(architectures=[_architecture_entry(name, source, override, plugin)]))
+        self._apply(_Staged(architectures=[architecture_entry(name, source, override, plugin)]))
 
     def _apply(self, staged: _Staged) -> None:
         """Check every registration against what is there, then apply them all (or none)."""
@@ -247,75 +226,15 @@ def _replacing(entry: Any, replaced_plugin: str) -> Any:
     return type(entry)(**{**entry.__dict__, "replaces": replaced_plugin})
 
 
-def _component_entry(
-    family: str,
-    kind: str,
-    factory: Callable[..., Any],
-    options: type[BaseModel] | None,
-    override: bool,
-    plugin: str,
-    module: type | None = None,
-) -> ComponentEntry:
-    """Validate one component registration (wrong arguments are the plugin's bug)."""
-    from zoo.interfaces import Options  # torch: only once something registers
-
-    if family not in FAMILIES:
-        raise PluginError(
-            f"plugin {plugin!r} registers unknown family {family!r}{did_you_mean(str(family), FAMILIES)}; "
-            f"allowed: {allowed(FAMILIES)}"
-        )
-    if not isinstance(kind, str) or not kind:
-        raise PluginError(f"plugin {plugin!r}: {family} kind must be a non-empty string, got {kind!r}")
-    if not callable(factory):
-        raise PluginError(f"plugin {plugin!r}: factory of {family} kind {kind!r} is not callable: {factory!r}")
-    options = Options if options is None else options
-    if not (isinstance(options, type) and issubclass(options, BaseModel)):
-        raise PluginError(
-            f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.interfaces.Options, "
-            f"got {options!r}"
-        )
-    module = _checked_module(family, kind, module, plugin)
-    doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
-    return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override), module=module)
-
-
-def _checked_module(family: str, kind: str, module: type | None, plugin: str) -> type:
-    """The declared module class, after checking it subclasses the family's base and
-    implements every abstract member (``score_flops`` of a token mixer, ...)."""
-    from zoo.interfaces import FAMILY_BASES
-
-    base = FAMILY_BASES[family]
-    where = f"plugin {plugin!r}: {family} kind {kind!r}"
-    if module is None:
-        if family in OPTIONAL_MODULE_FAMILIES:
-            return base
-        raise PluginError(
-            f"{where} declares no module class; pass module=YourClass (a subclass of "
-            f"zoo.interfaces.{base.__name__}) so its capabilities are checked at registration"
-        )
-    if not (isinstance(module, type) and issubclass(module, base)):
-        raise PluginError(f"{where}: module={module!r} must be a subclass of {base.__module__}.{base.__qualname__}")
-    missing = sorted(getattr(module, "__abstractmethods__", ()))
-    if inspect.isabstract(module) and missing:
-        raise PluginError(f"{where}: {module.__name__} does not implement {', '.join(missing)} (required by {base.__name__})")
-    return module
-
-
-def _architecture_entry(name: str, source: Any, override: bool, plugin: str) -> ArchitectureEntry:
-    if not isinstance(name, str) or not name:
-        raise PluginError(f"plugin {plugin!r}: architecture name must be a non-empty string, got {name!r}")
-    return ArchitectureEntry(name, source, plugin, bool(override))
-
-
 def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Staged:
     """Run one plugin's hooks with `register` callbacks that stage what it registers."""
     staged = _Staged()
 
     def register_component(family, kind, factory, options=None, *, override=False, module=None):  # type: ignore[no-untyped-def]
-        staged.components.append(_component_entry(family, kind, factory, options, override, name, module))
+        staged.components.append(component_entry(family, kind, factory, options, override, name, module))
 
     def register_architecture(arch_name, source, *, override=False):  # type: ignore[no-untyped-def]
-        staged.architectures.append(_architecture_entry(arch_name, source, override, name))
+        staged.architectures.append(architecture_entry(arch_name, source, override, name))
 
     callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture}
     implemented = False

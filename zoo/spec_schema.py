@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.model_spec import COMPONENT_FIELDS, ModelSpec
+from zoo.model_spec import COMPONENT_FIELDS, MODEL_PARTS, ModelSpec
 from zoo.registry import get_registry
 
 
@@ -13,7 +13,7 @@ def spec_json_schema() -> dict[str, Any]:
     schema = ModelSpec.model_json_schema()
     registry = get_registry()
     defs = schema.setdefault("$defs", {})
-    for family in COMPONENT_FIELDS:
+    for family in (*COMPONENT_FIELDS, *MODEL_PARTS):
         variants = []
         for kind in registry.kinds(family):
             options = registry.component(family, kind).options.model_json_schema()
