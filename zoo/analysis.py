@@ -289,9 +289,10 @@ def _head_matmul_params(model: ZooModel) -> int:
     )
 
 
-def _matmul_params_of(module: nn.Module) -> int:
+def _matmul_params_of(module: nn.Module, lookups: tuple[str, ...] = ()) -> int:
+    """Parameters multiplied per token, less norms, position tables and ``lookups`` families."""
     by_family, inactive = _walk_counts(module)
-    return sum(by_family.values()) - inactive - sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES)
+    return sum(by_family.values()) - inactive - sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES + lookups)
 
 
 def forward_flops(
@@ -319,7 +320,8 @@ def forward_flops(
     )
     head = _head_matmul_params(model)
     head_rows = 1 if last_only else n_new
-    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder)
+    # the encoder's layers (its embedding is the model's tied table, counted at the model level)
+    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder, ("embedding",))
     return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head * head_rows + mixing)
 
 
@@ -333,7 +335,8 @@ def encoder_flops(spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_l
         for module in block.modules():
             if isinstance(module, TokenMixer):
                 mixing += int(module.score_flops(memory_len, memory_len))
-    return batch_size * (2 * _matmul_params_of(model.encoder) * memory_len + mixing)
+    # the encoder's embedding (its tied token table) is a lookup, not a product
+    return batch_size * (2 * _matmul_params_of(model.encoder, ("embedding",)) * memory_len + mixing)
 
 
 def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], context_len: int) -> int:

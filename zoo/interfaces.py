@@ -263,7 +263,10 @@ def visible_keys(
 
     query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.
     key_valid (B, S) marks keys that are real tokens rather than padding. Times are
-    indices along the cache's time axis, so left padding never shifts a window.
+    indices along the cache's time axis, so left padding never shifts a window. A causal
+    window keeps the keys with q - k < window (the query and window - 1 before it,
+    Mistral); a bidirectional one those with |q - k| <= window // 2 (ModernBERT's
+    ``local_attention: 128`` sees 64 tokens on each side).
     """
     q = query_time[:, None]  # (T, 1)
     k = key_time[..., None, :]  # (S,) -> (1, S) or (B, 1, S)
@@ -273,7 +276,7 @@ def visible_keys(
     else:
         mask = mask & torch.ones_like(q, dtype=torch.bool)  # (T, S) or (B, T, S)
     if window is not None:
-        mask = mask & ((q - k).abs() < window if not causal else q - k < window)
+        mask = mask & ((q - k).abs() <= window // 2 if not causal else q - k < window)
     if key_valid is not None:
         # a query left with no valid key (left padding) sees itself: its output is unused,
         # but a fully masked row would be NaN, and NaN leaks through 0-weight products

@@ -42,20 +42,27 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
 
 
 class Encoder(nn.Module):
-    """An encoder-decoder's encoder stack: its own positionals, blocks and final norm.
+    """An encoder-decoder's encoder stack: its own positionals, embedding, blocks and final norm.
 
-    It reads the model's token embedding (shared with the decoder) and never keeps state.
+    Its embedding module is built from the same embedding spec, its token table tied to the
+    model's (``tie``), so what a stack adds to the table is its own: BART normalises each
+    stack's embeddings with a LayerNorm of its own. It never keeps state.
     """
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
+        self.embed = build_component(spec.part("embedding"), context(spec, spec.layer_specs()[0], "encoder"))
         layers = build_layers(spec, "encoder", "encoder.")
         self.positionals, self.layers = layers.positionals, layers.blocks
         self.layer_positional = layers.layer_positional
         self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
 
-    def forward(self, embed: Embedding, input_ids: torch.Tensor, valid: torch.Tensor | None,
+    def tie(self, embedding: Embedding) -> None:
+        """Share the model's token table (after materialisation or loading)."""
+        self.embed.weight = embedding.weight
+
+    def forward(self, input_ids: torch.Tensor, valid: torch.Tensor | None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids (B, S), valid (B, S) or None -> hidden states (B, S, d)."""
         B, S = input_ids.shape
@@ -63,7 +70,7 @@ class Encoder(nn.Module):
         first = self.positionals[self.layer_positional[0]]
         assert isinstance(first, Positional)
         shared = shared_positions(self.positionals, first.position_ids(base, valid), valid)
-        x = embed(input_ids, shared[self.layer_positional[0]], token_type_ids)  # (B, S, d)
+        x = self.embed(input_ids, shared[self.layer_positional[0]], token_type_ids)  # (B, S, d)
         for i, block in enumerate(self.layers):
             x = block(x, shared[self.layer_positional[i]])
         return x if self.final_norm is None else self.final_norm(x)
@@ -98,6 +105,8 @@ class ZooModel(nn.Module):
     def tie_weights(self) -> None:
         """Re-point a tied head at the embedding table (after materialisation or loading)."""
         self.lm_head.tie(self.embed)
+        if self.encoder is not None:
+            self.encoder.tie(self.embed)
 
     # ---- structure ------------------------------------------------------------------------
     def stateful_modules(self) -> list[tuple[str, TokenMixer]]:
@@ -141,7 +150,7 @@ class ZooModel(nn.Module):
         if self.encoder is None:
             raise SpecError("encode: this model has no encoder (set spec.encoder for an encoder-decoder)")
         valid = _valid(attention_mask, input_ids)
-        return Memory(self.encoder(self.embed, input_ids, valid, token_type_ids), valid)
+        return Memory(self.encoder(input_ids, valid, token_type_ids), valid)
 
     def forward(
         self,
@@ -241,6 +250,14 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
             sinks = getattr(module, "sinks", None)
             if isinstance(sinks, nn.Parameter):
                 nn.init.zeros_(sinks)
+        for buffer in persistent_buffers(model).values():  # logits / router biases start at 0
+            buffer.zero_()
+
+
+def persistent_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Buffers saved with the weights (BART's final_logits_bias), by state-dict name."""
+    names = set(model.state_dict(keep_vars=True)) - {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    return {name: buffer for name, buffer in model.named_buffers() if name in names}
 
 
 def init_buffers(model: nn.Module) -> None:

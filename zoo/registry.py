@@ -35,6 +35,7 @@ ENTRY_POINT_GROUP = "zoo"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.norms",
     "zoo.components.positional",
+    "zoo.components.relative_position",
     "zoo.components.attention",
     "zoo.components.ffn",
     "zoo.components.moe",

@@ -22,6 +22,9 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.mamba",
     "zoo.archs.bert",
     "zoo.archs.transformer",
+    "zoo.archs.modernbert",
+    "zoo.archs.t5",
+    "zoo.archs.bart",
 )
 
 

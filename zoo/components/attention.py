@@ -40,7 +40,9 @@ class AttentionOptions(Options):
     bias: bool = Field(False, description="bias on the q, k and v projections")
     out_bias: bool | None = Field(None, description="bias on the output projection; default = bias")
     qk_norm: bool = Field(False, description="norm (the model's norm kind) on each head of q and k")
-    window: PositiveInt | None = Field(None, description="sliding window: keys with q - k < window")
+    window: PositiveInt | None = Field(
+        None, description="sliding window: keys with q - k < window; bidirectional: |q - k| <= window // 2"
+    )
     sinks: bool = Field(False, description="a learned logit per head joined to the softmax (gpt-oss)")
     scale: float | None = Field(None, gt=0, description="score scale; default head_dim ** -0.5")
     causal: bool = Field(True, description="a token sees only earlier ones; false: bidirectional (encoders)")
@@ -154,8 +156,8 @@ class Attention(TokenMixer):
         """FLOPs of q·kᵀ and probs·v (2 each per multiply-add) for n_new queries."""
         if self.causal:
             keys = causal_keys_seen(n_new, context_len, self.window)
-        else:  # every query sees every key (a window: at most 2·window - 1 of them)
-            keys = n_new * (context_len if self.window is None else min(context_len, 2 * self.window - 1))
+        else:  # every query sees every key (a window: at most window // 2 on each side and itself)
+            keys = n_new * (context_len if self.window is None else min(context_len, 2 * (self.window // 2) + 1))
         return 4 * self.n_heads * self.head_dim * keys
 
     # ---- forward --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 from pydantic import Field
+from torch import nn
 
 from zoo.errors import SpecError
 from zoo.hookspecs import hookimpl
@@ -17,7 +18,7 @@ from zoo.interfaces import Block, BuildContext, FeedForward, LayerState, Memory,
 
 
 class PreNormOptions(Options):
-    pass
+    attn_norm: bool = Field(True, description="norm before attention; ModernBERT's layer 0 has none (its input is the normed embedding)")
 
 
 class PostNormOptions(Options):
@@ -36,10 +37,15 @@ class PreNormBlock(Block):
     """x + attn(norm(x)), [x + cross(norm(x), memory)], then x + ffn(norm(x)) (GPT-2, Llama, T5)."""
 
     def __init__(
-        self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, cross_attention: TokenMixer | None = None
+        self,
+        ctx: BuildContext,
+        attention: TokenMixer,
+        ffn: FeedForward | None,
+        cross_attention: TokenMixer | None = None,
+        attn_norm: bool = True,
     ) -> None:
         super().__init__()
-        self.attn_norm = ctx.make_norm(ctx.d_model)
+        self.attn_norm = ctx.make_norm(ctx.d_model) if attn_norm else nn.Identity()
         self.attention = attention
         self.cross_norm = None if cross_attention is None else ctx.make_norm(ctx.d_model)
         self.cross_attention = cross_attention
@@ -158,7 +164,7 @@ def build_pre_norm(
     cross_attention: TokenMixer | None = None,
 ) -> PreNormBlock:
     """Pre-norm residual block."""
-    return PreNormBlock(ctx, attention, ffn, cross_attention)
+    return PreNormBlock(ctx, attention, ffn, cross_attention, options.attn_norm)
 
 
 def build_post_norm(

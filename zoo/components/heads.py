@@ -20,10 +20,15 @@ from zoo.interfaces import BuildContext, Embedding, Head, Options
 
 class CausalLMOptions(Options):
     bias: bool = Field(False, description="a bias on the vocabulary projection")
+    scale: float | None = Field(None, gt=0, description="multiply the hidden states first (T5, tied: d_model ** -0.5)")
+    logits_bias: bool = Field(
+        False, description="a fixed per-token logits bias kept as a buffer, not a parameter (BART's final_logits_bias)"
+    )
 
 
 class MaskedLMOptions(Options):
     activation: ActivationName = Field("gelu", description="of the transform (BERT: exact gelu)")
+    transform_bias: bool = Field(True, description="a bias on the transform's dense layer (ModernBERT: none)")
 
 
 class NoHeadOptions(Options):
@@ -40,10 +45,23 @@ class CausalLMHead(Linear, Head):
     def __init__(self, options: CausalLMOptions, ctx: BuildContext) -> None:
         super().__init__(ctx.d_model, ctx.vocab_size, bias=options.bias)
         self.tied = ctx.tie_embeddings
+        self.scale = options.scale
+        # a persistent buffer: loaded and saved with the weights, neither trained nor counted
+        self.final_logits_bias: torch.Tensor | None
+        if options.logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(1, ctx.vocab_size))
+        else:
+            self.final_logits_bias = None
 
     def tie(self, embedding: Embedding) -> None:
         if self.tied:
             self.weight = embedding.weight  # type: ignore[assignment]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scale is not None:
+            x = x * self.scale  # (B, T, d)
+        logits = super().forward(x)  # (B, T, vocab)
+        return logits if self.final_logits_bias is None else logits + self.final_logits_bias.to(logits.dtype)
 
 
 class MaskedLMHead(Linear, Head):
@@ -51,7 +69,7 @@ class MaskedLMHead(Linear, Head):
 
     def __init__(self, options: MaskedLMOptions, ctx: BuildContext) -> None:
         super().__init__(ctx.d_model, ctx.vocab_size, bias=True)
-        self.dense = nn.Linear(ctx.d_model, ctx.d_model)
+        self.dense = nn.Linear(ctx.d_model, ctx.d_model, bias=options.transform_bias)
         self.act = ACTIVATIONS[options.activation]
         self.norm = ctx.make_norm(ctx.d_model)
         self.tied = ctx.tie_embeddings

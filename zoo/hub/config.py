@@ -17,6 +17,14 @@ from typing import Any
 from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
 from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS, is_neutral  # noqa: F401 - NEUTRAL_KEYS re-exported
 from zoo.hub.config_mamba import mamba_spec
+from zoo.hub.config_reader import (  # noqa: F401  (re-exported: the readers' home before the split)
+    ACTIVATIONS,
+    ConfigReader,
+    rope_options,
+)
+from zoo.hub.config_reader import layer_selector as _layer_selector
+from zoo.hub.config_reader import rope_params as _rope_params
+from zoo.hub.families import FAMILY_MODULES
 from zoo.model_spec import ModelSpec
 
 # What each numeric or structured key must hold (null = absent); checked before any family reads
@@ -38,99 +46,6 @@ BOOLEANS = frozenset({
 })
 STRINGS = frozenset({"model_type", "hidden_act", "activation_function", "hidden_activation"})
 MAPPINGS = frozenset({"rope_parameters", "rope_scaling", "quantization_config"})
-ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
-
-
-class ConfigReader:
-    """A config dict whose keys are ticked off as they are read; leftovers are errors."""
-
-    def __init__(self, config: Mapping[str, Any], source: str) -> None:
-        self.config = dict(config)
-        self.source = source
-        self.used: set[str] = set()
-
-    def error(self, key: str, message: str) -> CheckpointError:
-        return CheckpointError(f"{self.source}: {key}: {message}")
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.used.add(key)
-        value = self.config.get(key)
-        return default if value is None else value
-
-    def need(self, key: str) -> Any:
-        self.used.add(key)
-        if self.config.get(key) is None:
-            raise self.error(key, "required but missing")
-        return self.config[key]
-
-    def expect(self, key: str, allowed_values: tuple[Any, ...], why: str) -> None:
-        """A key zoo supports with only these values (None = absent)."""
-        self.used.add(key)
-        value = self.config.get(key)
-        if value not in allowed_values:
-            raise self.error(key, f"{value!r} is not supported ({why}); allowed: {', '.join(map(repr, allowed_values))}")
-
-    def activation(self, key: str, default: str) -> str:
-        name = self.get(key, default)
-        if name not in ACTIVATIONS:
-            raise self.error(key, f"activation {name!r} is not supported; allowed: {allowed(ACTIVATIONS)}")
-        return ACTIVATIONS[name]
-
-    def check_all_used(self) -> None:
-        left = sorted(k for k in self.config if k not in self.used and not is_neutral(k))
-        if left:
-            raise self.error(left[0], f"unknown config key for model_type {self.config.get('model_type')!r}; zoo cannot "
-                             "tell whether it changes the computation, so it refuses to drop it")
-
-
-# ---- RoPE -----------------------------------------------------------------------------------
-def rope_options(reader: ConfigReader, params: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
-    """positional options from a rope_parameters / rope_scaling dict (transformers 4 or 5)."""
-    params = dict(params or {})
-    theta = params.pop("rope_theta", None) or reader.get("rope_theta", 10000.0)
-    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
-    params.pop("type", None)
-    partial = params.pop("partial_rotary_factor", None) or reader.get("partial_rotary_factor", 1.0)
-    options: dict[str, Any] = {"kind": "rope", "theta": float(theta)}
-    if partial != 1.0:
-        options["partial_rotary_factor"] = float(partial)
-    if rope_type == "default":
-        if params:
-            raise reader.error(f"{key}.{next(iter(params))}", "unexpected for rope_type 'default'")
-        return options
-    if rope_type not in ("linear", "llama3", "yarn"):
-        raise reader.error(f"{key}.rope_type", f"{rope_type!r} is not supported; allowed: default, linear, llama3, yarn")
-    scaling: dict[str, Any] = {"type": rope_type}
-    known = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
-             "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"}
-    for name, value in params.items():
-        if name not in known:
-            raise reader.error(f"{key}.{name}", f"unknown RoPE scaling field{did_you_mean(name, known)}; allowed: {allowed(known)}")
-        if value is not None:
-            scaling[name] = value
-    if rope_type in ("llama3", "yarn") and "original_max_position_embeddings" not in scaling:
-        # transformers falls back to max_position_embeddings (yarn) when the field is absent
-        scaling["original_max_position_embeddings"] = reader.need("max_position_embeddings")
-    options["scaling"] = scaling
-    return options
-
-
-def _rope_params(reader: ConfigReader) -> tuple[str, Mapping[str, Any] | None]:
-    for key in ("rope_parameters", "rope_scaling"):
-        if reader.config.get(key) is not None:
-            reader.used.update({"rope_parameters", "rope_scaling"})
-            return key, reader.config[key]
-    reader.used.update({"rope_parameters", "rope_scaling"})
-    return "rope_parameters", None
-
-
-def _layer_selector(indices: list[int], n_layers: int) -> str:
-    """A compact selector for the layers: a slice 'a::p' when periodic, else a list."""
-    for start in range(n_layers):
-        for step in range(1, n_layers + 1):
-            if indices == list(range(start, n_layers, step)):
-                return f"{start}::{step}"
-    return ",".join(map(str, indices))
 
 
 def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, default_sliding: bool) -> list[int]:
@@ -347,6 +262,7 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "falcon_mamba": lambda r: mamba_spec(r, falcon=True),
     "bert": _bert,
     "roberta": lambda r: _bert(r, roberta=True),
+    **{model_type: module.read_config for model_type, module in FAMILY_MODULES.items()},
 }
 
 
@@ -416,8 +332,9 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
         spec = FAMILIES[model_type](reader)
     except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:  # a shape no check above foresaw
         raise CheckpointError(f"{source}: malformed config ({type(exc).__name__}: {str(exc)[:200]})") from None
-    for key, (inert, why) in BASE_CHECKS.items():
-        reader.expect(key, inert, why)
+    for key, (inert, why) in BASE_CHECKS.items():  # unless the family read it (t5, bart: encoder-decoders)
+        if key not in reader.used:
+            reader.expect(key, inert, why)
     reader.check_all_used()
     spec["name"] = name or data.get("_name_or_path") or f"hf-{model_type}"
     spec["source"] = source if not isinstance(config, Mapping) else f"hf config ({model_type})"

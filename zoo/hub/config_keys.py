@@ -57,11 +57,11 @@ NEUTRAL_KEYS = IDENTITY_KEYS | TOKEN_ID_KEYS | RUNTIME_KEYS | GENERATION_KEYS
 
 # Base-class keys that would change the computation, with the values that leave it alone.
 BASE_CHECKS: dict[str, tuple[tuple[Any, ...], str]] = {
-    "is_encoder_decoder": ((None, False), "zoo builds decoder-only models"),
+    "is_encoder_decoder": ((None, False), "not an encoder-decoder family"),
     "is_decoder": ((None, False, True), "a decoder-only causal LM is causal either way"),
-    "add_cross_attention": ((None, False), "zoo has no cross-attention layers"),
-    "cross_attention_hidden_size": ((None,), "zoo has no cross-attention layers"),
-    "tie_encoder_decoder": ((None, False), "zoo builds decoder-only models"),
+    "add_cross_attention": ((None, False), "this family has no cross-attention"),
+    "cross_attention_hidden_size": ((None,), "this family has no cross-attention"),
+    "tie_encoder_decoder": ((None, False), "not an encoder-decoder family"),
     "pruned_heads": ((None, {}), "pruned attention heads are not supported"),
 }
 

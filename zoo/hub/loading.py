@@ -18,9 +18,10 @@ import torch
 from zoo.errors import CheckpointError
 from zoo.hub.config import read_hf_config, spec_from_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
+from zoo.hub.families import ignored_tensor, tensor_rules
+from zoo.hub.names import legacy_aliases
 from zoo.hub.safetensors_io import SafetensorsFile
-from zoo.model import ZooModel, build, init_buffers
+from zoo.model import ZooModel, build, init_buffers, persistent_buffers
 
 INDEX_FILE = "model.safetensors.index.json"
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -87,7 +88,8 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
     located = checkpoint_files(folder)
     stored = legacy_aliases(located)  # current name -> the name the file uses
     located = {**located, **{name: located[old] for name, old in stored.items()}}
-    params = dict(model.named_parameters())  # tied weights appear once, under embed.weight
+    # tied weights appear once, under embed.weight; persistent buffers are weights too
+    params = {**dict(model.named_parameters()), **persistent_buffers(model)}
     rules = tensor_rules(model_type, {n: p.shape for n, p in params.items()}, located.keys())
     used: set[str] = set()
     for rule in rules:

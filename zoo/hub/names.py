@@ -55,6 +55,18 @@ def fused_qkv(zoo: tuple[str, str, str], hf: str, weight: bool) -> Rule:
     return Rule(zoo, (hf,), load, lambda z: [torch.cat(z).T if weight else torch.cat(z)])
 
 
+def split_rows(zoo: tuple[str, ...], hf: str) -> Rule:
+    """One checkpoint tensor = zoo's tensors concatenated along dim 0 (ModernBERT's Wqkv, Wi)."""
+
+    def load(d: list[torch.Tensor], s: list[torch.Tensor]) -> Pairs:
+        sizes = [t.shape[0] for t in d]
+        if s[0].shape[0] != sum(sizes):
+            return [(torch.cat(d), s[0])]  # shape mismatch, reported by the loader
+        return list(zip(d, torch.split(s[0], sizes)))
+
+    return Rule(zoo, (hf,), load, lambda z: [torch.cat(z)])
+
+
 def stacked_experts(zoo: str, hf: list[str]) -> Rule:
     """One checkpoint tensor per expert -> zoo's stacked (E, ...) parameter."""
 
@@ -319,10 +331,16 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
     for name in names:
         if name in claimed:
             continue
-        for pattern, target in renames:
-            if re.fullmatch(pattern, name):
-                rules.append(rename(name, re.sub(pattern, target, name)))
-                break
-        else:
+        target = renamed(name, renames)
+        if target is None:
             raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a {model_type} checkpoint")
+        rules.append(rename(name, target))
     return rules
+
+
+def renamed(name: str, renames: list[tuple[str, str]]) -> str | None:
+    """The checkpoint name of zoo parameter ``name`` by the first matching rename, or None."""
+    for pattern, target in renames:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, target, name)
+    return None

@@ -18,9 +18,9 @@ from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
 from zoo.hub.config_mamba import mamba_config
-from zoo.hub.names import tensor_rules
+from zoo.hub.families import FAMILY_MODULES, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
-from zoo.model import ZooModel
+from zoo.model import ZooModel, persistent_buffers
 from zoo.model_spec import ModelSpec
 
 ARCHITECTURES = {
@@ -29,6 +29,7 @@ ARCHITECTURES = {
     "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
     "mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
     "bert": "BertModel", "roberta": "RobertaModel",
+    **{model_type: module.ARCHITECTURE for model_type, module in FAMILY_MODULES.items()},
 }
 MASKED_LM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
 
@@ -87,6 +88,8 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     """The config.json of ``model_type`` that computes what ``spec`` computes."""
     if model_type in ("bert", "roberta"):
         return _bert_config(spec, model_type)
+    if model_type in FAMILY_MODULES:
+        return FAMILY_MODULES[model_type].write_config(spec)
     base = spec.layer(0)
     att, ffn, norm = base.attention, base.ffn, base.norm
     if model_type in ("mamba", "falcon_mamba"):
@@ -168,7 +171,7 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = matching_config(model.spec, model_type or getattr(model, "hf_model_type", None))
-    params = dict(model.named_parameters())
+    params = {**dict(model.named_parameters()), **persistent_buffers(model)}
     first = next(iter(params.values()))
     config["dtype"] = str(first.dtype).removeprefix("torch.")
     tensors: dict[str, torch.Tensor] = {}

@@ -1,0 +1,109 @@
+"""T5's bucketed relative position bias: a learned (buckets, heads) table added to scores.
+
+Relative distances ``key - query`` fall into ``num_buckets`` buckets: half of them exact
+for small distances, the rest logarithmically wider up to ``max_distance``, beyond which
+all distances share the last bucket. A bidirectional table (T5's encoder) spends half its
+buckets on keys after the query; a unidirectional one (the decoder's causal self-attention)
+maps every key after the query to bucket 0 and spends all buckets on the past.
+
+One module per stack holds the table (zoo builds one positional module per distinct
+positional spec, shared by every layer that names it), which is what T5 does by letting
+the first layer's attention own the table and handing its bias to the others. T5 scores
+are not scaled (``attention.scale: 1``) and cross-attention has no position bias.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
+from torch import nn
+
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, Options, Positional
+
+
+class RelativeBucketsOptions(Options):
+    num_buckets: PositiveInt = Field(32, description="buckets of the learned table (T5: 32)")
+    max_distance: PositiveInt = Field(128, description="distances from here on share the last bucket")
+    bidirectional: bool | None = Field(
+        None, description="separate buckets for keys after the query; default: true when the attention is not causal"
+    )
+
+    @model_validator(mode="after")
+    def _room_for_log_buckets(self) -> RelativeBucketsOptions:
+        exact = self.num_buckets // (4 if self.bidirectional is not False else 2)
+        if exact < 1:
+            raise ValueError(f"num_buckets: {self.num_buckets} leaves no exact bucket; allowed: 4 or more")
+        if self.max_distance <= exact:
+            raise ValueError(f"max_distance: must exceed the {exact} exactly bucketed distances, got {self.max_distance}")
+        return self
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
+    """Bucket index (same shape, int64) of each ``key - query`` distance, as T5 computes it."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)  # keys after the query: distance 0
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    # float32 log as T5 does; distance 0 gives -inf here, but only where is_small picks the exact bucket
+    log_ratio = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
+    large = large.clamp(max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, large)
+
+
+class RelativeBuckets(Positional):
+    """The learned bias table (num_buckets, n_heads); ``score_bias`` looks it up by distance."""
+
+    def __init__(self, n_heads: int, num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
+        self.weight = nn.Parameter(torch.empty(num_buckets, n_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            nn.init.normal_(self.weight, std=0.02)
+
+    def score_bias(
+        self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int
+    ) -> torch.Tensor:
+        """Bias (B, H, T, S) for queries at (B, T) and keys at (B, S) positions (or times)."""
+        if n_heads != self.n_heads:
+            raise ValueError(f"relative position table has {self.n_heads} heads, attention asked for {n_heads}")
+        relative = key_positions[:, None, :] - query_positions[:, :, None]  # (B, T, S)
+        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+        return F.embedding(buckets, self.weight).permute(0, 3, 1, 2)  # (B, H, T, S)
+
+    def extra_repr(self) -> str:
+        return (
+            f"buckets={self.num_buckets}, heads={self.n_heads}, max_distance={self.max_distance}, "
+            f"bidirectional={self.bidirectional}"
+        )
+
+
+def build_relative_buckets(options: RelativeBucketsOptions, ctx: BuildContext) -> Positional:
+    """T5's relative position bias, one table per stack, bidirectional unless causal."""
+    attention = ctx.layer.attention.options
+    bidirectional = options.bidirectional
+    if bidirectional is None:  # an attention kind without the option (a plugin's) is causal
+        bidirectional = not bool(getattr(attention, "causal", True))
+    return RelativeBuckets(int(attention.n_heads), options.num_buckets, options.max_distance, bidirectional)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("positional", "relative_buckets", build_relative_buckets, options=RelativeBucketsOptions, module=RelativeBuckets)
