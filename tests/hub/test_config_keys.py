@@ -61,7 +61,7 @@ def test_a_config_with_every_base_key_at_its_default_loads():
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("is_encoder_decoder", True, "decoder-only"),
+    ("is_encoder_decoder", True, "not an encoder-decoder"),
     ("add_cross_attention", True, "cross-attention"),
     ("pruned_heads", {"0": [1]}, "pruned attention heads"),
     ("cross_attention_hidden_size", 512, "cross-attention"),
