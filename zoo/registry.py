@@ -33,6 +33,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.ffn",
     "zoo.components.moe",
     "zoo.components.blocks",
+    "zoo.components.gated_deltanet",
     "zoo.archs",
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")

@@ -31,6 +31,9 @@ class AttentionOptions(Options):
     window: PositiveInt | None = Field(None, description="sliding window: keys with q - k < window")
     sinks: bool = Field(False, description="a learned logit per head joined to the softmax (gpt-oss)")
     scale: float | None = Field(None, gt=0, description="score scale; default head_dim ** -0.5")
+    output_gate: bool = Field(
+        False, description="q_proj also gives each head a gate; the output times sigmoid(gate) (Qwen3-Next)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -111,7 +114,8 @@ class CausalSelfAttention(nn.Module):
         self.scale = options.scale if options.scale is not None else self.head_dim**-0.5
         d, hd = ctx.d_model, self.head_dim
         out_bias = options.bias if options.out_bias is None else options.out_bias
-        self.q_proj = Linear(d, self.n_heads * hd, bias=options.bias)
+        self.output_gate = options.output_gate
+        self.q_proj = Linear(d, self.n_heads * hd * (2 if options.output_gate else 1), bias=options.bias)
         self.k_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
         self.v_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
         self.o_proj = Linear(self.n_heads * hd, d, bias=out_bias)
@@ -134,7 +138,11 @@ class CausalSelfAttention(nn.Module):
     # ---- forward --------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
+        q, gate = self.q_proj(x), None
+        if self.output_gate:  # per head [query | gate], the checkpoint's layout
+            q, gate = q.view(B, T, self.n_heads, 2 * self.head_dim).chunk(2, dim=-1)  # (B, T, H, D) each
+            gate = gate.reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
+        q = q.reshape(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
@@ -147,6 +155,8 @@ class CausalSelfAttention(nn.Module):
         else:
             out = self._attend_cached(q, k, v, positions, cache)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
+        if gate is not None:
+            out = out * torch.sigmoid(gate)
         return self.o_proj(out)
 
     def _attend_cached(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: Any) -> torch.Tensor:

@@ -14,13 +14,37 @@ recurrent state (B, H_v, d_k, d_v); neither grows with the context.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
 from zoo.components.causal_conv import causal_conv
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
 from zoo.components.linear import Linear
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+
+
+class GatedDeltaNetOptions(Options):
+    n_k_heads: PositiveInt = Field(description="query/key heads (linear_num_key_heads)")
+    n_v_heads: PositiveInt = Field(description="value heads, each with its own state (linear_num_value_heads)")
+    head_k_dim: PositiveInt = Field(128, description="query/key head width")
+    head_v_dim: PositiveInt = Field(128, description="value head width")
+    conv_kernel: PositiveInt = Field(4, description="width of the causal convolution over q, k, v")
+    eps: float = Field(1e-6, gt=0, description="epsilon of the gated RMS norm on each head's output")
+    chunk_size: PositiveInt = Field(64, description="tokens per chunk of the prefill scan (numerics only)")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> GatedDeltaNetOptions:
+        if self.n_v_heads % self.n_k_heads:
+            raise ValueError(
+                f"n_v_heads: {self.n_v_heads} is not a multiple of n_k_heads={self.n_k_heads}; "
+                "allowed: a multiple of n_k_heads"
+            )
+        return self
 
 
 class GatedRMSNorm(nn.Module):
@@ -139,3 +163,35 @@ class GatedDeltaNet(nn.Module):
         if recurrent is not None:
             recurrent.copy_(new)
         return out.transpose(1, 2)  # (B, T, H, d_v)
+
+
+class GatedDeltaNetMixer(GatedDeltaNet):
+    """The registered ``gated_deltanet`` attention kind: ``mix`` over the layer's state."""
+
+    def state_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
+        """Per sequence, whatever the context: the conv window and the recurrent state."""
+        return {name: CacheTensor(shape) for name, shape in self.state_shapes(batch_size).items()}
+
+    cache_layout = state_layout
+
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """State-update FLOPs per token (decay, read k^T S, write, read q^T S): no context term."""
+        per_head = 7 * self.head_k_dim * self.head_v_dim + 2 * self.head_v_dim
+        return n_new * self.n_v_heads * per_head
+
+    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
+        if cache is None:
+            return self.mix(x)
+        valid = None if cache.key_valid is None else cache.key_valid[:, cache.time]  # (B, T)
+        return self.mix(x, cache.tensors, valid)
+
+
+def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn.Module:
+    """Gated DeltaNet (Qwen3-Next's linear-attention layers)."""
+    o = options
+    return GatedDeltaNetMixer(ctx.d_model, o.n_k_heads, o.n_v_heads, o.head_k_dim, o.head_v_dim, o.conv_kernel, o.eps, o.chunk_size)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "gated_deltanet", build_gated_deltanet, options=GatedDeltaNetOptions)

@@ -17,6 +17,7 @@ import torch
 from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
+from zoo.hub.config_recurrent import RECURRENT_ARCHITECTURES, RECURRENT_WRITERS
 from zoo.hub.names import tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model import ZooModel
@@ -25,7 +26,7 @@ from zoo.model_spec import ModelSpec
 ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-    "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM", **RECURRENT_ARCHITECTURES,
 }
 
 
@@ -63,6 +64,8 @@ def _windows(spec: ModelSpec) -> tuple[list[str], int | None]:
 
 def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     """The config.json of ``model_type`` that computes what ``spec`` computes."""
+    if model_type in RECURRENT_WRITERS:
+        return RECURRENT_WRITERS[model_type](spec)
     base = spec.layer(0)
     att, ffn, norm = base.attention, base.ffn, base.norm
     if model_type == "gpt2":

@@ -1,0 +1,118 @@
+"""Reading a Hugging Face config.json: keys ticked off as read, RoPE parameters, layer selectors.
+
+Shared by every family's reader (``config.py`` and ``config_recurrent.py``): a key that is
+neither read nor listed in ``NEUTRAL_KEYS`` is an error, so no field that changes the
+computation is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from zoo.errors import CheckpointError, allowed, did_you_mean
+
+NEUTRAL_KEYS = frozenset({
+    "architectures", "model_type", "dtype", "torch_dtype", "transformers_version", "bos_token_id",
+    "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout",
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation", "summary_first_dropout",
+    "summary_proj_to_labels", "summary_type", "summary_use_proj", "add_cross_attention",
+    "reorder_and_upcast_attn", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+    "pretraining_tp", "_sliding_window_pattern", "sliding_window_pattern", "max_window_layers",
+    "auto_map", "_name_or_path", "name_or_path", "output_attentions", "output_hidden_states",
+    "return_dict", "task_specific_params", "n_ctx", "_attn_implementation_autoset", "cache_implementation",
+    "use_return_dict", "tokenizer_class", "chunk_size_feed_forward", "problem_type", "id2label", "label2id",
+})
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+
+
+class ConfigReader:
+    """A config dict whose keys are ticked off as they are read; leftovers are errors."""
+
+    def __init__(self, config: Mapping[str, Any], source: str) -> None:
+        self.config = dict(config)
+        self.source = source
+        self.used: set[str] = set()
+
+    def error(self, key: str, message: str) -> CheckpointError:
+        return CheckpointError(f"{self.source}: {key}: {message}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        value = self.config.get(key)
+        return default if value is None else value
+
+    def need(self, key: str) -> Any:
+        self.used.add(key)
+        if self.config.get(key) is None:
+            raise self.error(key, "required but missing")
+        return self.config[key]
+
+    def expect(self, key: str, allowed_values: tuple[Any, ...], why: str) -> None:
+        """A key zoo supports with only these values (None = absent)."""
+        self.used.add(key)
+        value = self.config.get(key)
+        if value not in allowed_values:
+            raise self.error(key, f"{value!r} is not supported ({why}); allowed: {', '.join(map(repr, allowed_values))}")
+
+    def activation(self, key: str, default: str) -> str:
+        name = self.get(key, default)
+        if name not in ACTIVATIONS:
+            raise self.error(key, f"activation {name!r} is not supported; allowed: {allowed(ACTIVATIONS)}")
+        return ACTIVATIONS[name]
+
+    def check_all_used(self) -> None:
+        left = sorted(k for k in self.config if k not in self.used and k not in NEUTRAL_KEYS)
+        if left:
+            raise self.error(left[0], f"unknown config key for model_type {self.config.get('model_type')!r}; zoo cannot "
+                             "tell whether it changes the computation, so it refuses to drop it")
+
+
+# ---- RoPE -----------------------------------------------------------------------------------
+def rope_options(reader: ConfigReader, params: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
+    """positional options from a rope_parameters / rope_scaling dict (transformers 4 or 5)."""
+    params = dict(params or {})
+    theta = params.pop("rope_theta", None) or reader.get("rope_theta", 10000.0)
+    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    params.pop("type", None)
+    partial = params.pop("partial_rotary_factor", None) or reader.get("partial_rotary_factor", 1.0)
+    options: dict[str, Any] = {"kind": "rope", "theta": float(theta)}
+    if partial != 1.0:
+        options["partial_rotary_factor"] = float(partial)
+    if rope_type == "default":
+        if params:
+            raise reader.error(f"{key}.{next(iter(params))}", "unexpected for rope_type 'default'")
+        return options
+    if rope_type not in ("linear", "llama3", "yarn"):
+        raise reader.error(f"{key}.rope_type", f"{rope_type!r} is not supported; allowed: default, linear, llama3, yarn")
+    scaling: dict[str, Any] = {"type": rope_type}
+    known = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
+             "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"}
+    for name, value in params.items():
+        if name not in known:
+            raise reader.error(f"{key}.{name}", f"unknown RoPE scaling field{did_you_mean(name, known)}; allowed: {allowed(known)}")
+        if value is not None:
+            scaling[name] = value
+    if rope_type in ("llama3", "yarn") and "original_max_position_embeddings" not in scaling:
+        # transformers falls back to max_position_embeddings (yarn) when the field is absent
+        scaling["original_max_position_embeddings"] = reader.need("max_position_embeddings")
+    options["scaling"] = scaling
+    return options
+
+
+def rope_params(reader: ConfigReader) -> tuple[str, Mapping[str, Any] | None]:
+    for key in ("rope_parameters", "rope_scaling"):
+        if reader.config.get(key) is not None:
+            reader.used.update({"rope_parameters", "rope_scaling"})
+            return key, reader.config[key]
+    reader.used.update({"rope_parameters", "rope_scaling"})
+    return "rope_parameters", None
+
+
+def layer_selector(indices: list[int], n_layers: int) -> str:
+    """A compact selector for the layers: a slice 'a::p' when periodic, else a list."""
+    for start in range(n_layers):
+        for step in range(1, n_layers + 1):
+            if indices == list(range(start, n_layers, step)):
+                return f"{start}::{step}"
+    return ",".join(map(str, indices))
