@@ -19,6 +19,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.gpt_oss",
     "zoo.archs.mistral",
     "zoo.archs.gemma3",
+    "zoo.archs.qwen3_next",
 )
 
 

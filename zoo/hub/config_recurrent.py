@@ -54,7 +54,9 @@ def _qwen3_next(r: ConfigReader) -> dict[str, Any]:
         "routing": "softmax_topk", "renormalize": bool(r.get("norm_topk_prob", False)),
         "shared_hidden": r.need("shared_expert_intermediate_size"), "shared_gate": True,
     }
-    swiglu = {"kind": "swiglu", "hidden": r.get("intermediate_size")} if dense_layers else None
+    swiglu = {"kind": "swiglu", "hidden": r.need("intermediate_size")} if dense_layers else None
+    r.used.add("intermediate_size")  # no dense layer: unused, as in transformers
+    r.expect("use_sliding_window", (None, False), "Qwen3-Next's attention has no window")
     layers: dict[str, Any] = {}
     overrides: dict[int, dict[str, Any]] = {}
     for i in range(n_layers):
