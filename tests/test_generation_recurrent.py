@@ -16,6 +16,7 @@ VOCAB = 61
 MIXERS = {
     "gated_deltanet": {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 6,
                        "chunk_size": 4},
+    "mamba2": {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "n_groups": 2, "state_size": 8, "chunk_size": 4},
 }
 GATED_ATTENTION = {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "qk_norm": True, "output_gate": True}
 FFN = {"swiglu": {"kind": "swiglu", "hidden": 24},

@@ -34,6 +34,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.moe",
     "zoo.components.blocks",
     "zoo.components.gated_deltanet",
+    "zoo.components.mamba2",
     "zoo.archs",
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")

@@ -13,14 +13,38 @@ State per sequence: the convolution window (B, d_inner + 2 G N, kernel) and the 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
 from zoo.components.causal_conv import causal_conv
 from zoo.components.linear import Linear
 from zoo.components.ssd import chunk_scan, ssd_step
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+
+
+class Mamba2Options(Options):
+    n_heads: PositiveInt = Field(description="SSM heads; the inner width is n_heads * head_dim")
+    head_dim: PositiveInt = Field(64, description="channels per head (P)")
+    n_groups: PositiveInt = Field(1, description="groups sharing one B and C (like key/value heads)")
+    state_size: PositiveInt = Field(128, description="state per channel (N)")
+    conv_kernel: PositiveInt = Field(4, description="width of the causal convolution over x, B, C")
+    chunk_size: PositiveInt = Field(256, description="tokens per chunk of the prefill scan (numerics only)")
+    bias: bool = Field(False, description="biases on the input and output projections")
+    conv_bias: bool = Field(True, description="bias on the convolution")
+    eps: float = Field(1e-5, gt=0, description="epsilon of the gated RMS norm")
+    dt_min: float = Field(0.0, ge=0, description="lower clamp of the step dt")
+    dt_max: float | None = Field(None, gt=0, description="upper clamp of the step dt; none: unbounded")
+
+    @model_validator(mode="after")
+    def _check_groups(self) -> Mamba2Options:
+        if self.n_heads % self.n_groups:
+            raise ValueError(f"n_groups: n_heads={self.n_heads} is not divisible by n_groups={self.n_groups}")
+        return self
 
 
 class GroupedGatedRMSNorm(nn.Module):
@@ -126,3 +150,37 @@ class Mamba2Mixer(nn.Module):
         y = y + xs * self.D.float()[:, None]  # (B, T, H, P)
         y = self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z)  # (B, T, d_inner)
         return self.out_proj(y)
+
+
+class Mamba2TokenMixer(Mamba2Mixer):
+    """The registered ``mamba2`` attention kind: ``mix`` over the layer's state."""
+
+    def state_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
+        """Per sequence, whatever the context: the conv window and the SSM state."""
+        return {name: CacheTensor(shape) for name, shape in self.state_shapes(batch_size).items()}
+
+    cache_layout = state_layout
+
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """State-update FLOPs per token (decay, write dt x B^T, read S C, D skip): no context term."""
+        per_head = 5 * self.head_dim * self.state_size + 3 * self.head_dim
+        return n_new * self.n_heads * per_head
+
+    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
+        if cache is None:
+            return self.mix(x)
+        valid = None if cache.key_valid is None else cache.key_valid[:, cache.time]  # (B, T)
+        return self.mix(x, cache.tensors, valid)
+
+
+def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
+    """The Mamba2 mixer (multi-head SSD with grouped B/C)."""
+    o = options
+    limit = (o.dt_min, math.inf if o.dt_max is None else o.dt_max)
+    return Mamba2TokenMixer(ctx.d_model, o.n_heads * o.head_dim, o.n_heads, o.n_groups, o.state_size, o.conv_kernel,
+                            o.chunk_size, o.bias, o.conv_bias, o.eps, limit)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "mamba2", build_mamba2, options=Mamba2Options)
