@@ -89,3 +89,25 @@ def test_left_padded_rows_equal_their_unpadded_runs(combination):
         with torch.no_grad():
             full = model(alone)[0, len(prompt) - 1 :]
         torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_compiled_decode_step_equals_eager_without_recompiling(mixer):
+    import torch._dynamo
+
+    from zoo.generation import compile_decode_step
+
+    model = recurrent_model(mixer, "moe-shared", "hybrid")
+    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]])
+    eager_cache, compiled_cache = KVCache(model, 3, 16), KVCache(model, 3, 16)
+    eager = prefill(model, ids, eager_cache, attention_mask=mask)
+    prefill(model, ids, compiled_cache, attention_mask=mask)
+    torch._dynamo.reset()
+    step = compile_decode_step(backend="aot_eager")
+    token = eager.argmax(-1, keepdim=True)  # (B, 1)
+    for i in range(5):
+        eager = decode_step(model, token, eager_cache)
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):
+            compiled = step(model, token, compiled_cache)
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+        token = eager.argmax(-1, keepdim=True)
