@@ -37,6 +37,15 @@ class GatedDeltaNetOptions(Options):
     eps: float = Field(1e-6, gt=0, description="epsilon of the gated RMS norm on each head's output")
     chunk_size: PositiveInt = Field(64, description="tokens per chunk of the prefill scan (numerics only)")
 
+    @property
+    def n_heads(self) -> int:
+        """Value heads: what positional encodings read (the mixer itself takes no positions)."""
+        return self.n_v_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_k_dim
+
     @model_validator(mode="after")
     def _check_heads(self) -> GatedDeltaNetOptions:
         if self.n_v_heads % self.n_k_heads:
