@@ -159,8 +159,17 @@ class GatedDeltaNet(nn.Module):
         out = self.norm(out.to(x.dtype), z)  # (B, T, H_v, d_v)
         return self.out_proj(out.reshape(B, T, self.value_dim))
 
-    def _scan(self, q, k, v, g, beta, recurrent: torch.Tensor | None) -> torch.Tensor:  # type: ignore[no-untyped-def]
-        """The delta rule over (B, T, H, d) inputs; a one-token call with a state is one step."""
+    def _scan(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        recurrent: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The delta rule over q, k (B, T, H, d_k), v (B, T, H, d_v), g, beta (B, T, H);
+        a one-token call with a state is one step."""
         if recurrent is not None and q.shape[1] == 1:
             out, new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], recurrent.float())
             recurrent.copy_(new)

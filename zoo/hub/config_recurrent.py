@@ -57,23 +57,25 @@ def _qwen3_next(r: ConfigReader) -> dict[str, Any]:
     swiglu = {"kind": "swiglu", "hidden": r.need("intermediate_size")} if dense_layers else None
     r.used.add("intermediate_size")  # no dense layer: unused, as in transformers
     r.expect("use_sliding_window", (None, False), "Qwen3-Next's attention has no window")
-    layers: dict[str, Any] = {}
-    overrides: dict[int, dict[str, Any]] = {}
+    mixers = {
+        "linear_attention": {"attention": deltanet, "positional": {"kind": "none"}},
+        "full_attention": {"attention": attention, "positional": rope_options(r, params, key)},
+    }
+    # the base is gated attention (so attention.kind swaps act on it), linear layers override it
+    base = {**mixers["full_attention" if "full_attention" in types else "linear_attention"], "ffn": moe or swiglu}
+    overrides = {}
     for i in range(n_layers):
-        if types[i] == "full_attention":
-            overrides.setdefault(i, {}).update(attention=attention, positional=rope_options(r, params, key))
-        if moe is not None and i in dense_layers:
-            overrides.setdefault(i, {})["ffn"] = swiglu
+        parts = {**mixers[types[i]], "ffn": swiglu if i in dense_layers else moe}
+        if changed := {family: value for family, value in parts.items() if value != base[family]}:
+            overrides[i] = changed
+    layers = {}
     for value in {repr(v): v for v in overrides.values()}.values():
-        indices = [i for i, v in overrides.items() if v == value]
-        layers[layer_selector(indices, n_layers)] = value
+        layers[layer_selector([i for i, v in overrides.items() if v == value], n_layers)] = value
     return {
         "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
         "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
         "norm": {"kind": "rmsnorm", "eps": eps, "unit_offset": True},
-        "positional": {"kind": "none"},
-        "attention": deltanet,
-        "ffn": moe or swiglu,
+        **base,
         "block": {"kind": "pre_norm"},
         "layers": layers,
     }
