@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 import zoo
 
@@ -129,8 +130,29 @@ def test_attention_flops_respect_the_window():
     assert long - short == 12 * 4 * 64 * 64 * 10_000  # only the full layers grow
 
 
-def test_attention_without_score_flops_is_a_plugin_error():
-    model = zoo.build(zoo.spec("gpt2").override({"n_layers": 1}), device="meta")
-    model.attention_modules[0].score_flops = None
-    with pytest.raises(zoo.errors.PluginError, match="layers.0.attention: .*score_flops"):
-        zoo.flops_per_token(model, 10)
+def test_prefill_counts_the_head_on_the_last_row_only():
+    from zoo.analysis import forward_flops
+
+    spec = zoo.spec("qwen3-0.6b")
+    head = 151_936 * 1024  # the (tied) unembedding, V x d
+    assert forward_flops(spec, 100, 100) - forward_flops(spec, 100, 100, last_only=True) == 2 * head * 99
+    assert forward_flops(spec, 1, 50, last_only=True) == forward_flops(spec, 1, 50)
+
+
+def test_a_mixer_without_score_flops_is_refused_when_its_plugin_registers():
+    from zoo.interfaces import StateTensor, TokenMixer
+    from zoo.registry import Registry
+
+    class NoFlops(TokenMixer):
+        def forward(self, x, positions, state=None, memory=None):
+            return x
+
+        def state_layout(self, batch_size, max_len, memory_len=0):
+            return {"s": StateTensor((batch_size, 4), per="sequence")}
+
+    with pytest.raises(zoo.errors.PluginError, match="attention kind 'nope'.*NoFlops does not implement score_flops"):
+        Registry().register_component("attention", "nope", lambda o, c: NoFlops(), module=NoFlops, plugin="p")
+    with pytest.raises(zoo.errors.PluginError, match="module=.*must be a subclass of zoo.interfaces.TokenMixer"):
+        Registry().register_component("attention", "nope", lambda o, c: None, module=torch.nn.Linear, plugin="p")
+    with pytest.raises(zoo.errors.PluginError, match="declares no module class"):
+        Registry().register_component("ffn", "nope", lambda o, c: None, plugin="p")

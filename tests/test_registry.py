@@ -91,7 +91,9 @@ def test_clashing_with_a_builtin_names_both_and_leaves_the_registry_alone():
     class Clash:
         @zoo.hookimpl
         def zoo_register_components(self, register):
-            register("attention", "gqa", lambda o, c: None)
+            from zoo.parts import Attention
+
+            register("attention", "gqa", lambda o, c: None, module=Attention)
 
     with pytest.raises(PluginError, match=r"'zoo.components.attention' \(built in\) and 'clash'"):
         zoo.register_plugin(Clash(), name="clash")

@@ -12,13 +12,16 @@ from zoo.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "CacheBytes",
     "Measurement",
     "ModelSpec",
     "ParamCount",
     "bench",
     "build",
+    "cache_bytes",
     "compare",
     "count_params",
+    "cross_kv_bytes",
     "flops_per_token",
     "errors",
     "from_pretrained",
@@ -30,6 +33,7 @@ __all__ = [
     "register_plugin",
     "save_pretrained",
     "spec",
+    "state_bytes",
     "sweep",
     "weight_bytes",
 ]
@@ -46,6 +50,10 @@ _LAZY = {
     "sweep": ("zoo.harness.sweep", "sweep"),
     "count_params": ("zoo.analysis", "count_params"),
     "kv_cache_bytes": ("zoo.analysis", "kv_cache_bytes"),
+    "cache_bytes": ("zoo.analysis", "cache_bytes"),
+    "CacheBytes": ("zoo.analysis", "CacheBytes"),
+    "state_bytes": ("zoo.analysis", "state_bytes"),
+    "cross_kv_bytes": ("zoo.analysis", "cross_kv_bytes"),
     "kv_bytes_per_token": ("zoo.analysis", "kv_bytes_per_token"),
     "weight_bytes": ("zoo.analysis", "weight_bytes"),
     "register_plugin": ("zoo.registry", "register_plugin"),
@@ -82,7 +90,18 @@ def list_architectures() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from zoo.analysis import ParamCount, count_params, flops_per_token, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.analysis import (
+        CacheBytes,
+        ParamCount,
+        cache_bytes,
+        count_params,
+        cross_kv_bytes,
+        flops_per_token,
+        kv_bytes_per_token,
+        kv_cache_bytes,
+        state_bytes,
+        weight_bytes,
+    )
     from zoo.harness.run import Measurement, bench
     from zoo.harness.sweep import compare, sweep
     from zoo.hub.loading import from_pretrained

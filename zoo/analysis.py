@@ -1,7 +1,8 @@
-"""Exact analysis without memory: parameter counts and KV-cache bytes from meta-device models.
+"""Exact analysis without memory: parameter counts and cache bytes from meta-device models.
 
-Numbers come from the modules themselves (parameters they hold, cache tensors their attention
-declares), so the analysis cannot drift from what ``build`` creates.
+Numbers come from the modules themselves (parameters they hold, the state tensors each
+token mixer declares, the capabilities each class declared when its plugin registered),
+so the analysis cannot drift from what ``build`` creates.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.errors import SpecError
+from zoo.interfaces import FeedForward
 from zoo.model import ZooModel, as_spec, build, resolve_dtype
 from zoo.model_spec import ModelSpec
 from zoo.registry import on_registry_change
@@ -64,12 +67,22 @@ def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
                 seen.add(id(param))
                 own += param.numel()
         by_family[family] = by_family.get(family, 0) + own
-        active = getattr(module, "active_param_count", None)
-        if callable(active):
-            subtotal = sum(p.numel() for p in module.parameters())
-            inactive += subtotal - int(active())
+        if isinstance(module, FeedForward):  # outermost FFN only: its count covers its children
+            inactive += sum(p.numel() for p in module.parameters()) - module.active_param_count()
+            for child in module.children():
+                visit_counts_only(child, family)
+            return
         for child in module.children():
             visit(child, family)
+
+    def visit_counts_only(module: nn.Module, family: str) -> None:
+        family = _family_of(module, family)
+        for param in module.parameters(recurse=False):
+            if id(param) not in seen:
+                seen.add(id(param))
+                by_family[family] = by_family.get(family, 0) + param.numel()
+        for child in module.children():
+            visit_counts_only(child, family)
 
     visit(model, "model")
     return {k: v for k, v in by_family.items() if v}, inactive
@@ -106,32 +119,80 @@ def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamC
     return ParamCount(total=total, active=active, embedding=embedding, unembedding=unembedding, by_component=by_family)
 
 
+@dataclass(frozen=True)
+class CacheBytes:
+    """Cache bytes by how they grow (``StateTensor.per``): ``token`` for the time slots at
+    this context (K/V, latents; windows capped), ``sequence`` for fixed per-sequence state
+    (recurrent state, convolution windows), ``memory`` for cross-attention K/V of the
+    encoder tokens."""
+
+    token: int
+    sequence: int
+    memory: int
+
+    @property
+    def total(self) -> int:
+        return self.token + self.sequence + self.memory
+
+
+def cache_bytes(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    batch_size: int = 1,
+    context_len: int | None = None,
+    memory_len: int = 0,
+    dtype: str | torch.dtype | None = "bfloat16",
+) -> CacheBytes:
+    """Bytes of the cache for ``batch_size`` sequences of ``context_len`` tokens (default:
+    the model's context length) and ``memory_len`` encoder tokens, summed from every
+    stateful module's ``state_layout``: the one call every part of the harness uses."""
+    model = _model_for(spec)
+    length = context_len if context_len is not None else model.spec.max_seq_len
+    if batch_size < 1 or length < 1 or memory_len < 0:
+        raise SpecError(f"cache_bytes: batch_size={batch_size} and context_len={length} must be >= 1, memory_len >= 0")
+    cache_dtype = resolve_dtype(dtype)
+    sums = {"token": 0, "sequence": 0, "memory": 0}
+    for layout in model.state_layout(batch_size, length, memory_len):
+        for tensor in layout.values():
+            sums[tensor.per] += tensor.nbytes(cache_dtype)
+    return CacheBytes(**sums)
+
+
 def kv_cache_bytes(
     spec: ModelSpec | ZooModel | str | Mapping[str, Any],
     batch_size: int = 1,
     seq_len: int | None = None,
     dtype: str | torch.dtype | None = "bfloat16",
+    memory_len: int = 0,
 ) -> int:
-    """Bytes of the KV cache for ``batch_size`` sequences of ``seq_len`` tokens.
-
-    Summed from each attention module's ``cache_layout``; a sliding-window layer holds at
-    most its window. ``seq_len`` defaults to the model's context length.
-    """
-    model = _model_for(spec)
-    length = seq_len if seq_len is not None else model.spec.max_seq_len
-    cache_dtype = resolve_dtype(dtype)
-    return sum(
-        tensor.nbytes(cache_dtype)
-        for layer in model.cache_layout(batch_size, length)
-        for tensor in layer.values()
-    )
+    """Total cache bytes at ``seq_len`` tokens: ``cache_bytes(...).total``."""
+    return cache_bytes(spec, batch_size, seq_len, memory_len, dtype).total
 
 
 def kv_bytes_per_token(
     spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16"
 ) -> int:
-    """KV bytes one more token of context costs, with no window full (a 1-token cache)."""
-    return kv_cache_bytes(spec, batch_size=1, seq_len=1, dtype=dtype)
+    """Bytes one more token of context costs (per-token tensors, no window full); state
+    that is fixed per sequence is ``state_bytes``, not counted here."""
+    return cache_bytes(spec, 1, 1, 0, dtype).token
+
+
+def state_bytes(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    batch_size: int = 1,
+    dtype: str | torch.dtype | None = "bfloat16",
+) -> int:
+    """Bytes of the state fixed per sequence (recurrent state), whatever the context."""
+    return cache_bytes(spec, batch_size, 1, 0, dtype).sequence
+
+
+def cross_kv_bytes(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    memory_len: int,
+    batch_size: int = 1,
+    dtype: str | torch.dtype | None = "bfloat16",
+) -> int:
+    """Bytes of the cross-attention K/V for ``memory_len`` encoder tokens."""
+    return cache_bytes(spec, batch_size, 1, memory_len, dtype).memory
 
 
 def weight_bytes(spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16") -> int:
@@ -152,28 +213,35 @@ def matmul_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
     return count.active - sum(count.by_component.get(family, 0) for family in _NON_MATMUL_FAMILIES)
 
 
+def _head_matmul_params(model: ZooModel) -> int:
+    """Parameters of the output head (its table counted even when tied): the part of a
+    forward that runs only on the rows whose logits are asked for."""
+    return sum(
+        sum(p.numel() for p in module.parameters())
+        for module in model.modules()
+        if getattr(module, "_zoo_family", None) == "unembedding"
+    )
+
+
 def forward_flops(
-    spec: ModelSpec | ZooModel | str | Mapping[str, Any], n_new: int, context_len: int, batch_size: int = 1
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    n_new: int,
+    context_len: int,
+    batch_size: int = 1,
+    *,
+    last_only: bool = False,
 ) -> int:
     """FLOPs of one forward over ``n_new`` new tokens per row ending at ``context_len``.
 
-    2 FLOPs per multiply-add: 2 × matmul parameters per token, plus each attention
-    module's own ``score_flops`` (which knows its window). Modules without that method
-    make this a ``PluginError``: a silent zero would flatter the roofline.
+    2 FLOPs per multiply-add: 2 × matmul parameters per token, except the head, which
+    runs on the last row only when ``last_only`` (as prefill does), plus each token
+    mixer's declared ``score_flops`` (which knows its window, or its state update).
     """
-    from zoo.errors import PluginError
-
     model = _model_for(spec)
-    attention = 0
-    for index, module in enumerate(model.attention_modules):
-        score_flops = getattr(module, "score_flops", None)
-        if not callable(score_flops):
-            raise PluginError(
-                f"layers.{index}.attention: {type(module).__name__} does not declare "
-                "score_flops(n_new, context_len); FLOPs per token need it (see zoo/interfaces.py)"
-            )
-        attention += int(score_flops(n_new, context_len))
-    return batch_size * (2 * matmul_params(model) * n_new + attention)
+    mixing = sum(int(module.score_flops(n_new, context_len)) for _, module in model.stateful_modules())
+    head = _head_matmul_params(model)
+    head_rows = 1 if last_only else n_new
+    return batch_size * (2 * (matmul_params(model) - head) * n_new + 2 * head * head_rows + mixing)
 
 
 def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], context_len: int) -> int:
@@ -198,5 +266,5 @@ def decode_bytes_per_step(
     context_len: int,
     dtype: str | torch.dtype | None = "bfloat16",
 ) -> int:
-    """Bytes one decode step reads: the weights it uses plus the KV cache at that context."""
-    return weight_bytes_read(spec, batch_size, dtype) + kv_cache_bytes(spec, batch_size, context_len, dtype)
+    """Bytes one decode step reads: the weights it uses plus the whole cache at that context."""
+    return weight_bytes_read(spec, batch_size, dtype) + cache_bytes(spec, batch_size, context_len, 0, dtype).total

@@ -17,9 +17,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
     """Register component kinds.
 
-    Call ``register(family, kind, factory, options=OptionsModel)`` once per kind, where
-    family is one of norm, positional, attention, ffn, block. ``override=True`` replaces an
-    existing kind of that family on purpose; otherwise a clash is an error naming both plugins.
+    Call ``register(family, kind, factory, options=OptionsModel, module=ModuleClass)`` once
+    per kind, where family is one of zoo.registry.FAMILIES. ``module`` is the class the
+    factory builds: it must subclass the family's base in zoo.interfaces (TokenMixer,
+    FeedForward, Block, Positional; norms may omit it) and implement its abstract members,
+    checked here, at registration. ``override=True`` replaces an existing kind of that
+    family on purpose; otherwise a clash is an error naming both plugins.
     """
 
 

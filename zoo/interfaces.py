@@ -1,20 +1,29 @@
 """What each component family must provide, and the small types they share.
 
+Every family has a base class that its modules subclass; a plugin declares the class it
+builds when it registers (``register(family, kind, factory, options=..., module=Class)``)
+and the registry checks, at that moment, that the class subclasses the family's base and
+implements its abstract members. Nothing is discovered with ``getattr`` at run time.
+
 Factories are called per family as follows (dependency injection: modules receive built
 modules and plain numbers, never the whole config):
 
 - norm:       ``factory(options, dim) -> nn.Module`` with ``forward(x) -> x``.
 - positional: ``factory(options, ctx) -> Positional``.
-- attention:  ``factory(options, ctx) -> Attention``; ``forward(x, positions, cache=None)``
-  and ``cache_layout(batch_size, max_len) -> dict[str, CacheTensor]``. Optionally
-  ``score_flops(n_new, context_len) -> int``: the FLOPs of attending (scores and the
-  weighted sum of values, not the projections) for ``n_new`` causal queries that end at
-  ``context_len`` keys in total; the roofline (``zoo.analysis.flops_per_token``) needs it
-  and raises a ``PluginError`` naming the module when it is missing.
-- ffn:        ``factory(options, ctx) -> nn.Module`` with ``forward(x) -> x``; a mixture of
-  experts also defines ``active_param_count() -> int``.
-- block:      ``factory(options, ctx, attention=..., ffn=...) -> nn.Module`` with
-  ``forward(x, positions, cache=None) -> x``; it makes its norms with ``ctx.make_norm(dim)``.
+- attention:  ``factory(options, ctx) -> TokenMixer`` (the token-mixing family: softmax
+  attention, cross-attention (``ctx.role == "cross_attention"``), and recurrent mixers).
+  ``forward(x (B, T, d), positions, state=None, memory=None) -> (B, T, d)``;
+  ``state_layout(batch_size, max_len, memory_len=0) -> dict[str, StateTensor]``;
+  ``score_flops(n_new, context_len) -> int``; ``reset_state(state)``.
+- ffn:        ``factory(options, ctx) -> FeedForward | None`` (None: the block has no FFN
+  branch); ``forward(x) -> x``; ``active_param_count() -> int``.
+- block:      ``factory(options, ctx, attention=..., ffn=..., cross_attention=None) -> Block``
+  with ``forward(x, positions, state=None, *, memory=None, cross_state=None) -> x``; it
+  makes its norms with ``ctx.make_norm(dim)``.
+- embedding:  ``factory(options, ctx) -> Embedding``; ``forward(input_ids, positions,
+  token_type_ids=None) -> (B, T, d)``; its table is ``weight`` (V, d).
+- head:       ``factory(options, ctx) -> Head``; ``forward(x (B, T, d)) -> (B, T, out)``;
+  ``tie(embedding)`` shares the embedding table where the head is tied.
 
 Attention options must expose ``n_heads`` and ``head_dim`` (and ``rope_head_dim`` when only
 part of each head is rotated, as latent attention does): positional encodings read them.
@@ -23,9 +32,10 @@ part of each head is rotated, as latent attention does): positional encodings re
 from __future__ import annotations
 
 import math
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -57,22 +67,65 @@ class BuildContext:
     max_seq_len: int
     layer: LayerSpec
     make_norm: Callable[[int], nn.Module]
+    role: str = "decoder"  # "decoder" | "encoder" (which stack), or "cross_attention"
+    embedding_scale: float | None = None  # embedding: multiply token embeddings by this
+    tie_embeddings: bool = True  # head: share the embedding table
+
+
+StatePer = Literal["token", "sequence", "memory"]
 
 
 @dataclass(frozen=True)
-class CacheTensor:
-    """One tensor an attention layer keeps between decode steps.
+class StateTensor:
+    """One tensor a token mixer keeps between calls, declared by its ``state_layout``.
 
-    ``dtype=None`` means the cache's dtype (the model's, unless asked otherwise). KV-cache
-    bytes are summed from these declarations, so analysis and allocation cannot disagree.
+    ``per`` says how it grows: ``"token"`` has one slot per time step along one axis (K/V,
+    latents; a sliding window caps the slots), ``"sequence"`` is fixed per sequence
+    (a recurrent state, a convolution window), ``"memory"`` has one slot per encoder token
+    (cross-attention K/V, written once per prompt). ``dtype=None`` means the cache's dtype.
+    Cache bytes are summed from these declarations, so analysis and allocation cannot
+    disagree.
     """
 
     shape: tuple[int, ...]
     dtype: torch.dtype | None = None
+    per: StatePer = "token"
 
     def nbytes(self, default_dtype: torch.dtype) -> int:
         dtype = self.dtype or default_dtype
         return math.prod(self.shape) * dtype.itemsize
+
+
+CacheTensor = StateTensor  # deprecated alias (the name before recurrent state existed)
+
+
+@dataclass
+class Memory:
+    """The encoder output a cross-attention reads: hidden (B, S, d), valid (B, S) or None."""
+
+    hidden: torch.Tensor  # (B, S, d)
+    valid: torch.Tensor | None = None  # (B, S) bool, False at padding
+
+
+@dataclass
+class LayerState:
+    """One token mixer's view of the cache for one forward call.
+
+    ``tensors`` are the mixer's declared state tensors (written in place). ``time`` (T,) is
+    the cache slot of each token of this call; ``key_valid`` (B, max_len) is False at
+    padding slots; ``token_valid`` (B, T) is False for this call's padding tokens (a
+    recurrent mixer must not update its state on them); ``memory_valid`` (B, memory_len)
+    is False at encoder padding and at memory slots past the encoder's length. ``filled``:
+    eager calls only, the slots written so far (this call's included); None when compiled.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    time: torch.Tensor  # (T,)
+    key_valid: torch.Tensor | None  # (B, max_len)
+    max_len: int
+    filled: int | None = None
+    token_valid: torch.Tensor | None = None  # (B, T)
+    memory_valid: torch.Tensor | None = None  # (B, memory_len)
 
 
 class Rotation(Protocol):
@@ -92,6 +145,7 @@ class Positions:
     ids: torch.Tensor  # (B, T) int64
     positional: Positional
     rotation: Rotation | None = None
+    key_valid: torch.Tensor | None = None  # (B, T): uncached calls, False at padding (attention_mask)
     _bias_cache: dict[Any, torch.Tensor] = field(default_factory=dict)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,11 +179,102 @@ class Positional(nn.Module):
         """Recompute non-persistent buffers after the module left the meta device."""
 
 
-@runtime_checkable
-class Attention(Protocol):
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor: ...
+class TokenMixer(nn.Module, metaclass=ABCMeta):
+    """Base of every ``attention``-family module: softmax attention, cross-attention, and
+    recurrent mixers (linear attention, state-space layers).
 
-    def cache_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]: ...
+    ``causal`` says whether a token sees only earlier tokens (decoders) or all of them
+    (encoders, cross-attention); models refuse to generate with non-causal self-mixers.
+    A mixer reads and writes its own state tensors, as it declared them in
+    ``state_layout``; the cache knows no mixer kind.
+    """
+
+    causal: bool = True
+
+    @abstractmethod
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        memory: Memory | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). ``memory``: the encoder output (cross-attention only)."""
+
+    @abstractmethod
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """The tensors this mixer keeps between calls for ``batch_size`` sequences."""
+
+    @abstractmethod
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """FLOPs of mixing beyond the projections (2 per multiply-add) for ``n_new`` queries
+        ending at ``context_len`` keys (for cross-attention: ``context_len`` memory tokens);
+        a recurrent mixer counts its state update, independent of the context."""
+
+    def reset_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Forget one cache's state before a new prompt: zero what is declared per sequence.
+
+        Per-token slots need nothing (they are masked by time until overwritten).
+        """
+        for name, declared in self.state_layout(1, 1, 1).items():
+            if declared.per == "sequence":
+                state[name].zero_()
+
+
+class FeedForward(nn.Module):
+    """Base of ``ffn`` modules: ``forward(x (B, T, d)) -> (B, T, d)``."""
+
+    def active_param_count(self) -> int:
+        """Parameters one token touches; a mixture of experts counts only its top-k."""
+        return sum(p.numel() for p in self.parameters())
+
+
+class Block(nn.Module):
+    """Base of ``block`` modules: wires the norms, the mixer(s) and the FFN with residuals."""
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        *,
+        memory: Memory | None = None,
+        cross_state: LayerState | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); ``memory`` and ``cross_state`` feed a cross-attention."""
+        raise NotImplementedError
+
+
+def visible_keys(
+    query_time: torch.Tensor,
+    key_time: torch.Tensor,
+    window: int | None,
+    key_valid: torch.Tensor | None = None,
+    causal: bool = True,
+) -> torch.Tensor:
+    """Boolean mask (B or 1, 1, T, S): True where query t may attend to key s.
+
+    query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.
+    key_valid (B, S) marks keys that are real tokens rather than padding. Times are
+    indices along the cache's time axis, so left padding never shifts a window.
+    """
+    q = query_time[:, None]  # (T, 1)
+    k = key_time[..., None, :]  # (S,) -> (1, S) or (B, 1, S)
+    mask = k >= 0
+    if causal:
+        mask = mask & (k <= q)  # (T, S) or (B, T, S)
+    else:
+        mask = mask & torch.ones_like(q, dtype=torch.bool)  # (T, S) or (B, T, S)
+    if window is not None:
+        mask = mask & ((q - k).abs() < window if not causal else q - k < window)
+    if key_valid is not None:
+        # a query left with no valid key (left padding) sees itself: its output is unused,
+        # but a fully masked row would be NaN, and NaN leaks through 0-weight products
+        mask = mask & key_valid[:, None, :]  # (B, T, S)
+        mask = mask | ((k == q) & ~mask.any(dim=-1, keepdim=True))
+    if mask.dim() == 2:
+        mask = mask[None]
+    return mask[:, None]  # (B|1, 1, T, S)
 
 
 def causal_keys_seen(n_new: int, context_len: int, window: int | None) -> int:
@@ -146,3 +291,13 @@ def causal_keys_seen(n_new: int, context_len: int, window: int | None) -> int:
         return window * (window + 1) // 2 + (p - window) * window
 
     return prefix(context_len) - prefix(start)
+
+
+# The base class each registry family's modules subclass (checked at registration).
+FAMILY_BASES: dict[str, type] = {
+    "norm": nn.Module,
+    "positional": Positional,
+    "attention": TokenMixer,
+    "ffn": FeedForward,
+    "block": Block,
+}

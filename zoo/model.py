@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from zoo.components.linear import Linear
-from zoo.errors import SpecError
-from zoo.interfaces import BuildContext, CacheTensor, Positional, Positions
+from zoo.errors import PluginError, SpecError
+from zoo.interfaces import BuildContext, Positional, Positions, StateTensor, TokenMixer
 from zoo.model_spec import LayerSpec, ModelSpec, ResolvedComponent
 
 DTYPES: dict[str, torch.dtype] = {
@@ -66,19 +66,21 @@ class ZooModel(nn.Module):
         positional_index: dict[str, int] = {}
         self.layer_positional: list[int] = []
         blocks = []
-        self.attention_modules: list[nn.Module] = []  # references into blocks, not registered twice
+        # references into blocks, not registered twice: the token mixers that keep state
+        # between calls, in cache order, and each block's index into them
+        self._stateful: list[tuple[str, TokenMixer]] = []
         for layer in layer_specs:
             ctx = self._context(layer)
-            key = repr(layer.positional.to_dict())
+            key = repr((layer.positional.to_dict(), _head_geometry(layer)))
             if key not in positional_index:
                 positional_index[key] = len(self.positionals)
                 self.positionals.append(_tag(_build(layer.positional, ctx), "positional"))
             self.layer_positional.append(positional_index[key])
             attention = _tag(_build(layer.attention, ctx), "attention")
-            ffn = _tag(_build(layer.ffn, ctx), "ffn")
-            block = layer.block.entry.factory(layer.block.options, ctx, attention=attention, ffn=ffn)
+            ffn = _build(layer.ffn, ctx)
+            block = _build(layer.block, ctx, attention=attention, ffn=None if ffn is None else _tag(ffn, "ffn"))
             blocks.append(_tag(block, "block"))
-            self.attention_modules.append(attention)
+            self._stateful.append((f"layers.{layer.index}.attention", attention))
         self.layers = nn.ModuleList(blocks)
         self.final_norm = _norm_factory(_base(spec, "norm"))(d)
         self.lm_head = _tag(Linear(d, spec.vocab_size, bias=False), "unembedding")
@@ -102,9 +104,18 @@ class ZooModel(nn.Module):
             self.lm_head.weight = self.embed.weight
 
     # ---- structure ------------------------------------------------------------------------
-    def cache_layout(self, batch_size: int, max_len: int) -> list[dict[str, CacheTensor]]:
-        """What each layer keeps between decode steps, as its attention declares it."""
-        return [attn.cache_layout(batch_size, max_len) for attn in self.attention_modules]  # type: ignore[operator]
+    def stateful_modules(self) -> list[tuple[str, TokenMixer]]:
+        """(path, module) of every token mixer the cache keeps state for, in cache order."""
+        return list(self._stateful)
+
+    @property
+    def attention_modules(self) -> list[TokenMixer]:
+        """The blocks' self-attention mixers, layer by layer."""
+        return [module for _, module in self._stateful]
+
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> list[dict[str, StateTensor]]:
+        """What each stateful mixer keeps between calls, as it declares it (cache order)."""
+        return [module.state_layout(batch_size, max_len, memory_len) for _, module in self._stateful]
 
     def positions_for(self, ids: torch.Tensor) -> list[Positions]:
         """One Positions per distinct positional module; rotations computed once, shared."""
@@ -147,11 +158,18 @@ class ZooModel(nn.Module):
         shared = self.positions_for(positions)
         x = shared[self.layer_positional[0]].positional.embed(x, positions)
         for i, block in enumerate(self.layers):
-            layer_cache = None if cache is None else cache.layer(i, cache_time, claimed)
-            x = block(x, shared[self.layer_positional[i]], layer_cache)  # (B, T, d)
+            state = None if cache is None else cache.layer(i, cache_time, claimed)
+            x = block(x, shared[self.layer_positional[i]], state)  # (B, T, d)
         if last_only:
             x = x[:, -1:]
         return self.lm_head(self.final_norm(x))  # (B, T, vocab)
+
+
+def _head_geometry(layer: LayerSpec) -> tuple[Any, Any]:
+    """What a positional encoding reads of its layer's mixer (documented in zoo.interfaces):
+    layers whose heads differ get their own rotation."""
+    options = layer.attention.options
+    return getattr(options, "head_dim", None), getattr(options, "rope_head_dim", None)
 
 
 def _base(spec: ModelSpec, family: str) -> ResolvedComponent:
@@ -160,8 +178,19 @@ def _base(spec: ModelSpec, family: str) -> ResolvedComponent:
     return resolve_component(family, getattr(spec, family), family, {"d_model": spec.d_model})
 
 
-def _build(component: ResolvedComponent, ctx: BuildContext) -> nn.Module:
-    return component.entry.factory(component.options, ctx)
+def _build(component: ResolvedComponent, ctx: BuildContext, **modules: Any) -> Any:
+    """Build one component and check it is the class its plugin declared at registration."""
+    entry = component.entry
+    module = entry.factory(component.options, ctx, **modules)
+    if module is None and component.family == "ffn":
+        return None  # no FFN branch (kind none)
+    declared = entry.module or nn.Module
+    if not isinstance(module, declared):
+        raise PluginError(
+            f"plugin {entry.plugin!r}: {component.family} kind {component.kind!r} built a "
+            f"{type(module).__name__}, not the {declared.__name__} it declared at registration"
+        )
+    return module
 
 
 def as_spec(spec: ModelSpec | str | Mapping[str, Any]) -> ModelSpec:

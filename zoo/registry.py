@@ -12,6 +12,7 @@ raises half way, or clashes with another, leaves the registry as it was.
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from zoo import hookspecs
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
 
 FAMILIES: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")
+# families whose modules need no declared class (plain nn.Module is all they promise)
+OPTIONAL_MODULE_FAMILIES: frozenset[str] = frozenset({"norm"})
 ENTRY_POINT_GROUP = "zoo"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.norms",
@@ -53,6 +56,7 @@ class ComponentEntry:
     doc: str = ""
     override: bool = False  # registered with override=True
     replaces: str | None = None  # the plugin whose kind this one replaced
+    module: type | None = None  # the class the factory builds (its capabilities), checked at registration
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,9 @@ class Registry:
         *,
         override: bool = False,
         plugin: str = "<direct>",
+        module: type | None = None,
     ) -> None:
-        staged = _Staged(components=[_component_entry(family, kind, factory, options, override, plugin)])
+        staged = _Staged(components=[_component_entry(family, kind, factory, options, override, plugin, module)])
         self._apply(staged)
 
     def register_architecture(
@@ -242,7 +247,13 @@ def _replacing(entry: Any, replaced_plugin: str) -> Any:
 
 
 def _component_entry(
-    family: str, kind: str, factory: Callable[..., Any], options: type[BaseModel] | None, override: bool, plugin: str
+    family: str,
+    kind: str,
+    factory: Callable[..., Any],
+    options: type[BaseModel] | None,
+    override: bool,
+    plugin: str,
+    module: type | None = None,
 ) -> ComponentEntry:
     """Validate one component registration (wrong arguments are the plugin's bug)."""
     from zoo.interfaces import Options  # torch: only once something registers
@@ -262,8 +273,31 @@ def _component_entry(
             f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.interfaces.Options, "
             f"got {options!r}"
         )
+    module = _checked_module(family, kind, module, plugin)
     doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
-    return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override))
+    return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override), module=module)
+
+
+def _checked_module(family: str, kind: str, module: type | None, plugin: str) -> type:
+    """The declared module class, after checking it subclasses the family's base and
+    implements every abstract member (``score_flops`` of a token mixer, ...)."""
+    from zoo.interfaces import FAMILY_BASES
+
+    base = FAMILY_BASES[family]
+    where = f"plugin {plugin!r}: {family} kind {kind!r}"
+    if module is None:
+        if family in OPTIONAL_MODULE_FAMILIES:
+            return base
+        raise PluginError(
+            f"{where} declares no module class; pass module=YourClass (a subclass of "
+            f"zoo.interfaces.{base.__name__}) so its capabilities are checked at registration"
+        )
+    if not (isinstance(module, type) and issubclass(module, base)):
+        raise PluginError(f"{where}: module={module!r} must be a subclass of {base.__module__}.{base.__qualname__}")
+    missing = sorted(getattr(module, "__abstractmethods__", ()))
+    if inspect.isabstract(module) and missing:
+        raise PluginError(f"{where}: {module.__name__} does not implement {', '.join(missing)} (required by {base.__name__})")
+    return module
 
 
 def _architecture_entry(name: str, source: Any, override: bool, plugin: str) -> ArchitectureEntry:
@@ -276,8 +310,8 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
     """Run one plugin's hooks with `register` callbacks that stage what it registers."""
     staged = _Staged()
 
-    def register_component(family, kind, factory, options=None, *, override=False):  # type: ignore[no-untyped-def]
-        staged.components.append(_component_entry(family, kind, factory, options, override, name))
+    def register_component(family, kind, factory, options=None, *, override=False, module=None):  # type: ignore[no-untyped-def]
+        staged.components.append(_component_entry(family, kind, factory, options, override, name, module))
 
     def register_architecture(arch_name, source, *, override=False):  # type: ignore[no-untyped-def]
         staged.architectures.append(_architecture_entry(arch_name, source, override, name))

@@ -130,11 +130,3 @@ def test_cuda_path_times_with_events_and_resets_peaks():
     assert compiled.environment.compile_mode == "reduce-overhead" and compiled.decode_tokens_per_s > 0
 
 
-def test_attention_without_score_flops_still_benches_but_cannot_predict(monkeypatch):
-    from zoo.components.attention import CausalSelfAttention
-
-    monkeypatch.delattr(CausalSelfAttention, "score_flops")
-    m = bench(tiny_spec("gpt2"), **{**SMALL, "repeats": 1})
-    assert m.flops_per_token is None
-    with pytest.raises(zoo.errors.PluginError, match="score_flops"):
-        bench(tiny_spec("gpt2"), predict="l4", **{**SMALL, "repeats": 1})

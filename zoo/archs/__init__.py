@@ -20,6 +20,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.mistral",
     "zoo.archs.gemma3",
     "zoo.archs.qwen3_next",
+    "zoo.archs.mamba2",
 )
 
 

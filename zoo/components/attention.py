@@ -1,7 +1,9 @@
-"""Causal self-attention: MHA, GQA and MQA as one module with explicit head counts.
+"""Softmax attention: MHA, GQA and MQA as one module with explicit head counts.
 
+Self-attention is causal (decoders) or bidirectional (``causal: false``, encoders); the
+same kinds built with ``ctx.role == "cross_attention"`` attend to the encoder's output.
 Options cover q/k/v/o biases, QK-norm, a sliding window, attention sinks (gpt-oss) and a
-scale override (Gemma's query_pre_attn_scalar). The cache layout is declared here, so the
+scale override (Gemma's query_pre_attn_scalar). The state layout is declared here, so the
 KV-cache size the analysis reports is the one the cache allocates.
 """
 
@@ -18,7 +20,17 @@ from zoo.components.linear import Linear
 from zoo.components.masks import visible
 from zoo.components.sdpa_kernels import varying_shape_kernels
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, CacheTensor, Options, Positions, causal_keys_seen
+from zoo.errors import GenerationError
+from zoo.interfaces import (
+    BuildContext,
+    LayerState,
+    Memory,
+    Options,
+    Positions,
+    StateTensor,
+    TokenMixer,
+    causal_keys_seen,
+)
 
 
 class AttentionOptions(Options):
@@ -31,6 +43,7 @@ class AttentionOptions(Options):
     window: PositiveInt | None = Field(None, description="sliding window: keys with q - k < window")
     sinks: bool = Field(False, description="a learned logit per head joined to the softmax (gpt-oss)")
     scale: float | None = Field(None, gt=0, description="score scale; default head_dim ** -0.5")
+    causal: bool = Field(True, description="a token sees only earlier ones; false: bidirectional (encoders)")
     output_gate: bool = Field(
         False, description="q_proj also gives each head a gate; the output times sigmoid(gate) (Qwen3-Next)"
     )
@@ -102,11 +115,18 @@ class MQAOptions(AttentionOptions):
         return self
 
 
-class CausalSelfAttention(nn.Module):
-    """Grouped-query causal self-attention over torch's scaled_dot_product_attention."""
+class Attention(TokenMixer):
+    """Grouped-query attention over torch's scaled_dot_product_attention.
+
+    Self-attention (causal or not) keeps per-token K/V; cross-attention (``role ==
+    "cross_attention"``) projects K/V from the encoder's memory once and keeps them per
+    memory token.
+    """
 
     def __init__(self, options: AttentionOptions, ctx: BuildContext) -> None:
         super().__init__()
+        self.cross = ctx.role == "cross_attention"
+        self.causal = options.causal and not self.cross
         self.n_heads = options.n_heads
         self.n_kv_heads = options.kv_heads
         self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
@@ -123,43 +143,93 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = ctx.make_norm(hd) if options.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if options.sinks else None
 
-    # ---- cache ----------------------------------------------------------------------------
-    def cache_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
-        """K and V; a sliding window keeps a ring of at most ``window`` positions."""
+    # ---- state ----------------------------------------------------------------------------
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """K and V: per token (a sliding window keeps a ring of at most ``window`` slots),
+        or per memory token for cross-attention."""
+        if self.cross:
+            shape = (batch_size, self.n_kv_heads, memory_len, self.head_dim)
+            return {"k": StateTensor(shape, per="memory"), "v": StateTensor(shape, per="memory")}
         length = min(max_len, self.window) if self.window else max_len
         shape = (batch_size, self.n_kv_heads, length, self.head_dim)
-        return {"k": CacheTensor(shape), "v": CacheTensor(shape)}
+        return {"k": StateTensor(shape), "v": StateTensor(shape)}
 
     def score_flops(self, n_new: int, context_len: int) -> int:
-        """FLOPs of q·kᵀ and probs·v (2 each per multiply-add) for n_new causal queries."""
-        keys = causal_keys_seen(n_new, context_len, self.window)
+        """FLOPs of q·kᵀ and probs·v (2 each per multiply-add) for n_new queries."""
+        if self.causal:
+            keys = causal_keys_seen(n_new, context_len, self.window)
+        else:  # every query sees every key (a window: at most 2·window - 1 of them)
+            keys = n_new * (context_len if self.window is None else min(context_len, 2 * self.window - 1))
         return 4 * self.n_heads * self.head_dim * keys
 
     # ---- forward --------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
         B, T, _ = x.shape
-        q, gate = self.q_proj(x), None
-        if self.output_gate:  # per head [query | gate], the checkpoint's layout
-            q, gate = q.view(B, T, self.n_heads, 2 * self.head_dim).chunk(2, dim=-1)  # (B, T, H, D) each
-            gate = gate.reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
-        q = q.reshape(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
+        if self.cross:
+            return self._cross(x, state, memory)
+        q, gate = self._query(x)  # (B, T, H, D), (B, T, H*D) | None
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
         q, k = positions.rotate(q, k)
-        if cache is None:
+        if state is None:
             time = torch.arange(T, device=x.device)
-            out = self._attend(q, k, v, positions, time, time, None)
+            out = self._attend(q, k, v, positions, time, time, positions.key_valid)
         else:
-            out = self._attend_cached(q, k, v, positions, cache)
+            out = self._attend_cached(q, k, v, positions, state)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
-        if gate is not None:
-            out = out * torch.sigmoid(gate)
-        return self.o_proj(out)
+        return self._output(out, gate)
 
-    def _attend_cached(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: Any) -> torch.Tensor:
+    def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D): q_proj gives
+        each head [query | gate], the checkpoint's layout."""
+        B, T, _ = x.shape
+        q = self.q_proj(x)
+        if not self.output_gate:
+            return q.view(B, T, self.n_heads, self.head_dim), None
+        q, gate = q.view(B, T, self.n_heads, 2 * self.head_dim).chunk(2, dim=-1)  # (B, T, H, D) each
+        return q.reshape(B, T, self.n_heads, self.head_dim), gate.reshape(B, T, self.n_heads * self.head_dim)
+
+    def _output(self, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """o_proj of the heads' output (B, T, H*D), gated by sigmoid(gate) when there is one."""
+        return self.o_proj(out if gate is None else out * torch.sigmoid(gate))
+
+    def _cross(self, x: torch.Tensor, state: LayerState | None, memory: Memory | None) -> torch.Tensor:
+        """Attend to the encoder's memory: K/V from ``memory`` (written to the state when
+        there is one), or, in decode steps, from the state written at prefill."""
+        B, T, _ = x.shape
+        q, gate = self._query(x)  # (B, T, H, D)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        q = q.transpose(1, 2)  # (B, H, T, D)
+        if memory is not None:
+            S = memory.hidden.shape[1]
+            k = self.k_proj(memory.hidden).view(B, S, self.n_kv_heads, self.head_dim)  # (B, S, Hkv, D)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
+            k = k.transpose(1, 2)  # (B, Hkv, S, D)
+            v = self.v_proj(memory.hidden).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
+            valid = memory.valid  # (B, S) | None
+            if state is not None:
+                state.tensors["k"][:, :, :S].copy_(k)
+                state.tensors["v"][:, :, :S].copy_(v)
+        elif state is not None:
+            k, v, valid = state.tensors["k"], state.tensors["v"], state.memory_valid  # (B, Hkv, M, D)
+        else:
+            raise GenerationError("memory: cross-attention needs the encoder output (model.encode(...)) or a cache holding it")
+        mask = None if valid is None else valid[:, None, None, :]  # (B, 1, 1, S)
+        out = F.scaled_dot_product_attention(
+            q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
+        )  # (B, H, T, D)
+        return self._output(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), gate)
+
+    def _attend_cached(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: LayerState
+    ) -> torch.Tensor:
         """Write this chunk's K/V into the cache, then attend over what the cache holds."""
         time = cache.time  # (T,) cache time index of each new token
         k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (B, Hkv, L, D)
@@ -219,11 +289,13 @@ class CausalSelfAttention(nn.Module):
         bias = positions.positional.score_bias(query_time[None], key_time.expand(1, -1) if key_time.dim() == 1 else key_time, self.n_heads)
         T, S = q.shape[2], k.shape[2]
         plain = self.sinks is None and bias is None and key_valid is None and self.window is None
+        if plain and not self.causal:
+            return F.scaled_dot_product_attention(q, k, v, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
         if plain and (queries_last or query_time is key_time) and (T == 1 or T == S):
             return F.scaled_dot_product_attention(
                 q, k, v, is_causal=T > 1, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
             )
-        mask = visible(query_time, key_time, self.window, key_valid)  # (B|1, 1, T, S)
+        mask = visible(query_time, key_time, self.window, key_valid, self.causal)  # (B|1, 1, T, S)
         if self.sinks is None:
             attn_mask: torch.Tensor = mask
             if bias is not None:
@@ -252,7 +324,11 @@ class CausalSelfAttention(nn.Module):
         return torch.matmul(probs.to(v.dtype), v)  # (B, H, T, D)
 
     def extra_repr(self) -> str:
-        return f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}"
+        return (f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}, "
+                f"causal={self.causal}, cross={self.cross}")
+
+
+CausalSelfAttention = Attention  # the name before encoders existed
 
 
 def _gather_valid(key_valid: torch.Tensor | None, key_time: torch.Tensor) -> torch.Tensor | None:
@@ -262,13 +338,13 @@ def _gather_valid(key_valid: torch.Tensor | None, key_time: torch.Tensor) -> tor
     return key_valid[:, key_time.clamp(min=0)]  # (B, S)
 
 
-def build_attention(options: AttentionOptions, ctx: BuildContext) -> nn.Module:
-    """Causal self-attention with explicit query and key/value head counts."""
-    return CausalSelfAttention(options, ctx)
+def build_attention(options: AttentionOptions, ctx: BuildContext) -> Attention:
+    """Softmax attention with explicit query and key/value head counts."""
+    return Attention(options, ctx)
 
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("attention", "gqa", build_attention, options=AttentionOptions)
-    register("attention", "mha", build_attention, options=MHAOptions)
-    register("attention", "mqa", build_attention, options=MQAOptions)
+    register("attention", "gqa", build_attention, options=AttentionOptions, module=Attention)
+    register("attention", "mha", build_attention, options=MHAOptions, module=Attention)
+    register("attention", "mqa", build_attention, options=MQAOptions, module=Attention)

@@ -1,15 +1,19 @@
-"""Blocks wire one norm kind, an attention and an FFN: pre-norm, post-norm, parallel, sandwich."""
+"""Blocks wire one norm kind, a token mixer, an optional cross-attention and an optional FFN:
+pre-norm, post-norm, parallel, sandwich.
+
+A block whose FFN kind is ``none`` gets ``ffn=None`` and has neither the FFN branch nor its
+norm (Mamba's block: x + mixer(norm(x))). Pre- and post-norm blocks take a cross-attention
+(encoder-decoder decoders) between the self-attention and the FFN; the others refuse one.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from pydantic import Field
-from torch import nn
 
+from zoo.errors import SpecError
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Options, Positions
+from zoo.interfaces import Block, BuildContext, FeedForward, LayerState, Memory, Options, Positions, TokenMixer
 
 
 class PreNormOptions(Options):
@@ -28,92 +32,164 @@ class SandwichOptions(Options):
     pass
 
 
-class PreNormBlock(nn.Module):
-    """x + attn(norm(x)), then x + ffn(norm(x)) (GPT-2, Llama, Qwen)."""
+class PreNormBlock(Block):
+    """x + attn(norm(x)), [x + cross(norm(x), memory)], then x + ffn(norm(x)) (GPT-2, Llama, T5)."""
 
-    def __init__(self, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> None:
+    def __init__(
+        self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, cross_attention: TokenMixer | None = None
+    ) -> None:
         super().__init__()
         self.attn_norm = ctx.make_norm(ctx.d_model)
         self.attention = attention
-        self.ffn_norm = ctx.make_norm(ctx.d_model)
+        self.cross_norm = None if cross_attention is None else ctx.make_norm(ctx.d_model)
+        self.cross_attention = cross_attention
+        self.ffn_norm = None if ffn is None else ctx.make_norm(ctx.d_model)
         self.ffn = ffn
 
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
-        x = x + self.attention(self.attn_norm(x), positions, cache)  # (B, T, d)
-        return x + self.ffn(self.ffn_norm(x))
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        *,
+        memory: Memory | None = None,
+        cross_state: LayerState | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attention(self.attn_norm(x), positions, state)  # (B, T, d)
+        if self.cross_attention is not None and self.cross_norm is not None:
+            x = x + self.cross_attention(self.cross_norm(x), positions, cross_state, memory)
+        if self.ffn is not None and self.ffn_norm is not None:
+            x = x + self.ffn(self.ffn_norm(x))
+        return x
 
 
-class PostNormBlock(nn.Module):
-    """norm(x + attn(x)), then norm(x + ffn(x)) (the original Transformer, BERT)."""
+class PostNormBlock(Block):
+    """norm(x + attn(x)), [norm(x + cross(x, memory))], then norm(x + ffn(x)) (the original
+    Transformer, BERT)."""
 
-    def __init__(self, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> None:
+    def __init__(
+        self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, cross_attention: TokenMixer | None = None
+    ) -> None:
         super().__init__()
         self.attention = attention
         self.attn_norm = ctx.make_norm(ctx.d_model)
+        self.cross_attention = cross_attention
+        self.cross_norm = None if cross_attention is None else ctx.make_norm(ctx.d_model)
         self.ffn = ffn
-        self.ffn_norm = ctx.make_norm(ctx.d_model)
+        self.ffn_norm = None if ffn is None else ctx.make_norm(ctx.d_model)
 
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
-        x = self.attn_norm(x + self.attention(x, positions, cache))
-        return self.ffn_norm(x + self.ffn(x))
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        *,
+        memory: Memory | None = None,
+        cross_state: LayerState | None = None,
+    ) -> torch.Tensor:
+        x = self.attn_norm(x + self.attention(x, positions, state))  # (B, T, d)
+        if self.cross_attention is not None and self.cross_norm is not None:
+            x = self.cross_norm(x + self.cross_attention(x, positions, cross_state, memory))
+        if self.ffn is not None and self.ffn_norm is not None:
+            x = self.ffn_norm(x + self.ffn(x))
+        return x
 
 
-class ParallelBlock(nn.Module):
+class ParallelBlock(Block):
     """x + attn(norm(x)) + ffn(norm(x)): both branches read the same input (GPT-J, PaLM)."""
 
-    def __init__(self, ctx: BuildContext, attention: nn.Module, ffn: nn.Module, shared_norm: bool) -> None:
+    def __init__(self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, shared_norm: bool) -> None:
         super().__init__()
         self.attn_norm = ctx.make_norm(ctx.d_model)
         self.attention = attention
-        self.ffn_norm = None if shared_norm else ctx.make_norm(ctx.d_model)
+        self.ffn_norm = None if shared_norm or ffn is None else ctx.make_norm(ctx.d_model)
         self.ffn = ffn
 
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
-        h = self.attn_norm(x)
-        h_ffn = h if self.ffn_norm is None else self.ffn_norm(x)
-        return x + self.attention(h, positions, cache) + self.ffn(h_ffn)
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        *,
+        memory: Memory | None = None,
+        cross_state: LayerState | None = None,
+    ) -> torch.Tensor:
+        h = self.attn_norm(x)  # (B, T, d)
+        out = x + self.attention(h, positions, state)
+        if self.ffn is not None:
+            out = out + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
+        return out
 
 
-class SandwichBlock(nn.Module):
+class SandwichBlock(Block):
     """Norms before and after each branch (Gemma 2 and 3): four norms per block."""
 
-    def __init__(self, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> None:
+    def __init__(self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> None:
         super().__init__()
         self.attn_norm = ctx.make_norm(ctx.d_model)
         self.attention = attention
         self.post_attn_norm = ctx.make_norm(ctx.d_model)
-        self.ffn_norm = ctx.make_norm(ctx.d_model)
+        self.ffn_norm = None if ffn is None else ctx.make_norm(ctx.d_model)
         self.ffn = ffn
-        self.post_ffn_norm = ctx.make_norm(ctx.d_model)
+        self.post_ffn_norm = None if ffn is None else ctx.make_norm(ctx.d_model)
 
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
-        x = x + self.post_attn_norm(self.attention(self.attn_norm(x), positions, cache))
-        return x + self.post_ffn_norm(self.ffn(self.ffn_norm(x)))
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        *,
+        memory: Memory | None = None,
+        cross_state: LayerState | None = None,
+    ) -> torch.Tensor:
+        x = x + self.post_attn_norm(self.attention(self.attn_norm(x), positions, state))  # (B, T, d)
+        if self.ffn is not None and self.ffn_norm is not None and self.post_ffn_norm is not None:
+            x = x + self.post_ffn_norm(self.ffn(self.ffn_norm(x)))
+        return x
 
 
-def build_pre_norm(options: PreNormOptions, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> nn.Module:
+def _no_cross(kind: str, cross_attention: TokenMixer | None) -> None:
+    if cross_attention is not None:
+        raise SpecError(f"block.kind: {kind} blocks take no cross-attention; allowed with cross_attention: post_norm, pre_norm")
+
+
+def build_pre_norm(
+    options: PreNormOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
+    cross_attention: TokenMixer | None = None,
+) -> PreNormBlock:
     """Pre-norm residual block."""
-    return PreNormBlock(ctx, attention, ffn)
+    return PreNormBlock(ctx, attention, ffn, cross_attention)
 
 
-def build_post_norm(options: PostNormOptions, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> nn.Module:
+def build_post_norm(
+    options: PostNormOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
+    cross_attention: TokenMixer | None = None,
+) -> PostNormBlock:
     """Post-norm residual block."""
-    return PostNormBlock(ctx, attention, ffn)
+    return PostNormBlock(ctx, attention, ffn, cross_attention)
 
 
-def build_parallel(options: ParallelOptions, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> nn.Module:
+def build_parallel(
+    options: ParallelOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
+    cross_attention: TokenMixer | None = None,
+) -> ParallelBlock:
     """Parallel attention and FFN branches."""
+    _no_cross("parallel", cross_attention)
     return ParallelBlock(ctx, attention, ffn, options.shared_norm)
 
 
-def build_sandwich(options: SandwichOptions, ctx: BuildContext, attention: nn.Module, ffn: nn.Module) -> nn.Module:
+def build_sandwich(
+    options: SandwichOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
+    cross_attention: TokenMixer | None = None,
+) -> SandwichBlock:
     """Sandwich norms around both branches (Gemma 3)."""
+    _no_cross("sandwich", cross_attention)
     return SandwichBlock(ctx, attention, ffn)
 
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("block", "pre_norm", build_pre_norm, options=PreNormOptions)
-    register("block", "post_norm", build_post_norm, options=PostNormOptions)
-    register("block", "parallel", build_parallel, options=ParallelOptions)
-    register("block", "sandwich", build_sandwich, options=SandwichOptions)
+    register("block", "pre_norm", build_pre_norm, options=PreNormOptions, module=PreNormBlock)
+    register("block", "post_norm", build_post_norm, options=PostNormOptions, module=PostNormBlock)
+    register("block", "parallel", build_parallel, options=ParallelOptions, module=ParallelBlock)
+    register("block", "sandwich", build_sandwich, options=SandwichOptions, module=SandwichBlock)

@@ -1,4 +1,5 @@
-"""Dense feed-forward networks: a plain MLP and gated variants (SwiGLU, GeGLU)."""
+"""Dense feed-forward networks: a plain MLP and gated variants (SwiGLU, GeGLU); ``none``
+for blocks that are a token mixer alone (Mamba's)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ from typing import Any
 
 import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
-from torch import nn
 
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Options
+from zoo.interfaces import BuildContext, FeedForward, Options
 
 
 class _HiddenDefault(Options):
@@ -25,6 +25,10 @@ class _HiddenDefault(Options):
         if isinstance(data, dict) and data.get("hidden") is None and isinstance(d_model, int):
             data = {**data, "hidden": 4 * d_model}
         return data
+
+
+class NoFFNOptions(Options):
+    """No feed-forward branch: the block is its token mixer alone."""
 
 
 class MLPOptions(_HiddenDefault):
@@ -43,7 +47,7 @@ class GeGLUOptions(_HiddenDefault):
     """Gated FFN with tanh-approximated GELU (Gemma)."""
 
 
-class MLP(nn.Module):
+class MLP(FeedForward):
     """up -> activation -> down."""
 
     def __init__(self, d_model: int, hidden: int, activation: str, bias: bool) -> None:
@@ -56,7 +60,7 @@ class MLP(nn.Module):
         return self.down_proj(self.act(self.up_proj(x)))  # (B, T, d)
 
 
-class GatedMLP(nn.Module):
+class GatedMLP(FeedForward):
     """down(act(gate(x)) * up(x))."""
 
     def __init__(self, d_model: int, hidden: int, activation: str, bias: bool) -> None:
@@ -70,29 +74,35 @@ class GatedMLP(nn.Module):
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, d)
 
 
-def build_mlp(options: MLPOptions, ctx: BuildContext) -> nn.Module:
+def build_mlp(options: MLPOptions, ctx: BuildContext) -> MLP:
     """Two-layer MLP (GPT-2: gelu_tanh with biases)."""
     return MLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), options.activation, options.bias)
 
 
-def build_gated(options: GatedOptions, ctx: BuildContext) -> nn.Module:
+def build_gated(options: GatedOptions, ctx: BuildContext) -> GatedMLP:
     """Gated MLP with a chosen activation."""
     return GatedMLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), options.activation, options.bias)
 
 
-def build_swiglu(options: SwiGLUOptions, ctx: BuildContext) -> nn.Module:
+def build_swiglu(options: SwiGLUOptions, ctx: BuildContext) -> GatedMLP:
     """Gated MLP with SiLU (SwiGLU)."""
     return GatedMLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), "silu", options.bias)
 
 
-def build_geglu(options: GeGLUOptions, ctx: BuildContext) -> nn.Module:
+def build_geglu(options: GeGLUOptions, ctx: BuildContext) -> GatedMLP:
     """Gated MLP with tanh GELU (GeGLU)."""
     return GatedMLP(ctx.d_model, int(options.hidden or 4 * ctx.d_model), "gelu_tanh", options.bias)
 
 
+def build_none(options: NoFFNOptions, ctx: BuildContext) -> None:
+    """No FFN: blocks skip the FFN branch and its norm."""
+    return None
+
+
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("ffn", "mlp", build_mlp, options=MLPOptions)
-    register("ffn", "gated", build_gated, options=GatedOptions)
-    register("ffn", "swiglu", build_swiglu, options=SwiGLUOptions)
-    register("ffn", "geglu", build_geglu, options=GeGLUOptions)
+    register("ffn", "mlp", build_mlp, options=MLPOptions, module=MLP)
+    register("ffn", "gated", build_gated, options=GatedOptions, module=GatedMLP)
+    register("ffn", "swiglu", build_swiglu, options=SwiGLUOptions, module=GatedMLP)
+    register("ffn", "geglu", build_geglu, options=GeGLUOptions, module=GatedMLP)
+    register("ffn", "none", build_none, options=NoFFNOptions, module=FeedForward)

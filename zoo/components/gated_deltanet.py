@@ -14,8 +14,6 @@ recurrent state (B, H_v, d_k, d_v); neither grows with the context.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
@@ -25,7 +23,7 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
 from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
 
 
 class GatedDeltaNetOptions(Options):
@@ -183,26 +181,26 @@ class GatedDeltaNet(nn.Module):
         return out.transpose(1, 2)  # (B, T, H, d_v)
 
 
-class GatedDeltaNetMixer(GatedDeltaNet):
+class GatedDeltaNetMixer(GatedDeltaNet, TokenMixer):
     """The registered ``gated_deltanet`` attention kind: ``mix`` over the layer's state."""
 
-    def state_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """Per sequence, whatever the context: the conv window and the recurrent state."""
-        return {name: CacheTensor(shape) for name, shape in self.state_shapes(batch_size).items()}
-
-    cache_layout = state_layout
+        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
 
     def score_flops(self, n_new: int, context_len: int) -> int:
         """State-update FLOPs per token (decay, read k^T S, write, read q^T S): no context term."""
         per_head = 7 * self.head_k_dim * self.head_v_dim + 2 * self.head_v_dim
         return n_new * self.n_v_heads * per_head
 
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
-        if cache is None:
-            return self.mix(x)
-        valid = None if cache.key_valid is None else cache.key_valid[:, cache.time]  # (B, T)
-        return self.mix(x, cache.tensors, valid)
-
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
+        leave the state untouched, so a left-padded row equals its unpadded run."""
+        if state is None:
+            return self.mix(x, None, positions.key_valid)
+        return self.mix(x, state.tensors, state.token_valid)
 
 def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn.Module:
     """Gated DeltaNet (Qwen3-Next's linear-attention layers)."""
@@ -212,4 +210,4 @@ def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("attention", "gated_deltanet", build_gated_deltanet, options=GatedDeltaNetOptions)
+    register("attention", "gated_deltanet", build_gated_deltanet, module=GatedDeltaNetMixer, options=GatedDeltaNetOptions)

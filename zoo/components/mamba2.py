@@ -13,8 +13,6 @@ State per sequence: the convolution window (B, d_inner + 2 G N, kernel) and the 
 from __future__ import annotations
 
 import math
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
@@ -24,7 +22,7 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.linear import Linear
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
 
 
 class Mamba2Options(Options):
@@ -152,26 +150,26 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(y)
 
 
-class Mamba2TokenMixer(Mamba2Mixer):
+class Mamba2TokenMixer(Mamba2Mixer, TokenMixer):
     """The registered ``mamba2`` attention kind: ``mix`` over the layer's state."""
 
-    def state_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """Per sequence, whatever the context: the conv window and the SSM state."""
-        return {name: CacheTensor(shape) for name, shape in self.state_shapes(batch_size).items()}
-
-    cache_layout = state_layout
+        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
 
     def score_flops(self, n_new: int, context_len: int) -> int:
         """State-update FLOPs per token (decay, write dt x B^T, read S C, D skip): no context term."""
         per_head = 5 * self.head_dim * self.state_size + 3 * self.head_dim
         return n_new * self.n_heads * per_head
 
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
-        if cache is None:
-            return self.mix(x)
-        valid = None if cache.key_valid is None else cache.key_valid[:, cache.time]  # (B, T)
-        return self.mix(x, cache.tensors, valid)
-
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
+        leave the state untouched, so a left-padded row equals its unpadded run."""
+        if state is None:
+            return self.mix(x, None, positions.key_valid)
+        return self.mix(x, state.tensors, state.token_valid)
 
 def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
     """The Mamba2 mixer (multi-head SSD with grouped B/C)."""
@@ -183,4 +181,4 @@ def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("attention", "mamba2", build_mamba2, options=Mamba2Options)
+    register("attention", "mamba2", build_mamba2, module=Mamba2TokenMixer, options=Mamba2Options)

@@ -1,34 +1,11 @@
 """Which keys each query may see: causality, sliding windows, padding.
 
-Times are indices along the cache's time axis (the order tokens arrived, pads included);
-queries and keys compare by time, so left padding never shifts a window.
+The function is public API as ``zoo.interfaces.visible_keys`` (plugins use that name);
+``visible`` is kept here for the built-in attention kinds.
 """
 
 from __future__ import annotations
 
-import torch
+from zoo.interfaces import visible_keys as visible
 
-
-def visible(
-    query_time: torch.Tensor,
-    key_time: torch.Tensor,
-    window: int | None,
-    key_valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Boolean mask (B or 1, 1, T, S): True where query t may attend to key s.
-
-    query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.
-    key_valid (B, S) marks keys that are real tokens rather than padding.
-    """
-    q = query_time[:, None]  # (T, 1)
-    k = key_time[..., None, :]  # (S,) -> (1, S) or (B, 1, S)
-    mask = (k <= q) & (k >= 0)  # (T, S) or (B, T, S)
-    if window is not None:
-        mask = mask & (q - k < window)
-    if key_valid is not None:
-        # a padding query sees only itself: its output is unused, but a fully masked row
-        # would be NaN, and NaN values at padding slots leak through 0-weight products
-        mask = (mask & key_valid[:, None, :]) | (k == q)  # (B, T, S)
-    if mask.dim() == 2:
-        mask = mask[None]
-    return mask[:, None]  # (B|1, 1, T, S)
+__all__ = ["visible"]

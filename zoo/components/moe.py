@@ -21,7 +21,7 @@ from zoo.components.activations import ACTIVATIONS
 from zoo.components.ffn import GatedMLP
 from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Options
+from zoo.interfaces import BuildContext, FeedForward, Options
 
 
 class MoEOptions(Options):
@@ -52,7 +52,7 @@ class MoEOptions(Options):
         return self
 
 
-class MoE(nn.Module):
+class MoE(FeedForward):
     """Routed experts (stacked weights) plus an optional shared expert."""
 
     def __init__(self, options: MoEOptions, d_model: int) -> None:
@@ -191,11 +191,11 @@ class MoE(nn.Module):
         return out.view(shape)  # (B, T, d)
 
 
-def build_moe(options: MoEOptions, ctx: BuildContext) -> nn.Module:
+def build_moe(options: MoEOptions, ctx: BuildContext) -> MoE:
     """Mixture of experts with top-k routing and optional shared experts."""
     return MoE(options, ctx.d_model)
 
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("ffn", "moe", build_moe, options=MoEOptions)
+    register("ffn", "moe", build_moe, options=MoEOptions, module=MoE)

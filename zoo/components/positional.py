@@ -123,9 +123,10 @@ class Alibi(Positional):
 
 
 def _attention_geometry(ctx: BuildContext) -> int:
+    """Channels rotated per head; 0 for a mixer without heads (a recurrent layer)."""
     attention = ctx.layer.attention.options
     rope_dim = getattr(attention, "rope_head_dim", None)
-    return int(rope_dim or attention.head_dim)
+    return int(rope_dim or getattr(attention, "head_dim", None) or 0)
 
 
 def build_none(options: NoPositionalOptions, ctx: BuildContext) -> Positional:
@@ -155,8 +156,8 @@ def build_alibi(options: AlibiOptions, ctx: BuildContext) -> Positional:
 
 @hookimpl
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
-    register("positional", "none", build_none, options=NoPositionalOptions)
-    register("positional", "learned", build_learned, options=LearnedOptions)
-    register("positional", "sinusoidal", build_sinusoidal, options=SinusoidalOptions)
-    register("positional", "rope", build_rope, options=RopeOptions)
-    register("positional", "alibi", build_alibi, options=AlibiOptions)
+    register("positional", "none", build_none, options=NoPositionalOptions, module=NoPositional)
+    register("positional", "learned", build_learned, options=LearnedOptions, module=LearnedPositional)
+    register("positional", "sinusoidal", build_sinusoidal, options=SinusoidalOptions, module=SinusoidalPositional)
+    register("positional", "rope", build_rope, options=RopeOptions, module=Rope)
+    register("positional", "alibi", build_alibi, options=AlibiOptions, module=Alibi)

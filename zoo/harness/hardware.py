@@ -111,14 +111,14 @@ def roofline(
     ``prompt_len + gen_len // 2`` (FLOPs per token × batch; bytes = weights read plus
     the KV cache read at that context, ``zoo.analysis.decode_bytes_per_step``).
     """
-    from zoo.analysis import decode_bytes_per_step, forward_flops, kv_cache_bytes, weight_bytes_read
+    from zoo.analysis import cache_bytes, decode_bytes_per_step, forward_flops, weight_bytes_read
 
     board = gpu(gpu_key)
     peak, bandwidth = board.peak_flops(dtype), board.bandwidth
-    prefill_flops = forward_flops(spec_or_model, prompt_len, prompt_len, batch_size)  # type: ignore[arg-type]
-    prefill_bytes = weight_bytes_read(spec_or_model, batch_size * prompt_len, dtype) + kv_cache_bytes(  # type: ignore[arg-type]
-        spec_or_model, batch_size, prompt_len, dtype  # type: ignore[arg-type]
-    )
+    prefill_flops = forward_flops(spec_or_model, prompt_len, prompt_len, batch_size, last_only=True)  # type: ignore[arg-type]
+    prefill_bytes = weight_bytes_read(spec_or_model, batch_size * prompt_len, dtype) + cache_bytes(  # type: ignore[arg-type]
+        spec_or_model, batch_size, prompt_len, dtype=dtype  # type: ignore[arg-type]
+    ).total
     prefill_time, prefill_bound = _step_time(prefill_flops, prefill_bytes, peak, bandwidth)
     context = prompt_len + gen_len // 2
     decode_flops = forward_flops(spec_or_model, 1, context, batch_size)  # type: ignore[arg-type]

@@ -68,7 +68,7 @@ def reduced_depth(spec, n_layers: int | None):  # type: ignore[no-untyped-def]
 
 def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Exact figures of the full-size model, from zoo.analysis (meta device, no memory)."""
-    from zoo.analysis import count_params, flops_per_token, kv_bytes_per_token, kv_cache_bytes, weight_bytes
+    from zoo.analysis import cache_bytes, count_params, flops_per_token, weight_bytes
     from zoo.errors import PluginError
     from zoo.harness.environment import pick_device
     from zoo.model import resolve_dtype
@@ -94,11 +94,12 @@ def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "params_active": count.active,
         "params_embedding": count.embedding,
         "weight_bytes": weight_bytes(spec, dtype),
-        "kv_bytes_per_token": kv_bytes_per_token(spec, dtype=dtype),
+        "kv_bytes_per_token": cache_bytes(spec, 1, 1, dtype=dtype).token,
+        "state_bytes": cache_bytes(spec, 1, 1, dtype=dtype).sequence,
         "context_len": context,
-        "kv_bytes": kv_cache_bytes(spec, config.batch_size, context, dtype=dtype),
+        "kv_bytes": cache_bytes(spec, config.batch_size, context, dtype=dtype).total,
         "flops_per_token": flops,
-        "kv_curve": [[n, kv_cache_bytes(spec, 1, n, dtype=dtype)] for n in lengths],
+        "kv_curve": [[n, cache_bytes(spec, 1, n, dtype=dtype).total] for n in lengths],
     }
 
 

@@ -80,8 +80,7 @@ class Measurement(BaseModel):
     decode_tokens_per_s_max: float
     decode_tokens_per_s_runs: list[float]
     time_to_first_token_s: float  # median
-    flops_per_token: int | None  # decode, at the midpoint context prompt_len + gen_len // 2; None when
-    # an attention module declares no score_flops (then --predict is a PluginError)
+    flops_per_token: int | None  # decode, at the midpoint context prompt_len + gen_len // 2
     decode_bytes_per_step: int  # weights read + KV read at that context
     predicted_gpu: str | None = None
     predicted_prefill_tokens_per_s: float | None = None

@@ -17,11 +17,11 @@ __version__ = "0.1.0"
 
 @zoo.hookimpl
 def zoo_register_components(register: Callable[..., None]) -> None:
-    from zoo_mla.attention import MLAOptions, build_mla
-    from zoo_mla.moe import DeepSeekMoEOptions, build_deepseek_moe
+    from zoo_mla.attention import MLAOptions, MultiHeadLatentAttention, build_mla
+    from zoo_mla.moe import DeepSeekMoE, DeepSeekMoEOptions, build_deepseek_moe
 
-    register("attention", "mla", build_mla, options=MLAOptions)
-    register("ffn", "deepseek_moe", build_deepseek_moe, options=DeepSeekMoEOptions)
+    register("attention", "mla", build_mla, options=MLAOptions, module=MultiHeadLatentAttention)
+    register("ffn", "deepseek_moe", build_deepseek_moe, options=DeepSeekMoEOptions, module=DeepSeekMoE)
 
 
 @zoo.hookimpl

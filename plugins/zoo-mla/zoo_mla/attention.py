@@ -17,14 +17,23 @@ Module and parameter names follow transformers' DeepseekV2Attention, so checkpoi
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 from torch import nn
-from zoo.components.masks import visible
-from zoo.interfaces import BuildContext, CacheTensor, Options, Positions
+from zoo.errors import SpecError
+from zoo.interfaces import (
+    BuildContext,
+    LayerState,
+    Memory,
+    Options,
+    Positions,
+    StateTensor,
+    TokenMixer,
+    causal_keys_seen,
+    visible_keys,
+)
 
 
 class MLAOptions(Options):
@@ -71,11 +80,13 @@ def softmax_scale(options: MLAOptions, ctx: BuildContext) -> float:
     return scale
 
 
-class MultiHeadLatentAttention(nn.Module):
+class MultiHeadLatentAttention(TokenMixer):
     """Causal MLA; caches the normed latent (B, L, r) and the rotated rope key (B, L, dr)."""
 
     def __init__(self, options: MLAOptions, ctx: BuildContext) -> None:
         super().__init__()
+        if ctx.role == "cross_attention":
+            raise SpecError("cross_attention.kind: mla is causal self-attention only; allowed: gqa, mha, mqa")
         d = ctx.d_model
         self.n_heads = H = options.n_heads
         self.nope_dim, self.rope_dim = options.qk_nope_head_dim, options.qk_rope_head_dim
@@ -94,15 +105,24 @@ class MultiHeadLatentAttention(nn.Module):
         self.o_proj = nn.Linear(H * self.v_dim, d, bias=options.bias)
 
     # ---- cache ----------------------------------------------------------------------------
-    def cache_layout(self, batch_size: int, max_len: int) -> dict[str, CacheTensor]:
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """The latent and the shared rope key: all that is needed to recompute K and V."""
         return {
-            "latent": CacheTensor((batch_size, max_len, self.rank)),
-            "k_rope": CacheTensor((batch_size, max_len, self.rope_dim)),
+            "latent": StateTensor((batch_size, max_len, self.rank)),
+            "k_rope": StateTensor((batch_size, max_len, self.rope_dim)),
         }
 
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """q·kᵀ over nope+rope channels and probs·v, per head, for n_new causal queries
+        (the expanded form; the absorbed decode does the same multiply-adds in latent space)."""
+        keys = causal_keys_seen(n_new, context_len, None)
+        return 2 * self.n_heads * (self.nope_dim + self.rope_dim + self.v_dim) * keys
+
     # ---- forward --------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, positions: Positions, cache: Any = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        cache = state
         B, T, _ = x.shape
         q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
         q = q.view(B, T, self.n_heads, self.nope_dim + self.rope_dim).transpose(1, 2)  # (B, H, T, dn+dr)
@@ -112,7 +132,7 @@ class MultiHeadLatentAttention(nn.Module):
         q_rope, k_rope = positions.rotate(q_rope, k_rope[:, None])  # (B, H, T, dr), (B, 1, T, dr)
         if cache is None:
             time = torch.arange(T, device=x.device)
-            out = self._attend_expanded(q_nope, q_rope, latent, k_rope, positions, time, time, None)
+            out = self._attend_expanded(q_nope, q_rope, latent, k_rope, positions, time, time, positions.key_valid)
         else:
             out = self._attend_cached(q_nope, q_rope, latent, k_rope[:, 0], positions, cache)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.v_dim)  # (B, T, H*dv)
@@ -120,7 +140,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _attend_cached(
         self, q_nope: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor, k_rope: torch.Tensor,
-        positions: Positions, cache: Any,
+        positions: Positions, cache: LayerState,
     ) -> torch.Tensor:
         """Write this chunk's latent and rope key, then attend over everything cached."""
         time = cache.time  # (T,)
@@ -147,7 +167,7 @@ class MultiHeadLatentAttention(nn.Module):
         dtype: torch.dtype,
     ) -> torch.Tensor:
         """Additive mask (B|1, H|1, T, S): causal, padding, and any positional score bias."""
-        allowed = visible(query_time, key_time, None, key_valid)  # (B|1, 1, T, S)
+        allowed = visible_keys(query_time, key_time, None, key_valid)  # (B|1, 1, T, S)
         bias = positions.positional.score_bias(query_time[None], key_time[None], self.n_heads)
         base = torch.zeros((), dtype=dtype, device=query_time.device) if bias is None else bias.to(dtype)
         return base.masked_fill(~allowed, float("-inf"))
@@ -188,6 +208,6 @@ class MultiHeadLatentAttention(nn.Module):
                 f"v={self.v_dim}, scale={self.scale:.6g}")
 
 
-def build_mla(options: MLAOptions, ctx: BuildContext) -> nn.Module:
+def build_mla(options: MLAOptions, ctx: BuildContext) -> MultiHeadLatentAttention:
     """DeepSeek multi-head latent attention (the cache keeps a latent and one rope key)."""
     return MultiHeadLatentAttention(options, ctx)

@@ -8,7 +8,7 @@ Routing, computed in float32 as DeepSeek does:
   of their two best biased scores;
 - weights: the chosen experts' unbiased scores, optionally renormalised to sum to 1
   (``norm_topk_prob``), times ``routed_scaling_factor``.
-The experts themselves are zoo's stacked-weight MoE (``zoo.components.moe.MoE``): this
+The experts themselves are zoo's stacked-weight MoE (``zoo.parts.MoE``): this
 module only replaces its routing and adds the correction bias.
 """
 
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from torch import nn
-from zoo.components.moe import MoE, MoEOptions
+from zoo.parts import MoE, MoEOptions
 from zoo.interfaces import BuildContext, Options
 
 
@@ -98,6 +98,6 @@ class DeepSeekMoE(MoE):
         return (weights * opts.routed_scaling_factor).to(x.dtype), index
 
 
-def build_deepseek_moe(options: DeepSeekMoEOptions, ctx: BuildContext) -> nn.Module:
+def build_deepseek_moe(options: DeepSeekMoEOptions, ctx: BuildContext) -> DeepSeekMoE:
     """DeepSeek MoE: shared experts, softmax/sigmoid scores, greedy/grouped top-k."""
     return DeepSeekMoE(options, ctx.d_model)
