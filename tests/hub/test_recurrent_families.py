@@ -25,6 +25,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                         "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
                                         "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
                                         "shared_expert_intermediate_size": 24, "intermediate_size": 48, "mlp_only_layers": [1]}),
+    # 2 layers, 4 heads of 16 in 2 B/C groups, chunks of 16 so 70 tokens span several
+    "mamba2": ("Mamba2Config", {**COMMON, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16, "expand": 2,
+                                "n_groups": 2, "state_size": 8, "chunk_size": 16, "tie_word_embeddings": True}),
 }
 QWEN3_NEXT_80B = {  # https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct/blob/main/config.json
     "architectures": ["Qwen3NextForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643,
@@ -110,3 +113,28 @@ def test_real_qwen3_next_config_gives_the_preset_and_its_count() -> None:
 def test_unsupported_qwen3_next_fields_are_named(update: dict[str, Any], message: str) -> None:
     with pytest.raises(CheckpointError, match=message):
         spec_from_hf_config({**QWEN3_NEXT_80B, **update})
+
+
+MAMBA2_130M = {  # AntonV/mamba2-130m-hf, transformers' conversion of state-spaces/mamba2-130m
+    "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 768, "num_hidden_layers": 24,
+    "vocab_size": 50288, "num_heads": 24, "head_dim": 64, "expand": 2, "n_groups": 1, "state_size": 128,
+    "conv_kernel": 4, "chunk_size": 256, "use_bias": False, "use_conv_bias": True, "layer_norm_epsilon": 1e-05,
+    "hidden_act": "silu", "residual_in_fp32": True, "rescale_prenorm_residual": False, "time_step_rank": 48,
+    "time_step_min": 0.001, "time_step_max": 0.1, "time_step_floor": 0.0001, "time_step_limit": [0.0, float("inf")],
+    "tie_word_embeddings": True, "initializer_range": 0.1, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+}
+
+
+def test_mamba2_130m_config_gives_the_preset_its_count_and_state_bytes() -> None:
+    spec = spec_from_hf_config(MAMBA2_130M)
+    preset = zoo.spec("mamba2-130m")
+    for family in ("norm", "positional", "attention", "ffn", "block"):
+        assert getattr(spec.layer(0), family).to_dict() == getattr(preset.layer(0), family).to_dict(), family
+    assert zoo.count_params(preset).total == zoo.count_params(spec).total == 128_989_632
+    # per layer: conv window (1536 + 2 * 128, 4) and SSM state (24, 64, 128), float32
+    assert zoo.analysis.state_bytes(preset, dtype="float32") == 24 * (1792 * 4 + 24 * 64 * 128) * 4 == 19_562_496
+
+
+def test_mamba2_heads_must_fill_the_inner_width() -> None:
+    with pytest.raises(CheckpointError, match="num_heads"):
+        spec_from_hf_config({**MAMBA2_130M, "num_heads": 20})

@@ -81,6 +81,11 @@ def _qwen3_next(r: ConfigReader) -> dict[str, Any]:
     }
 
 
+def _json_float(value: Any) -> float:
+    """A number, or transformers 5's encoding of a non-finite one: {"__float__": "Infinity"}."""
+    return float(value["__float__"]) if isinstance(value, dict) and "__float__" in value else float(value)
+
+
 def _mamba2(r: ConfigReader) -> dict[str, Any]:
     d, heads, head_dim = r.need("hidden_size"), r.need("num_heads"), r.get("head_dim", 64)
     r.expect("hidden_act", (None, "silu"), "the Mamba2 convolution and gate are SiLU")
@@ -93,7 +98,7 @@ def _mamba2(r: ConfigReader) -> dict[str, Any]:
     # residual_in_fp32 keeps the residual stream in float32 (no effect on a float32 model)
     r.used.update({"time_step_rank", "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual",
                    "residual_in_fp32", "layer_types"})
-    low, high = r.get("time_step_limit", (0.0, math.inf))  # dt is clamped to this range
+    low, high = (_json_float(v) for v in r.get("time_step_limit", (0.0, math.inf)))  # dt is clamped to this range
     eps = r.get("layer_norm_epsilon", 1e-5)
     mixer = {
         "kind": "mamba2", "n_heads": heads, "head_dim": head_dim, "n_groups": r.get("n_groups", 1),
@@ -166,14 +171,17 @@ def _mamba2_config(spec: ModelSpec) -> dict[str, Any]:
     mixer = layer.attention
     if any(other.attention.to_dict() != mixer.to_dict() for other in spec.layer_specs()) or mixer.kind != "mamba2":
         raise CheckpointError(f"spec {spec.name!r}: a mamba2 config needs the same mamba2 mixer in every layer")
-    return {
+    config: dict[str, Any] = {
         "model_type": "mamba2", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
         "max_position_embeddings": spec.max_seq_len, "tie_word_embeddings": spec.tie_embeddings,
         "num_heads": mixer.n_heads, "head_dim": mixer.head_dim, "expand": _ratio(mixer.n_heads * mixer.head_dim, spec.d_model),
         "n_groups": mixer.n_groups, "state_size": mixer.state_size, "conv_kernel": mixer.conv_kernel,
         "chunk_size": mixer.chunk_size, "use_bias": mixer.bias, "use_conv_bias": mixer.conv_bias,
-        "layer_norm_epsilon": layer.norm.eps, "time_step_limit": [mixer.dt_min, math.inf if mixer.dt_max is None else mixer.dt_max], "hidden_act": "silu",
+        "layer_norm_epsilon": layer.norm.eps, "hidden_act": "silu",
     }
+    if mixer.dt_min or mixer.dt_max is not None:  # (0, inf) is the default; inf as transformers 5 writes it
+        config["time_step_limit"] = [mixer.dt_min, {"__float__": "Infinity"} if mixer.dt_max is None else mixer.dt_max]
+    return config
 
 
 RECURRENT_WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
