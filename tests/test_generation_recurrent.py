@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import zoo
+from zoo.analysis import cache_bytes, state_bytes
 from zoo.cache import KVCache
 from zoo.generation import decode_step, left_pad, prefill
 from zoo.model_spec import ModelSpec
@@ -19,7 +20,7 @@ MIXERS = {
     "mamba2": {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "n_groups": 2, "state_size": 8, "chunk_size": 4},
 }
 GATED_ATTENTION = {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "qk_norm": True, "output_gate": True}
-FFN = {"swiglu": {"kind": "swiglu", "hidden": 24},
+FFN = {"none": {"kind": "none"}, "swiglu": {"kind": "swiglu", "hidden": 24},
        "moe-shared": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "shared_hidden": 8, "shared_gate": True}}
 LAYOUTS = ("alone", "hybrid")  # hybrid: every second layer gated attention with partial RoPE
 GRID = list(itertools.product(MIXERS, FFN, LAYOUTS))
@@ -111,3 +112,23 @@ def test_compiled_decode_step_equals_eager_without_recompiling(mixer):
             compiled = step(model, token, compiled_cache)
         torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
         token = eager.argmax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_a_prefill_after_reset_reads_no_stale_state(mixer):
+    model = recurrent_model(mixer, "none", "alone")
+    first, second = torch.randint(0, VOCAB, (2, 9)), torch.randint(0, VOCAB, (2, 5))
+    cache = KVCache(model, batch_size=2, max_len=9)
+    prefill(model, first, cache)
+    cache.reset()
+    with torch.no_grad():
+        expected = model(second)[:, -1]
+    torch.testing.assert_close(prefill(model, second, cache), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_state_is_counted_per_sequence_not_per_token(mixer):
+    spec = recurrent_model(mixer, "none", "hybrid").spec
+    short, long = (cache_bytes(spec, batch_size=1, context_len=n, dtype="float32") for n in (8, 16))
+    assert short.sequence == long.sequence == state_bytes(spec, dtype="float32") > 0
+    assert long.token == 2 * short.token > 0  # only the attention layer's K/V grow

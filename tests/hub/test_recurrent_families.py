@@ -13,6 +13,7 @@ import torch
 
 import zoo
 from tests.hub.test_loading import zoo_greedy
+from zoo.analysis import state_bytes
 from zoo.errors import CheckpointError
 from zoo.hub.config import spec_from_hf_config
 
@@ -132,7 +133,7 @@ def test_mamba2_130m_config_gives_the_preset_its_count_and_state_bytes() -> None
         assert getattr(spec.layer(0), family).to_dict() == getattr(preset.layer(0), family).to_dict(), family
     assert zoo.count_params(preset).total == zoo.count_params(spec).total == 128_989_632
     # per layer: conv window (1536 + 2 * 128, 4) and SSM state (24, 64, 128), float32
-    assert zoo.analysis.state_bytes(preset, dtype="float32") == 24 * (1792 * 4 + 24 * 64 * 128) * 4 == 19_562_496
+    assert state_bytes(preset, dtype="float32") == 24 * (1792 * 4 + 24 * 64 * 128) * 4 == 19_562_496
 
 
 def test_mamba2_heads_must_fill_the_inner_width() -> None:
