@@ -44,6 +44,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.linear_attention",
     "zoo.components.embeddings",
     "zoo.components.heads",
+    "zoo.components.gated_deltanet",
+    "zoo.components.mamba2",
     "zoo.archs",
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")

@@ -25,6 +25,8 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.modernbert",
     "zoo.archs.t5",
     "zoo.archs.bart",
+    "zoo.archs.qwen3_next",
+    "zoo.archs.mamba2",
 )
 
 

@@ -46,6 +46,9 @@ class AttentionOptions(Options):
     sinks: bool = Field(False, description="a learned logit per head joined to the softmax (gpt-oss)")
     scale: float | None = Field(None, gt=0, description="score scale; default head_dim ** -0.5")
     causal: bool = Field(True, description="a token sees only earlier ones; false: bidirectional (encoders)")
+    output_gate: bool = Field(
+        False, description="q_proj also gives each head a gate; the output times sigmoid(gate) (Qwen3-Next)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -133,7 +136,8 @@ class Attention(TokenMixer):
         self.scale = options.scale if options.scale is not None else self.head_dim**-0.5
         d, hd = ctx.d_model, self.head_dim
         out_bias = options.bias if options.out_bias is None else options.out_bias
-        self.q_proj = Linear(d, self.n_heads * hd, bias=options.bias)
+        self.output_gate = options.output_gate
+        self.q_proj = Linear(d, self.n_heads * hd * (2 if options.output_gate else 1), bias=options.bias)
         self.k_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
         self.v_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
         self.o_proj = Linear(self.n_heads * hd, d, bias=out_bias)
@@ -167,7 +171,7 @@ class Attention(TokenMixer):
         B, T, _ = x.shape
         if self.cross:
             return self._cross(x, state, memory)
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
+        q, gate = self._query(x)  # (B, T, H, D), (B, T, H*D) | None
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
@@ -180,13 +184,27 @@ class Attention(TokenMixer):
         else:
             out = self._attend_cached(q, k, v, positions, state)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
-        return self.o_proj(out)
+        return self._output(out, gate)
+
+    def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D): q_proj gives
+        each head [query | gate], the checkpoint's layout."""
+        B, T, _ = x.shape
+        q = self.q_proj(x)
+        if not self.output_gate:
+            return q.view(B, T, self.n_heads, self.head_dim), None
+        q, gate = q.view(B, T, self.n_heads, 2 * self.head_dim).chunk(2, dim=-1)  # (B, T, H, D) each
+        return q.reshape(B, T, self.n_heads, self.head_dim), gate.reshape(B, T, self.n_heads * self.head_dim)
+
+    def _output(self, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """o_proj of the heads' output (B, T, H*D), gated by sigmoid(gate) when there is one."""
+        return self.o_proj(out if gate is None else out * torch.sigmoid(gate))
 
     def _cross(self, x: torch.Tensor, state: LayerState | None, memory: Memory | None) -> torch.Tensor:
         """Attend to the encoder's memory: K/V from ``memory`` (written to the state when
         there is one), or, in decode steps, from the state written at prefill."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
+        q, gate = self._query(x)  # (B, T, H, D)
         if self.q_norm is not None:
             q = self.q_norm(q)
         q = q.transpose(1, 2)  # (B, H, T, D)
@@ -209,7 +227,7 @@ class Attention(TokenMixer):
         out = F.scaled_dot_product_attention(
             q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
         )  # (B, H, T, D)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return self._output(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), gate)
 
     def _attend_cached(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: LayerState

@@ -42,6 +42,7 @@ class MoEOptions(Options):
     )
     renormalize: bool = Field(True, description="rescale the top-k probabilities to sum to 1 (softmax_topk)")
     shared_hidden: PositiveInt | None = Field(None, description="width of an always-on shared gated MLP")
+    shared_gate: bool = Field(False, description="scale the shared expert by sigmoid(x . w) (Qwen3-Next)")
     clamp_limit: float | None = Field(None, gt=0, description="swiglu_oai: gate <= limit, |up| <= limit")
     alpha: float = Field(1.702, description="swiglu_oai: sigmoid sharpness")
 
@@ -49,6 +50,8 @@ class MoEOptions(Options):
     def _check(self) -> MoEOptions:
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k: {self.top_k} exceeds n_experts={self.n_experts}; allowed: 1..{self.n_experts}")
+        if self.shared_gate and not self.shared_hidden:
+            raise ValueError("shared_gate: needs a shared expert; set shared_hidden")
         if self.activation == "swiglu_oai" and not self.gated:
             raise ValueError("gated: swiglu_oai experts are gated; set gated=true")
         return self
@@ -70,6 +73,7 @@ class MoE(FeedForward):
         self.b_gate = nn.Parameter(torch.empty(E, Fh)) if options.bias and options.gated else None
         self.b_down = nn.Parameter(torch.empty(E, d)) if options.bias else None
         self.shared = GatedMLP(d, options.shared_hidden, "silu", False) if options.shared_hidden else None
+        self.shared_gate = Linear(d, 1, bias=False) if options.shared_gate else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -215,7 +219,10 @@ class MoE(FeedForward):
         else:
             out = self._experts_looped(flat, weights, index)
         if self.shared is not None:
-            out = out + self.shared(flat)
+            shared = self.shared(flat)  # (N, d)
+            if self.shared_gate is not None:
+                shared = shared * torch.sigmoid(self.shared_gate(flat))
+            out = out + shared
         return out.view(shape)  # (B, T, d)
 
 

@@ -1,5 +1,6 @@
 """Hugging Face config.json <-> ModelSpec, for gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
-gpt_oss, gemma3_text, the encoders bert and roberta (and mamba, falcon_mamba from ``config_mamba.py``).
+gpt_oss, gemma3_text, the encoders bert and roberta, mamba and falcon_mamba (``config_mamba.py``), the
+families of ``families.py`` (modernbert, t5, bart) and the recurrent ones of ``config_recurrent.py``.
 
 Every key of a config is either mapped into the spec, or neutral by the rule of
 ``zoo/hub/config_keys.py`` (it cannot change the forward pass: names, token ids, dropout,
@@ -24,6 +25,8 @@ from zoo.hub.config_reader import (  # noqa: F401  (re-exported: the readers' ho
 )
 from zoo.hub.config_reader import layer_selector as _layer_selector
 from zoo.hub.config_reader import rope_params as _rope_params
+from zoo.hub.config_reader import layer_selector, rope_params  # noqa: F401
+from zoo.hub.config_recurrent import RECURRENT_FAMILIES
 from zoo.hub.families import FAMILY_MODULES
 from zoo.model_spec import ModelSpec
 
@@ -85,7 +88,7 @@ def _gpt2(r: ConfigReader) -> dict[str, Any]:
 def _llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str | None = None) -> dict[str, Any]:
     d, heads = r.need("hidden_size"), r.need("num_attention_heads")
     n_layers = r.need("num_hidden_layers")
-    key, params = _rope_params(r)
+    key, params = rope_params(r)
     bias = bool(r.get("attention_bias", False))
     attention: dict[str, Any] = {
         "kind": "gqa", "n_heads": heads, "n_kv_heads": r.get("num_key_value_heads", heads),
@@ -111,7 +114,7 @@ def _llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str | No
     if sliding and len(sliding) == n_layers:
         attention["window"] = window
     elif sliding:
-        spec["layers"][_layer_selector(sliding, n_layers)] = {"attention": {"window": window}}
+        spec["layers"][layer_selector(sliding, n_layers)] = {"attention": {"window": window}}
     return spec
 
 
@@ -149,7 +152,7 @@ def _qwen3_moe(r: ConfigReader) -> dict[str, Any]:
     step, dense = r.get("decoder_sparse_step", 1), set(r.get("mlp_only_layers", []))
     dense_layers = [i for i in range(spec["n_layers"]) if i in dense or (i + 1) % step != 0]
     if dense_layers:
-        selector = _layer_selector(dense_layers, spec["n_layers"])
+        selector = layer_selector(dense_layers, spec["n_layers"])
         spec["layers"].setdefault(selector, {})["ffn"] = {"kind": "swiglu", "hidden": r.need("intermediate_size")}
     return spec
 
@@ -176,7 +179,7 @@ def _gemma3(r: ConfigReader) -> dict[str, Any]:
     d, heads, n_layers = r.need("hidden_size"), r.need("num_attention_heads"), r.need("num_hidden_layers")
     kv = r.get("num_key_value_heads", heads)
     head_dim = r.get("head_dim", d // heads)
-    key, params = _rope_params(r)
+    key, params = rope_params(r)
     params = dict(params or {})
     if "full_attention" in params or "sliding_attention" in params:  # transformers 5: one dict per layer type
         global_rope = rope_options(r, params.get("full_attention"), f"{key}.full_attention")
@@ -198,7 +201,7 @@ def _gemma3(r: ConfigReader) -> dict[str, Any]:
                  "scale": float(r.get("query_pre_attn_scalar", head_dim)) ** -0.5, "window": window}
     layers: dict[str, Any] = {}
     if full:
-        layers[_layer_selector(full, n_layers)] = {"attention": {"window": None}, "positional": global_rope}
+        layers[layer_selector(full, n_layers)] = {"attention": {"window": None}, "positional": global_rope}
     return {
         "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
         "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
@@ -263,6 +266,7 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
     "bert": _bert,
     "roberta": lambda r: _bert(r, roberta=True),
     **{model_type: module.read_config for model_type, module in FAMILY_MODULES.items()},
+    **RECURRENT_FAMILIES,
 }
 
 

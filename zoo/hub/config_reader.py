@@ -1,6 +1,6 @@
 """Reading Hugging Face config.json files: the key-ticking reader, activation names, RoPE
 options, layer selectors. Shared by ``zoo.hub.config`` and the per-family modules
-(``zoo.hub.modernbert``, ``zoo.hub.t5``, ``zoo.hub.bart``), which import nothing else of
+(``zoo.hub.modernbert``, ``zoo.hub.t5``, ``zoo.hub.bart``, ``zoo.hub.config_recurrent``), which import nothing else of
 ``zoo.hub.config`` (it imports them).
 """
 
@@ -100,9 +100,14 @@ def rope_params(reader: ConfigReader) -> tuple[str, Mapping[str, Any] | None]:
 
 
 def layer_selector(indices: list[int], n_layers: int) -> str:
-    """A compact selector for the layers: a slice 'a::p' when periodic, else a list."""
+    """A compact selector for the layers: a slice 'a::p' when periodic, a union of slices
+    with one period ('0::4,1::4,2::4') when that covers them exactly, else a list."""
     for start in range(n_layers):
         for step in range(1, n_layers + 1):
             if indices == list(range(start, n_layers, step)):
                 return f"{start}::{step}"
+    for step in range(2, n_layers):
+        residues = sorted({i % step for i in indices})
+        if indices == [i for i in range(n_layers) if i % step in residues]:
+            return ",".join(f"{r}::{step}" for r in residues)
     return ",".join(map(str, indices))

@@ -178,8 +178,24 @@ GPT2_TRANSPOSED: list[tuple[str, str]] = [
     (r"layers\.(\d+)\.ffn\.up_proj\.weight", r"{p}h.\1.mlp.c_fc.weight"),
     (r"layers\.(\d+)\.ffn\.down_proj\.weight", r"{p}h.\1.mlp.c_proj.weight"),
 ]
-# checkpoint tensors that are no weights: GPT-2's causal-mask buffers, stored RoPE frequencies
-IGNORED_HF = re.compile(r".*(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq)$")
+# Qwen3-Next: Gated DeltaNet layers keep transformers' names under linear_attn; the MoE's
+# shared expert and its sigmoid gate sit beside the routed experts
+QWEN3_NEXT_RENAMES: list[tuple[str, str]] = [
+    (r"layers\.(\d+)\.attention\.(in_proj_qkvz|in_proj_ba|conv1d|out_proj|norm)\.weight", r"model.layers.\1.linear_attn.\2.weight"),
+    (r"layers\.(\d+)\.attention\.(dt_bias|A_log)", r"model.layers.\1.linear_attn.\2"),
+    (r"layers\.(\d+)\.ffn\.shared\.(gate_proj|up_proj|down_proj)\.weight", r"model.layers.\1.mlp.shared_expert.\2.weight"),
+    (r"layers\.(\d+)\.ffn\.shared_gate\.weight", r"model.layers.\1.mlp.shared_expert_gate.weight"),
+] + LLAMA_RENAMES
+MAMBA2_RENAMES: list[tuple[str, str]] = [
+    (r"embed\.weight", "backbone.embeddings.weight"),
+    (r"final_norm\.weight", "backbone.norm_f.weight"),
+    (r"lm_head\.weight", "lm_head.weight"),
+    (r"layers\.(\d+)\.attn_norm\.weight", r"backbone.layers.\1.norm.weight"),
+    (r"layers\.(\d+)\.attention\.(.+)", r"backbone.layers.\1.mixer.\2"),
+]
+# checkpoint tensors that are no weights: GPT-2's causal-mask buffers, stored RoPE frequencies,
+# and Qwen3-Next's multi-token-prediction head (mtp.*, unused by a causal LM, as in transformers)
+IGNORED_HF = re.compile(r"(mtp\..*|.*(\.attn\.bias|\.attn\.masked_bias|rotary_emb\.inv_freq))$")
 
 
 def _bert_renames(zoo_names: Collection[str], hf_keys: Collection[str], model_type: str) -> list[tuple[str, str]]:
@@ -322,6 +338,11 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
         rules = _gpt_oss_rules(names, hf_keys)
     elif model_type in ("bert", "roberta"):
         rules, renames = [], _bert_renames(names, hf_keys, model_type)
+    elif model_type == "qwen3_next":
+        rules = _expert_rules(names, hf_keys, "mlp", "gate", ("gate_proj", "up_proj", "down_proj"), n_experts)
+        renames = QWEN3_NEXT_RENAMES
+    elif model_type == "mamba2":
+        rules, renames = [], MAMBA2_RENAMES
     else:
         rules = []
         renames = GEMMA_RENAMES if model_type == "gemma3_text" else LLAMA_RENAMES

@@ -18,6 +18,7 @@ from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config
 from zoo.hub.config_mamba import mamba_config
+from zoo.hub.config_recurrent import RECURRENT_ARCHITECTURES, RECURRENT_WRITERS
 from zoo.hub.families import FAMILY_MODULES, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model import ZooModel, persistent_buffers
@@ -29,6 +30,7 @@ ARCHITECTURES = {
     "gpt_oss": "GptOssForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
     "mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
     "bert": "BertModel", "roberta": "RobertaModel",
+    **RECURRENT_ARCHITECTURES,
     **{model_type: module.ARCHITECTURE for model_type, module in FAMILY_MODULES.items()},
 }
 MASKED_LM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
@@ -90,6 +92,8 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         return _bert_config(spec, model_type)
     if model_type in FAMILY_MODULES:
         return FAMILY_MODULES[model_type].write_config(spec)
+    if model_type in RECURRENT_WRITERS:
+        return RECURRENT_WRITERS[model_type](spec)
     base = spec.layer(0)
     att, ffn, norm = base.attention, base.ffn, base.norm
     if model_type in ("mamba", "falcon_mamba"):

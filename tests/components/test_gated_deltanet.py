@@ -1,0 +1,93 @@
+"""Gated DeltaNet against transformers' Qwen3-Next torch path, on the same weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step
+from zoo.components.gated_deltanet import GatedDeltaNet
+
+transformers = pytest.importorskip("transformers")
+qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+
+D, HK, HV, DK, DV, K = 32, 2, 4, 8, 6, 4
+
+
+def _pair(chunk_size: int = 4):  # type: ignore[no-untyped-def]
+    config = transformers.Qwen3NextConfig(
+        hidden_size=D, linear_num_key_heads=HK, linear_num_value_heads=HV, linear_key_head_dim=DK,
+        linear_value_head_dim=DV, linear_conv_kernel_dim=K, num_hidden_layers=1, layer_types=["linear_attention"],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, vocab_size=50, num_experts=0,
+    )
+    torch.manual_seed(0)
+    reference = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    ours = GatedDeltaNet(D, HK, HV, DK, DV, K, eps=config.rms_norm_eps, chunk_size=chunk_size)
+    ours.load_state_dict(reference.state_dict())
+    return config, reference, ours
+
+
+def test_chunked_rule_equals_the_token_by_token_rule():
+    torch.manual_seed(1)
+    B, H, T = 2, 3, 11
+    q, k = torch.randn(B, H, T, 5), torch.nn.functional.normalize(torch.randn(B, H, T, 5), dim=-1)
+    v = torch.randn(B, H, T, 4)
+    g, beta = -torch.rand(B, H, T), torch.rand(B, H, T)
+    state = torch.randn(B, H, 5, 4)
+    out, final = chunk_gated_delta_rule(q, k, v, g, beta, state, chunk_size=4)
+    step_state, steps = state, []
+    for t in range(T):
+        o, step_state = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], step_state)
+        steps.append(o)
+    torch.testing.assert_close(out, torch.stack(steps, dim=2), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(final, step_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_size", [4, 64])
+def test_full_sequence_matches_transformers(chunk_size: int):
+    _, reference, ours = _pair(chunk_size)
+    x = torch.randn(2, 13, D)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.mix(x), reference(x), atol=1e-4, rtol=1e-4)
+
+
+def test_prefill_then_steps_match_transformers_with_its_cache():
+    config, reference, ours = _pair()
+    x = torch.randn(2, 12, D)
+    cache = transformers.DynamicCache(config=config)
+    state = {name: torch.zeros(shape) for name, shape in ours.state_shapes(2).items()}
+    with torch.no_grad():
+        torch.testing.assert_close(ours.mix(x[:, :9], state), reference(x[:, :9], cache_params=cache), atol=1e-4, rtol=1e-4)
+        for t in range(9, 12):
+            expected = reference(x[:, t : t + 1], cache_params=cache)
+            torch.testing.assert_close(ours.mix(x[:, t : t + 1], state), expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(state["recurrent"], cache.get_recurrent_state(0, state_idx=0), atol=1e-4, rtol=1e-4)
+
+
+def test_prefill_then_steps_equal_the_full_sequence():
+    _, _, ours = _pair()
+    x = torch.randn(2, 12, D)
+    state = {name: torch.zeros(shape) for name, shape in ours.state_shapes(2).items()}
+    with torch.no_grad():
+        full = ours.mix(x)
+        parts = [ours.mix(x[:, :5], state), ours.mix(x[:, 5:9], state)]
+        parts += [ours.mix(x[:, t : t + 1], state) for t in range(9, 12)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_left_padding_leaves_the_state_as_without_the_pads():
+    _, _, ours = _pair()
+    x = torch.randn(1, 7, D)
+    padded = torch.cat([torch.randn(1, 3, D), x], dim=1)
+    valid = torch.tensor([[False] * 3 + [True] * 7])
+    plain = {name: torch.zeros(shape) for name, shape in ours.state_shapes(1).items()}
+    masked = {name: torch.zeros(shape) for name, shape in ours.state_shapes(1).items()}
+    with torch.no_grad():
+        expected = ours.mix(x, plain)
+        got = ours.mix(padded, masked, token_valid=valid)[:, 3:]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for name in plain:
+        torch.testing.assert_close(masked[name], plain[name], atol=1e-5, rtol=1e-5)

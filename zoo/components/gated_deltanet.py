@@ -1,0 +1,213 @@
+"""Gated DeltaNet as in Qwen3-Next: a token mixer whose state is fixed per sequence.
+
+Per layer: one projection gives q, k, v and the output gate z (grouped per key head, the
+checkpoint's layout), another the write strength b and the decay input a; q, k, v go
+through a short causal convolution (SiLU), q and k are L2-normalised, and the gated delta
+rule (``delta_rule.py``) mixes the tokens; each value head's output is RMS-normalised and
+gated by SiLU(z) before the output projection. Parameter names are transformers'
+(``in_proj_qkvz``, ``in_proj_ba``, ``conv1d``, ``dt_bias``, ``A_log``, ``norm``,
+``out_proj``), so checkpoints map unchanged.
+
+State per sequence: the convolution window (B, 2 d_k H_k + d_v H_v, kernel) and the
+recurrent state (B, H_v, d_k, d_v); neither grows with the context.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
+from torch import nn
+
+from zoo.components.causal_conv import causal_conv
+from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
+from zoo.components.linear import Linear
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+
+
+class GatedDeltaNetOptions(Options):
+    n_k_heads: PositiveInt = Field(description="query/key heads (linear_num_key_heads)")
+    n_v_heads: PositiveInt = Field(description="value heads, each with its own state (linear_num_value_heads)")
+    head_k_dim: PositiveInt = Field(128, description="query/key head width")
+    head_v_dim: PositiveInt = Field(128, description="value head width")
+    conv_kernel: PositiveInt = Field(4, description="width of the causal convolution over q, k, v")
+    eps: float = Field(1e-6, gt=0, description="epsilon of the gated RMS norm on each head's output")
+    chunk_size: PositiveInt = Field(64, description="tokens per chunk of the prefill scan (numerics only)")
+
+    @property
+    def n_heads(self) -> int:
+        """Value heads: what positional encodings read (the mixer itself takes no positions)."""
+        return self.n_v_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_k_dim
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> GatedDeltaNetOptions:
+        if self.n_v_heads % self.n_k_heads:
+            raise ValueError(
+                f"n_v_heads: {self.n_v_heads} is not a multiple of n_k_heads={self.n_k_heads}; "
+                "allowed: a multiple of n_k_heads"
+            )
+        return self
+
+
+class GatedRMSNorm(nn.Module):
+    """RMS norm of each head's output, then times SiLU(gate) (norm before gate, Qwen3-Next)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., dim) float32
+        return (self.weight * normed.to(x.dtype) * F.silu(gate.float())).to(x.dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_k_heads: int,
+        n_v_heads: int,
+        head_k_dim: int,
+        head_v_dim: int,
+        conv_kernel: int = 4,
+        eps: float = 1e-6,
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__()
+        if n_v_heads % n_k_heads:
+            raise ValueError(f"n_v_heads={n_v_heads} must be a multiple of n_k_heads={n_k_heads}")
+        self.n_k_heads, self.n_v_heads = n_k_heads, n_v_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.key_dim, self.value_dim = n_k_heads * head_k_dim, n_v_heads * head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv_kernel = conv_kernel
+        self.chunk_size = chunk_size
+        self.in_proj_qkvz = Linear(d_model, 2 * self.key_dim + 2 * self.value_dim, bias=False)
+        self.in_proj_ba = Linear(d_model, 2 * n_v_heads, bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv_kernel, groups=self.conv_dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.empty(n_v_heads))
+        self.A_log = nn.Parameter(torch.empty(n_v_heads))
+        self.norm = GatedRMSNorm(head_v_dim, eps)
+        self.out_proj = Linear(self.value_dim, d_model, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Decay rates A in [1, 16] (log stored), dt bias 1, as transformers initialises them."""
+        if self.A_log.is_meta:
+            return
+        with torch.no_grad():
+            self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log())
+            self.dt_bias.fill_(1.0)
+
+    def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
+        """Shapes of the per-sequence state: the convolution window and the recurrent state."""
+        return {
+            "conv": (batch_size, self.conv_dim, self.conv_kernel),
+            "recurrent": (batch_size, self.n_v_heads, self.head_k_dim, self.head_v_dim),
+        }
+
+    def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Projections in the checkpoint's grouped layout -> qkv (B, T, conv_dim), z, b, a."""
+        B, T, _ = x.shape
+        per_group = self.n_v_heads // self.n_k_heads
+        qkvz = self.in_proj_qkvz(x).view(B, T, self.n_k_heads, -1)  # (B, T, H_k, 2 d_k + 2 r d_v)
+        sizes = [self.head_k_dim, self.head_k_dim, per_group * self.head_v_dim, per_group * self.head_v_dim]
+        q, k, v, z = torch.split(qkvz, sizes, dim=-1)
+        b, a = torch.split(self.in_proj_ba(x).view(B, T, self.n_k_heads, 2 * per_group), per_group, dim=-1)
+        qkv = torch.cat([q.reshape(B, T, -1), k.reshape(B, T, -1), v.reshape(B, T, -1)], dim=-1)  # (B, T, conv_dim)
+        z = z.reshape(B, T, self.n_v_heads, self.head_v_dim)  # (B, T, H_v, d_v)
+        return qkv, z, b.reshape(B, T, self.n_v_heads), a.reshape(B, T, self.n_v_heads)
+
+    def mix(
+        self,
+        x: torch.Tensor,
+        state: dict[str, torch.Tensor] | None = None,
+        token_valid: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). ``state`` tensors are read and updated in place; tokens
+        with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
+        B, T, _ = x.shape
+        if token_valid is not None:
+            x = x * token_valid[..., None].to(x.dtype)
+        qkv, z, b, a = self._split(x)
+        qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, None if state is None else state["conv"])
+        q, k, v = torch.split(qkv.transpose(1, 2).float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        group = self.n_v_heads // self.n_k_heads
+        q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)).repeat_interleave(group, dim=2) * self.head_k_dim**-0.5
+        k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1)).repeat_interleave(group, dim=2)  # (B, T, H_v, d_k)
+        v = v.reshape(B, T, self.n_v_heads, self.head_v_dim)  # (B, T, H_v, d_v)
+        beta = b.float().sigmoid()  # (B, T, H_v)
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, H_v), log decay
+        if token_valid is not None:
+            beta, g = beta * token_valid[..., None], g * token_valid[..., None]
+        out = self._scan(q, k, v, g, beta, None if state is None else state["recurrent"])  # (B, T, H_v, d_v)
+        out = self.norm(out.to(x.dtype), z)  # (B, T, H_v, d_v)
+        return self.out_proj(out.reshape(B, T, self.value_dim))
+
+    def _scan(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        recurrent: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The delta rule over q, k (B, T, H, d_k), v (B, T, H, d_v), g, beta (B, T, H);
+        a one-token call with a state is one step."""
+        if recurrent is not None and q.shape[1] == 1:
+            out, new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], recurrent.float())
+            recurrent.copy_(new)
+            return out[:, None]  # (B, 1, H, d_v)
+        B, _, H, _ = q.shape
+        initial = recurrent.float() if recurrent is not None else q.new_zeros(B, H, self.head_k_dim, self.head_v_dim)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+        out, new = chunk_gated_delta_rule(q, k, v, g.transpose(1, 2), beta.transpose(1, 2), initial, self.chunk_size)
+        if recurrent is not None:
+            recurrent.copy_(new)
+        return out.transpose(1, 2)  # (B, T, H, d_v)
+
+
+class GatedDeltaNetMixer(GatedDeltaNet, TokenMixer):
+    """The registered ``gated_deltanet`` attention kind: ``mix`` over the layer's state."""
+
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """Per sequence, whatever the context: the conv window and the recurrent state."""
+        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
+
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """State-update FLOPs per token (decay, read k^T S, write, read q^T S): no context term."""
+        per_head = 7 * self.head_k_dim * self.head_v_dim + 2 * self.head_v_dim
+        return n_new * self.n_v_heads * per_head
+
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
+        leave the state untouched, so a left-padded row equals its unpadded run."""
+        if state is None:
+            return self.mix(x, None, positions.key_valid)
+        return self.mix(x, state.tensors, state.token_valid)
+
+def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn.Module:
+    """Gated DeltaNet (Qwen3-Next's linear-attention layers)."""
+    o = options
+    return GatedDeltaNetMixer(ctx.d_model, o.n_k_heads, o.n_v_heads, o.head_k_dim, o.head_v_dim, o.conv_kernel, o.eps, o.chunk_size)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "gated_deltanet", build_gated_deltanet, module=GatedDeltaNetMixer, options=GatedDeltaNetOptions)

@@ -1,0 +1,184 @@
+"""The Mamba2 mixer: multi-head selective state space with grouped B/C (arXiv 2405.21060).
+
+One projection gives the gate z, the convolved channels (x, B, C) and the per-head step dt;
+x, B, C go through a short causal convolution (SiLU); the SSD scan (``ssd.py``) mixes the
+tokens with a scalar decay per head; the output times SiLU(z) is RMS-normalised per group
+and projected back. Parameter names are transformers' (``in_proj``, ``conv1d``,
+``dt_bias``, ``A_log``, ``D``, ``norm``, ``out_proj``), so checkpoints map unchanged.
+
+State per sequence: the convolution window (B, d_inner + 2 G N, kernel) and the SSM state
+(B, H, P, N); neither grows with the context.
+"""
+
+from __future__ import annotations
+
+import math
+import torch
+import torch.nn.functional as F
+from pydantic import Field, PositiveInt, model_validator
+from torch import nn
+
+from zoo.components.causal_conv import causal_conv
+from zoo.components.linear import Linear
+from zoo.components.ssd import chunk_scan, ssd_step
+from zoo.hookspecs import hookimpl
+from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+
+
+class Mamba2Options(Options):
+    n_heads: PositiveInt = Field(description="SSM heads; the inner width is n_heads * head_dim")
+    head_dim: PositiveInt = Field(64, description="channels per head (P)")
+    n_groups: PositiveInt = Field(1, description="groups sharing one B and C (like key/value heads)")
+    state_size: PositiveInt = Field(128, description="state per channel (N)")
+    conv_kernel: PositiveInt = Field(4, description="width of the causal convolution over x, B, C")
+    chunk_size: PositiveInt = Field(256, description="tokens per chunk of the prefill scan (numerics only)")
+    bias: bool = Field(False, description="biases on the input and output projections")
+    conv_bias: bool = Field(True, description="bias on the convolution")
+    eps: float = Field(1e-5, gt=0, description="epsilon of the gated RMS norm")
+    dt_min: float = Field(0.0, ge=0, description="lower clamp of the step dt")
+    dt_max: float | None = Field(None, gt=0, description="upper clamp of the step dt; none: unbounded")
+
+    @model_validator(mode="after")
+    def _check_groups(self) -> Mamba2Options:
+        if self.n_heads % self.n_groups:
+            raise ValueError(f"n_groups: n_heads={self.n_heads} is not divisible by n_groups={self.n_groups}")
+        return self
+
+
+class GroupedGatedRMSNorm(nn.Module):
+    """x * SiLU(gate), then RMS-normalised over each of ``groups`` equal slices (gate before norm)."""
+
+    def __init__(self, dim: int, groups: int, eps: float) -> None:
+        super().__init__()
+        self.groups, self.eps = groups, eps
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        h = x.float() * F.silu(gate.float())  # (..., dim)
+        grouped = h.view(*h.shape[:-1], self.groups, -1)  # (..., G, dim / G)
+        h = F.rms_norm(grouped, (grouped.shape[-1],), eps=self.eps).view(h.shape)
+        return self.weight * h.to(x.dtype)
+
+
+class Mamba2Mixer(nn.Module):
+    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_inner: int,
+        n_heads: int,
+        n_groups: int,
+        state_size: int,
+        conv_kernel: int = 4,
+        chunk_size: int = 256,
+        bias: bool = False,
+        conv_bias: bool = True,
+        eps: float = 1e-5,
+        dt_limit: tuple[float, float] = (0.0, math.inf),
+    ) -> None:
+        super().__init__()
+        if d_inner % n_heads or n_heads % n_groups:
+            raise ValueError(f"d_inner={d_inner} must split into n_heads={n_heads}, in n_groups={n_groups}")
+        self.d_inner, self.n_heads, self.n_groups, self.state_size = d_inner, n_heads, n_groups, state_size
+        self.head_dim = d_inner // n_heads
+        self.conv_dim = d_inner + 2 * n_groups * state_size
+        self.conv_kernel, self.chunk_size, self.dt_limit = conv_kernel, chunk_size, dt_limit
+        self.in_proj = Linear(d_model, d_inner + self.conv_dim + n_heads, bias=bias)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv_kernel, groups=self.conv_dim, bias=conv_bias)
+        self.dt_bias = nn.Parameter(torch.empty(n_heads))
+        self.A_log = nn.Parameter(torch.empty(n_heads))
+        self.D = nn.Parameter(torch.empty(n_heads))
+        self.norm = GroupedGatedRMSNorm(d_inner, n_groups, eps)
+        self.out_proj = Linear(d_inner, d_model, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """A = 1..H (log stored), D = 1, dt bias = softplus^-1 of dt in [0.001, 0.1] log-uniform."""
+        if self.A_log.is_meta:
+            return
+        with torch.no_grad():
+            self.A_log.copy_(torch.arange(1, self.n_heads + 1, dtype=torch.float32).log())
+            self.D.fill_(1.0)
+            dt = torch.exp(torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
+            self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+
+    def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
+        """Shapes of the per-sequence state: the convolution window and the SSM state."""
+        return {
+            "conv": (batch_size, self.conv_dim, self.conv_kernel),
+            "ssm": (batch_size, self.n_heads, self.head_dim, self.state_size),
+        }
+
+    def mix(
+        self,
+        x: torch.Tensor,
+        state: dict[str, torch.Tensor] | None = None,
+        token_valid: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). ``state`` tensors are read and updated in place; tokens
+        with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
+        batch, T, _ = x.shape
+        if token_valid is not None:
+            x = x * token_valid[..., None].to(x.dtype)
+        z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)
+        xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, None if state is None else state["conv"])
+        xs, Bm, Cm = torch.split(xbc.transpose(1, 2).float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1)
+        per_group = self.n_heads // self.n_groups
+        xs = xs.reshape(batch, T, self.n_heads, self.head_dim)  # (B, T, H, P)
+        Bm, Cm = (t.reshape(batch, T, self.n_groups, -1).repeat_interleave(per_group, dim=2) for t in (Bm, Cm))  # (B, T, H, N)
+        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)  # (B, T, H)
+        if token_valid is not None:
+            dt = dt * token_valid[..., None]
+        A = -self.A_log.float().exp()  # (H,)
+        ssm = None if state is None else state["ssm"]
+        if ssm is not None and T == 1:
+            y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm.float())
+            y = y[:, None]  # (B, 1, H, P)
+        else:
+            initial = ssm.float() if ssm is not None else xs.new_zeros(batch, self.n_heads, self.head_dim, self.state_size)
+            y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
+        if ssm is not None:
+            ssm.copy_(new)
+        y = y + xs * self.D.float()[:, None]  # (B, T, H, P)
+        y = self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z)  # (B, T, d_inner)
+        return self.out_proj(y)
+
+
+class Mamba2TokenMixer(Mamba2Mixer, TokenMixer):
+    """The registered ``mamba2`` attention kind: ``mix`` over the layer's state."""
+
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """Per sequence, whatever the context: the conv window and the SSM state."""
+        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
+
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """State-update FLOPs per token (decay, write dt x B^T, read S C, D skip): no context term."""
+        per_head = 5 * self.head_dim * self.state_size + 3 * self.head_dim
+        return n_new * self.n_heads * per_head
+
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
+        leave the state untouched, so a left-padded row equals its unpadded run."""
+        if state is None:
+            return self.mix(x, None, positions.key_valid)
+        return self.mix(x, state.tensors, state.token_valid)
+
+def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
+    """The Mamba2 mixer (multi-head SSD with grouped B/C)."""
+    o = options
+    limit = (o.dt_min, math.inf if o.dt_max is None else o.dt_max)
+    return Mamba2TokenMixer(ctx.d_model, o.n_heads * o.head_dim, o.n_heads, o.n_groups, o.state_size, o.conv_kernel,
+                            o.chunk_size, o.bias, o.conv_bias, o.eps, limit)
+
+
+@hookimpl
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    register("attention", "mamba2", build_mamba2, module=Mamba2TokenMixer, options=Mamba2Options)
