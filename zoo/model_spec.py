@@ -70,7 +70,8 @@ class StackSpec(BaseModel):
 
 
 class ModelSpec(StrictNumbers):
-    """A decoder language model: sizes, one component of each family, per-layer overrides."""
+    """A language model: sizes, one component of each family, per-layer overrides; an
+    `encoder` stack makes it an encoder-decoder, `attention.causal: false` an encoder."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
