@@ -23,7 +23,8 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
 from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.components.sequence_state import SequenceStateMixer
+from zoo.interfaces import BuildContext, Options
 
 
 class GatedDeltaNetOptions(Options):
@@ -181,26 +182,14 @@ class GatedDeltaNet(nn.Module):
         return out.transpose(1, 2)  # (B, T, H, d_v)
 
 
-class GatedDeltaNetMixer(GatedDeltaNet, TokenMixer):
+class GatedDeltaNetMixer(GatedDeltaNet, SequenceStateMixer):
     """The registered ``gated_deltanet`` attention kind: ``mix`` over the layer's state."""
-
-    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """Per sequence, whatever the context: the conv window and the recurrent state."""
-        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
 
     def score_flops(self, n_new: int, context_len: int) -> int:
         """State-update FLOPs per token (decay, read k^T S, write, read q^T S): no context term."""
         per_head = 7 * self.head_k_dim * self.head_v_dim + 2 * self.head_v_dim
         return n_new * self.n_v_heads * per_head
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
-    ) -> torch.Tensor:
-        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
-        leave the state untouched, so a left-padded row equals its unpadded run."""
-        if state is None:
-            return self.mix(x, None, positions.key_valid)
-        return self.mix(x, state.tensors, state.token_valid)
 
 def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn.Module:
     """Gated DeltaNet (Qwen3-Next's linear-attention layers)."""

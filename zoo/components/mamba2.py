@@ -22,7 +22,8 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.linear import Linear
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.components.sequence_state import SequenceStateMixer
+from zoo.interfaces import BuildContext, Options
 
 
 class Mamba2Options(Options):
@@ -150,26 +151,14 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(y)
 
 
-class Mamba2TokenMixer(Mamba2Mixer, TokenMixer):
+class Mamba2TokenMixer(Mamba2Mixer, SequenceStateMixer):
     """The registered ``mamba2`` attention kind: ``mix`` over the layer's state."""
-
-    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """Per sequence, whatever the context: the conv window and the SSM state."""
-        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
 
     def score_flops(self, n_new: int, context_len: int) -> int:
         """State-update FLOPs per token (decay, write dt x B^T, read S C, D skip): no context term."""
         per_head = 5 * self.head_dim * self.state_size + 3 * self.head_dim
         return n_new * self.n_heads * per_head
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
-    ) -> torch.Tensor:
-        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
-        leave the state untouched, so a left-padded row equals its unpadded run."""
-        if state is None:
-            return self.mix(x, None, positions.key_valid)
-        return self.mix(x, state.tensors, state.token_valid)
 
 def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
     """The Mamba2 mixer (multi-head SSD with grouped B/C)."""

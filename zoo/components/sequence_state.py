@@ -1,0 +1,39 @@
+"""The shared shell of token mixers whose whole state is fixed per sequence.
+
+Gated DeltaNet and Mamba2 are each a maths module with ``state_shapes(batch_size)`` and
+``mix(x, state, token_valid)`` over explicit tensors (tested alone against transformers);
+this base turns such a module into a registered ``TokenMixer``: every declared tensor is
+``per="sequence"``, and ``forward`` hands ``mix`` the layer's state and which tokens are
+real, so left padding never touches the state.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.interfaces import LayerState, Memory, Positions, StateTensor, TokenMixer
+
+
+class SequenceStateMixer(TokenMixer):
+    """Mixin over a maths module that defines ``state_shapes`` and ``mix``."""
+
+    def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
+        raise NotImplementedError
+
+    def mix(
+        self, x: torch.Tensor, state: dict[str, torch.Tensor] | None, token_valid: torch.Tensor | None
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """Per sequence, whatever the context (the conv window and the recurrent state)."""
+        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
+
+    def forward(
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
+        leave the state untouched, so a left-padded row equals its unpadded run."""
+        if state is None:
+            return self.mix(x, None, positions.key_valid)
+        return self.mix(x, state.tensors, state.token_valid)
