@@ -128,11 +128,11 @@ class InfiniAttention(TokenMixer):
 
     def score_flops(self, n_new: int, context_len: int) -> int:
         """Local q·kᵀ and probs·v over the segment so far (4·D per key), plus per token and
-        head the memory read σ(q)M, σ(q)z (2·D² + 2·D) and write σ(k)ᵀv, z (2·D² + D; the
-        delta rule reads first: another 2·D² + 2·D + D²-sized subtraction, counted 3·D² + 2·D)."""
+        head the memory read σ(q)M, σ(q)z (2·D² + 2·D) and write σ(k)ᵀv, z (2·D² + D); the
+        delta rule first reads σ(k)M, σ(k)z and subtracts it from v (2·D² + 3·D more)."""
         D = self.head_dim
         local = 4 * D * segment_keys_seen(n_new, context_len, self.segment)
-        per_token = 4 * D * D + 3 * D + (3 * D * D + 2 * D if self.delta else 0)
+        per_token = 4 * D * D + 3 * D + (2 * D * D + 3 * D if self.delta else 0)
         return self.n_heads * (local + n_new * per_token)
 
     # ---- forward --------------------------------------------------------------------------
