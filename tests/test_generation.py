@@ -92,6 +92,8 @@ MIXERS = {
                     "positional": {"kind": "rope"}},
     "linear-then-mamba": {"attention": {"kind": "linear", "n_heads": 2}, "ffn": FFN["moe"],
                           "positional": {"kind": "none"}, "layers": {"1": {"attention": MAMBA}}},
+    "infini-delta-then-gqa": {"attention": {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"},
+                              "ffn": FFN["swiglu"], "positional": {"kind": "none"}, "layers": {"1": {"attention": GQA}}},
 }
 
 
@@ -134,7 +136,7 @@ def test_recurrent_and_hybrid_left_padded_rows_equal_their_unpadded_runs(name):
         torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba"])  # no positional encoding (see below)
+@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba", "infini-delta-then-gqa"])  # no positional encoding (see below)
 def test_uncached_left_padding_leaves_recurrent_rows_as_alone(name):
     """Without a cache the attention_mask reaches the mixers as Positions.key_valid (positions
     are then not shifted by the padding, hence no positional encoding here)."""

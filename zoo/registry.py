@@ -42,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.blocks",
     "zoo.components.mamba",
     "zoo.components.linear_attention",
+    "zoo.components.infini_attention",
     "zoo.components.embeddings",
     "zoo.components.heads",
     "zoo.components.gated_deltanet",
