@@ -17,6 +17,10 @@ The root package is a lazy facade (``zoo.build`` imports ``zoo.model`` on first 
 edge to each module that function imports; anything else (``__version__``, ``hookimpl``) is
 an edge to ``zoo`` itself, whose edges are only its module-level imports. Attribute use after
 ``import zoo`` (``zoo.spec(...)``) is resolved the same way.
+
+Imports by name at run time (``importlib.import_module``) are no edges: they are wiring
+(the facade's ``_LAZY``, resolved above; the CLI's subcommand table; the presets; the
+registry's ``BUILTIN_PLUGINS`` and ``SPEC_READERS``, loaded as any plugin is).
 """
 
 from __future__ import annotations
