@@ -3,6 +3,7 @@ import pytest
 import zoo
 from zoo.errors import PluginError, SpecError
 from zoo.interfaces import Options
+from zoo.model_spec import ModelSpec
 from zoo.registry import Registry, get_registry, reset_registry
 
 
@@ -98,3 +99,14 @@ def test_clashing_with_a_builtin_names_both_and_leaves_the_registry_alone():
     with pytest.raises(PluginError, match=r"'zoo.components.attention' \(built in\) and 'clash'"):
         zoo.register_plugin(Clash(), name="clash")
     assert get_registry().component("attention", "gqa").plugin == "zoo.components.attention"
+
+
+def test_the_spec_reads_hf_configs_through_the_registry_reader():
+    from zoo.hub.config import spec_from_hf_config
+    from zoo.registry import spec_reader
+
+    assert spec_reader("hf_config") is spec_from_hf_config
+    config = {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 100, "n_positions": 64}
+    assert ModelSpec.from_hf_config(config) == spec_from_hf_config(config)
+    with pytest.raises(SpecError, match=r"unknown config format 'hf_conifg' \(did you mean 'hf_config'\?\); allowed: hf_config"):
+        spec_reader("hf_conifg")

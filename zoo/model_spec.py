@@ -31,7 +31,7 @@ from zoo.component_spec import (
 )
 from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.layer_selectors import parse_layer_selector
-from zoo.registry import get_registry, on_registry_change
+from zoo.registry import get_registry, on_registry_change, spec_reader
 
 from zoo.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_text
 from zoo.strict_numbers import StrictNumbers
@@ -256,10 +256,14 @@ class ModelSpec(StrictNumbers):
 
     @classmethod
     def from_hf_config(cls, config: str | Path | Mapping[str, Any]) -> ModelSpec:
-        """A spec from a Hugging Face config.json (path or parsed dict)."""
-        from zoo.hub.config import spec_from_hf_config
+        """A spec from a Hugging Face config.json (path or parsed dict).
 
-        return spec_from_hf_config(config)
+        The spec knows no checkpoint format: the reader (``zoo.hub.config.spec_from_hf_config``)
+        is looked up in the registry, which wires built-in parts in by name, so this module
+        never imports the hub (the hub imports it).
+        """
+        spec: ModelSpec = spec_reader("hf_config")(config)
+        return spec
 
 
 def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,18 +7,36 @@ whose hooks raise, is recorded in ``registry.failures``, reported once per proce
 ``PluginWarning``; the CLI prints it as one line) and skipped, so every other plugin and
 command keeps working. A clash between two plugins is not skipped: it is a ``PluginError``
 naming both, because silently picking one would change what a spec builds.
+
+The registry imports this module (never the reverse): it hands itself to
+``load_entry_points``, which needs only its ``failures`` list and ``add_plugin``.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from zoo.errors import PluginConflictError, PluginError, PluginWarning
-from zoo.registry import ENTRY_POINT_GROUP, PluginFailure, Registry
 
+if TYPE_CHECKING:
+    from zoo.registry import Registry
+
+ENTRY_POINT_GROUP = "zoo"
 PLUGINS_ENV = "ZOO_PLUGINS"
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be loaded: reported once, then skipped."""
+
+    name: str
+    error: str
+    distribution: str = ""
+
 
 _reported: set[tuple[str, str]] = set()  # failures already reported in this process
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from zoo import hookspecs
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
+from zoo.plugin_loading import ENTRY_POINT_GROUP, PluginFailure, load_entry_points  # noqa: F401 - re-exported
 from zoo.registry_entries import (
     FAMILIES,
     ArchitectureEntry,
@@ -31,7 +32,6 @@ from zoo.registry_entries import (
     component_entry,
 )
 
-ENTRY_POINT_GROUP = "zoo"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.norms",
     "zoo.components.positional",
@@ -51,15 +51,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")
 PluginSource = Literal["builtin", "entry point", "runtime"]
-
-
-@dataclass(frozen=True)
-class PluginFailure:
-    """A plugin that could not be loaded: reported once, then skipped."""
-
-    name: str
-    error: str
-    distribution: str = ""
 
 
 @dataclass(frozen=True)
@@ -281,7 +272,6 @@ def get_registry() -> Registry:
         if _building is not None:
             return _building
         from zoo import __version__ as zoo_version
-        from zoo.plugin_loading import load_entry_points  # imports this module: a cycle at top level
 
         registry = Registry()
         _building = registry
@@ -358,3 +348,20 @@ def _rebuild() -> None:
 def _notify() -> None:
     for listener in _listeners:
         listener()
+
+
+# ---- readers of checkpoint configs --------------------------------------------------------
+# Named by path, as BUILTIN_PLUGINS are: the registry is where zoo's built-in parts are wired
+# in, so ``ModelSpec.from_hf_config`` asks for a reader here and the spec layer never imports
+# the hub (which imports the spec). Imported on first use: the hub pulls in torch.
+SPEC_READERS: dict[str, str] = {"hf_config": "zoo.hub.config:spec_from_hf_config"}
+
+
+def spec_reader(fmt: str) -> Callable[..., Any]:
+    """The function turning a config of format ``fmt`` (a key of SPEC_READERS) into a ModelSpec."""
+    path = SPEC_READERS.get(fmt)
+    if path is None:
+        raise SpecError(f"unknown config format {fmt!r}{did_you_mean(fmt, SPEC_READERS)}; allowed: {allowed(SPEC_READERS)}")
+    module_name, _, attr = path.partition(":")
+    reader: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
+    return reader

@@ -10,12 +10,14 @@ crash) comes back as the point's failed row. Ray is optional: ``pip install -e "
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import BenchError
-from zoo.harness.executors import OnRow
 from zoo.harness.grid import SweepPlan, SweepPoint
 from zoo.harness.points import make_row
+
+if TYPE_CHECKING:  # executors imports this module when asked for Ray
+    from zoo.harness.executors import OnRow
 
 
 def _import_ray() -> Any:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.names import Rule
-from zoo.model_spec import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
+    from zoo.model_spec import ModelSpec
 
 MODEL_TYPE = "bart"
 ARCHITECTURE = "BartForConditionalGeneration"

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector, rope_options, rope_params
-from zoo.model_spec import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
+    from zoo.model_spec import ModelSpec
 
 LAYER_TYPES = ("linear_attention", "full_attention")
 

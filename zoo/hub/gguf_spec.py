@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError, allowed
 from zoo.hub.config import spec_from_hf_config
 from zoo.hub.gguf_reader import GGUFCheckpoint
-from zoo.model_spec import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
+    from zoo.model_spec import ModelSpec
 
 
 def _f32(value: float) -> float:

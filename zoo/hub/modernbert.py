@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector, rope_options
 from zoo.hub.names import Rule, split_rows
-from zoo.model_spec import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
+    from zoo.model_spec import ModelSpec
 
 MODEL_TYPE = "modernbert"
 ARCHITECTURE = "ModernBertModel"  # the bare encoder; with a masked-LM head the config names ModernBertForMaskedLM

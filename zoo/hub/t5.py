@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.names import Rule
-from zoo.model_spec import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
+    from zoo.model_spec import ModelSpec
 
 MODEL_TYPE = "t5"
 # the stacks' copies of the shared table (transformers ties them to shared.weight)

@@ -1,0 +1,314 @@
+"""House rules, read off the source with ``ast`` (nothing is imported):
+
+- no import cycles in ``zoo/``, counting imports inside functions (they run as surely as
+  top-level ones, only later) but not those under ``if TYPE_CHECKING:`` (never run);
+- the core names no concrete component, and out-of-tree plugins use only public API;
+- no function over 60 lines, no file in ``zoo/`` over 400.
+
+The import graph has one node per module. An import of ``a.b.c`` is an edge to the module
+``a.b.c`` only: Python runs the packages ``a`` and ``a.b`` first, but that holds for every
+submodule, so it is no design dependency (``from zoo.quant import kernels`` depends on the
+submodule, not on what ``zoo/quant/__init__.py`` defines). ``from pkg import name`` where
+``name`` is not a submodule is an edge to ``pkg``.
+
+The root package is a lazy facade (``zoo.build`` imports ``zoo.model`` on first use, through
+``_LAZY`` and ``__getattr__``), so an edge to ``zoo`` is resolved per name: a name of
+``_LAZY`` is an edge to the module it loads; a function defined in ``zoo/__init__.py`` is an
+edge to each module that function imports; anything else (``__version__``, ``hookimpl``) is
+an edge to ``zoo`` itself, whose edges are only its module-level imports. Attribute use after
+``import zoo`` (``zoo.spec(...)``) is resolved the same way.
+
+Imports by name at run time (``importlib.import_module``) are no edges: they are wiring
+(the facade's ``_LAZY``, resolved above; the CLI's subcommand table; the presets; the
+registry's ``BUILTIN_PLUGINS`` and ``SPEC_READERS``, loaded as any plugin is).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "zoo"
+MAX_FUNCTION_LINES = 60
+MAX_FILE_LINES = 400
+# modules that must not import zoo.components.* (the core names no concrete kind; the
+# registry wires built-in components in by name)
+CORE_MODULES = (
+    "zoo.model", "zoo.stack", "zoo.model_spec", "zoo.component_spec", "zoo.interfaces",
+    "zoo.registry", "zoo.registry_entries", "zoo.plugin_loading", "zoo.hookspecs",
+)
+# what an out-of-tree plugin may import from zoo
+PUBLIC_MODULES = frozenset({"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors"})
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str  # a dotted name as written, relative imports resolved
+    names: tuple[str, ...]  # `from target import names`; () for `import target`
+    line: int
+    binds_root: bool = False  # `import zoo` / `import zoo.x` (binds the name `zoo`)
+
+
+@dataclass
+class Graph:
+    edges: dict[str, dict[str, str]] = field(default_factory=dict)  # module -> {target: "file:line"}
+
+    def add(self, source: str, target: str, where: str) -> None:
+        if target != source:
+            self.edges[source].setdefault(target, where)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _walk_runtime(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node below ``node`` except bodies of ``if TYPE_CHECKING:`` (their else: kept)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for stmt in child.orelse:
+                yield stmt
+                yield from _walk_runtime(stmt)
+            continue
+        yield child
+        yield from _walk_runtime(child)
+
+
+def imports(node: ast.AST, module: str, is_package: bool) -> list[Import]:
+    """The imports that can run under ``node``, relative ones resolved against ``module``."""
+    found: list[Import] = []
+    for n in _walk_runtime(node):
+        if isinstance(n, ast.Import):
+            for alias in n.names:
+                root_bound = alias.asname is None and alias.name.split(".")[0] == PACKAGE
+                found.append(Import(alias.name, (), n.lineno, root_bound))
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                parts = module.split(".")
+                keep = len(parts) - n.level + (1 if is_package else 0)
+                base = ".".join(parts[:keep] + ([base] if base else []))
+            found.append(Import(base, tuple(a.name for a in n.names), n.lineno))
+    return found
+
+
+def _modules(package_dir: Path) -> dict[str, Path]:
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def _root_symbols(path: Path, modules: dict[str, Path]) -> dict[str, set[str]]:
+    """For the lazy root package: each public name -> the modules using it imports."""
+    tree = ast.parse(path.read_text())
+    symbols: dict[str, set[str]] = {}
+    for stmt in tree.body:
+        value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Dict):  # _LAZY = {"build": ("zoo.model", "build"), ...}
+            for key, item in zip(value.keys, value.values):
+                if isinstance(key, ast.Constant) and isinstance(item, ast.Tuple) and item.elts:
+                    first = item.elts[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        symbols[str(key.value)] = {_owner(first.value, modules)}
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            symbols[stmt.name] = {
+                _owner(f"{i.target}.{n}" if f"{i.target}.{n}" in modules else i.target, modules)
+                for i in imports(stmt, PACKAGE, True) if _owner(i.target, modules) for n in (i.names or ("",))
+            }
+    return symbols
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str:
+    """The module a dotted name lives in: its longest prefix that is a module."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def import_graph(package_dir: Path) -> Graph:
+    modules = _modules(package_dir)
+    root = package_dir.name
+    symbols = _root_symbols(modules[root], modules)
+    graph = Graph({name: {} for name in modules})
+
+    def resolve(base: str, name: str) -> set[str]:
+        if f"{base}.{name}" in modules:
+            return {f"{base}.{name}"}
+        if base == root:
+            return symbols.get(name, {root})
+        return {_owner(base, modules)}
+
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        where = lambda line: f"{path.relative_to(package_dir.parent)}:{line}"  # noqa: E731
+        # the facade's functions are reached per name (above), not by importing the package
+        scope = ast.Module(body=[s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))],
+                           type_ignores=[]) if name == root else tree
+        binds_root = False
+        for imp in imports(scope, name, path.name == "__init__.py"):
+            if imp.target != root and not imp.target.startswith(root + "."):
+                continue
+            binds_root |= imp.binds_root
+            for target in (resolve(imp.target, n) for n in imp.names) if imp.names else [{_owner(imp.target, modules)}]:
+                for t in target:
+                    graph.add(name, t, where(imp.line))
+        if binds_root:  # zoo.build(...) after `import zoo`
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == root:
+                    for t in resolve(root, n.attr):
+                        graph.add(name, t, where(n.lineno))
+    return graph
+
+
+def find_cycle(edges: dict[str, dict[str, str]]) -> list[str] | None:
+    """One cycle as a closed path [a, b, ..., a], or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(edges):
+        if start in state:
+            continue
+        path, stack = [start], [iter(sorted(edges[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif nxt not in state and nxt in edges:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(edges[nxt])))
+    return None
+
+
+def describe(cycle: list[str], edges: dict[str, dict[str, str]]) -> str:
+    return "\n".join(f"  {a} -> {b}  ({edges[a][b]})" for a, b in zip(cycle, cycle[1:]))
+
+
+# ---- the checker, on a package made for it ---------------------------------------------
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "zoo"
+
+
+def test_the_checker_sees_cycles_through_function_imports_and_relative_imports(tmp_path):
+    pkg = _write(tmp_path, {
+        "zoo/__init__.py": "",
+        "zoo/a.py": "def f():\n    from zoo.sub import b\n",
+        "zoo/sub/__init__.py": "",
+        "zoo/sub/b.py": "from ..a import f\n",
+    })
+    edges = import_graph(pkg).edges
+    assert edges["zoo.a"] == {"zoo.sub.b": "zoo/a.py:2"} and "zoo.a" in edges["zoo.sub.b"]
+    assert find_cycle(edges) == ["zoo.a", "zoo.sub.b", "zoo.a"]
+
+
+def test_the_checker_skips_type_checking_and_resolves_the_lazy_facade(tmp_path):
+    pkg = _write(tmp_path, {
+        "zoo/__init__.py": (
+            "from typing import TYPE_CHECKING\nfrom zoo.errors import E\n"
+            "_LAZY = {'build': ('zoo.model', 'build')}\n__version__ = '1'\n"
+            "def spec(name):\n    from zoo.archs import preset\n"
+            "if TYPE_CHECKING:\n    from zoo.model import build\n"
+        ),
+        "zoo/errors.py": "",
+        "zoo/archs.py": "from zoo.model import build\n",
+        "zoo/model.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.archs import x\n"
+                        "def f():\n    from zoo import __version__\n",
+        "zoo/cli.py": "import zoo\ndef main():\n    zoo.spec('x'); zoo.build()\n",
+        "zoo/pkg/__init__.py": "def g():\n    from zoo.pkg.leaf import y\n",
+        "zoo/pkg/leaf.py": "from zoo.pkg import sibling\nfrom zoo.pkg import g\n",
+        "zoo/pkg/sibling.py": "",
+    })
+    edges = import_graph(pkg).edges
+    assert set(edges["zoo"]) == {"zoo.errors"}  # the facade's module-level imports only
+    assert set(edges["zoo.model"]) == {"zoo"}  # __version__; the TYPE_CHECKING import is no edge
+    assert set(edges["zoo.cli"]) == {"zoo", "zoo.archs", "zoo.model"}  # zoo.spec and zoo.build resolved
+    assert set(edges["zoo.pkg.leaf"]) == {"zoo.pkg.sibling", "zoo.pkg"}  # g is defined by the package
+    assert find_cycle(edges) == ["zoo.pkg", "zoo.pkg.leaf", "zoo.pkg"]
+
+
+# ---- the rules, on zoo ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return import_graph(ROOT / PACKAGE)
+
+
+def test_the_graph_is_read(graph):
+    # a few edges known to exist, so a broken reader cannot pass the acyclicity test vacuously
+    assert "zoo.model_spec" in graph.edges["zoo.model"]
+    assert "zoo.registry" in graph.edges["zoo.model_spec"]
+    assert "zoo.quant.linear" in graph.edges["zoo.quant"]  # imported inside functions
+
+
+def test_zoo_has_no_import_cycle(graph):
+    cycle = find_cycle(graph.edges)
+    assert cycle is None, "an import cycle (imports inside functions count):\n" + describe(cycle, graph.edges)
+
+
+@pytest.mark.parametrize("module", CORE_MODULES)
+def test_the_core_imports_no_concrete_component(graph, module):
+    if module not in graph.edges:
+        pytest.skip(f"{module} is gone")
+    concrete = sorted(t for t in graph.edges[module] if t.startswith("zoo.components"))
+    assert not concrete, f"{module} imports concrete components {concrete}; take them through the registry"
+
+
+def _plugin_sources() -> list[Path]:
+    return sorted(
+        path for path in (ROOT / "plugins").glob("*/*/**/*.py")
+        if not {"tests", "test", "build"} & set(path.relative_to(ROOT / "plugins").parts[1:-1])
+        and not path.name.startswith(("test_", "conftest", "setup"))
+    )
+
+
+def test_plugins_import_only_public_api():
+    sources = _plugin_sources()
+    assert sources, "no plugin source found under plugins/"
+    modules = _modules(ROOT / PACKAGE)
+    private = []
+    for path in sources:
+        for imp in imports(ast.parse(path.read_text()), "", False):
+            if imp.target.split(".")[0] != PACKAGE:
+                continue
+            # `from zoo import parts` uses the module zoo.parts; `from zoo import build` uses zoo
+            used = {f"{imp.target}.{n}" if f"{imp.target}.{n}" in modules else imp.target for n in imp.names or ("",)}
+            private += [f"{path.relative_to(ROOT)}:{imp.line}: {m}" for m in sorted(used - PUBLIC_MODULES)]
+    assert not private, (
+        f"plugins use zoo's private modules (public: {', '.join(sorted(PUBLIC_MODULES))}):\n" + "\n".join(private)
+    )
+
+
+def _python_files() -> list[Path]:
+    return sorted((ROOT / PACKAGE).rglob("*.py"))
+
+
+def test_no_file_over_the_limit():
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in _python_files()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert not long, f"files over {MAX_FILE_LINES} lines (split them by job):\n" + "\n".join(long)
+
+
+def test_no_function_over_the_limit():
+    long = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} is {lines} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)

@@ -1,0 +1,71 @@
+"""How to run one benchmark: ``BenchConfig`` (every run option, validated) and ``make_config``.
+
+Kept apart from the run itself (``zoo.harness.run``): sweeps, the CLI and the results log
+read and validate run options (``--set``, ``--vary``) without the timing code; importing
+this module imports no torch (checking ``weights_dtype`` does, through ``zoo.quant``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from zoo.errors import BenchError
+from zoo.strict_numbers import StrictNumbers
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+class BenchConfig(StrictNumbers):
+    """How to run: defaults keep `zoo bench --arch qwen3-0.6b` under a minute on 2 CPU cores."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    device: str = Field("auto", description="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps")
+    dtype: str | None = Field(None, description="default bfloat16 on CUDA, float32 elsewhere")
+    batch_size: int = Field(1, ge=1)
+    prompt_len: int = Field(128, ge=1)
+    gen_len: int = Field(16, ge=2, description="tokens generated per row: 1 by prefill, the rest by decode")
+    repeats: int = Field(2, ge=1, description="timed rounds; medians and spread over these")
+    warmup: int = Field(1, ge=1, description="untimed rounds before timing")
+    compile: bool = Field(False, description="torch.compile the decode step (reduce-overhead on CUDA)")
+    seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
+    weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
+    predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
+    weights_dtype: str | None = Field(
+        None, description="bf16, float32 (the model in that dtype) or int8, int4 (weight-only quantized linears; "
+        "the rest in dtype, default bfloat16); default: unquantized in dtype"
+    )
+    weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
+    eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
+
+    @field_validator("weights_dtype")
+    @classmethod
+    def _check_weights_dtype(cls, value: str | None) -> str | None:
+        from zoo.quant import normalize
+
+        return normalize(value)
+
+    @model_validator(mode="after")
+    def _check_predict(self) -> BenchConfig:
+        if self.weights_group_size is not None:
+            from zoo.quant import check_group_size
+
+            check_group_size(self.weights_group_size)
+        if self.predict is not None:
+            from zoo.harness.hardware import gpu
+
+            gpu(self.predict)
+        return self
+
+
+def make_config(**options: Any) -> BenchConfig:
+    """A BenchConfig, with validation errors as one-line BenchErrors naming the field."""
+    try:
+        return BenchConfig(**options)
+    except ValidationError as exc:
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise BenchError("; ".join(parts)) from None
