@@ -136,10 +136,10 @@ def test_recurrent_and_hybrid_left_padded_rows_equal_their_unpadded_runs(name):
         torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["mamba", "linear-then-mamba", "infini-delta-then-gqa"])  # no positional encoding (see below)
+@pytest.mark.parametrize("name", MIXERS)
 def test_uncached_left_padding_leaves_recurrent_rows_as_alone(name):
-    """Without a cache the attention_mask reaches the mixers as Positions.key_valid (positions
-    are then not shifted by the padding, hence no positional encoding here)."""
+    """Without a cache the attention_mask reaches the mixers as Positions.key_valid, and
+    positions count real tokens (tests/test_model_padding.py covers every positional)."""
     model = mixer_model(name)
     ids = torch.tensor([[3, 3, 5, 9, 2], [1, 2, 5, 9, 2]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])

@@ -161,7 +161,20 @@ class Positions:
 
 
 class Positional(nn.Module):
-    """Base of positional encodings: override whichever of the three hooks applies."""
+    """Base of positional encodings: override whichever of the three hooks applies.
+
+    A stack builds one module per distinct (positional spec, ``layer_key``) and every layer
+    with that pair shares it (one table, one rotation per forward). The stack's input (the
+    ``embed`` and ``position_ids`` hooks) is handled by the one module that overrides them.
+    """
+
+    @classmethod
+    def layer_key(cls, options: Options, ctx: BuildContext) -> Any:
+        """What the factory reads of its layer beyond ``options`` (a hashable value; equal
+        keys and options: one shared module). Kinds override it with exactly what they
+        read (RoPE: the rotated channels; a learned table: nothing, it is per stack); the
+        default, the layer's whole mixer spec, never shares a module built for other heads."""
+        return repr(ctx.layer.attention.to_dict())
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Add to token embeddings (learned, sinusoidal). x: (B, T, d); positions: (B, T)."""

@@ -56,6 +56,7 @@ class Encoder(nn.Module):
         layers = build_layers(spec, "encoder", "encoder.")
         self.positionals, self.layers = layers.positionals, layers.blocks
         self.layer_positional = layers.layer_positional
+        self.input_positional = layers.input_positional
         self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
 
     def tie(self, embedding: Embedding) -> None:
@@ -64,13 +65,14 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, valid: torch.Tensor | None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """input_ids (B, S), valid (B, S) or None -> hidden states (B, S, d)."""
+        """input_ids (B, S), valid (B, S) or None -> hidden states (B, S, d). Positions number
+        the slots (an encoder's padding shifts nothing, as in transformers)."""
         B, S = input_ids.shape
         base = torch.arange(S, device=input_ids.device)[None, :].expand(B, S)
-        first = self.positionals[self.layer_positional[0]]
+        first = self.positionals[self.input_positional]
         assert isinstance(first, Positional)
         shared = shared_positions(self.positionals, first.position_ids(base, valid), valid)
-        x = self.embed(input_ids, shared[self.layer_positional[0]], token_type_ids)  # (B, S, d)
+        x = self.embed(input_ids, shared[self.input_positional], token_type_ids)  # (B, S, d)
         for i, block in enumerate(self.layers):
             x = block(x, shared[self.layer_positional[i]])
         return x if self.final_norm is None else self.final_norm(x)
@@ -92,6 +94,7 @@ class ZooModel(nn.Module):
         layers = build_layers(spec, "decoder", cross=cross)
         self.positionals = layers.positionals
         self.layer_positional = layers.layer_positional
+        self.input_positional = layers.input_positional
         self.layers = layers.blocks
         # references into blocks, not registered twice: the stateful token mixers in cache
         # order, and each block's (self, cross) index into them
@@ -125,9 +128,15 @@ class ZooModel(nn.Module):
         return [self._stateful[c][1] for _, c in self._states if c is not None]
 
     @property
+    def causal(self) -> bool:
+        """Whether every self-mixer is causal (a decoder): then an uncached call's positions
+        count real tokens, as a cached prefill's do (time less the row's left pads)."""
+        return all(module.causal for module in self.attention_modules)
+
+    @property
     def can_generate(self) -> bool:
         """Token by token generation needs causal self-mixers and a head giving logits."""
-        return all(module.causal for module in self.attention_modules) and self.lm_head.logits
+        return self.causal and self.lm_head.logits
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> list[dict[str, StateTensor]]:
         """What each stateful mixer keeps between calls, as it declares it (cache order)."""
@@ -170,7 +179,9 @@ class ZooModel(nn.Module):
         hidden states whatever the head).
 
         Without a cache the whole sequence is one call; ``attention_mask`` (B, T) marks
-        padding (1 token, 0 pad) that no query attends to. With a cache, ``cache_time`` (T,)
+        padding (1 token, 0 pad) that no query attends to, and in a causal model (a decoder)
+        positions count real tokens only, so each row's real tokens get the outputs they
+        get alone (an encoder numbers slots, as transformers does). With a cache, ``cache_time`` (T,)
         gives the cache slots of these tokens (default: the next free slots, claimed from
         the cache's device-side write position, so a decode step has no Python-int state)
         and ``positions`` (B, T) their positions (default: the times less each row's left
@@ -190,11 +201,14 @@ class ZooModel(nn.Module):
                 positions = cache.positions(cache_time)  # (B, T)
             else:
                 base = cache_time if cache_time is not None else torch.arange(T, device=input_ids.device)
-                first = self.positionals[self.layer_positional[0]]
+                default = base[None, :].expand(B, T)  # (B, T)
+                if valid is not None and self.causal:
+                    default = real_token_positions(valid) + base[:1]  # (B, T)
+                first = self.positionals[self.input_positional]
                 assert isinstance(first, Positional)
-                positions = first.position_ids(base[None, :].expand(B, T), valid)
+                positions = first.position_ids(default, valid)
         shared = self.positions_for(positions, valid)
-        x = self.embed(input_ids, shared[self.layer_positional[0]], token_type_ids)  # (B, T, d)
+        x = self.embed(input_ids, shared[self.input_positional], token_type_ids)  # (B, T, d)
         if memory is not None and cache is not None:
             cache.set_memory(memory)
         for i, block in enumerate(self.layers):
@@ -210,6 +224,14 @@ class ZooModel(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x if hidden else self.lm_head(x)  # (B, T, vocab) or (B, T, d)
+
+
+def real_token_positions(valid: torch.Tensor) -> torch.Tensor:
+    """Positions (B, T) that count a row's real tokens from 0 (``valid`` (B, T) bool): a
+    left-padded row's first token gets 0, as it would alone (transformers' generate:
+    ``attention_mask.cumsum(-1) - 1``); padding slots get 0 (their outputs are unused)."""
+    counted = valid.long().cumsum(dim=1) - 1  # (B, T)
+    return counted.masked_fill(~valid, 0)
 
 
 def _valid(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor | None:

@@ -1,9 +1,10 @@
 """Building and running one stack of blocks (the decoder, or an encoder-decoder's encoder).
 
-A stack is the positional modules its layers use (one per distinct positional spec and head
-geometry), the blocks, and the token mixers among them that keep state between calls. Every
-part comes from the registry; ``build_component`` checks each is the class its plugin
-declared at registration.
+A stack is the positional modules its layers use (one per distinct positional spec and
+what that kind reads of its layer, ``Positional.layer_key``: never by layer index), the
+blocks, and the token mixers among them that keep state between calls. Every part comes
+from the registry; ``build_component`` checks each is the class its plugin declared at
+registration.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.errors import PluginError
+from zoo.errors import PluginError, SpecError
 from zoo.interfaces import BuildContext, Positional, Positions, TokenMixer
 from zoo.model_spec import LayerSpec, ModelSpec, ResolvedComponent
 
@@ -62,11 +63,33 @@ def context(spec: ModelSpec, layer: LayerSpec, role: str) -> BuildContext:
     )
 
 
-def head_geometry(layer: LayerSpec) -> tuple[Any, Any]:
-    """What a positional encoding reads of its layer's mixer (documented in zoo.interfaces):
-    layers whose heads differ get their own rotation."""
-    options = layer.attention.options
-    return getattr(options, "head_dim", None), getattr(options, "rope_head_dim", None)
+def positional_key(layer: LayerSpec, ctx: BuildContext) -> str:
+    """Layers with equal keys share one positional module: the resolved positional spec
+    plus what its kind reads of the layer (RoPE: the rotated channels per head)."""
+    component = layer.positional
+    declared = component.entry.module
+    reads = declared.layer_key if isinstance(declared, type) and issubclass(declared, Positional) else Positional.layer_key
+    return repr((component.to_dict(), reads(component.options, ctx)))
+
+
+def _acts_on_input(module: nn.Module) -> bool:
+    """Whether a positional module adds to the embeddings or renumbers the positions."""
+    kind = type(module)
+    return kind.embed is not Positional.embed or kind.position_ids is not Positional.position_ids
+
+
+def input_positional(positionals: nn.ModuleList, first_layer: list[int]) -> int:
+    """The module whose ``embed`` and ``position_ids`` act on the stack's input: the one that
+    overrides them, whichever layer it belongs to (a hybrid's first layer may take no
+    positions); with none, the first layer's (both hooks are then the identity)."""
+    acting = [i for i, module in enumerate(positionals) if _acts_on_input(module)]
+    if len(acting) > 1:
+        layers = ", ".join(f"layers.{first_layer[i]} ({type(positionals[i]).__name__})" for i in acting)
+        raise SpecError(
+            f"positional: {layers} each add positions to the token embeddings; a stack adds one, "
+            "so give those layers the same positional spec"
+        )
+    return acting[0] if acting else 0
 
 
 @dataclass
@@ -77,6 +100,7 @@ class Layers:
     positionals: nn.ModuleList
     layer_positional: list[int]
     blocks: nn.ModuleList
+    input_positional: int = 0  # index into positionals: the stack input's embed / position_ids
     mixers: list[tuple[str, TokenMixer]] = field(default_factory=list)
     states: list[tuple[int, int | None]] = field(default_factory=list)
 
@@ -85,12 +109,14 @@ def build_layers(spec: ModelSpec, role: str, prefix: str = "", cross: ResolvedCo
     """The blocks of ``spec`` (each with a cross-attention of kind ``cross`` when given)."""
     built = Layers(nn.ModuleList(), [], nn.ModuleList())
     positional_index: dict[str, int] = {}
+    first_layer: list[int] = []  # per positional module, the first layer that uses it
     for layer in spec.layer_specs():
         ctx = context(spec, layer, role)
-        key = repr((layer.positional.to_dict(), head_geometry(layer)))
+        key = positional_key(layer, ctx)
         if key not in positional_index:
             positional_index[key] = len(built.positionals)
             built.positionals.append(build_component(layer.positional, ctx))
+            first_layer.append(layer.index)
         built.layer_positional.append(positional_index[key])
         attention = build_component(layer.attention, ctx)
         modules: dict[str, Any] = {"attention": attention, "ffn": build_component(layer.ffn, ctx)}
@@ -104,6 +130,7 @@ def build_layers(spec: ModelSpec, role: str, prefix: str = "", cross: ResolvedCo
             built.mixers.append((f"{path}.cross_attention", modules["cross_attention"]))
         built.states.append((len(built.mixers) - 1 - (cross is not None), cross_index))
         built.blocks.append(build_component(layer.block, ctx, **modules))
+    built.input_positional = input_positional(built.positionals, first_layer)
     return built
 
 

@@ -13,6 +13,15 @@ from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, Options, Positional, Rotation
 
 
+class StackPositional(Positional):
+    """A positional encoding that reads nothing of its layer: one module per stack and spec
+    (a learned table is one table, whichever mixers its layers have)."""
+
+    @classmethod
+    def layer_key(cls, options: Options, ctx: BuildContext) -> None:
+        return None
+
+
 class NoPositionalOptions(Options):
     pass
 
@@ -40,11 +49,11 @@ class AlibiOptions(Options):
     max_bias: float = Field(8.0, gt=0)
 
 
-class NoPositional(Positional):
+class NoPositional(StackPositional):
     """No positional information (NoPE): causal masking alone orders the tokens."""
 
 
-class LearnedPositional(Positional):
+class LearnedPositional(StackPositional):
     """A learned table of absolute position embeddings added to token embeddings (GPT-2)."""
 
     def __init__(self, max_positions: int, d_model: int, offset: int = 0, count_tokens: bool = False) -> None:
@@ -69,7 +78,7 @@ class LearnedPositional(Positional):
         return torch.where(valid, counted, torch.full_like(counted, -1))
 
 
-class SinusoidalPositional(Positional):
+class SinusoidalPositional(StackPositional):
     """The fixed sin/cos table of 'Attention is all you need', added to token embeddings."""
 
     def __init__(self, d_model: int, base: float) -> None:
@@ -96,6 +105,11 @@ class Rope(Positional):
         self.attention_factor = 1.0
         self.init_buffers()
 
+    @classmethod
+    def layer_key(cls, options: Options, ctx: BuildContext) -> int:
+        """The channels per head it rotates depend on the layer's mixer (0: no heads)."""
+        return _attention_geometry(ctx)
+
     def init_buffers(self) -> None:
         inv_freq, self.attention_factor = rope_frequencies(self.rot_dim, self.options.theta, self.options.scaling)
         if not self.inv_freq.is_meta:  # float32 always, whatever the model's dtype
@@ -120,7 +134,7 @@ def alibi_slopes(n_heads: int, max_bias: float = 8.0) -> list[float]:
     return slopes
 
 
-class Alibi(Positional):
+class Alibi(StackPositional):
     """Linear biases on attention scores by query-key distance; no parameters."""
 
     def __init__(self, max_bias: float) -> None:

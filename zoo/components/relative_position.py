@@ -74,6 +74,12 @@ class RelativeBuckets(Positional):
         self.weight = nn.Parameter(torch.empty(num_buckets, n_heads))
         self.reset_parameters()
 
+    @classmethod
+    def layer_key(cls, options: Options, ctx: BuildContext) -> tuple[int, bool]:
+        """Layers with other head counts (or causality) need a table of their own."""
+        assert isinstance(options, RelativeBucketsOptions)
+        return table_geometry(options, ctx)
+
     def reset_parameters(self) -> None:
         if not self.weight.is_meta:
             nn.init.normal_(self.weight, std=0.02)
@@ -95,13 +101,19 @@ class RelativeBuckets(Positional):
         )
 
 
-def build_relative_buckets(options: RelativeBucketsOptions, ctx: BuildContext) -> Positional:
-    """T5's relative position bias, one table per stack, bidirectional unless causal."""
+def table_geometry(options: RelativeBucketsOptions, ctx: BuildContext) -> tuple[int, bool]:
+    """What the table reads of its layer: the mixer's heads, and whether it is causal."""
     attention = ctx.layer.attention.options
     bidirectional = options.bidirectional
     if bidirectional is None:  # an attention kind without the option (a plugin's) is causal
         bidirectional = not bool(getattr(attention, "causal", True))
-    return RelativeBuckets(int(attention.n_heads), options.num_buckets, options.max_distance, bidirectional)
+    return int(attention.n_heads), bidirectional
+
+
+def build_relative_buckets(options: RelativeBucketsOptions, ctx: BuildContext) -> Positional:
+    """T5's relative position bias, one table per stack, bidirectional unless causal."""
+    n_heads, bidirectional = table_geometry(options, ctx)
+    return RelativeBuckets(n_heads, options.num_buckets, options.max_distance, bidirectional)
 
 
 @hookimpl
