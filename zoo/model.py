@@ -189,7 +189,7 @@ class ZooModel(nn.Module):
         on the first call with one (its cross K/V are then kept). ``last_only`` returns
         only the last position's output (B, 1, ...).
         """
-        B, T = input_ids.shape
+        T = input_ids.shape[1]
         if self.encoder is not None and memory is None and (cache is None or cache.memory_valid is None):
             raise GenerationError("memory: an encoder-decoder needs the encoder output; pass memory=model.encode(ids)")
         claimed = cache is not None and cache_time is None
@@ -197,16 +197,7 @@ class ZooModel(nn.Module):
             cache_time = cache.advance(T)  # (T,)
         valid = None if cache is not None else _valid(attention_mask, input_ids)
         if positions is None:
-            if cache is not None:
-                positions = cache.positions(cache_time)  # (B, T)
-            else:
-                base = cache_time if cache_time is not None else torch.arange(T, device=input_ids.device)
-                default = base[None, :].expand(B, T)  # (B, T)
-                if valid is not None and self.causal:
-                    default = real_token_positions(valid) + base[:1]  # (B, T)
-                first = self.positionals[self.input_positional]
-                assert isinstance(first, Positional)
-                positions = first.position_ids(default, valid)
+            positions = self._default_positions(input_ids, cache, cache_time, valid)  # (B, T)
         shared = self.positions_for(positions, valid)
         x = self.embed(input_ids, shared[self.input_positional], token_type_ids)  # (B, T, d)
         if memory is not None and cache is not None:
@@ -224,6 +215,23 @@ class ZooModel(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x if hidden else self.lm_head(x)  # (B, T, vocab) or (B, T, d)
+
+
+    def _default_positions(
+        self, input_ids: torch.Tensor, cache: Any, cache_time: torch.Tensor | None, valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Positions (B, T) when the caller gives none: the cache's (times less each row's
+        left padding), else slot numbers, counted over real tokens only in a causal model."""
+        if cache is not None:
+            return cache.positions(cache_time)  # (B, T)
+        B, T = input_ids.shape
+        base = cache_time if cache_time is not None else torch.arange(T, device=input_ids.device)
+        default = base[None, :].expand(B, T)  # (B, T)
+        if valid is not None and self.causal:
+            default = real_token_positions(valid) + base[:1]  # (B, T)
+        first = self.positionals[self.input_positional]
+        assert isinstance(first, Positional)
+        return first.position_ids(default, valid)
 
 
 def real_token_positions(valid: torch.Tensor) -> torch.Tensor:
