@@ -67,7 +67,7 @@ def test_bench_an_encoder_and_an_encoder_decoder(capsys):
     sets = [f"{k}={v}" for k, v in small.items()]
     assert main(["bench", "--arch", "bert-base-uncased", *sum((["--set", s] for s in sets), []), *base]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["family"] == "encoder" and out["forward_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
+    assert out["family"] == "encoder" and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
     seq2seq = sets + ["encoder.n_layers=1", "cross_attention.n_heads=2", "cross_attention.n_kv_heads=2",
                       "cross_attention.head_dim=16"]
     assert main(["bench", "--arch", "transformer-base", *sum((["--set", s] for s in seq2seq), []), *base,
