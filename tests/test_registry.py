@@ -98,3 +98,12 @@ def test_clashing_with_a_builtin_names_both_and_leaves_the_registry_alone():
     with pytest.raises(PluginError, match=r"'zoo.components.attention' \(built in\) and 'clash'"):
         zoo.register_plugin(Clash(), name="clash")
     assert get_registry().component("attention", "gqa").plugin == "zoo.components.attention"
+
+
+def test_follows_must_name_options_of_the_kind():
+    class Tied(Options):
+        width: int = 1
+        follows = {"heads": "width"}  # heads is no option of Tied
+
+    with pytest.raises(PluginError, match=r"declares follows \{'heads': 'width'\}.*allowed: width"):
+        Registry().register_component("norm", "tied", lambda o, d: None, Tied, plugin="p")
