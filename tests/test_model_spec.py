@@ -133,6 +133,8 @@ def test_an_option_that_follows_another_is_carried_along():
     assert (four.attention.n_heads, four.attention.n_kv_heads) == (4, 4) and bert.attention.n_kv_heads == 12
     layered = zoo.spec("gpt2").override({"layers": {"0": {"attention": {"n_heads": 4}}}})
     assert [(layered.layer(i).attention.n_heads, layered.layer(i).attention.n_kv_heads) for i in (0, 1)] == [(4, 4), (12, 12)]
+    cross = zoo.spec("transformer-base").override(["cross_attention.n_heads=2"])  # cross-attention: the same rule
+    assert (cross.cross_attention.n_heads, cross.cross_attention.n_kv_heads) == (2, 2)
     with pytest.raises(SpecError, match="mha needs n_kv_heads == n_heads"):  # both given: no silent change
         bert.override(["attention.n_heads=4", "attention.n_kv_heads=2"])
     with pytest.raises(SpecError, match="n_heads=4 is not divisible by n_kv_heads=8"):  # gqa: free, not tied

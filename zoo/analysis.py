@@ -372,7 +372,7 @@ def weight_bytes_read(
     encoder layers are not read by a decoder step (``encoder_weight_bytes_read``). Quantized
     layers are read as stored (``quantization_saving`` less)."""
     count = count_params(spec)
-    encoder = _encoder_matmul_params(_model_for(spec))
+    encoder = _encoder_params_read(_model_for(spec))
     readable = count.total - encoder - (0 if count.tied else count.embedding)
     dense = min(readable, (count.active - encoder) * batch_size) * _float_dtype(dtype, weights_dtype).itemsize
     return dense - quantization_saving(spec, dtype, weights_dtype, group_size)
@@ -393,7 +393,7 @@ def decode_bytes_per_step(
     return weights + cache_bytes(spec, batch_size, context_len, memory_len, dtype).total
 
 
-def _encoder_matmul_params(model: ZooModel) -> int:
+def _encoder_params_read(model: ZooModel) -> int:
     """Parameters of an encoder-decoder's encoder, less its (shared) token table: what an
     encoder pass reads besides the looked-up rows (0 without an encoder)."""
     if model.encoder is None:
@@ -411,7 +411,7 @@ def encoder_weight_bytes_read(
     model = _model_for(spec)
     if model.encoder is None:
         return weight_bytes_read(model, 1, dtype)
-    return _encoder_matmul_params(model) * resolve_dtype(dtype).itemsize
+    return _encoder_params_read(model) * resolve_dtype(dtype).itemsize
 
 
 def memory_flops(spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1) -> int:
