@@ -28,10 +28,12 @@ def test_the_family_is_decided_once_from_the_built_model():
     assert model_family(zoo.spec("gpt2").override({"attention.causal": False, "head.kind": "none"})) == "encoder"
 
 
-def test_mixed_families_analysis_columns_per_family():
+def test_mixed_families_analysis_columns_per_family(tmp_path):
     """arch=bert,gpt2,t5 in one grid: each row has its family's columns; an encoder's KV
-    columns are empty (no cache), not 0."""
-    frame = zoo.compare("gpt2", {"arch": ["bert-base-uncased", "gpt2", "t5-small"]}, measure=False, dtype="float32")
+    columns are empty (no cache), not 0; the tables and plots render."""
+    frame = zoo.compare("gpt2", {"arch": ["bert-base-uncased", "gpt2", "t5-small"]}, measure=False, dtype="float32",
+                        results_dir=tmp_path, name="mixed")
+    assert (tmp_path / "mixed.md").read_text().startswith("| arch |") and (tmp_path / "mixed-params-kv.png").exists()
     rows = {r["arch"]: r for r in frame.to_dict("records")}
     assert list(frame["status"]) == ["ok"] * 3 and list(frame["family"]) == ["encoder", "decoder", "encoder-decoder"]
     bert, gpt2, t5 = rows["bert-base-uncased"], rows["gpt2"], rows["t5-small"]

@@ -204,6 +204,10 @@ def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no
     keys = [c for c in frame.columns if c not in ("point_id", "label", "status", "error") and c not in ANALYSIS_COLUMNS
             and c not in MEASURED_COLUMNS and c not in MEASURED_CONTEXT and c != "measured_n_layers"
             and not c.endswith("_vs_baseline")]
+    from zoo.harness.grid import ARCH_KEY
+
+    if ARCH_KEY in frame.columns and any(ARCH_KEY in r.get("values", {}) for r in rows):
+        keys.insert(0, ARCH_KEY)  # an axis of its own, though also an analysis column
     paths = {ext: stem.with_name(f"{stem.name}.{ext}") for ext in ("csv", "md")}  # names hold dots: 3.2-1b
     write_atomic(paths["csv"], frame.to_csv(index=False))
     write_atomic(paths["md"], sweep_markdown(frame, keys))
