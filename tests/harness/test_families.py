@@ -77,3 +77,10 @@ def test_decoder_only_options_fail_the_encoder_row_with_one_line(option, field):
     frame = zoo.compare(tiny("bert-base-uncased"), {"positional.kind": ["learned"]}, executor=InlineExecutor(),
                         **{**RUN, **option})
     assert list(frame["status"]) == ["failed"] and frame["error"][0].startswith(f"{field}: ")
+
+
+def test_zoo_bench_measures_each_family_by_its_benchmark():
+    m = zoo.bench(tiny("bert-base-uncased"), device="cpu", prompt_len=8, repeats=1, threads=1)
+    assert type(m).__name__ == "EncoderMeasurement" and m.family == "encoder" and m.self_kv_bytes is None
+    with pytest.raises(zoo.errors.BenchError, match="gen_len: .* is an encoder and decodes nothing"):
+        zoo.bench(tiny("bert-base-uncased"), **RUN)

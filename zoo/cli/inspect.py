@@ -41,8 +41,8 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(document)
         return 0
     architectures = TableData(
-        "architectures", ["name", "family", "params", "active", "KV bytes/token (bf16)", "from"],
-        [[r["name"], r.get("family"), r["params"], r["active"], _or_none(r["kv_bytes_per_token_bf16"]), r["plugin"]]
+        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "family", "from"],
+        [[r["name"], r["params"], r["active"], _or_none(r["kv_bytes_per_token_bf16"]), r.get("family"), r["plugin"]]
          for r in document["architectures"]],
     )
     components = TableData("components", ["family", "kinds"],

@@ -22,13 +22,14 @@ from pydantic import BaseModel
 from zoo.analysis import Family, model_family
 from zoo.errors import BenchError, ZooError
 from zoo.harness.encoder_bench import EncoderMeasurement, bench_encoder
-from zoo.harness.run import BenchConfig, Measurement, bench
+from zoo.harness.run import BenchConfig, Measurement
+from zoo.harness.run import bench as decoder_bench
 from zoo.model_spec import ModelSpec
 
 KV_CURVE_MIN = 256  # the KV-against-context curve: powers of two from here to max_seq_len
 
 BENCHES: dict[Family, Callable[[ModelSpec, BenchConfig], BaseModel]] = {
-    "decoder": bench,
+    "decoder": decoder_bench,
     "encoder": bench_encoder,
     "encoder-decoder": bench_encoder,
 }
@@ -41,6 +42,22 @@ def measure(spec: ModelSpec, config: BenchConfig) -> BaseModel:
     """Run the benchmark of the spec's family: ``Measurement`` for a decoder-only model,
     ``EncoderMeasurement`` for the others."""
     return BENCHES[model_family(spec)](spec, config)
+
+
+def bench(spec: Any, config: BenchConfig | None = None, **options: Any) -> BaseModel:
+    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec) by its family's
+    benchmark, or ``weights=`` a checkpoint (decoder-only). Keyword options are BenchConfig
+    fields; ``gen_len`` given for an encoder-only model is refused (it decodes nothing)."""
+    from zoo.harness.run import make_config
+    from zoo.model import as_spec
+
+    if spec is None or options.get("weights") or (config is not None and config.weights):
+        return decoder_bench(spec, config, **options)  # a checkpoint: loaded and measured as a decoder
+    model_spec = as_spec(spec)
+    if model_family(model_spec) == "decoder":
+        return decoder_bench(model_spec, config, **options)
+    config = make_config(**{**(config.model_dump() if config else {}), **options})
+    return bench_encoder(model_spec, config, gen_len_given="gen_len" in options)
 
 
 def context_lengths(max_seq_len: int) -> list[int]:
