@@ -124,7 +124,8 @@ def test_flops_split_encoder_and_decoder():
 def test_weights_read_split_between_encoder_and_decoder():
     """A decoder step reads the decoder's weights (and the tied table, its head); the encoder
     pass the encoder's layers: together every weight of t5-small once."""
-    from zoo.analysis import encoder_weight_bytes_read, memory_flops, weight_bytes_read
+    from zoo.analysis import weight_bytes_read
+    from zoo.analysis_encoder import encoder_weight_bytes_read, memory_flops
 
     enc, dec = encoder_weight_bytes_read("t5-small", "float32"), weight_bytes_read("t5-small", 1, "float32")
     assert enc + dec == 60_506_624 * 4 and enc == 18_881_280 * 4  # 6 layers, norms and the bias table

@@ -8,7 +8,6 @@ so the analysis cannot drift from what ``build`` creates.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -111,19 +110,14 @@ def _meta_model(spec_json: str) -> ZooModel:
 
 on_registry_change(_meta_model.cache_clear)  # a kind a plugin replaced builds another module
 
-Family = Literal["decoder", "encoder", "encoder-decoder"]
-FAMILIES: tuple[Family, ...] = ("decoder", "encoder", "encoder-decoder")  # the one list of them
+Family = Literal["decoder", "encoder", "encoder-decoder"]  # the one list of model families
 
 
 def model_family(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> Family:
-    """The family of the model a spec builds: ``encoder-decoder`` (two stacks), ``decoder``
-    (generates token by token: causal self-mixers and a head giving logits) or ``encoder``
-    (bidirectional, a forward only: no cache). The one place that decides it; the bench,
-    the sweep point runner, the roofline and ``zoo show`` all ask here."""
+    """``encoder-decoder`` (two stacks), ``decoder`` (generates: causal self-mixers and a
+    head giving logits) or ``encoder`` (a forward only: no cache). The one place deciding it."""
     model = _model_for(spec)
-    if model.encoder is not None:
-        return "encoder-decoder"
-    return "decoder" if model.can_generate else "encoder"
+    return "encoder-decoder" if model.encoder is not None else "decoder" if model.can_generate else "encoder"
 
 
 def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamCount:
@@ -372,7 +366,7 @@ def weight_bytes_read(
     encoder layers are not read by a decoder step (``encoder_weight_bytes_read``). Quantized
     layers are read as stored (``quantization_saving`` less)."""
     count = count_params(spec)
-    encoder = _encoder_params_read(_model_for(spec))
+    encoder = encoder_params(spec)
     readable = count.total - encoder - (0 if count.tied else count.embedding)
     dense = min(readable, (count.active - encoder) * batch_size) * _float_dtype(dtype, weights_dtype).itemsize
     return dense - quantization_saving(spec, dtype, weights_dtype, group_size)
@@ -393,37 +387,12 @@ def decode_bytes_per_step(
     return weights + cache_bytes(spec, batch_size, context_len, memory_len, dtype).total
 
 
-def _encoder_params_read(model: ZooModel) -> int:
-    """Parameters of an encoder-decoder's encoder, less its (shared) token table: what an
-    encoder pass reads besides the looked-up rows (0 without an encoder)."""
+def encoder_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
+    """Parameters of an encoder-decoder's encoder layers, less its (shared) token table and
+    inactive experts: what an encoder pass reads besides the looked-up rows (0 without one)."""
+    model = _model_for(spec)
     if model.encoder is None:
         return 0
     by_family, inactive = _walk_counts(model.encoder)
     return sum(by_family.values()) - inactive - by_family.get("embedding", 0)
 
-
-def encoder_weight_bytes_read(
-    spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16"
-) -> int:
-    """Weight bytes one encoder pass reads: an encoder-decoder's encoder layers (its token
-    table is a lookup), or the whole of an encoder-only model (``weight_bytes_read`` at one
-    row: a tied masked-LM head multiplies with the table, so it is read)."""
-    model = _model_for(spec)
-    if model.encoder is None:
-        return weight_bytes_read(model, 1, dtype)
-    return _encoder_params_read(model) * resolve_dtype(dtype).itemsize
-
-
-def memory_flops(spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1) -> int:
-    """FLOPs of projecting the encoder output into every cross-attention's K/V, done once
-    per sequence when the cache is first given the memory (0 without cross-attention).
-
-    Counted from the declared layouts: each element of the cross K/V (``per="memory"``) is
-    one dot product over the model width, 2 FLOPs per multiply-add."""
-    model = _model_for(spec)
-    elements = 0
-    for module in model.cross_attention_modules:
-        for tensor in module.state_layout(batch_size, 1, memory_len).values():
-            if tensor.per == "memory":
-                elements += math.prod(tensor.shape)
-    return 2 * model.spec.d_model * elements

@@ -174,10 +174,8 @@ def encoder_roofline(
     the weights, the self K/V and the cross K/V (``decode_bytes_per_step`` with
     ``memory_len``).
     """
-    from zoo.analysis import (
-        cache_bytes, decode_bytes_per_step, encoder_flops, encoder_weight_bytes_read, forward_flops, memory_flops,
-        model_family, weight_bytes_read,
-    )
+    from zoo.analysis import cache_bytes, decode_bytes_per_step, encoder_flops, forward_flops, model_family, weight_bytes_read
+    from zoo.analysis_encoder import encoder_weight_bytes_read, memory_flops
 
     board = gpu(gpu_key)
     peak, bandwidth = board.peak_flops(dtype), board.bandwidth
