@@ -119,3 +119,17 @@ def test_flops_split_encoder_and_decoder():
     layer = 4 * (d * d + d) + 2 * d * F + F + d
     assert encoder_flops(spec, 5) == 2 * 3 * layer * 5 + 3 * 4 * 4 * 8 * 25
     assert encoder_flops(zoo.spec("gpt2"), 5) == 0
+
+
+def test_weights_read_split_between_encoder_and_decoder():
+    """A decoder step reads the decoder's weights (and the tied table, its head); the encoder
+    pass the encoder's layers: together every weight of t5-small once."""
+    from zoo.analysis import weight_bytes_read
+    from zoo.analysis_encoder import encoder_weight_bytes_read, memory_flops
+
+    enc, dec = encoder_weight_bytes_read("t5-small", "float32"), weight_bytes_read("t5-small", 1, "float32")
+    assert enc + dec == 60_506_624 * 4 and enc == 18_881_280 * 4  # 6 layers, norms and the bias table
+    spec = tiny()
+    # the cross K/V projected once from 7 memory tokens: 2 layers x (K, V) x 4 heads x 8 wide, over d = 32
+    assert memory_flops(spec, 7, batch_size=2) == 2 * 32 * (2 * 2 * 4 * 8 * 7 * 2)
+    assert memory_flops("gpt2", 7) == 0

@@ -124,3 +124,18 @@ def test_every_preset_cites_its_hugging_face_config():
         source = zoo.spec(name).source
         hub = source.startswith("https://huggingface.co/") and source.endswith("/config.json")
         assert hub or source.startswith("https://arxiv.org/abs/"), (name, source)
+
+
+def test_an_option_that_follows_another_is_carried_along():
+    """mha's n_kv_heads follows n_heads (Options.follows): setting n_heads re-derives it."""
+    bert = zoo.spec("bert-base-uncased")
+    four = bert.override(["attention.n_heads=4"])
+    assert (four.attention.n_heads, four.attention.n_kv_heads) == (4, 4) and bert.attention.n_kv_heads == 12
+    layered = zoo.spec("gpt2").override({"layers": {"0": {"attention": {"n_heads": 4}}}})
+    assert [(layered.layer(i).attention.n_heads, layered.layer(i).attention.n_kv_heads) for i in (0, 1)] == [(4, 4), (12, 12)]
+    cross = zoo.spec("transformer-base").override(["cross_attention.n_heads=2"])  # cross-attention: the same rule
+    assert (cross.cross_attention.n_heads, cross.cross_attention.n_kv_heads) == (2, 2)
+    with pytest.raises(SpecError, match="mha needs n_kv_heads == n_heads"):  # both given: no silent change
+        bert.override(["attention.n_heads=4", "attention.n_kv_heads=2"])
+    with pytest.raises(SpecError, match="n_heads=4 is not divisible by n_kv_heads=8"):  # gqa: free, not tied
+        zoo.spec("qwen3-0.6b").override(["attention.n_heads=4"])

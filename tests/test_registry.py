@@ -110,3 +110,12 @@ def test_the_spec_reads_hf_configs_through_the_registry_reader():
     assert ModelSpec.from_hf_config(config) == spec_from_hf_config(config)
     with pytest.raises(SpecError, match=r"unknown config format 'hf_conifg' \(did you mean 'hf_config'\?\); allowed: hf_config"):
         spec_reader("hf_conifg")
+
+
+def test_follows_must_name_options_of_the_kind():
+    class Tied(Options):
+        width: int = 1
+        follows = {"heads": "width"}  # heads is no option of Tied
+
+    with pytest.raises(PluginError, match=r"declares follows \{'heads': 'width'\}.*allowed: width"):
+        Registry().register_component("norm", "tied", lambda o, d: None, Tied, plugin="p")

@@ -44,7 +44,7 @@ __all__ = [
 _LAZY = {
     "Measurement": ("zoo.harness.run", "Measurement"),
     "ModelSpec": ("zoo.model_spec", "ModelSpec"),
-    "bench": ("zoo.harness.run", "bench"),
+    "bench": ("zoo.harness.families", "bench"),
     "flops_per_token": ("zoo.analysis", "flops_per_token"),
     "ParamCount": ("zoo.analysis", "ParamCount"),
     "build": ("zoo.model", "build"),
@@ -106,7 +106,8 @@ if TYPE_CHECKING:
         state_bytes,
         weight_bytes,
     )
-    from zoo.harness.run import Measurement, bench
+    from zoo.harness.families import bench
+    from zoo.harness.run import Measurement
     from zoo.harness.sweep import compare, sweep
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained

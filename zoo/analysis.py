@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -109,6 +109,15 @@ def _meta_model(spec_json: str) -> ZooModel:
 
 
 on_registry_change(_meta_model.cache_clear)  # a kind a plugin replaced builds another module
+
+Family = Literal["decoder", "encoder", "encoder-decoder"]  # the one list of model families
+
+
+def model_family(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> Family:
+    """``encoder-decoder`` (two stacks), ``decoder`` (generates: causal self-mixers and a
+    head giving logits) or ``encoder`` (a forward only: no cache). The one place deciding it."""
+    model = _model_for(spec)
+    return "encoder-decoder" if model.encoder is not None else "decoder" if model.can_generate else "encoder"
 
 
 def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamCount:
@@ -351,13 +360,15 @@ def weight_bytes_read(
     weights_dtype: str | None = None,
     group_size: int | None = None,
 ) -> int:
-    """Weight bytes one forward step reads: the active parameters at batch 1; with more
-    rows a mixture of experts touches more experts, bounded by every weight except the
-    input-embedding table (of which only the looked-up rows are read). Quantized layers
-    are read as stored (``quantization_saving`` less)."""
+    """Weight bytes one (decoder) forward step reads: the active parameters at batch 1; with
+    more rows a mixture of experts touches more experts, bounded by every weight except the
+    input-embedding table (of which only the looked-up rows are read). An encoder-decoder's
+    encoder layers are not read by a decoder step (``encoder_weight_bytes_read``). Quantized
+    layers are read as stored (``quantization_saving`` less)."""
     count = count_params(spec)
-    readable = count.total - (0 if count.tied else count.embedding)
-    dense = min(readable, count.active * batch_size) * _float_dtype(dtype, weights_dtype).itemsize
+    encoder = encoder_params(spec)
+    readable = count.total - encoder - (0 if count.tied else count.embedding)
+    dense = min(readable, (count.active - encoder) * batch_size) * _float_dtype(dtype, weights_dtype).itemsize
     return dense - quantization_saving(spec, dtype, weights_dtype, group_size)
 
 
@@ -368,7 +379,20 @@ def decode_bytes_per_step(
     dtype: str | torch.dtype | None = "bfloat16",
     weights_dtype: str | None = None,
     group_size: int | None = None,
+    memory_len: int = 0,
 ) -> int:
-    """Bytes one decode step reads: the weights it uses plus the whole cache at that context."""
+    """Bytes one decode step reads: the weights it uses plus the whole cache at that context
+    (with ``memory_len`` encoder tokens, the cross-attention K/V too: read every step)."""
     weights = weight_bytes_read(spec, batch_size, dtype, weights_dtype, group_size)
-    return weights + cache_bytes(spec, batch_size, context_len, 0, dtype).total
+    return weights + cache_bytes(spec, batch_size, context_len, memory_len, dtype).total
+
+
+def encoder_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
+    """Parameters of an encoder-decoder's encoder layers, less its (shared) token table and
+    inactive experts: what an encoder pass reads besides the looked-up rows (0 without one)."""
+    model = _model_for(spec)
+    if model.encoder is None:
+        return 0
+    by_family, inactive = _walk_counts(model.encoder)
+    return sum(by_family.values()) - inactive - by_family.get("embedding", 0)
+

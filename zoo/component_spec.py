@@ -109,7 +109,7 @@ def merge_component(family: str, base: Mapping[str, Any], update: Mapping[str, A
     """Apply an update to a component; a new kind keeps only the options it also has."""
     new_kind = update.get("kind")
     if new_kind is None or new_kind == base.get("kind"):
-        return deep_merge(base, update)
+        return deep_merge(_unfollowed(family, base, update), update)
     entry = get_registry().component(family, str(new_kind), path=f"{family}.kind")
     keep = set(entry.options.model_fields) - set(entry.options.reset_on_kind_change)
     carried = {k: v for k, v in base.items() if k in keep and k not in update}
@@ -121,6 +121,18 @@ def merge_component(family: str, base: Mapping[str, Any], update: Mapping[str, A
     except (ValueError, TypeError):
         pass
     return deep_merge(carried, update)
+
+
+def _unfollowed(family: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``base`` less the options that follow one the update sets (``Options.follows``), so
+    the kind's default derives them again; unless the update sets them too."""
+    kind = base.get("kind")
+    registry = get_registry()
+    if kind is None or str(kind) not in registry.kinds(family):
+        return base
+    follows = registry.component(family, str(kind), path=f"{family}.kind").options.follows
+    dropped = {option for option, leader in follows.items() if leader in update and option not in update}
+    return {k: v for k, v in base.items() if k not in dropped} if dropped else base
 
 
 def resolve_component(

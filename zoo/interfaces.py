@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from abc import ABCMeta, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -52,10 +52,17 @@ class Options(StrictNumbers):
 
     ``reset_on_kind_change`` names options that a spec must not carry over when another kind
     replaces this one (``mqa`` fixes ``n_kv_heads``; carrying 8 over would contradict it).
+
+    ``follows`` maps an option to the option it is tied to: an update of the same kind that
+    sets the leader but not the follower drops the follower's stored value, so the kind's
+    default derives it again (``mha``: ``n_kv_heads`` follows ``n_heads``, so
+    ``attention.n_heads=4`` on a 12-head model gives 4 key/value heads, not a refusal).
+    Both names must be options of the class (checked at registration).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset()
+    follows: ClassVar[Mapping[str, str]] = {}
 
 
 @dataclass(frozen=True)

@@ -209,7 +209,7 @@ class ModelSpec(StrictNumbers):
                     f"{dotted}: unknown key{did_you_mean(head, type(self).model_fields)}; "
                     f"allowed: {allowed(type(self).model_fields)}"
                 )
-            if head in COMPONENT_FIELDS or head in MODEL_PARTS:
+            if head in COMPONENT_FIELDS or head in MODEL_PARTS or (head in FAMILY_OF_FIELD and data.get(head)):
                 if not rest:
                     component_updates[head] = {**component_updates.get(head, {}), **as_component_dict(value, head)}
                 else:
@@ -223,7 +223,7 @@ class ModelSpec(StrictNumbers):
                 _set_nested(target, rest, value)
         for family, update in component_updates.items():
             old_kind = data[family]["kind"]
-            data[family] = merge_component(family, data[family], update)
+            data[family] = merge_component(FAMILY_OF_FIELD.get(family, family), data[family], update)
             if data[family]["kind"] != old_kind and family in COMPONENT_FIELDS:
                 data["layers"] = _prune_layer_overrides(data.get("layers") or {}, family, data[family]["kind"])
         spec = type(self)(**data)
@@ -264,6 +264,10 @@ class ModelSpec(StrictNumbers):
         """
         spec: ModelSpec = spec_reader("hf_config")(config)
         return spec
+
+
+# Component fields named other than their registry family (set: merged like the others).
+FAMILY_OF_FIELD: dict[str, str] = {"cross_attention": "attention"}
 
 
 def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,12 @@ def component_entry(
             f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.interfaces.Options, "
             f"got {options!r}"
         )
+    for option, leader in options.follows.items():  # an option tied to another: both must exist
+        if option not in options.model_fields or leader not in options.model_fields:
+            raise PluginError(
+                f"plugin {plugin!r}: {family} kind {kind!r} declares follows {{{option!r}: {leader!r}}}, "
+                f"but both must be options of {options.__name__}; allowed: {allowed(options.model_fields)}"
+            )
     module = checked_module(family, kind, module, plugin)
     doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
     return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override), module=module)

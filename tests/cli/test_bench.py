@@ -67,7 +67,7 @@ def test_bench_an_encoder_and_an_encoder_decoder(capsys):
     sets = [f"{k}={v}" for k, v in small.items()]
     assert main(["bench", "--arch", "bert-base-uncased", *sum((["--set", s] for s in sets), []), *base]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["family"] == "encoder" and out["forward_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
+    assert out["family"] == "encoder" and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
     seq2seq = sets + ["encoder.n_layers=1", "cross_attention.n_heads=2", "cross_attention.n_kv_heads=2",
                       "cross_attention.head_dim=16"]
     assert main(["bench", "--arch", "transformer-base", *sum((["--set", s] for s in seq2seq), []), *base,
@@ -78,9 +78,25 @@ def test_bench_an_encoder_and_an_encoder_decoder(capsys):
 
 
 @pytest.mark.parametrize("option,field", [(["--compile"], "compile"), (["--gen-len", "4"], "gen_len"),
-                                          (["--predict", "l4"], "predict")])
+                                          (["--weights-dtype", "int8"], "weights_dtype")])
 def test_decoder_options_on_an_encoder_are_one_line_exit_2(option, field, capsys):
     argv = ["bench", "--arch", "bert-base-uncased", "--set", "n_layers=1", "--device", "cpu", "--no-save", *option]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{field}:" in err and "is an encoder" in err
+
+
+def test_bench_predicts_an_encoder_decoder_roofline(capsys):
+    """--predict on an encoder-decoder: encoder, decoder prefill and decode rooflines, from
+    zoo.harness.hardware.encoder_roofline (the figures themselves: tests/harness/test_hardware.py)."""
+    sets = ["n_layers=1", "d_model=32", "attention.n_heads=2", "ffn.hidden=64", "vocab_size=128", "encoder.n_layers=1",
+            "cross_attention.n_heads=2"]
+    argv = ["bench", "--arch", "transformer-base", *sum((["--set", s] for s in sets), []), "--device", "cpu",
+            "--prompt-len", "8", "--gen-len", "3", "--repeats", "1", "--no-save", "--predict", "h100-sxm"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["predicted_gpu"] == "h100-sxm" and out["encoder_roofline_fraction"] is None  # measured on a CPU
+    assert out["predicted_encoder_tokens_per_s"] > 0 and out["predicted_decode_tokens_per_s"] > 0
+    assert out["predicted_bound"].startswith("encoder: ") and "decode: " in out["predicted_bound"]
+    assert main(argv) == 0
+    assert "roofline on h100-sxm: decoder prefill tokens/s" in capsys.readouterr().out

@@ -39,3 +39,34 @@ def test_decode_roofline_is_bandwidth_over_bytes_read():
 
     # prefill runs the LM head on the last row only (as zoo.generation.prefill does)
     assert line.prefill_tokens_per_s == pytest.approx(1024 / (forward_flops(spec, 1024, 1024, last_only=True) / 989.4e12))
+
+
+def test_encoder_roofline_reads_its_weights_once_per_forward():
+    """bert-base at batch 1 x 128 tokens on an H100: memory-bound, the weights the forward
+    multiplies with (the untied token table is a lookup) read once."""
+    from zoo.harness.hardware import encoder_roofline
+
+    spec = zoo.spec("bert-base-uncased")
+    line = encoder_roofline(spec, "h100-sxm", batch_size=1, prompt_len=128, gen_len=16, dtype=torch.bfloat16)
+    count = zoo.count_params(spec)
+    assert line.encoder_bound == "memory" and line.decode_tokens_per_s is None
+    assert line.encoder_tokens_per_s == pytest.approx(128 * 3350e9 / ((count.total - count.embedding) * 2))
+    big = encoder_roofline(spec, "h100-sxm", batch_size=64, prompt_len=512, gen_len=16, dtype=torch.bfloat16)
+    from zoo.analysis import forward_flops
+
+    assert big.encoder_bound == "compute"
+    assert big.encoder_tokens_per_s == pytest.approx(64 * 512 / (forward_flops(spec, 512, 512, 64) / 989.4e12))
+
+
+def test_encoder_decoder_roofline_reads_cross_kv_every_decode_step():
+    from zoo.analysis import cache_bytes, encoder_flops, weight_bytes_read
+    from zoo.harness.hardware import encoder_roofline
+
+    spec = zoo.spec("t5-small")
+    line = encoder_roofline(spec, "h100-sxm", batch_size=8, prompt_len=512, gen_len=64, dtype=torch.bfloat16)
+    decode_read = weight_bytes_read(spec, 8, "bfloat16") + cache_bytes(spec, 8, 33, 512, "bfloat16").total
+    assert line.decode_bound == "memory" and line.decode_tokens_per_s == pytest.approx(8 * 3350e9 / decode_read)
+    assert cache_bytes(spec, 8, 33, 512, "bfloat16").memory > cache_bytes(spec, 8, 33, 512, "bfloat16").token
+    assert line.encoder_bound == "compute"
+    assert line.encoder_tokens_per_s == pytest.approx(8 * 512 / (encoder_flops(spec, 512, 8) / 989.4e12))
+    assert line.bound == f"encoder: compute, decoder prefill: {line.decoder_prefill_bound}, decode: memory"

@@ -107,7 +107,7 @@ def encoder_table(m) -> TableData:  # type: ignore[no-untyped-def]
         ("params total", f"{m.params_total:,}"),
         ("weight bytes", _bytes(m.weight_bytes)),
         ("encoder tokens/s (median (min–max))",
-         f"{_rate(m.forward_tokens_per_s)} ({_rate(m.forward_tokens_per_s_min)}–{_rate(m.forward_tokens_per_s_max)})"),
+         f"{_rate(m.encoder_tokens_per_s)} ({_rate(m.encoder_tokens_per_s_min)}–{_rate(m.encoder_tokens_per_s_max)})"),
         ("encoder time", f"{m.encoder_time_s * 1000:,.1f} ms"),
         ("encoder FLOPs per forward", f"{m.encoder_flops:,}"),
         ("peak memory", _bytes(m.peak_bytes)),
@@ -120,6 +120,13 @@ def encoder_table(m) -> TableData:  # type: ignore[no-untyped-def]
             (f"self KV bytes at {c.gen_len} tokens", _bytes(m.self_kv_bytes)),
             (f"cross KV bytes of {m.seq_len} encoder tokens", _bytes(m.cross_kv_bytes)),
         ]
+    if m.predicted_gpu:
+        rows += [(f"roofline on {m.predicted_gpu}: encoder tokens/s", _rate(m.predicted_encoder_tokens_per_s))]
+        if m.family == "encoder-decoder":
+            rows += [(f"roofline on {m.predicted_gpu}: decoder prefill tokens/s", _rate(m.predicted_decoder_prefill_tokens_per_s)),
+                     (f"roofline on {m.predicted_gpu}: decode tokens/s", _rate(m.predicted_decode_tokens_per_s))]
+        rows += [("roofline bound", m.predicted_bound),
+                 ("achieved fraction, encoder", "-" if m.encoder_roofline_fraction is None else f"{m.encoder_roofline_fraction:.1%}")]
     rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
              ("threads", str(e.threads)), ("torch", e.torch_version), ("zoo commit", e.zoo_commit or "-")]
     return TableData(f"zoo bench: {m.arch} ({m.family})", ["measure", "value"], [[n, v] for n, v in rows], right={"value"})

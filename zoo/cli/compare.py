@@ -196,12 +196,13 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
         print_table(frame_table(frame, title), fmt)
 
 
-TABLE_COLUMNS = ("params_total", "kv_bytes_per_token", "state_bytes", "kv_bytes", "kv_bytes_vs_baseline",
-                 "measured_n_layers",
-                 "prefill_tokens_per_s", "decode_tokens_per_s", "decode_tokens_per_s_vs_baseline", "decode_peak_bytes",
+TABLE_COLUMNS = ("family", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
+                 "kv_bytes_vs_baseline", "measured_n_layers", "encoder_tokens_per_s", "encoder_tokens_per_s_vs_baseline",
+                 "prefill_tokens_per_s", "decoder_prefill_tokens_per_s", "decode_tokens_per_s",
+                 "decode_tokens_per_s_vs_baseline", "decode_peak_bytes", "peak_bytes",
                  "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
-SHOWN_WHEN_VARYING = ("weight_bytes",)  # same in every row (most comparisons): left out
-KV_COLUMNS = ("kv_bytes_per_token", "kv_bytes")
+SHOWN_WHEN_VARYING = ("weight_bytes", "family")  # same in every row (most comparisons): left out
+KV_COLUMNS = ("kv_bytes_per_token", "cross_kv_bytes_per_token", "kv_bytes")
 
 
 def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]

@@ -41,8 +41,9 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(document)
         return 0
     architectures = TableData(
-        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "from"],
-        [[r["name"], r["params"], r["active"], r["kv_bytes_per_token_bf16"], r["plugin"]] for r in document["architectures"]],
+        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "family", "from"],
+        [[r["name"], r["params"], r["active"], _or_none(r["kv_bytes_per_token_bf16"]), r.get("family"), r["plugin"]]
+         for r in document["architectures"]],
     )
     components = TableData("components", ["family", "kinds"],
                            [[family, ", ".join(kinds)] for family, kinds in document["components"].items()])
@@ -53,12 +54,26 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _or_none(value):  # type: ignore[no-untyped-def]
+    return "none" if value is None else value
+
+
+NO_CACHE = "none: an encoder-only model keeps no cache"
+DTYPES = ("bfloat16", "float32")
+
+
 def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
-    """Parameters and KV bytes of a spec, as `zoo show` prints them."""
+    """Parameters and cache bytes of a spec, as `zoo show` prints them, by its family: an
+    encoder-only model has no cache (its KV entries are None and ``cache`` says why); an
+    encoder-decoder's self K/V grow per generated token and its cross K/V per encoder token
+    (the cache at max_seq_len holds both at that length)."""
     import zoo
+    from zoo.analysis import cache_bytes, model_family
 
     count = zoo.count_params(spec)
-    return {
+    family = model_family(spec)
+    summary = {
+        "family": family,
         "params": {
             "total": count.total,
             "active": count.active,
@@ -66,11 +81,18 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
             "unembedding": count.unembedding,
             "by_component": count.by_component,
         },
-        "kv_bytes_per_token": {"bfloat16": zoo.kv_bytes_per_token(spec, "bfloat16"),
-                               "float32": zoo.kv_bytes_per_token(spec, "float32")},
-        "state_bytes_per_sequence": {"bfloat16": zoo.state_bytes(spec, 1, "bfloat16"), "float32": zoo.state_bytes(spec, 1, "float32")},
-        "kv_cache_bytes_at_max_seq_len_bf16": zoo.kv_cache_bytes(spec, 1, spec.max_seq_len, "bfloat16"),
     }
+    if family == "encoder":
+        return {**summary, "cache": NO_CACHE, "kv_bytes_per_token": None, "state_bytes_per_sequence": None,
+                "kv_cache_bytes_at_max_seq_len_bf16": None}
+    per = {dtype: cache_bytes(spec, 1, 1, 1, dtype=dtype) for dtype in DTYPES}
+    summary["kv_bytes_per_token"] = {dtype: per[dtype].token for dtype in DTYPES}
+    if family == "encoder-decoder":
+        summary["cross_kv_bytes_per_encoder_token"] = {dtype: per[dtype].memory for dtype in DTYPES}
+    summary["state_bytes_per_sequence"] = {dtype: per[dtype].sequence for dtype in DTYPES}
+    memory = spec.max_seq_len if family == "encoder-decoder" else 0
+    summary["kv_cache_bytes_at_max_seq_len_bf16"] = cache_bytes(spec, 1, spec.max_seq_len, memory, "bfloat16").total
+    return summary
 
 
 def run_show(args: argparse.Namespace) -> int:

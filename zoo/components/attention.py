@@ -9,6 +9,7 @@ KV-cache size the analysis reports is the one the cache allocates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -93,6 +94,7 @@ class MHAOptions(AttentionOptions):
     """Multi-head attention: one key/value head per query head."""
 
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
+    follows: ClassVar[Mapping[str, str]] = {"n_kv_heads": "n_heads"}  # setting n_heads carries it along
 
     @model_validator(mode="after")
     def _one_kv_per_head(self) -> MHAOptions:

@@ -12,12 +12,11 @@ import statistics
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Literal
 
 import torch
 from pydantic import BaseModel
 
-from zoo.analysis import cache_bytes, count_params, encoder_flops, forward_flops, meta_model
+from zoo.analysis import Family, cache_bytes, count_params, encoder_flops, forward_flops, model_family
 from zoo.cache import KVCache
 from zoo.errors import BenchError
 from zoo.generation import decode_step, decoder_start, prefill
@@ -27,15 +26,7 @@ from zoo.harness.run import BenchConfig
 from zoo.model import ZooModel, build, resolve_dtype
 from zoo.model_spec import ModelSpec
 
-Family = Literal["decoder", "encoder", "encoder-decoder"]
-
-
-def family_of(spec: ModelSpec) -> Family:
-    """Which benchmark a spec gets, from the model its spec builds (meta device)."""
-    model = meta_model(spec)
-    if model.encoder is not None:
-        return "encoder-decoder"
-    return "decoder" if model.can_generate else "encoder"
+family_of = model_family  # which benchmark a spec gets: decided in zoo.analysis, once
 
 
 class EncoderMeasurement(BaseModel):
@@ -47,9 +38,9 @@ class EncoderMeasurement(BaseModel):
     params_total: int
     weight_bytes: int
     seq_len: int  # tokens per row through the encoder (prompt_len)
-    forward_tokens_per_s: float  # encoder forward, median over repeats
-    forward_tokens_per_s_min: float
-    forward_tokens_per_s_max: float
+    encoder_tokens_per_s: float  # encoder forward, median over repeats
+    encoder_tokens_per_s_min: float
+    encoder_tokens_per_s_max: float
     encoder_time_s: float  # median
     peak_bytes: int
     memory_method: str
@@ -58,6 +49,13 @@ class EncoderMeasurement(BaseModel):
     decode_tokens_per_s: float | None = None
     self_kv_bytes: int | None = None  # decoder self-attention K/V at gen_len tokens
     cross_kv_bytes: int | None = None  # cross-attention K/V of seq_len encoder tokens
+    predicted_gpu: str | None = None  # --predict: the roofline (zoo.harness.hardware.encoder_roofline)
+    predicted_encoder_tokens_per_s: float | None = None
+    predicted_decoder_prefill_tokens_per_s: float | None = None
+    predicted_decode_tokens_per_s: float | None = None
+    predicted_bound: str | None = None  # "encoder: memory, decoder prefill: memory, decode: memory"
+    encoder_roofline_fraction: float | None = None  # only when measured on that GPU
+    decode_roofline_fraction: float | None = None
     environment: Environment
     timestamp: str
 
@@ -66,8 +64,9 @@ def _refuse_decoder_options(spec: ModelSpec, config: BenchConfig, family: Family
     what = f"{spec.name} is an {family}"
     if config.compile:
         raise BenchError(f"compile: a decode-step option; {what} (allowed: without --compile)")
-    if config.predict:
-        raise BenchError(f"predict: the roofline covers decoder-only models; {what} (allowed: without --predict)")
+    for field, flag in (("weights_dtype", "--weights-dtype"), ("eval_text", "--eval-text")):
+        if getattr(config, field) is not None:
+            raise BenchError(f"{field}: measured for decoder-only models; {what} (allowed: without {flag})")
 
 
 def _timed(probe, rounds: int, step: Callable[[], object]) -> tuple[list[float], int]:  # type: ignore[no-untyped-def]
@@ -93,6 +92,8 @@ def bench_encoder(spec: ModelSpec, config: BenchConfig, gen_len_given: bool = Fa
         raise BenchError(f"prompt_len: {config.prompt_len} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
     device = pick_device(config.device)
     dtype = resolve_dtype(config.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     model: ZooModel = build(spec, device=device, dtype=dtype, seed=config.seed).eval()
     B, S, G = config.batch_size, config.prompt_len, config.gen_len
     ids = torch.randint(spec.vocab_size, (B, S), generator=torch.Generator().manual_seed(config.seed)).to(device)
@@ -109,14 +110,35 @@ def bench_encoder(spec: ModelSpec, config: BenchConfig, gen_len_given: bool = Fa
         decoder["cross_kv_bytes"] = cache_bytes(spec, B, 1, S, dtype=dtype).memory
         peak = max(peak, decoder.pop("peak"))
     flops = encoder_flops(spec, S, B) if family == "encoder-decoder" else forward_flops(spec, S, S, B)
-    return EncoderMeasurement(
+    measurement = EncoderMeasurement(
         arch=spec.name or "spec", family=family, config=config, params_total=count_params(spec).total,
         weight_bytes=sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values()),
-        seq_len=S, forward_tokens_per_s=statistics.median(rates), forward_tokens_per_s_min=min(rates),
-        forward_tokens_per_s_max=max(rates), encoder_time_s=statistics.median(seconds), peak_bytes=peak,
+        seq_len=S, encoder_tokens_per_s=statistics.median(rates), encoder_tokens_per_s_min=min(rates),
+        encoder_tokens_per_s_max=max(rates), encoder_time_s=statistics.median(seconds), peak_bytes=peak,
         memory_method=probe.memory_method, encoder_flops=flops, **decoder,
         environment=_environment(device, dtype, sdpa), timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+    return with_prediction(measurement, spec, config.predict, dtype) if config.predict else measurement
+
+
+def with_prediction(m: EncoderMeasurement, spec: ModelSpec, gpu_key: str, dtype: torch.dtype) -> EncoderMeasurement:
+    """The measurement with the roofline on ``gpu_key`` beside it, and the achieved fraction
+    of it when the run was on that GPU (as ``zoo.harness.run.with_prediction`` for decoders)."""
+    from zoo.harness.hardware import encoder_roofline, gpu, matches_device
+
+    c = m.config
+    line = encoder_roofline(spec, gpu_key, batch_size=c.batch_size, prompt_len=c.prompt_len, gen_len=c.gen_len, dtype=dtype)
+    same = m.environment.device.startswith("cuda") and matches_device(gpu(gpu_key), m.environment.device_name)
+    decode = m.decode_tokens_per_s is not None and line.decode_tokens_per_s is not None
+    return m.model_copy(update={
+        "predicted_gpu": gpu_key,
+        "predicted_encoder_tokens_per_s": line.encoder_tokens_per_s,
+        "predicted_decoder_prefill_tokens_per_s": line.decoder_prefill_tokens_per_s,
+        "predicted_decode_tokens_per_s": line.decode_tokens_per_s,
+        "predicted_bound": line.bound,
+        "encoder_roofline_fraction": m.encoder_tokens_per_s / line.encoder_tokens_per_s if same else None,
+        "decode_roofline_fraction": m.decode_tokens_per_s / line.decode_tokens_per_s if same and decode else None,  # type: ignore[operator]
+    })
 
 
 def _decoder_phase(model: ZooModel, ids: torch.Tensor, config: BenchConfig, probe) -> dict:  # type: ignore[no-untyped-def,type-arg]

@@ -7,7 +7,7 @@ Linux and macOS): a run still starts in a fresh process that shares no state wit
 or with other runs, so a crash, an out-of-memory kill or a hang (``timeout``) ends only that
 run, but it starts in about 0.3 s instead of the 3 s a new interpreter needs on a small CPU
 to import torch. ``isolation="interpreter"`` uses a new interpreter per run instead
-(``zoo.harness.run.run_in_subprocess``), where forking is not available or not wanted.
+(``zoo.harness.families.measure_in_subprocess``), where forking is not available or not wanted.
 Rows reach ``on_row`` in the driver process only, in the order runs end.
 """
 
@@ -33,7 +33,7 @@ from zoo.harness.points import evaluate_point, make_row
 
 OnRow = Callable[[dict[str, Any]], None]
 Isolation = Literal["forkserver", "interpreter"]
-FORKSERVER_PRELOAD = ["zoo.harness.points", "zoo.harness.run", "zoo.analysis", "zoo.generation", "torch._dynamo"]
+FORKSERVER_PRELOAD = ["zoo.harness.points", "zoo.harness.run", "zoo.harness.families", "zoo.analysis", "zoo.generation", "torch._dynamo"]
 STDERR_TAIL_LINES = 3
 
 
@@ -46,10 +46,10 @@ class InlineExecutor:
     nothing to isolate; the whole grid of full-size models takes a second or so)."""
 
     def run(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from zoo.harness.run import bench
+        from zoo.harness.families import measure
 
         for point in points:
-            on_row(evaluate_point(plan, point, None if plan.analysis_only else bench))
+            on_row(evaluate_point(plan, point, None if plan.analysis_only else measure))
 
 
 class LocalExecutor:
@@ -77,10 +77,10 @@ class LocalExecutor:
 
     # -- a new interpreter per run: the harness's own subprocess entry point ------------------
     def _run_interpreters(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from zoo.harness.run import run_in_subprocess
+        from zoo.harness.families import measure_in_subprocess
 
         def measure(spec, config):  # type: ignore[no-untyped-def]
-            return run_in_subprocess(spec, config, timeout=self.timeout)
+            return measure_in_subprocess(spec, config, timeout=self.timeout)
 
         with ThreadPoolExecutor(self.jobs) as pool:
             pending = {pool.submit(evaluate_point, plan, p, measure) for p in points}
@@ -226,11 +226,11 @@ def _forked_run(plan_json: str, point_json: str, conn: Any, log_path: str) -> No
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    from zoo.harness.run import bench
+    from zoo.harness.families import measure
 
     plan = SweepPlan.model_validate_json(plan_json)
     point = SweepPoint.model_validate_json(point_json)
-    row = evaluate_point(plan, point, bench)
+    row = evaluate_point(plan, point, measure)
     conn.send(json.dumps(row, default=str))
     conn.close()
 

@@ -134,3 +134,68 @@ def roofline(
         prefill_bound=prefill_bound,
         decode_bound=decode_bound,
     )
+
+
+@dataclass(frozen=True)
+class EncoderRoofline:
+    """Upper bounds for an encoder's forward (tokens/s through the encoder) and, for an
+    encoder-decoder, the decoder's start token (cross K/V projected from the memory) and
+    its decode steps (self K/V and cross K/V read each step). Decoder fields are None for
+    an encoder-only model."""
+
+    gpu: str
+    encoder_tokens_per_s: float
+    encoder_bound: str
+    decoder_prefill_tokens_per_s: float | None = None
+    decoder_prefill_bound: str | None = None
+    decode_tokens_per_s: float | None = None
+    decode_bound: str | None = None
+
+    @property
+    def bound(self) -> str:
+        parts = [f"encoder: {self.encoder_bound}"]
+        if self.decode_bound is not None:
+            parts += [f"decoder prefill: {self.decoder_prefill_bound}", f"decode: {self.decode_bound}"]
+        return ", ".join(parts)
+
+
+def encoder_roofline(
+    spec_or_model: object, gpu_key: str, *, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype,
+) -> EncoderRoofline:
+    """Roofline of what ``zoo bench`` runs on an encoder or an encoder-decoder, every figure
+    from ``zoo.analysis``.
+
+    Encoder: one forward of ``batch_size`` × ``prompt_len`` tokens (``forward_flops`` of an
+    encoder-only model, ``encoder_flops`` of an encoder-decoder's encoder) against its
+    weights read once (``encoder_weight_bytes_read``). Encoder-decoder decoder prefill: the
+    start token (``forward_flops`` with ``memory_len``) plus the cross K/V projected from
+    the memory (``memory_flops``), against the decoder's weights and the cache it writes.
+    Decode: one step at the midpoint ``1 + gen_len // 2`` of the decoder's context, reading
+    the weights, the self K/V and the cross K/V (``decode_bytes_per_step`` with
+    ``memory_len``).
+    """
+    from zoo.analysis import cache_bytes, decode_bytes_per_step, encoder_flops, forward_flops, model_family, weight_bytes_read
+    from zoo.analysis_encoder import encoder_weight_bytes_read, memory_flops
+
+    board = gpu(gpu_key)
+    peak, bandwidth = board.peak_flops(dtype), board.bandwidth
+    B, S = batch_size, prompt_len
+    spec = spec_or_model  # type: ignore[assignment]
+    encdec = model_family(spec) == "encoder-decoder"  # type: ignore[arg-type]
+    flops = encoder_flops(spec, S, B) if encdec else forward_flops(spec, S, S, B)  # type: ignore[arg-type]
+    encoder_time, encoder_bound = _step_time(flops, encoder_weight_bytes_read(spec, dtype), peak, bandwidth)  # type: ignore[arg-type]
+    line = EncoderRoofline(gpu=gpu_key, encoder_tokens_per_s=B * S / encoder_time, encoder_bound=encoder_bound)
+    if not encdec:
+        return line
+    prefill_flops = forward_flops(spec, 1, 1, B, last_only=True, memory_len=S) + memory_flops(spec, S, B)  # type: ignore[arg-type]
+    prefill_bytes = weight_bytes_read(spec, B, dtype) + cache_bytes(spec, B, 1, S, dtype=dtype).total  # type: ignore[arg-type]
+    prefill_time, prefill_bound = _step_time(prefill_flops, prefill_bytes, peak, bandwidth)
+    context = 1 + gen_len // 2
+    decode_flops = forward_flops(spec, 1, context, B, memory_len=S)  # type: ignore[arg-type]
+    decode_bytes = decode_bytes_per_step(spec, B, context, dtype, memory_len=S)  # type: ignore[arg-type]
+    decode_time, decode_bound = _step_time(decode_flops, decode_bytes, peak, bandwidth)
+    return EncoderRoofline(
+        gpu=gpu_key, encoder_tokens_per_s=line.encoder_tokens_per_s, encoder_bound=encoder_bound,
+        decoder_prefill_tokens_per_s=B / prefill_time, decoder_prefill_bound=prefill_bound,
+        decode_tokens_per_s=B / decode_time, decode_bound=decode_bound,
+    )

@@ -83,7 +83,7 @@ def plot_params_against_kv(rows: Sequence[Mapping[str, Any]], title: str, path: 
     points: dict[str, tuple[int, int]] = {}
     for row in rows:
         analysis = row.get("analysis") or {}
-        if analysis.get("params_total"):
+        if analysis.get("params_total") and analysis.get("kv_bytes_per_token") is not None:  # an encoder: no KV
             points.setdefault(_label(row["values"], RUN_KEYS), (analysis["kv_bytes_per_token"], analysis["params_total"]))
     if not points:
         return None

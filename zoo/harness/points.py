@@ -3,7 +3,8 @@ measurement of it (at the plan's reduced depth), or the error that stopped it.
 
 ``evaluate_point`` never raises for a point's own failure: a spec that cannot be built, a run
 that fails, become ``status: failed`` with the error, so the sweep goes on. The measurement
-is ``zoo.harness.run.bench`` itself (or ``run_in_subprocess``): there is no second path.
+is the harness's own benchmark of the model's family (``zoo.harness.families.measure``, or
+``measure_in_subprocess``): there is no second path.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.harness.grid import ARCH_KEY, SweepPlan, SweepPoint
 
-Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> Measurement
-KV_CURVE_MIN = 256  # the KV-against-context curve: powers of two from here to max_seq_len
+Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> Measurement or EncoderMeasurement
 
 
 def point_spec(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-def]
@@ -43,15 +43,26 @@ def point_config(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped
 
 
 def reduced_depth(spec, n_layers: int | None):  # type: ignore[no-untyped-def]
-    """The spec cut to its first ``n_layers`` layers; per-layer overrides naming only layers
-    past the cut are dropped (slices such as '5::6' adapt by themselves)."""
+    """The spec cut to its first ``n_layers`` layers (an encoder-decoder's encoder too);
+    per-layer overrides naming only layers past the cut are dropped (slices such as '5::6'
+    adapt by themselves)."""
+    encoder = spec.encoder
+    if n_layers is None or (n_layers >= spec.n_layers and (encoder is None or n_layers >= encoder.n_layers)):
+        return spec
+    data = spec.to_dict()
+    data.update(n_layers=min(n_layers, spec.n_layers), layers=_layers_within(spec.layers, n_layers))
+    if encoder is not None:
+        data["encoder"].update(n_layers=min(n_layers, encoder.n_layers), layers=_layers_within(encoder.layers, n_layers))
+    return type(spec).model_validate(data)
+
+
+def _layers_within(overrides, n_layers: int) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """The per-layer overrides whose selectors name a layer below ``n_layers``, those kept."""
     from zoo.errors import SpecError
     from zoo.model_spec import parse_layer_selector
 
-    if n_layers is None or n_layers >= spec.n_layers:
-        return spec
     layers = {}
-    for key, override in spec.layers.items():
+    for key, override in overrides.items():
         kept = []
         for item in str(key).split(","):
             try:
@@ -61,35 +72,40 @@ def reduced_depth(spec, n_layers: int | None):  # type: ignore[no-untyped-def]
                 continue  # names a layer past the cut
         if kept:
             layers[",".join(kept)] = override
-    data = spec.to_dict()
-    data.update(n_layers=n_layers, layers=layers)
-    return type(spec).model_validate(data)
+    return layers
 
 
 def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """Exact figures of the full-size model, from zoo.analysis (meta device, no memory)."""
-    from zoo.analysis import cache_bytes, count_params, flops_per_token, weight_bytes
-    from zoo.errors import PluginError
+    """Exact figures of the full-size model, from zoo.analysis (meta device, no memory), by
+    the model's family (``zoo.harness.families``: columns a family lacks are None)."""
+    from zoo.analysis import model_family
     from zoo.harness.environment import pick_device
+    from zoo.harness.families import encoder_analysis, encoder_decoder_analysis
     from zoo.model import resolve_dtype
-
-    device = pick_device(config.device)
     from zoo.quant import run_dtype
 
+    device = pick_device(config.device)
     dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
+    analyses = {"decoder": decoder_analysis, "encoder": encoder_analysis, "encoder-decoder": encoder_decoder_analysis}
+    return analyses[model_family(spec)](spec, config, dtype)
+
+
+def decoder_analysis(spec, config, dtype) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """A decoder-only model's row: parameters, weight and KV bytes, FLOPs per decoded token."""
+    from zoo.analysis import cache_bytes, count_params, flops_per_token, weight_bytes
+    from zoo.errors import PluginError
+    from zoo.harness.families import context_lengths
+
     context = config.prompt_len + config.gen_len
     count = count_params(spec)
     try:
         flops = flops_per_token(spec, config.prompt_len + config.gen_len // 2)
     except PluginError:
         flops = None
-    lengths, length = [], KV_CURVE_MIN
-    while length < spec.max_seq_len:
-        lengths.append(length)
-        length *= 2
-    lengths.append(spec.max_seq_len)
+    lengths = context_lengths(spec.max_seq_len)
     return {
         "arch": spec.name,
+        "family": "decoder",
         "n_layers": spec.n_layers,
         "dtype": str(dtype).removeprefix("torch."),
         "params_total": count.total,
@@ -106,7 +122,8 @@ def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
 
 
 def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) -> dict[str, Any]:
-    """The point's row. ``measure`` is None for analysis only, else bench or run_in_subprocess."""
+    """The point's row. ``measure`` is None for analysis only, else ``families.measure`` or
+    ``families.measure_in_subprocess`` (which run the benchmark of the model's family)."""
     start = time.perf_counter()
     analysis = measurement = None
     error = None

@@ -103,16 +103,23 @@ def append_result(measurement: Measurement, results_dir: Path | str = DEFAULT_RE
 
 # ---- sweep tables ------------------------------------------------------------------------------
 # Analysis of the full-size model, then the measurement (of the model cut to the plan's depth).
-ANALYSIS_COLUMNS = ("arch", "n_layers", "dtype", "params_total", "params_active", "weight_bytes", "kv_bytes_per_token",
-                    "state_bytes", "context_len", "kv_bytes", "flops_per_token")
+# Encoders and encoder-decoders (zoo.harness.families) add their columns; a column a row's
+# family lacks is empty (an encoder's KV bytes: no cache), never 0.
+ANALYSIS_COLUMNS = ("arch", "family", "n_layers", "dtype", "params_total", "params_active", "weight_bytes",
+                    "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "context_len", "memory_len",
+                    "kv_bytes", "flops_per_token", "encoder_flops")
 MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "prefill_peak_bytes",
-                    "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
+                    "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity",
+                    "encoder_tokens_per_s", "encoder_time_s", "decoder_prefill_tokens_per_s", "peak_bytes",
+                    "self_kv_bytes", "cross_kv_bytes")
 MEASURED_CONTEXT = ("device_name", "threads")
 RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
-                 "prefill_tokens_per_s", "decode_peak_bytes")
-SWEEP_MARKDOWN = ("params_total", "kv_bytes_per_token", "state_bytes", "kv_bytes", "measured_n_layers", "prefill_tokens_per_s",
-                  "decode_tokens_per_s", "decode_peak_bytes", "kv_bytes_vs_baseline", "params_total_vs_baseline",
-                  "decode_tokens_per_s_vs_baseline", "status", "error")
+                 "prefill_tokens_per_s", "decode_peak_bytes", "encoder_tokens_per_s")
+SWEEP_MARKDOWN = ("family", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
+                  "measured_n_layers", "encoder_tokens_per_s", "prefill_tokens_per_s", "decoder_prefill_tokens_per_s",
+                  "decode_tokens_per_s", "decode_peak_bytes", "peak_bytes", "kv_bytes_vs_baseline",
+                  "params_total_vs_baseline", "encoder_tokens_per_s_vs_baseline", "decode_tokens_per_s_vs_baseline",
+                  "status", "error")
 
 
 def _values_key(values: dict) -> str:
@@ -197,6 +204,10 @@ def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no
     keys = [c for c in frame.columns if c not in ("point_id", "label", "status", "error") and c not in ANALYSIS_COLUMNS
             and c not in MEASURED_COLUMNS and c not in MEASURED_CONTEXT and c != "measured_n_layers"
             and not c.endswith("_vs_baseline")]
+    from zoo.harness.grid import ARCH_KEY
+
+    if ARCH_KEY in frame.columns and any(ARCH_KEY in r.get("values", {}) for r in rows):
+        keys.insert(0, ARCH_KEY)  # an axis of its own, though also an analysis column
     paths = {ext: stem.with_name(f"{stem.name}.{ext}") for ext in ("csv", "md")}  # names hold dots: 3.2-1b
     write_atomic(paths["csv"], frame.to_csv(index=False))
     write_atomic(paths["md"], sweep_markdown(frame, keys))

@@ -1,0 +1,152 @@
+"""The harness by model family: which benchmark a sweep point runs and which analysis its
+row carries, for decoder-only, encoder-only and encoder-decoder models alike.
+
+The family comes from ``zoo.analysis.model_family`` (the one place that decides it); this
+module maps each family to its benchmark (``BENCHES``) and its analysis (``ANALYSES``), so
+the point runner, the executors and the subprocess entry point never test a kind. Columns a
+family does not have are None in its rows (an encoder keeps no cache: no KV bytes, not 0),
+so a grid mixing families (``arch=bert-base-uncased,gpt2``) gives each row the columns of
+its own family.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from zoo.analysis import Family, model_family
+from zoo.errors import BenchError, ZooError
+from zoo.harness.encoder_bench import EncoderMeasurement, bench_encoder
+from zoo.harness.run import BenchConfig, Measurement
+from zoo.harness.run import bench as decoder_bench
+from zoo.model_spec import ModelSpec
+
+KV_CURVE_MIN = 256  # the KV-against-context curve: powers of two from here to max_seq_len
+
+BENCHES: dict[Family, Callable[[ModelSpec, BenchConfig], BaseModel]] = {
+    "decoder": decoder_bench,
+    "encoder": bench_encoder,
+    "encoder-decoder": bench_encoder,
+}
+RESULTS: dict[Family, type[BaseModel]] = {
+    "decoder": Measurement, "encoder": EncoderMeasurement, "encoder-decoder": EncoderMeasurement,
+}
+
+
+def measure(spec: ModelSpec, config: BenchConfig) -> BaseModel:
+    """Run the benchmark of the spec's family: ``Measurement`` for a decoder-only model,
+    ``EncoderMeasurement`` for the others."""
+    return BENCHES[model_family(spec)](spec, config)
+
+
+def bench(spec: Any, config: BenchConfig | None = None, **options: Any) -> BaseModel:
+    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec) by its family's
+    benchmark, or ``weights=`` a checkpoint (decoder-only). Keyword options are BenchConfig
+    fields; ``gen_len`` given for an encoder-only model is refused (it decodes nothing)."""
+    from zoo.harness.run import make_config
+    from zoo.model import as_spec
+
+    if spec is None or options.get("weights") or (config is not None and config.weights):
+        return decoder_bench(spec, config, **options)  # a checkpoint: loaded and measured as a decoder
+    model_spec = as_spec(spec)
+    if model_family(model_spec) == "decoder":
+        return decoder_bench(model_spec, config, **options)
+    config = make_config(**{**(config.model_dump() if config else {}), **options})
+    return bench_encoder(model_spec, config, gen_len_given="gen_len" in options)
+
+
+def context_lengths(max_seq_len: int) -> list[int]:
+    """Powers of two from KV_CURVE_MIN below max_seq_len, then max_seq_len."""
+    lengths, length = [], KV_CURVE_MIN
+    while length < max_seq_len:
+        lengths.append(length)
+        length *= 2
+    return [*lengths, max_seq_len]
+
+
+def common_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
+    """The columns every family has: name, depth, dtype, parameters, weight bytes."""
+    from zoo.analysis import count_params, weight_bytes
+
+    count = count_params(spec)
+    return {
+        "arch": spec.name, "family": model_family(spec), "n_layers": spec.n_layers,
+        "dtype": str(dtype).removeprefix("torch."), "params_total": count.total, "params_active": count.active,
+        "params_embedding": count.embedding,
+        "weight_bytes": weight_bytes(spec, dtype, config.weights_dtype, config.weights_group_size),
+    }
+
+
+def encoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
+    """An encoder-only model: FLOPs of one forward of the batch; no cache, so every KV column
+    is None (not applicable, not zero)."""
+    from zoo.analysis import forward_flops
+
+    B, S = config.batch_size, config.prompt_len
+    return {
+        **common_analysis(spec, config, dtype),
+        "kv_bytes_per_token": None, "state_bytes": None, "context_len": S, "kv_bytes": None,
+        "flops_per_token": None, "encoder_flops": forward_flops(spec, S, S, B),
+    }
+
+
+def encoder_decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
+    """An encoder-decoder: the encoder's FLOPs over ``prompt_len`` tokens; the decoder's
+    self K/V per generated token and cross K/V per encoder token; the whole cache at
+    ``gen_len`` decoder tokens and ``prompt_len`` encoder tokens; FLOPs per decoded token
+    at the decoder's midpoint context."""
+    from zoo.analysis import cache_bytes, encoder_flops, forward_flops
+
+    B, S, G = config.batch_size, config.prompt_len, config.gen_len
+    per_token = cache_bytes(spec, 1, 1, 1, dtype=dtype)
+    return {
+        **common_analysis(spec, config, dtype),
+        "kv_bytes_per_token": per_token.token, "cross_kv_bytes_per_token": per_token.memory,
+        "state_bytes": per_token.sequence, "context_len": G, "memory_len": S,
+        "kv_bytes": cache_bytes(spec, B, G, S, dtype=dtype).total,
+        "flops_per_token": forward_flops(spec, 1, 1 + G // 2, memory_len=S), "encoder_flops": encoder_flops(spec, S, B),
+        "kv_curve": [[n, cache_bytes(spec, 1, n, S, dtype=dtype).total] for n in context_lengths(spec.max_seq_len)],
+    }
+
+
+# ---- a run in a fresh interpreter ------------------------------------------------------------
+def measure_in_subprocess(spec: ModelSpec, config: BenchConfig, timeout: float | None = None) -> BaseModel:
+    """``measure(spec, config)`` in a new Python process (``isolation="interpreter"``); the
+    measurement comes back as JSON. A ZooError in the child is a BenchError here with its
+    message; a crash is a BenchError with the tail of its stderr."""
+    request = json.dumps({"spec": spec.to_dict(), "config": config.model_dump()})
+    try:
+        done = subprocess.run([sys.executable, "-m", "zoo.harness.families"], input=request, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"run: the benchmark subprocess exceeded its timeout of {timeout} s") from None
+    lines = done.stdout.strip().splitlines()
+    reply = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if done.returncode == 0 and "measurement" in reply:
+        return RESULTS[reply["family"]].model_validate(reply["measurement"])
+    if "error" in reply:
+        raise BenchError(reply["error"])
+    tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+    raise BenchError(f"run: the benchmark subprocess failed with exit status {done.returncode}: {tail}")
+
+
+def _subprocess_main() -> int:
+    request = json.loads(sys.stdin.read())
+    try:
+        spec = ModelSpec.model_validate(request["spec"])
+        family = model_family(spec)
+        measurement = BENCHES[family](spec, BenchConfig.model_validate(request["config"]))
+    except ZooError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    print(json.dumps({"family": family, "measurement": measurement.model_dump(mode="json")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_subprocess_main())
