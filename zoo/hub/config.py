@@ -27,7 +27,7 @@ from zoo.hub.config_reader import layer_selector as _layer_selector
 from zoo.hub.config_reader import rope_params as _rope_params
 from zoo.hub.config_reader import layer_selector, rope_params  # noqa: F401
 from zoo.hub.config_recurrent import RECURRENT_FAMILIES
-from zoo.hub.families import FAMILY_MODULES
+from zoo.hub.families import FAMILY_MODULES, family_module, plugin_families
 from zoo.model_spec import ModelSpec
 
 # What each numeric or structured key must hold (null = absent); checked before any family reads
@@ -315,16 +315,31 @@ def check_value_types(data: Mapping[str, Any], source: str) -> None:
             raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")
 
 
+def supported_model_types() -> list[str]:
+    """Every model_type zoo reads: the built-in families and those plugins registered."""
+    return sorted({*FAMILIES, *plugin_families()})
+
+
+def config_reader(model_type: Any, source: str) -> Callable[[ConfigReader], dict[str, Any]]:
+    """The function reading ``model_type``'s config: a plugin's family, else a built-in one."""
+    plugin = family_module(model_type) if isinstance(model_type, str) else None
+    if plugin is not None:
+        return plugin.read_config
+    if model_type not in FAMILIES:
+        types = supported_model_types()
+        raise CheckpointError(
+            f"{source}: model_type: {model_type!r} is not supported{did_you_mean(str(model_type), types)}; "
+            f"allowed: {allowed(types)}"
+        )
+    return FAMILIES[model_type]
+
+
 def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:
     """The ModelSpec computing what transformers computes for this config.json."""
     data, source = read_hf_config(config)
     check_value_types(data, source)
     model_type = data.get("model_type")
-    if model_type not in FAMILIES:
-        raise CheckpointError(
-            f"{source}: model_type: {model_type!r} is not supported{did_you_mean(str(model_type), FAMILIES)}; "
-            f"allowed: {allowed(FAMILIES)}"
-        )
+    read = config_reader(model_type, source)
     quantization = data.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
     if quantization is not None and not (model_type == "gpt_oss" and method == "mxfp4"):
@@ -333,7 +348,7 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
     reader = ConfigReader(data, source)
     reader.used.add("quantization_config")  # mxfp4 experts: the loader dequantizes them
     try:
-        spec = FAMILIES[model_type](reader)
+        spec = read(reader)
     except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:  # a shape no check above foresaw
         raise CheckpointError(f"{source}: malformed config ({type(exc).__name__}: {str(exc)[:200]})") from None
     for key, (inert, why) in BASE_CHECKS.items():  # unless the family read it (t5, bart: encoder-decoders)
