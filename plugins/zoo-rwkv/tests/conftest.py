@@ -1,0 +1,47 @@
+"""Tiny RWKV specs and checkpoints for the plugin's tests; zoo-rwkv made importable without installing it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rwkv_staging import stage_zoo_rwkv  # noqa: E402
+
+stage_zoo_rwkv()  # zoo finds plugins through entry points: a temporary one, the environment untouched
+
+from zoo.registry import reset_registry  # noqa: E402
+
+reset_registry()  # in case the registry was built before the staging
+
+TINY = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "context_length": 48,
+        "attention_hidden_size": 24, "intermediate_size": 80}
+
+
+@pytest.fixture(autouse=True)
+def _deterministic() -> None:
+    torch.manual_seed(0)
+
+
+def hf_rwkv(tmp_path: Path, **updates: object):  # type: ignore[no-untyped-def]
+    """A tiny transformers RwkvForCausalLM with random weights, saved in tmp_path; (model, folder)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.RwkvConfig(**{**TINY, **updates})
+    torch.manual_seed(0)
+    model = transformers.RwkvForCausalLM(config).eval()
+    with torch.no_grad():  # transformers' init leaves some tensors at 1 or 0: make every one count
+        for name, p in model.named_parameters():
+            if "time_decay" in name or "time_first" in name:
+                p.copy_(torch.randn_like(p))
+            elif "time_mix" in name:
+                p.uniform_(0, 1)
+            elif "ln" in name:
+                p.copy_(p + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0, 0.3)
+    folder = tmp_path / "rwkv"
+    model.save_pretrained(folder)
+    return model, folder
