@@ -18,12 +18,22 @@ from zoo.registry import reset_registry  # noqa: E402
 reset_registry()  # in case the registry was built before the staging
 
 TINY = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "context_length": 48,
-        "attention_hidden_size": 24, "intermediate_size": 80}
+        "attention_hidden_size": 32, "intermediate_size": 80}
 
 
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """(transformers model, its folder, zoo's model loaded from it) for the default tiny config
+    with ``rescale_every=1`` (so layer 1 is rescaled), built once per session."""
+    import zoo
+
+    hf, folder = hf_rwkv(tmp_path_factory.mktemp("rwkv"), rescale_every=1)
+    return hf, folder, zoo.from_pretrained(folder, progress=False)
 
 
 def hf_rwkv(tmp_path: Path, **updates: object):  # type: ignore[no-untyped-def]
