@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY, hf_rwkv
+from rwkv_helpers import TINY, checkpoint, deterministic, hf_rwkv  # noqa: F401 (fixtures)
 
 import zoo
 from zoo.cache import KVCache

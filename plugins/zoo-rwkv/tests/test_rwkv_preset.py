@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rwkv_helpers import deterministic  # noqa: F401 (fixture; stages the plugin)
+
 import zoo
 
 

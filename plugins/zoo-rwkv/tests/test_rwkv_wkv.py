@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rwkv_helpers import deterministic  # noqa: F401 (fixture)
 from zoo_rwkv.wkv import CHUNK, empty_state, wkv, wkv_reference
 
 

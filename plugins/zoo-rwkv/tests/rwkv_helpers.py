@@ -1,15 +1,18 @@
-"""Tiny RWKV specs and checkpoints for the plugin's tests; zoo-rwkv made importable without installing it."""
+"""Tiny RWKV checkpoints and fixtures for the plugin's tests; importing this module makes
+zoo-rwkv importable without installing it.
+
+Not a conftest.py: zoo-mla's tests import theirs as the top-level module ``conftest``, and a
+second one would take its place in ``sys.modules`` when both run in one session. Test
+modules import what they use from here (fixtures included).
+"""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from rwkv_staging import stage_zoo_rwkv  # noqa: E402
+from rwkv_staging import stage_zoo_rwkv
 
 stage_zoo_rwkv()  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
@@ -22,7 +25,7 @@ TINY = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "context_le
 
 
 @pytest.fixture(autouse=True)
-def _deterministic() -> None:
+def deterministic() -> None:
     torch.manual_seed(0)
 
 
