@@ -111,3 +111,24 @@ def test_config_and_weights_round_trip_through_save_pretrained(checkpoint, tmp_p
         torch.testing.assert_close(again(ids).logits, hf(ids).logits, atol=1e-5, rtol=1e-5)
     fresh = zoo.build(spec, seed=0)  # a spec built from scratch saves too (model_type found by trying)
     assert json.loads((zoo.save_pretrained(fresh, tmp_path / "fresh") / "config.json").read_text())["model_type"] == "rwkv"
+
+
+def test_compiled_decode_step_equals_eager_without_recompiling(checkpoint):
+    import torch._dynamo
+
+    from zoo.generation import compile_decode_step
+
+    model = checkpoint[2]
+    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4]])
+    eager_cache, compiled_cache = KVCache(model, 2, 12), KVCache(model, 2, 12)
+    eager = prefill(model, ids, eager_cache, attention_mask=mask)
+    prefill(model, ids, compiled_cache, attention_mask=mask)
+    torch._dynamo.reset()
+    step = compile_decode_step(backend="aot_eager")
+    token = eager.argmax(-1, keepdim=True)  # (B, 1)
+    for i in range(3):
+        eager = decode_step(model, token, eager_cache)
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):
+            compiled = step(model, token, compiled_cache)
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+        token = eager.argmax(-1, keepdim=True)
