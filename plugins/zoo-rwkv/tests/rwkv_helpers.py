@@ -20,7 +20,7 @@ from zoo.registry import reset_registry  # noqa: E402
 
 reset_registry()  # in case the registry was built before the staging
 
-TINY = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "context_length": 48,
+TINY = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "context_length": 80,
         "attention_hidden_size": 32, "intermediate_size": 80}
 
 

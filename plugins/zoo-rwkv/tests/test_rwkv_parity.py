@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 def test_logits_match_transformers(checkpoint):
     hf, _, model = checkpoint
     assert model.hf_model_type == "rwkv"
-    ids = torch.randint(0, TINY["vocab_size"], (2, 45))  # more than one WKV chunk
+    ids = torch.randint(0, TINY["vocab_size"], (2, 70))  # more than one WKV chunk
     with torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids, use_cache=False).logits, atol=1e-4, rtol=1e-4)
 
@@ -44,13 +44,13 @@ def test_greedy_tokens_equal_transformers_generate(checkpoint):
 
 def test_prefill_then_decode_equals_full_forward(checkpoint):
     model = checkpoint[2]
-    ids = torch.randint(0, TINY["vocab_size"], (2, 40))
+    ids = torch.randint(0, TINY["vocab_size"], (2, 75))
     with torch.no_grad():
         full = model(ids)
-    cache = KVCache(model, batch_size=2, max_len=40)
-    steps = [prefill(model, ids[:, :3], cache), prefill(model, ids[:, 3:37], cache)]  # a chunk boundary inside
-    steps += [decode_step(model, ids[:, t : t + 1], cache) for t in range(37, 40)]
-    torch.testing.assert_close(torch.stack(steps, dim=1), full[:, [2, 36, 37, 38, 39]], atol=1e-5, rtol=1e-5)
+    cache = KVCache(model, batch_size=2, max_len=75)
+    steps = [prefill(model, ids[:, :3], cache), prefill(model, ids[:, 3:72], cache)]  # a scan-chunk boundary inside
+    steps += [decode_step(model, ids[:, t : t + 1], cache) for t in range(72, 75)]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full[:, [2, 71, 72, 73, 74]], atol=1e-5, rtol=1e-5)
 
 
 def test_left_padded_rows_equal_their_unpadded_runs(checkpoint):
@@ -88,7 +88,7 @@ def test_state_bytes_per_sequence():
     model = zoo.build(spec, device="meta")
     d, c, layers = TINY["hidden_size"], 24, TINY["num_hidden_layers"]
     per_layer = 4 * (d + d + 3 * c)  # att_x, ffn_x in float32; num, den, max always float32
-    short, long = (zoo.cache_bytes(model, 1, n, dtype="float32") for n in (4, 40))
+    short, long = (zoo.cache_bytes(model, 1, n, dtype="float32") for n in (4, 80))
     assert short.sequence == long.sequence == zoo.state_bytes(model, dtype="float32") == layers * per_layer
     assert long.token == 0 and zoo.kv_bytes_per_token(model) == 0
     assert zoo.state_bytes(model, batch_size=3, dtype="bfloat16") == 3 * layers * (2 * 2 * d + 4 * 3 * c)

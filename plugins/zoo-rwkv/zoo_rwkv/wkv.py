@@ -1,30 +1,37 @@
-"""RWKV-4's WKV recurrence in chunks: exact, stable, and no Python loop per token.
+"""RWKV-4's WKV recurrence: a parallel scan for prompts, the recurrence for one token.
 
 Per channel c, with decay ``w = -exp(time_decay) < 0`` and bonus ``u = time_first``, the
 output for token t is
 
-    wkv_t = (sum_{i<t} e^{(t-1-i)w + k_i} v_i + e^{u + k_t} v_t) / (same sums without v)
+    wkv_t = (S_t + e^{u + k_t} v_t) / (D_t + e^{u + k_t}),
+    S_t = sum_{i<t} e^{(t-1-i)w + k_i} v_i   (D_t: the same without v)
 
 plus what the state carries in from earlier calls. transformers evaluates it one token at a
-time (``rwkv_linear_attention_cpu``), keeping (num, den, max) with the max-trick. Here a
-chunk of T tokens is one tensor expression: the log-weights of every (t, i) pair (B, T, T, C)
-and of the carried state, shifted by their maximum per (t, c) before ``exp`` (the same
-max-trick, over a chunk), then one weighted sum. Chunks follow each other carrying the
-state, so memory stays B·CHUNK²·C floats.
+time (``rwkv_linear_attention_cpu``), keeping (num, den, max) with the max-trick.
+
+A prompt here is one parallel scan, no loop over tokens: since (t-1-i)w + k_i =
+(t-1)w + (k_i - i·w), S_t and D_t are ``e^{(t-1)w}`` times prefix sums of ``e^{k_i - i·w}``
+(times v_i), and ``torch.logcumsumexp`` takes those prefix sums in log space, stably (the
+max-trick inside the scan). Values of either sign are summed as a positive and a negative
+part. The exponents grow with the position (i·|w|), so the scan runs in float64, which
+keeps the result within float32 rounding of the recurrence. Long prompts are scanned in
+chunks of ``CHUNK`` tokens carrying the state (the scan's tensors then stay in cache: about
+1.4x faster than one scan over 1024 tokens here), so a prompt costs T / CHUNK iterations,
+not T. One token (decode) takes the recurrence's step, in float32, as transformers does.
 
 The state is (num, den, max): the sums are ``e^max · num`` and ``e^max · den``. ``den == 0``
-means empty, so a zeroed cache is an empty state (the max is then ignored).
+means empty, so a zeroed cache is an empty state (its max is then ignored).
 
-Padding (``valid`` False) neither updates the state nor counts as a step of decay: the
-distance between tokens counts only real tokens in between.
+Padding (``valid`` False) neither updates the state nor counts as a step of decay: a
+token's position counts only the real tokens before it.
 """
 
 from __future__ import annotations
 
 import torch
 
-CHUNK = 32  # tokens per chunk: (B, 32, 32, C) float32 log-weights
-NEG = -1e38  # a finite "minus infinity": exp(NEG - m) is 0 for any real m
+CHUNK = 64  # tokens per scan
+NEG = -1e38  # a finite "minus infinity" for float32 maxima: exp(NEG - m) is 0 for any real m
 
 State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # num, den, max: (B, C) float32 each
 
@@ -40,46 +47,63 @@ def wkv(
     """w, u (C,) float32 (w already -exp(time_decay)); k, v (B, T, C); valid (B, T) bool or
     None; state (num, den, max). Returns wkv (B, T, C) float32 and the state after the last token."""
     T = k.shape[1]
+    if T == 1:
+        return _step(w, u, k[:, 0].float(), v[:, 0].float(), None if valid is None else valid[:, 0], state)
     outs = []
-    for start in range(0, T, CHUNK):  # one iteration per CHUNK tokens, not per token
+    for start in range(0, T, CHUNK):  # T / CHUNK iterations, each a parallel scan
         part = slice(start, start + CHUNK)
-        out, state = _chunk(w, u, k[:, part].float(), v[:, part].float(), None if valid is None else valid[:, part], state)
+        out, state = _scan(w, u, k[:, part], v[:, part], None if valid is None else valid[:, part], state)
         outs.append(out)
     return torch.cat(outs, dim=1) if len(outs) > 1 else outs[0], state
 
 
-def _chunk(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None,
-           state: State) -> tuple[torch.Tensor, State]:
+def _step(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None,
+          state: State) -> tuple[torch.Tensor, State]:
+    """One token: k, v (B, C) float32; transformers' update, an empty state read as zero."""
+    num, den, top = state
+    has = (den > 0).to(k.dtype)  # (B, C)
+    top = torch.where(den > 0, top, NEG)  # (B, C)
+    m = torch.maximum(top, u + k)  # (B, C)
+    e1, e2 = torch.exp(top - m) * has, torch.exp(u + k - m)
+    out = (e1 * num + e2 * v) / (e1 * den + e2)  # (B, C)
+    m = torch.maximum(top + w, k)
+    e1, e2 = torch.exp(top + w - m) * has, torch.exp(k - m)
+    new = (e1 * num + e2 * v, e1 * den + e2, m)
+    if valid is not None:  # a padding token leaves the state as it was
+        new = tuple(torch.where(valid[:, None], n, old) for n, old in zip(new, state, strict=True))  # type: ignore[assignment]
+    return out[:, None], new
+
+
+def _scan(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None,
+          state: State) -> tuple[torch.Tensor, State]:
+    """A whole prompt at once: k, v (B, T, C); float64 inside (module doc)."""
+    f64 = torch.float64
     B, T, C = k.shape
     num, den, top = state
     ok = torch.ones(B, T, dtype=torch.bool, device=k.device) if valid is None else valid  # (B, T)
-    steps = ok.to(torch.float32)  # (B, T)
-    before = torch.cumsum(steps, dim=1) - steps  # (B, T): real tokens before t in this chunk
-    has_state = den > 0  # (B, C)
-    carried = torch.where(has_state, top, NEG)  # (B, C) log-scale of the carried sums
-    # log-weights of earlier tokens i < t: (t-1-i) real steps of decay, then e^{k_i}
-    dist = before[:, :, None] - before[:, None, :] - 1  # (B, T, T)
-    earlier = torch.tril(torch.ones(T, T, dtype=torch.bool, device=k.device), -1) & ok[:, None, :]  # (B, T, T)
-    logw = (dist[..., None] * w + k[:, None, :, :]).masked_fill(~earlier[..., None], NEG)  # (B, T, T, C)
-    bonus = u + k  # (B, T, C): the current token's own weight
-    from_state = carried[:, None, :] + before[..., None] * w  # (B, T, C)
-    m = torch.maximum(torch.maximum(logw.amax(dim=2), bonus), from_state)  # (B, T, C)
-    e = torch.exp(logw - m[:, :, None]) * earlier[..., None]  # (B, T, T, C)
-    e_self = torch.exp(bonus - m)  # (B, T, C)
-    e_state = torch.exp(from_state - m) * has_state[:, None, :]  # (B, T, C)
-    numer = torch.einsum("btic,bic->btc", e, v) + e_self * v + e_state * num[:, None, :]  # (B, T, C)
-    denom = e.sum(dim=2) + e_self + e_state * den[:, None, :]  # (B, T, C)
-    out = numer / denom  # (B, T, C)
-    # the state after the chunk: every real token decayed to the end, and the carried sums
-    total = before[:, -1:] + steps[:, -1:]  # (B, 1)
-    end_log = ((total - before - 1)[..., None] * w + k).masked_fill(~ok[..., None], NEG)  # (B, T, C)
-    end_state = carried + total * w  # (B, C)
-    new_top = torch.maximum(end_log.amax(dim=1), end_state)  # (B, C)
-    e_end = torch.exp(end_log - new_top[:, None]) * ok[..., None]  # (B, T, C)
-    e_carry = torch.exp(end_state - new_top) * has_state  # (B, C)
-    new_num = (e_end * v).sum(dim=1) + e_carry * num  # (B, C)
-    new_den = e_end.sum(dim=1) + e_carry * den  # (B, C)
-    return out, (new_num, new_den, new_top)
+    steps = ok.to(f64)
+    pos = (torch.cumsum(steps, dim=1) - steps)[..., None]  # (B, T, 1): real tokens before t
+    w64, k64, v64 = w.to(f64), k.to(f64), v.to(f64)
+    ninf = torch.tensor(float("-inf"), dtype=f64, device=k.device)
+    has = den > 0  # (B, C)
+    # entry 0 is the carried state, a token at position -1 with weight e^max·den and value num/den
+    state_log = torch.where(has, top.to(f64) + torch.log(den.to(f64)), ninf) + w64  # (B, C)
+    state_value = torch.where(has, num / torch.where(has, den, 1.0), 0.0).to(f64)  # (B, C)
+    logs = torch.cat([state_log[:, None], torch.where(ok[..., None], k64 - pos * w64, ninf)], dim=1)  # (B, T+1, C)
+    values = torch.cat([state_value[:, None], v64], dim=1)  # (B, T+1, C)
+    sums = [torch.logcumsumexp(logs + extra, dim=1) for extra in  # each (B, T+1, C)
+            (torch.zeros_like(values), torch.log(values.clamp(min=0)), torch.log((-values).clamp(min=0)))]
+    log_d, log_p, log_n = (s[:, :-1] + (pos - 1) * w64 for s in sums)  # (B, T, C): the entries before t
+    bonus = u.to(f64) + k64  # (B, T, C)
+    m = torch.maximum(log_d, bonus)
+    e_self = torch.exp(bonus - m)
+    out = (torch.exp(log_p - m) - torch.exp(log_n - m) + e_self * v64) / (torch.exp(log_d - m) + e_self)
+    total = pos[:, -1] + steps[:, -1:]  # (B, 1): real tokens in the call
+    end_d, end_p, end_n = (s[:, -1] + (total - 1) * w64 for s in sums)  # (B, C): every entry, decayed to the end
+    filled = torch.isfinite(end_d)  # (B, C): False only with no token and no state
+    new_top = torch.where(filled, end_d, 0.0)
+    new_num = torch.where(filled, torch.exp(end_p - new_top) - torch.exp(end_n - new_top), 0.0)
+    return out.float(), (new_num.float(), filled.float(), new_top.float())
 
 
 def wkv_reference(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
