@@ -56,3 +56,25 @@ def test_a_channel_mix_without_its_time_mix_is_a_spec_error():
     zoo.build(spec, seed=0)
     with pytest.raises(zoo.errors.SpecError, match="ffn kind 'rwkv'.*attention kind 'rwkv'"):
         zoo.build(spec.override({"attention": {"kind": "mha", "n_heads": 2}}), device="meta")
+    with pytest.raises(zoo.errors.SpecError, match="ffn kind 'rwkv'.*block kind 'rwkv'.*'pre_norm'"):
+        zoo.build(spec.override({"block": {"kind": "pre_norm"}}), device="meta")
+
+
+def test_the_time_mix_works_in_a_built_in_block():
+    """A hybrid: RWKV time mixing as the mixer of a pre-norm SwiGLU block, decoding as it prefills."""
+    import torch
+
+    from zoo.cache import KVCache
+    from zoo.generation import decode_step, prefill
+
+    spec = zoo.spec("rwkv-4-169m-pile").override({
+        "d_model": 32, "n_layers": 2, "vocab_size": 40, "attention.attention_hidden": 16,
+        "ffn": {"kind": "swiglu", "hidden": 48}, "block": {"kind": "pre_norm"},
+        "layers": {"1": {"attention": {"kind": "gqa", "n_heads": 2, "n_kv_heads": 1}}}})
+    model = zoo.build(spec, seed=0).eval()
+    ids = torch.randint(0, 40, (2, 9))
+    with torch.no_grad():
+        full = model(ids)
+    cache = KVCache(model, batch_size=2, max_len=9)
+    steps = [prefill(model, ids[:, :6], cache)] + [decode_step(model, ids[:, t : t + 1], cache) for t in range(6, 9)]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full[:, 5:], atol=1e-5, rtol=1e-5)

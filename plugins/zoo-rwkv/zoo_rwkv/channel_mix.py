@@ -13,6 +13,7 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
+from zoo.errors import SpecError
 from zoo.interfaces import BuildContext, FeedForward, LayerState, Options
 from zoo.parts import Linear
 from zoo_rwkv.shift import mix, shift
@@ -75,4 +76,8 @@ class ChannelMix(FeedForward):
 
 def build_channel_mix(options: ChannelMixOptions, ctx: BuildContext) -> ChannelMix:
     """RWKV-4 channel mixing (token shift, relu² FFN with a receptance gate)."""
+    block = ctx.layer.block.kind
+    if block != "rwkv":  # another block would call it without its state: decoding would shift wrongly
+        raise SpecError(f"layers.{ctx.layer_index}: ffn kind 'rwkv' keeps a token-shift state that only block "
+                        f"kind 'rwkv' passes it; got block kind {block!r}")
     return ChannelMix(options, ctx)
