@@ -13,7 +13,7 @@ from zoo.registry import get_registry
 
 from .conftest import ZOO_RWKV
 
-PUBLIC = {"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family", "zoo.model_spec"}
+PUBLIC = {"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"}
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from zoo.errors import CheckpointError
 from zoo.hub.family import ConfigReader
 
 if TYPE_CHECKING:
-    from zoo.model_spec import ModelSpec
+    from zoo import ModelSpec
 
 MODEL_TYPE = "rwkv"
 ARCHITECTURE = "RwkvForCausalLM"
