@@ -1,4 +1,4 @@
-"""The rwkv-4-169m-pile preset: its exact parameter count against the closed form."""
+"""The rwkv-4-169m-pile preset (its exact parameter count against the closed form) and config keys."""
 
 from __future__ import annotations
 
@@ -28,3 +28,18 @@ def test_rwkv_4_169m_pile_state_is_per_sequence():
     assert zoo.kv_bytes_per_token(spec) == 0
     # per layer att_x and ffn_x (768 each, bf16) and num, den, max (768 each, float32)
     assert zoo.state_bytes(spec) == 12 * (2 * 768 * 2 + 3 * 768 * 4) == 147_456
+
+
+def test_config_keys_zoo_cannot_honour_are_errors_naming_them():
+    import pytest
+
+    from zoo.errors import CheckpointError
+
+    base = {"model_type": "rwkv", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2}
+    assert zoo.ModelSpec.from_hf_config(base).block.rescale_every == 6  # transformers' default
+    with pytest.raises(CheckpointError, match="layer_norm_epsilon.*1e-5"):
+        zoo.ModelSpec.from_hf_config({**base, "layer_norm_epsilon": 1e-6})
+    with pytest.raises(CheckpointError, match="unknown_switch"):
+        zoo.ModelSpec.from_hf_config({**base, "unknown_switch": True})
+    with pytest.raises(CheckpointError, match="rescale_every"):
+        zoo.ModelSpec.from_hf_config({**base, "rescale_every": -1})
