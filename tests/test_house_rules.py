@@ -43,7 +43,7 @@ CORE_MODULES = (
     "zoo.registry", "zoo.registry_entries", "zoo.plugin_loading", "zoo.hookspecs",
 )
 # what an out-of-tree plugin may import from zoo
-PUBLIC_MODULES = frozenset({"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors"})
+PUBLIC_MODULES = frozenset({"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
 
 
 @dataclass(frozen=True)

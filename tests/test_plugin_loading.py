@@ -67,7 +67,7 @@ def test_zoo_plugins_lists_versions_what_each_registers_and_failures(site, capsy
     good = next(p for p in report["plugins"] if p["name"] == "good")
     assert good == {
         "name": "good", "version": "2.3.4", "source": "entry point", "distribution": "good-plugin",
-        "components": {"norm": ["goodnorm"]}, "architectures": [], "overridden": [],
+        "components": {"norm": ["goodnorm"]}, "architectures": [], "checkpoint_formats": [], "overridden": [],
     }
     assert {p["name"] for p in report["plugins"]} >= {"zoo.archs", "zoo.components.attention", "good"}
     assert report["failures"] == [{

@@ -1,4 +1,4 @@
-"""The plugin interface: two hooks, each handed a `register` callback.
+"""The plugin interface: three hooks, each handed a `register` callback.
 
 Built-in components and third-party plugins register through exactly these hooks; a plugin
 is a module (or object) with functions marked `@zoo.hookimpl`.
@@ -32,4 +32,16 @@ def zoo_register_architectures(register):  # type: ignore[no-untyped-def]
 
     The second argument is a ModelSpec, a dict in ModelSpec form, or a function of no
     arguments returning either (called lazily, so registering stays cheap).
+    """
+
+
+@hookspec
+def zoo_register_checkpoint_formats(register):  # type: ignore[no-untyped-def]
+    """Register Hugging Face checkpoint families: ``register(family, override=False)``.
+
+    ``family`` is a module or object with the members of ``zoo.hub.family.CheckpointFamily``
+    (``MODEL_TYPE``, ``ARCHITECTURE``, ``IGNORED``, ``read_config``, ``write_config``,
+    ``tensor_rules``), checked here. ``from_pretrained``, ``ModelSpec.from_hf_config`` and
+    ``save_pretrained`` then handle its ``model_type``. A model_type zoo supports itself is
+    taken over only with ``override=True``; two plugins registering one clash as kinds do.
     """

@@ -27,8 +27,10 @@ from zoo.plugin_loading import ENTRY_POINT_GROUP, PluginFailure, load_entry_poin
 from zoo.registry_entries import (
     FAMILIES,
     ArchitectureEntry,
+    CheckpointFormatEntry,
     ComponentEntry,
     architecture_entry,
+    checkpoint_format_entry,
     component_entry,
 )
 
@@ -49,7 +51,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.mamba2",
     "zoo.archs",
 )
-HOOK_NAMES: tuple[str, ...] = ("zoo_register_components", "zoo_register_architectures")
+HOOK_NAMES: tuple[str, ...] = (
+    "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats"
+)
 PluginSource = Literal["builtin", "entry point", "runtime"]
 
 
@@ -63,6 +67,7 @@ class PluginInfo:
     distribution: str = ""  # the installed distribution declaring the entry point
     components: tuple[tuple[str, str], ...] = ()  # (family, kind)
     architectures: tuple[str, ...] = ()
+    checkpoint_formats: tuple[str, ...] = ()  # Hugging Face model_types
 
     def describe(self) -> str:
         """How error messages name this plugin: 'name' (distribution version)."""
@@ -78,12 +83,14 @@ class _Staged:
 
     components: list[ComponentEntry] = field(default_factory=list)
     architectures: list[ArchitectureEntry] = field(default_factory=list)
+    formats: list[CheckpointFormatEntry] = field(default_factory=list)
 
 
 @dataclass
 class Registry:
     components: dict[tuple[str, str], ComponentEntry] = field(default_factory=dict)
     architectures: dict[str, ArchitectureEntry] = field(default_factory=dict)
+    checkpoint_formats: dict[str, CheckpointFormatEntry] = field(default_factory=dict)  # model_type ->
     failures: list[PluginFailure] = field(default_factory=list)
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     manager: pluggy.PluginManager = field(default_factory=lambda: _new_manager())
@@ -121,8 +128,14 @@ class Registry:
             winner = self._resolve(f"architecture {arch.name!r}", self.architectures.get(arch.name), arch)
             if winner is not None:
                 architectures[arch.name] = winner
+        formats: dict[str, CheckpointFormatEntry] = {}
+        for fmt in staged.formats:
+            winner = self._resolve(f"checkpoint format {fmt.model_type!r}", self.checkpoint_formats.get(fmt.model_type), fmt)
+            if winner is not None:
+                formats[fmt.model_type] = winner
         self.components.update(components)
         self.architectures.update(architectures)
+        self.checkpoint_formats.update(formats)
 
     def _resolve(self, what: str, existing: Any, new: Any) -> Any:
         """The entry to store for a name both may claim, None to keep the existing one.
@@ -208,7 +221,8 @@ class Registry:
             raise
         components = tuple((c.family, c.kind) for c in staged.components)
         architectures = tuple(a.name for a in staged.architectures)
-        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures)
+        formats = tuple(f.model_type for f in staged.formats)
+        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures, formats)
         return name
 
 
@@ -232,7 +246,11 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
     def register_architecture(arch_name, source, *, override=False):  # type: ignore[no-untyped-def]
         staged.architectures.append(architecture_entry(arch_name, source, override, name))
 
-    callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture}
+    def register_format(family, *, override=False):  # type: ignore[no-untyped-def]
+        staged.formats.append(checkpoint_format_entry(family, override, name))
+
+    callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture,
+                 "zoo_register_checkpoint_formats": register_format}
     implemented = False
     for caller in manager.get_hookcallers(plugin) or []:
         for impl in caller.get_hookimpls():

@@ -108,3 +108,27 @@ def architecture_entry(name: str, source: Any, override: bool, plugin: str) -> A
     if not isinstance(name, str) or not name:
         raise PluginError(f"plugin {plugin!r}: architecture name must be a non-empty string, got {name!r}")
     return ArchitectureEntry(name, source, plugin, bool(override))
+
+
+@dataclass(frozen=True)
+class CheckpointFormatEntry:
+    """A Hugging Face checkpoint family a plugin registered (``zoo.hub.family.CheckpointFamily``)."""
+
+    model_type: str
+    family: Any  # a CheckpointFamily: a module or object with its members
+    plugin: str
+    override: bool = False
+    replaces: str | None = None
+
+
+def checkpoint_format_entry(family: Any, override: bool, plugin: str) -> CheckpointFormatEntry:
+    """Validate one checkpoint-format registration: every member of the protocol, typed."""
+    from zoo.hub.family import missing_members  # the hub: only once something registers a format
+
+    missing = missing_members(family)
+    if missing:
+        raise PluginError(
+            f"plugin {plugin!r}: checkpoint format {family!r} lacks {', '.join(missing)} "
+            "(see zoo.hub.family.CheckpointFamily)"
+        )
+    return CheckpointFormatEntry(family.MODEL_TYPE, family, plugin, bool(override))

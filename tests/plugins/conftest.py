@@ -1,5 +1,5 @@
-"""zoo-mla (plugins/zoo-mla) through its entry point, staged in a temporary folder: the test
-environment is left as it was found (see plugins/zoo-mla/tests/staging.py)."""
+"""zoo-mla and zoo-rwkv (plugins/) through their entry points, staged in temporary folders:
+the test environment is left as it was found (see plugins/zoo-mla/tests/staging.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from zoo.registry import reset_registry
 
 ZOO_MLA = Path(__file__).resolve().parents[2] / "plugins" / "zoo-mla"
+ZOO_RWKV = Path(__file__).resolve().parents[2] / "plugins" / "zoo-rwkv"
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +26,15 @@ def zoo_mla() -> ModuleType:
     stage_zoo_mla()
     reset_registry()
     return importlib.import_module("zoo_mla")
+
+
+@pytest.fixture(scope="session")
+def zoo_rwkv() -> ModuleType:
+    sys.path.insert(0, str(ZOO_RWKV / "tests"))
+    try:
+        from rwkv_staging import stage_zoo_rwkv
+    finally:
+        sys.path.remove(str(ZOO_RWKV / "tests"))
+    stage_zoo_rwkv()
+    reset_registry()
+    return importlib.import_module("zoo_rwkv")

@@ -1,4 +1,5 @@
-"""`zoo plugins`: every plugin with its version and the components and architectures it adds."""
+"""`zoo plugins`: every plugin with its version and the components, architectures (and, in
+JSON, Hugging Face checkpoint formats) it adds."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def _row(registry: Registry, info: PluginInfo) -> dict[str, Any]:
         "distribution": info.distribution or None,
         "components": {family: sorted(kinds) for family, kinds in components.items()},
         "architectures": sorted(info.architectures),
+        "checkpoint_formats": sorted(info.checkpoint_formats),
         "overridden": overridden + overridden_archs,
     }
 

@@ -12,44 +12,23 @@ ever dropped silently.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from pathlib import Path
 from typing import Any
 
-from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
-from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS, is_neutral  # noqa: F401 - NEUTRAL_KEYS re-exported
+from zoo.errors import CheckpointError, PluginConflictError, SpecError, allowed, did_you_mean
+from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS  # noqa: F401 - NEUTRAL_KEYS re-exported
+from zoo.hub.config_input import check_value_types, read_hf_config  # noqa: F401 - read_hf_config re-exported
 from zoo.hub.config_mamba import mamba_spec
 from zoo.hub.config_reader import (  # noqa: F401  (re-exported: the readers' home before the split)
     ACTIVATIONS,
     ConfigReader,
     rope_options,
 )
-from zoo.hub.config_reader import layer_selector as _layer_selector
-from zoo.hub.config_reader import rope_params as _rope_params
 from zoo.hub.config_reader import layer_selector, rope_params  # noqa: F401
 from zoo.hub.config_recurrent import RECURRENT_FAMILIES
-from zoo.hub.families import FAMILY_MODULES
+from zoo.hub import bart, modernbert, t5
 from zoo.model_spec import ModelSpec
-
-# What each numeric or structured key must hold (null = absent); checked before any family reads
-# them, so a 0 head count, a list or a string where a number belongs is one error naming the key.
-POSITIVE_INTS = frozenset({
-    "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
-    "max_position_embeddings", "intermediate_size", "head_dim", "n_embd", "n_head", "n_layer", "n_positions",
-    "n_inner", "num_local_experts", "num_experts_per_tok", "num_experts", "experts_per_token",
-    "moe_intermediate_size", "sliding_window", "decoder_sparse_step", "sliding_window_pattern",
-    "_sliding_window_pattern", "initial_context_length",
-})
-FINITE_NUMBERS = frozenset({
-    "rope_theta", "rms_norm_eps", "layer_norm_epsilon", "partial_rotary_factor", "rope_local_base_freq",
-    "swiglu_limit", "swiglu_alpha", "query_pre_attn_scalar",
-})
-BOOLEANS = frozenset({
-    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "norm_topk_prob", "scale_attn_weights",
-    "scale_attn_by_inverse_layer_idx", "use_bidirectional_attention",
-})
-STRINGS = frozenset({"model_type", "hidden_act", "activation_function", "hidden_activation"})
-MAPPINGS = frozenset({"rope_parameters", "rope_scaling", "quantization_config"})
-
 
 def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, default_sliding: bool) -> list[int]:
     """Indices of sliding-window layers from layer_types (or all/none when absent)."""
@@ -64,6 +43,9 @@ def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, defa
         raise reader.error("sliding_window", "required by the sliding_attention layers in layer_types")
     return sliding
 
+
+# the families that live in a module of their own (zoo.hub.families dispatches their tensor names)
+FAMILY_MODULES: dict[str, ModuleType] = {module.MODEL_TYPE: module for module in (modernbert, t5, bart)}
 
 # ---- families -------------------------------------------------------------------------------
 def _gpt2(r: ConfigReader) -> dict[str, Any]:
@@ -270,49 +252,48 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
 }
 
 
-def read_hf_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The config dict and a name for messages (a file, a folder holding config.json, or a dict)."""
-    if isinstance(config, Mapping):
-        return dict(config), "config"
-    from zoo.safe_io import load_json, read_text
+def plugin_families() -> dict[str, Any]:
+    """model_type -> the CheckpointFamily a plugin registered (the registry is built if needed)."""
+    from zoo.registry import get_registry  # the registry imports plugins: only when asked
 
-    path = Path(config)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such config file")
-    data = load_json(read_text(path, CheckpointError, "config file"), CheckpointError, str(path))
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data, str(path)
+    return {model_type: entry.family for model_type, entry in get_registry().checkpoint_formats.items()}
 
 
-def check_value_types(data: Mapping[str, Any], source: str) -> None:
-    """Every key zoo reads holds a value of its type (or null); else one CheckpointError."""
-    import math
+def family_module(model_type: str) -> Any | None:
+    """The family object for ``model_type``: a plugin's, else a built-in module, else None
+    (the families of ``zoo.hub.names`` / ``zoo.hub.config``). A model type zoo reads itself
+    is taken over by a plugin only with ``override=True``."""
+    from zoo.registry import get_registry  # the registry imports plugins: only when asked
 
-    for key, value in data.items():
-        if value is None:
-            continue
-        problem = None
-        if key in POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            problem = "expected a positive integer"
-        elif key in FINITE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
-            problem = "expected a finite number"
-        elif key in BOOLEANS and not isinstance(value, bool):
-            problem = "expected true or false"
-        elif key in STRINGS and not isinstance(value, str):
-            problem = "expected a string"
-        elif key in MAPPINGS and not isinstance(value, Mapping):
-            problem = "expected an object"
-        elif key == "layer_types" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            problem = "expected a list of strings"
-        elif key == "mlp_only_layers" and not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            problem = "expected a list of layer indices"
-        if problem:
-            from zoo.safe_io import bounded_repr
+    entry = get_registry().checkpoint_formats.get(model_type)
+    if entry is not None:
+        if entry.override or model_type not in FAMILIES:
+            return entry.family
+        raise PluginConflictError(
+            f"checkpoint format {model_type!r} is built into zoo and plugin {entry.plugin!r} registers it "
+            "without override=True; pass override=True to replace it, or leave the plugin out with ZOO_PLUGINS"
+        )
+    return FAMILY_MODULES.get(model_type)
 
-            raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")
+
+
+def supported_model_types() -> list[str]:
+    """Every model_type zoo reads: the built-in families and those plugins registered."""
+    return sorted({*FAMILIES, *plugin_families()})
+
+
+def config_reader(model_type: Any, source: str) -> Callable[[ConfigReader], dict[str, Any]]:
+    """The function reading ``model_type``'s config: a plugin's family, else a built-in one."""
+    plugin = family_module(model_type) if isinstance(model_type, str) else None
+    if plugin is not None:
+        return plugin.read_config
+    if model_type not in FAMILIES:
+        types = supported_model_types()
+        raise CheckpointError(
+            f"{source}: model_type: {model_type!r} is not supported{did_you_mean(str(model_type), types)}; "
+            f"allowed: {allowed(types)}"
+        )
+    return FAMILIES[model_type]
 
 
 def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:
@@ -320,11 +301,7 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
     data, source = read_hf_config(config)
     check_value_types(data, source)
     model_type = data.get("model_type")
-    if model_type not in FAMILIES:
-        raise CheckpointError(
-            f"{source}: model_type: {model_type!r} is not supported{did_you_mean(str(model_type), FAMILIES)}; "
-            f"allowed: {allowed(FAMILIES)}"
-        )
+    read = config_reader(model_type, source)
     quantization = data.get("quantization_config")
     method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
     if quantization is not None and not (model_type == "gpt_oss" and method == "mxfp4"):
@@ -333,7 +310,7 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
     reader = ConfigReader(data, source)
     reader.used.add("quantization_config")  # mxfp4 experts: the loader dequantizes them
     try:
-        spec = FAMILIES[model_type](reader)
+        spec = read(reader)
     except (TypeError, ValueError, ArithmeticError, AttributeError, KeyError) as exc:  # a shape no check above foresaw
         raise CheckpointError(f"{source}: malformed config ({type(exc).__name__}: {str(exc)[:200]})") from None
     for key, (inert, why) in BASE_CHECKS.items():  # unless the family read it (t5, bart: encoder-decoders)

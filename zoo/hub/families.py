@@ -1,29 +1,28 @@
 """Hugging Face families that live in a module of their own (one file per family: config
 both ways, tensor names, checkpoint tensors to skip), and the dispatch over them.
 
-``zoo.hub.config`` and ``zoo.hub.save`` read ``FAMILY_MODULES``; the loader and
-``save_pretrained`` ask ``tensor_rules`` / ``ignored_tensor`` here, which fall back to
-``zoo.hub.names`` for the families defined there.
+Built in: ``FAMILY_MODULES`` (modernbert, t5, bart). Plugins add families through the hook
+``zoo_register_checkpoint_formats`` (``zoo.hub.family.CheckpointFamily``); ``family_module``
+(in ``zoo.hub.config``, which knows the built-in readers a plugin may not take over silently)
+answers both, so the config reader, the loader and ``save_pretrained`` treat a plugin's
+model_type as a built-in one. ``tensor_rules`` / ``ignored_tensor`` fall
+back to ``zoo.hub.names`` for the families defined there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from types import ModuleType
 
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.hub import bart, modernbert, t5
+from zoo.hub.config import FAMILY_MODULES, family_module, plugin_families  # noqa: F401 - re-exported
 from zoo.hub import names
 from zoo.hub.names import Rule, rename
 
-FAMILY_MODULES: dict[str, ModuleType] = {module.MODEL_TYPE: module for module in (modernbert, t5, bart)}
-
-
 def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:
     """Every zoo parameter's rule for this family; a parameter no rule covers is an error."""
-    module = FAMILY_MODULES.get(model_type)
+    module = family_module(model_type)
     if module is None:
         return names.tensor_rules(model_type, zoo_shapes, hf_keys)
     rules, renames = module.tensor_rules(list(zoo_shapes), hf_keys)
@@ -40,7 +39,7 @@ def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys:
 
 def ignored_tensor(model_type: str, name: str) -> bool:
     """A checkpoint tensor that is no weight of zoo's model for this family."""
-    module = FAMILY_MODULES.get(model_type)
+    module = family_module(model_type)
     if module is None:
         return names.ignored_tensor(model_type, name)
     return names.IGNORED_HF.match(name) is not None or bool(module.IGNORED.match(name))

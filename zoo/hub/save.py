@@ -16,10 +16,10 @@ import torch
 
 from zoo.atomic import write_text_atomic
 from zoo.errors import CheckpointError
-from zoo.hub.config import FAMILIES, spec_from_hf_config
+from zoo.hub.config import FAMILIES, spec_from_hf_config, supported_model_types
 from zoo.hub.config_mamba import mamba_config
 from zoo.hub.config_recurrent import RECURRENT_ARCHITECTURES, RECURRENT_WRITERS
-from zoo.hub.families import FAMILY_MODULES, tensor_rules
+from zoo.hub.families import FAMILY_MODULES, family_module, plugin_families, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model import ZooModel, persistent_buffers
 from zoo.model_spec import ModelSpec
@@ -88,10 +88,11 @@ def _bert_config(spec: ModelSpec, model_type: str) -> dict[str, Any]:
 
 def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     """The config.json of ``model_type`` that computes what ``spec`` computes."""
+    family = family_module(model_type)
+    if family is not None:  # a plugin's family, or a built-in one with a module of its own
+        return family.write_config(spec)
     if model_type in ("bert", "roberta"):
         return _bert_config(spec, model_type)
-    if model_type in FAMILY_MODULES:
-        return FAMILY_MODULES[model_type].write_config(spec)
     if model_type in RECURRENT_WRITERS:
         return RECURRENT_WRITERS[model_type](spec)
     base = spec.layer(0)
@@ -156,14 +157,17 @@ def _same_computation(a: ModelSpec, b: ModelSpec) -> bool:
 
 def matching_config(spec: ModelSpec, model_type: str | None) -> dict[str, Any]:
     """The HF config for the given family, or the first family that reproduces the spec."""
-    candidates = [model_type] if model_type else list(FAMILIES)
+    plugins = plugin_families()
+    candidates = [model_type] if model_type else [*FAMILIES, *(t for t in plugins if t not in FAMILIES)]
     for candidate in candidates:
-        if candidate not in FAMILIES:
-            raise CheckpointError(f"model_type: {candidate!r} is not supported; allowed: {', '.join(FAMILIES)}")
+        if candidate not in FAMILIES and candidate not in plugins:
+            raise CheckpointError(f"model_type: {candidate!r} is not supported; allowed: {', '.join(supported_model_types())}")
         try:
             config = hf_config_from_spec(spec, candidate)
             if _same_computation(spec, spec_from_hf_config(config)):
-                return {"architectures": [ARCHITECTURES[candidate]], **config}  # bert's own wins
+                family = family_module(candidate)
+                architecture = family.ARCHITECTURE if family is not None else ARCHITECTURES[candidate]
+                return {"architectures": [architecture], **config}  # bert's own wins
         except (CheckpointError, AttributeError, TypeError):
             continue
     which = f"a {model_type} config" if model_type else "any supported Hugging Face family"

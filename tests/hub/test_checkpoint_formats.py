@@ -1,0 +1,99 @@
+"""The checkpoint-format hook: a plugin's Hugging Face family read, loaded and saved through
+zoo's own entry points, with the registry's usual checks (bad registrations, clashes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import CheckpointError, PluginConflictError, PluginError
+from zoo.hub.family import CheckpointFamily
+from zoo.registry import get_registry, reset_registry
+
+
+def toy_family(model_type: str = "toy") -> SimpleNamespace:
+    """A family of small pre-norm decoders whose tensors sit under ``toy.``."""
+
+    def read_config(r):  # type: ignore[no-untyped-def]
+        d = r.need("width")
+        return {"vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("depth"), "max_seq_len": 16,
+                "norm": {"kind": "rmsnorm"}, "positional": {"kind": "none"},
+                "attention": {"kind": "mha", "n_heads": 2, "head_dim": d // 2},
+                "ffn": {"kind": "swiglu", "hidden": 2 * d}, "block": {"kind": "pre_norm"}, "tie_embeddings": False}
+
+    def write_config(spec):  # type: ignore[no-untyped-def]
+        return {"model_type": model_type, "vocab_size": spec.vocab_size, "width": spec.d_model, "depth": spec.n_layers}
+
+    def tensor_rules(zoo_names, hf_keys):  # type: ignore[no-untyped-def]
+        return [], [(r"(.+)", r"toy.\1")]
+
+    return SimpleNamespace(MODEL_TYPE=model_type, ARCHITECTURE="ToyForCausalLM", IGNORED=re.compile(r"^toy\.extra$"),
+                           read_config=read_config, write_config=write_config, tensor_rules=tensor_rules)
+
+
+def plugin(*families: object, override: bool = False) -> object:
+    class FormatPlugin:
+        @zoo.hookimpl
+        def zoo_register_checkpoint_formats(self, register):  # type: ignore[no-untyped-def]
+            for family in families:
+                register(family, override=override)
+
+    return FormatPlugin()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry():
+    reset_registry()
+    yield
+    reset_registry()
+
+
+def test_a_registered_family_reads_loads_and_saves(tmp_path):
+    family = toy_family()
+    assert isinstance(family, CheckpointFamily)
+    zoo.register_plugin(plugin(family), name="toy-formats")
+    assert get_registry().plugins["toy-formats"].checkpoint_formats == ("toy",)
+    spec = zoo.ModelSpec.from_hf_config({"model_type": "toy", "vocab_size": 40, "width": 16, "depth": 2})
+    model = zoo.build(spec, seed=0)
+    out = zoo.save_pretrained(model, tmp_path / "toy")  # the family is found by trying, like a built-in one
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "toy" and config["architectures"] == ["ToyForCausalLM"]
+    loaded = zoo.from_pretrained(out, progress=False)
+    ids = torch.randint(0, 40, (1, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), model(ids))
+
+
+def test_unknown_model_types_list_the_registered_ones():
+    zoo.register_plugin(plugin(toy_family()), name="toy-formats")
+    with pytest.raises(CheckpointError, match=r"model_type: 'toyy' is not supported \(did you mean 'toy'\?\); allowed: .*\btoy\b"):
+        zoo.ModelSpec.from_hf_config({"model_type": "toyy"})
+
+
+def test_an_incomplete_family_is_refused_at_registration():
+    broken = SimpleNamespace(MODEL_TYPE="half", ARCHITECTURE=1, read_config=lambda r: {})
+    with pytest.raises(PluginError, match=r"lacks IGNORED, write_config, tensor_rules"):
+        zoo.register_plugin(plugin(broken), name="broken-formats")
+    assert "broken-formats" not in get_registry().plugins
+
+
+def test_two_plugins_registering_one_model_type_clash():
+    zoo.register_plugin(plugin(toy_family()), name="first-formats")
+    with pytest.raises(PluginConflictError, match=r"checkpoint format 'toy'.*'first-formats'.*'second-formats'"):
+        zoo.register_plugin(plugin(toy_family()), name="second-formats")
+
+
+def test_a_builtin_model_type_is_taken_over_only_with_override():
+    gpt2 = {"model_type": "gpt2", "vocab_size": 40, "n_embd": 16, "n_layer": 1, "n_head": 2, "n_positions": 16}
+    zoo.register_plugin(plugin(toy_family("gpt2")), name="sneaky-formats")
+    with pytest.raises(PluginConflictError, match=r"'gpt2' is built into zoo.*override=True"):
+        zoo.ModelSpec.from_hf_config(gpt2)
+    reset_registry()
+    zoo.register_plugin(plugin(toy_family("gpt2"), override=True), name="explicit-formats")
+    with pytest.raises(CheckpointError, match="width"):  # now the plugin's reader, which wants its own keys
+        zoo.ModelSpec.from_hf_config(gpt2)
