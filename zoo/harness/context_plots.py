@@ -31,14 +31,13 @@ def _curves(frame: pd.DataFrame, column: str) -> dict[str, list[tuple[int, float
 
 
 def _draw(ax: Any, curves: Mapping[str, list[tuple[int, float, bool]]], scale: float) -> None:
+    """Each segment solid when both its ends were measured, else dashed; markers filled when measured."""
     for i, (label, points) in enumerate(curves.items()):
         color = f"C{i % 10}"
-        xs, ys = [c for c, _, _ in points], [v / scale for _, v, _ in points]
-        for (x1, y1, m1), (x2, y2, m2) in zip(zip(xs, ys, [m for *_, m in points]),
-                                              zip(xs[1:], ys[1:], [m for *_, m in points][1:])):
-            ax.plot([x1, x2], [y1, y2], color=color, linestyle="-" if m1 and m2 else "--", linewidth=1.5)
-        for x, y, (_, _, measured) in zip(xs, ys, points):
-            ax.plot([x], [y], marker="o", markersize=5, color=color,
+        for (x1, y1, m1), (x2, y2, m2) in zip(points, points[1:]):
+            ax.plot([x1, x2], [y1 / scale, y2 / scale], color=color, linestyle="-" if m1 and m2 else "--", linewidth=1.5)
+        for x, y, measured in points:
+            ax.plot([x], [y / scale], marker="o", markersize=5, color=color,
                     markerfacecolor=color if measured else "white", linestyle="none")
         ax.plot([], [], color=color, marker="o", label=label)  # one legend entry per variant
 
