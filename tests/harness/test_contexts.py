@@ -69,7 +69,7 @@ def test_timed_contexts_are_measured_up_to_the_limit_and_predicted_beyond(tmp_pa
                         executor=InlineExecutor(), depth=1, **TINY_RUN)
     records = frame.attrs["contexts"].to_dict("records")
     assert [r["decode_source"] for r in records] == ["measured", "measured", "predicted", "predicted"]
-    assert records[0]["decode_basis"] == "cpu, 1 layers" and records[0]["measured_peak_bytes"] > 0
+    assert records[0]["decode_basis"] == "cpu, 1 layer" and records[0]["measured_peak_bytes"] > 0
     assert records[2]["decode_basis"] in ("bytes/step scaled from 16", "fit of step time on bytes/step, 8-16")
     assert all(r["decode_tokens_per_s"] > 0 for r in records)
 
@@ -140,6 +140,17 @@ def test_a_sweep_file_with_contexts_saves_the_tables_and_both_plots(tmp_path):
         data = (tmp_path / "r" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" if name.endswith(".png") else b"context" in data
     assert b"predicted" in (tmp_path / "r" / "ctx-contexts.md").read_bytes()
+
+
+def test_sweep_contexts_replace_the_files(tmp_path):
+    write_tiny_spec(tmp_path)
+    path = tmp_path / "plain.toml"
+    path.write_text('spec_file = "tiny.yaml"\nanalysis_only = true\n[vary]\nseed = [0]\n')
+    assert "contexts" not in zoo.sweep(path, results_dir=tmp_path / "a").attrs
+    frame = zoo.sweep(path, results_dir=tmp_path / "b", contexts="32,16", measure_up_to="1k")
+    assert list(frame.attrs["contexts"]["context"]) == [16, 32]
+    with pytest.raises(BenchError, match="^measure_up_to: 'x' is not a context length"):
+        zoo.sweep(path, results_dir=tmp_path / "c", contexts="16", measure_up_to="x")
 
 
 def test_a_bad_context_in_a_sweep_file_names_the_file_and_key(tmp_path):

@@ -166,7 +166,7 @@ def _measure_at(record: dict[str, Any], measure: Measure, measured_spec: Any, co
     m = result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
     record.update(
         decode_tokens_per_s=m["decode_tokens_per_s"], decode_source="measured",
-        decode_basis=f"{m['environment']['device']}, {measured_spec.n_layers} layers",
+        decode_basis=f"{m['environment']['device']}, {_layers(measured_spec.n_layers)}",
         prefill_tokens_per_s=m["prefill_tokens_per_s"], measured_peak_bytes=m["decode_peak_bytes"], _measurement=m,
     )
 
@@ -194,9 +194,13 @@ def _predict_at(
                         dtype=_torch_dtype(dtype), weights_dtype=config.weights_dtype,
                         group_size=config.weights_group_size)
         record["decode_tokens_per_s"] = line.decode_tokens_per_s
-        record["decode_basis"] = f"roofline {gpu}, {spec.n_layers} layers"
+        record["decode_basis"] = f"roofline {gpu}, {_layers(spec.n_layers)}"
     except ZooError as exc:
         record["decode_basis"] = f"no prediction: {exc}".replace("\n", " ")
+
+
+def _layers(n: int) -> str:
+    return f"{n} layer" if n == 1 else f"{n} layers"
 
 
 def _torch_dtype(name: str) -> Any:
