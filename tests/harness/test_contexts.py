@@ -159,3 +159,24 @@ def test_a_bad_context_in_a_sweep_file_names_the_file_and_key(tmp_path):
     path.write_text('spec_file = "tiny.yaml"\ncontexts = ["4x"]\n[vary]\nseed = [0]\n')
     with pytest.raises(BenchError, match=r"bad\.toml: contexts: '4x' is not a context length"):
         zoo.sweep(path, results_dir=tmp_path)
+
+
+def test_a_context_whose_run_is_refused_is_noted_and_predicted(tmp_path):
+    from zoo.harness.contexts import context_curve
+    from zoo.harness.points import analyse
+    from zoo.harness.run import make_config
+
+    spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
+    plan = SweepPlan(spec=spec.to_dict(), vary={"seed": [0]}, contexts=[8, 16], measure_up_to=16)
+    config = make_config(**TINY_RUN)
+
+    def measure(measured, run):  # type: ignore[no-untyped-def]
+        if run.prompt_len + run.gen_len == 16:
+            raise BenchError("needs 9 GiB, 1 GiB free")
+        return {**_run(8, 1e6, 100.0), "environment": {"device": "cpu"}, "prefill_tokens_per_s": 1.0,
+                "decode_peak_bytes": 1}
+
+    records = context_curve(plan, spec, config, analyse(spec, config), measure, spec, None)
+    assert [r["decode_source"] for r in records] == ["measured", "predicted"]
+    assert records[1]["note"] == "not measured: needs 9 GiB, 1 GiB free"
+    assert records[1]["decode_basis"] == "bytes/step scaled from 8"

@@ -152,7 +152,10 @@ def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: 
 
 
 def _measure_at(record: dict[str, Any], measure: Measure, measured_spec: Any, config: Any) -> None:
-    """The harness's run with a prompt of ``context - gen_len`` tokens; a refusal is noted."""
+    """The harness's run with a prompt of ``context - gen_len`` tokens; a refusal (or running
+    out of memory there) is noted, and that context predicted."""
+    import torch
+
     from zoo.harness.run import make_config
 
     context, gen = record["context"], config.gen_len
@@ -160,8 +163,10 @@ def _measure_at(record: dict[str, Any], measure: Measure, measured_spec: Any, co
         return  # too short for a prompt, or past the model's limit: predicted
     try:
         result = measure(measured_spec, make_config(**{**config.model_dump(), "prompt_len": context - gen}))
-    except ZooError as exc:
-        record["note"] = f"not measured: {exc}".replace("\n", " ")
+    except (ZooError, MemoryError, torch.cuda.OutOfMemoryError) as exc:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        record["note"] = f"not measured: {type(exc).__name__ if not str(exc) else exc}".replace("\n", " ")
         return
     m = result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
     record.update(
