@@ -30,28 +30,37 @@ def _curves(frame: pd.DataFrame, column: str) -> dict[str, list[tuple[int, float
     return curves
 
 
-def _draw(ax: Any, curves: Mapping[str, list[tuple[int, float, bool]]], scale: float) -> None:
-    """Each segment solid when both its ends were measured, else dashed; markers filled when measured."""
+def _draw(ax: Any, curves: Mapping[str, list[tuple[int, float, bool]]], scale: float) -> dict[str, str]:
+    """Each segment solid when both its ends were measured, else dashed; markers filled when
+    measured. Returns each variant's colour."""
+    colors = {}
     for i, (label, points) in enumerate(curves.items()):
-        color = f"C{i % 10}"
+        color = colors[label] = f"C{i % 10}"
         for (x1, y1, m1), (x2, y2, m2) in zip(points, points[1:]):
             ax.plot([x1, x2], [y1 / scale, y2 / scale], color=color, linestyle="-" if m1 and m2 else "--", linewidth=1.5)
         for x, y, measured in points:
             ax.plot([x], [y / scale], marker="o", markersize=5, color=color,
                     markerfacecolor=color if measured else "white", linestyle="none")
         ax.plot([], [], color=color, marker="o", label=label)  # one legend entry per variant
+    return colors
 
 
-def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str) -> None:
+def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, colors: Mapping[str, str]) -> None:
+    """A dotted line in the variant's colour at each crossing, labelled with its context;
+    labels of crossings close together are set side by side."""
+    placed: list[int] = []
     for item in items:
         if item["measure"] != measure:
             continue
-        n = item["context"]
-        ax.axvline(n, color="grey", linestyle=":", linewidth=1)
+        n, color = item["context"], colors.get(item["variant"], "grey")
+        ax.axvline(n, color=color, linestyle=":", linewidth=1)
         verb = "overtakes" if item["after"] == "better" else "falls behind"
-        text = f"~{n / 1024:.1f}k: {item['variant']} {verb}" if n >= 1024 else f"~{n}: {item['variant']} {verb}"
-        ax.annotate(text, (n, 0.97), xycoords=("data", "axes fraction"), fontsize=6, rotation=90,
-                    ha="right", va="top", color="dimgrey")
+        near = sum(1 for other in placed if max(n, other) / min(n, other) < 1.15)
+        placed.append(n)
+        where = f"~{n / 1024:.1f}k" if n >= 1024 else f"~{n}"
+        ax.annotate(f"{where}: {verb} the baseline", (n, 0.97), xycoords=("data", "axes fraction"),
+                    xytext=(-2 - 9 * near, 0), textcoords="offset points", fontsize=6, rotation=90,
+                    ha="right", va="top", color=color)
 
 
 def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: bool) -> None:
@@ -77,8 +86,8 @@ def plot_memory_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     if not curves:
         return None
     fig, ax = _figure()
-    _draw(ax, curves, 2**30)
-    _mark_crossovers(ax, items, "memory")
+    colors = _draw(ax, curves, 2**30)
+    _mark_crossovers(ax, items, "memory", colors)
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
     _style(ax, contexts, "weights + cache (GiB, exact)", f"{title}: memory vs context", legend_note=False)
     return _save(fig, path)
@@ -89,8 +98,8 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     if not curves:
         return None
     fig, ax = _figure()
-    _draw(ax, curves, 1.0)
-    _mark_crossovers(ax, items, "decode tokens/s")
+    colors = _draw(ax, curves, 1.0)
+    _mark_crossovers(ax, items, "decode tokens/s", colors)
     ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
