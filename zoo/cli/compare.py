@@ -190,7 +190,7 @@ def _provenance(frame, log) -> str:  # type: ignore[no-untyped-def]
 
 def _context_options(args: argparse.Namespace) -> dict:
     """--contexts and --measure-up-to parsed (a bad value is a BenchError naming the option)."""
-    from zoo.harness.contexts import parse_context, parse_contexts
+    from zoo.harness.context_lengths import parse_context, parse_contexts
 
     options = {}
     if args.contexts is not None:
@@ -230,7 +230,7 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
     else:
         print_table(frame_table(frame, title), fmt)
         if contexts is not None:
-            from zoo.harness.contexts import context_table, crossover_lines
+            from zoo.harness.contexts import crossover_lines
 
             sys.stdout.write("\n")
             print_table(context_table(contexts, title + ", by context"), fmt)
@@ -269,6 +269,14 @@ def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]
         status = record["status"] if record["status"] == "ok" else f"failed: {record['error']}"
         rows.append([record["label"], *([record.get("dtype")] if len(dtypes) > 1 else []), *cells, status])
     return TableData(title, headers, rows, right=set(headers[1 + (len(dtypes) > 1):-1]))
+
+
+def context_table(contexts, title: str) -> TableData:  # type: ignore[no-untyped-def]
+    """The per-context frame as a table (columns: ``zoo.harness.contexts.table_rows``)."""
+    from zoo.harness.contexts import NUMERIC_HEADERS, table_rows
+
+    headers, rows = table_rows(contexts)
+    return TableData(title, headers, rows, right={h for h in headers if h in NUMERIC_HEADERS})
 
 
 def _py(value):  # type: ignore[no-untyped-def]

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.errors import BenchError, ZooError
+from zoo.errors import ZooError
+from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,38 +40,6 @@ if TYPE_CHECKING:
 DEFAULT_PREDICT_GPU = "h100-sxm"
 MEASURE_UP_TO = {"cuda": 32 * 1024}  # per device type; others (cpu, mps): HOST_MEASURE_UP_TO
 HOST_MEASURE_UP_TO = 4 * 1024
-MAX_CONTEXT = 2**24  # 16M tokens: far beyond any preset, and cache_bytes stays instant
-CONTEXT_HELP = "positive integers, k = 1024 (4k = 4096), e.g. 4k,32k,128k"
-
-
-# ---- parsing -----------------------------------------------------------------------------------
-def parse_context(value: Any, what: str = "--contexts") -> int:
-    """``"4k"`` -> 4096, ``"4096"`` or ``4096`` -> 4096; anything else a BenchError naming ``what``."""
-    text = str(value).strip().lower() if not isinstance(value, bool) else ""
-    scale = 1024 if text.endswith("k") else 1
-    digits = text[:-1] if scale > 1 else text
-    if isinstance(value, float) and value.is_integer():
-        digits = str(int(value))
-    if not digits.isdigit() or not 1 <= int(digits) * scale <= MAX_CONTEXT:
-        raise BenchError(f"{what}: {value!r} is not a context length; allowed: {CONTEXT_HELP} (at most {MAX_CONTEXT:,})")
-    return int(digits) * scale
-
-
-def parse_contexts(value: str | Iterable[Any], what: str = "--contexts") -> list[int]:
-    """A comma list (``"4k,32k"``) or a sequence of lengths, sorted; an empty or repeated one fails."""
-    items = [v for v in value.split(",")] if isinstance(value, str) else list(value)
-    lengths = [parse_context(v, what) for v in items]
-    if not lengths:
-        raise BenchError(f"{what}: no context lengths given; allowed: {CONTEXT_HELP}")
-    if len(set(lengths)) != len(lengths):
-        repeated = next(n for n in lengths if lengths.count(n) > 1)
-        raise BenchError(f"{what}: {format_context(repeated)} given twice; give each length once")
-    return sorted(lengths)
-
-
-def format_context(n: int) -> str:
-    """4096 -> '4k', 1000 -> '1000'."""
-    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
 # ---- one point's curve -----------------------------------------------------------------------
@@ -312,23 +281,62 @@ def baseline_label(rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any
     return None
 
 
-# ---- the command's table and the saved files -------------------------------------------------
-def context_table(frame: pd.DataFrame, title: str) -> Any:
-    """One row per (variant, context): memory and cache in MiB (exact bytes in JSON/CSV),
-    decode tokens/s with its source (measured/predicted) and basis, ratios to the baseline."""
-    from zoo.cli.output import TableData
+# ---- the table (the command's and the saved Markdown) ------------------------------------
+TABLE_HEADERS = ("variant", "context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s", "decode",
+                 "decode vs baseline", "decode basis", "note")
+NUMERIC_HEADERS = frozenset({"context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s",
+                             "decode vs baseline"})
 
-    headers = ["variant", "context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s", "decode",
-               "decode vs baseline", "decode basis", "note"]
+
+def table_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
+    """Headers and cells, one row per (variant, context): memory and cache in MiB (exact bytes
+    in JSON/CSV), decode tokens/s with its source (measured/predicted) and basis, ratios to the
+    baseline; the note column only when a row has a note."""
     rows = []
     for r in frame.to_dict("records"):
         rows.append([r["label"], format_context(int(r["context"])), _mib(r["memory_bytes"]), _mib(r["cache_bytes"]),
                      _num(r["memory_bytes_vs_baseline"]), _rate(r["decode_tokens_per_s"]), r["decode_source"],
-                     _num(r["decode_tokens_per_s_vs_baseline"]), r["decode_basis"], r["note"]])
+                     _num(r["decode_tokens_per_s_vs_baseline"]), r["decode_basis"], _num(r["note"])])
+    headers = list(TABLE_HEADERS)
     if not any(row[-1] for row in rows):
         headers, rows = headers[:-1], [row[:-1] for row in rows]
-    return TableData(title, headers, rows, right={"context", "memory MiB", "cache MiB", "memory vs baseline",
-                                                  "decode tokens/s", "decode vs baseline"})
+    return headers, rows
+
+
+def context_markdown(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]]) -> str:
+    """The per-context table as Markdown, then one line per crossover."""
+    headers, rows = table_rows(frame)
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---:" if h in NUMERIC_HEADERS else "---" for h in headers) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in crossover_lines(items))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
+    """``<stem>-contexts.csv``, ``.md`` and the two context plots, each written whole."""
+    from zoo.atomic import write_text_atomic
+    from zoo.harness.context_plots import write_context_plots
+
+    contexts = frame.attrs.get("contexts")
+    if contexts is None or contexts.empty:
+        return {}
+    paths = {"contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
+             "contexts_md": stem.with_name(f"{stem.name}-contexts.md")}
+    items = frame.attrs.get("crossovers", [])
+    write_text_atomic(paths["contexts_csv"], contexts.to_csv(index=False))
+    write_text_atomic(paths["contexts_md"], context_markdown(contexts, items))
+    paths.update(write_context_plots(contexts, items, stem))
+    return paths
 
 
 def _mib(value: Any) -> float | int | None:
@@ -349,22 +357,3 @@ def _num(value: Any) -> Any:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return value.item() if hasattr(value, "item") else value
-
-
-def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
-    """``<stem>-contexts.csv``, ``.md`` and the two context plots, each written whole."""
-    from zoo.atomic import write_text_atomic
-    from zoo.cli.output import render_markdown
-    from zoo.harness.context_plots import write_context_plots
-
-    contexts = frame.attrs.get("contexts")
-    if contexts is None or contexts.empty:
-        return {}
-    paths = {"contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
-             "contexts_md": stem.with_name(f"{stem.name}-contexts.md")}
-    write_text_atomic(paths["contexts_csv"], contexts.to_csv(index=False))
-    items = frame.attrs.get("crossovers", [])
-    markdown = render_markdown(context_table(contexts, stem.name))
-    write_text_atomic(paths["contexts_md"], markdown + "".join(f"\n{line}\n" for line in crossover_lines(items)))
-    paths.update(write_context_plots(contexts, items, stem))
-    return paths

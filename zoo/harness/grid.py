@@ -63,14 +63,14 @@ class SweepPlan(BaseModel):
     @field_validator("contexts", mode="before")
     @classmethod
     def _parse_contexts(cls, value: Any) -> Any:
-        from zoo.harness.contexts import parse_contexts
+        from zoo.harness.context_lengths import parse_contexts
 
         return parse_contexts(value, "contexts") if value else []
 
     @field_validator("measure_up_to", mode="before")
     @classmethod
     def _parse_limit(cls, value: Any) -> Any:
-        from zoo.harness.contexts import parse_context
+        from zoo.harness.context_lengths import parse_context
 
         return None if value is None else parse_context(value, "measure_up_to")
 

@@ -186,7 +186,7 @@ def sweep(
 
 def _context_fields(contexts: Any, measure_up_to: Any, what: str, limit_what: str) -> dict[str, Any]:
     """``contexts`` and ``measure_up_to`` parsed (BenchErrors naming ``what``), the given ones only."""
-    from zoo.harness.contexts import parse_context, parse_contexts
+    from zoo.harness.context_lengths import parse_context, parse_contexts
 
     fields: dict[str, Any] = {}
     if contexts is not None:
