@@ -234,8 +234,8 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
 
             sys.stdout.write("\n")
             print_table(context_table(contexts, title + ", by context"), fmt)
-            for line in crossover_lines(frame.attrs.get("crossovers", [])):
-                sys.stdout.write(line + "\n")
+            lines = crossover_lines(frame.attrs.get("crossovers", []))
+            sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
 
 
 TABLE_COLUMNS = ("params_total", "kv_bytes_per_token", "state_bytes", "kv_bytes", "kv_bytes_vs_baseline",
