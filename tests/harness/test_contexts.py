@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import textwrap
 
+import pandas as pd
 import pytest
 
 import zoo
@@ -49,7 +50,7 @@ def test_contexts_change_point_ids_only_when_given():
 def test_analysis_only_predicts_every_context_with_the_roofline(tmp_path):
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
     frame = zoo.compare(spec, vary={"attention": ["gqa", MAMBA]}, measure=False, contexts="16,32,128", dtype="float32")
-    contexts = frame.attrs["contexts"]
+    contexts = pd.DataFrame(frame.attrs["contexts"])
     assert len(contexts) == 6 and list(contexts["context"]) == [16, 32, 128] * 2
     assert set(contexts["decode_source"]) == {"predicted"} and set(contexts["memory_source"]) == {"analysis"}
     assert contexts["decode_basis"].str.startswith("roofline h100-sxm, 2 layers").all()
@@ -67,7 +68,7 @@ def test_timed_contexts_are_measured_up_to_the_limit_and_predicted_beyond(tmp_pa
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
     frame = zoo.compare(spec, vary={"attention.kind": ["gqa"]}, contexts=[8, 16, 32, 48], measure_up_to=16,
                         executor=InlineExecutor(), depth=1, **TINY_RUN)
-    records = frame.attrs["contexts"].to_dict("records")
+    records = frame.attrs["contexts"]
     assert [r["decode_source"] for r in records] == ["measured", "measured", "predicted", "predicted"]
     assert records[0]["decode_basis"] == "cpu, 1 layer" and records[0]["measured_peak_bytes"] > 0
     assert records[2]["decode_basis"] in ("bytes/step scaled from 16", "fit of step time on bytes/step, 8-16")
@@ -96,7 +97,7 @@ def test_the_step_time_model_is_fixed_time_plus_bytes_over_bandwidth():
 def test_a_context_past_the_models_limit_is_predicted_from_the_points_own_run(tmp_path):
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
     frame = zoo.compare(spec, vary={"attention.kind": ["gqa"]}, contexts=["1k"], executor=InlineExecutor(), **TINY_RUN)
-    (record,) = frame.attrs["contexts"].to_dict("records")
+    (record,) = frame.attrs["contexts"]
     assert record["decode_source"] == "predicted" and record["decode_basis"] == "bytes/step scaled from 12"
     assert record["decode_tokens_per_s"] < frame["decode_tokens_per_s"][0]  # more bytes per step at 1k than at 12
     assert record["note"] == "beyond max_seq_len 64"
@@ -148,7 +149,8 @@ def test_sweep_contexts_replace_the_files(tmp_path):
     path.write_text('spec_file = "tiny.yaml"\nanalysis_only = true\n[vary]\nseed = [0]\n')
     assert "contexts" not in zoo.sweep(path, results_dir=tmp_path / "a").attrs
     frame = zoo.sweep(path, results_dir=tmp_path / "b", contexts="32,16", measure_up_to="1k")
-    assert list(frame.attrs["contexts"]["context"]) == [16, 32]
+    assert [r["context"] for r in frame.attrs["contexts"]] == [16, 32]
+    assert pd.concat([frame, frame]).attrs["contexts"] == frame.attrs["contexts"]  # plain records: comparable
     with pytest.raises(BenchError, match="^measure_up_to: 'x' is not a context length"):
         zoo.sweep(path, results_dir=tmp_path / "c", contexts="16", measure_up_to="x")
 

@@ -222,18 +222,22 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
 
         document = {"rows": json.loads(frame.to_json(orient="records"))}
         if contexts is not None:
-            document["contexts"] = json.loads(contexts.to_json(orient="records"))
+            document["contexts"] = contexts
             document["crossovers"] = frame.attrs.get("crossovers", [])
         print_json(document)
     elif fmt == "csv":
-        sys.stdout.write((frame if contexts is None else contexts).to_csv(index=False))
+        from zoo.harness.contexts import as_frame
+
+        sys.stdout.write((frame if contexts is None else as_frame(contexts)).to_csv(index=False))
     else:
         print_table(frame_table(frame, title), fmt)
         if contexts is not None:
             from zoo.harness.contexts import crossover_lines
 
             sys.stdout.write("\n")
-            print_table(context_table(contexts, title + ", by context"), fmt)
+            from zoo.harness.contexts import as_frame
+
+            print_table(context_table(as_frame(contexts), title + ", by context"), fmt)
             lines = crossover_lines(frame.attrs.get("crossovers", []))
             sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
 

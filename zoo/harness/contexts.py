@@ -194,11 +194,11 @@ def _values_key(values: Mapping[str, Any]) -> str:
     return json.dumps(dict(values), sort_keys=True, default=str)
 
 
-def context_frame(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (variant, context), in plan order then by context, with
-    ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context."""
-    import pandas as pd
-
+def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One record per (variant, context), in plan order then by context, with
+    ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
+    Plain dicts (JSON values, None for missing): what ``frame.attrs["contexts"]`` holds, since
+    pandas compares attrs when frames are concatenated and a DataFrame there cannot be."""
     from zoo.harness.grid import format_value
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("contexts")), key=lambda r: r.get("index", 0))
@@ -217,8 +217,22 @@ def context_frame(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseli
                 mine, base = point.get(column), theirs.get(column)
                 record[f"{column}_vs_baseline"] = mine / base if mine is not None and base else None
             records.append(record)
+    return records
+
+
+def context_frame(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> pd.DataFrame:
+    """``context_records`` as a DataFrame (its columns even when empty)."""
+    return as_frame(context_records(rows, keys, baseline), keys)
+
+
+def as_frame(records: Sequence[Mapping[str, Any]], keys: Sequence[str] = ()) -> pd.DataFrame:
+    """Per-context records (``frame.attrs["contexts"]``) as a DataFrame."""
+    import pandas as pd
+
     columns = ["point_id", "label", *keys, *CONTEXT_COLUMNS, *(f"{c}_vs_baseline" for c in RATIO_COLUMNS)]
-    return pd.DataFrame.from_records(records, columns=columns)
+    if records:
+        columns = list(records[0])
+    return pd.DataFrame.from_records(list(records), columns=columns)
 
 
 def crossovers(frame: pd.DataFrame, baseline_label: str | None = None) -> list[dict[str, Any]]:
@@ -327,9 +341,10 @@ def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
     from zoo.atomic import write_text_atomic
     from zoo.harness.context_plots import write_context_plots
 
-    contexts = frame.attrs.get("contexts")
-    if contexts is None or contexts.empty:
+    records = frame.attrs.get("contexts")
+    if not records:
         return {}
+    contexts = as_frame(records)
     paths = {"contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
              "contexts_md": stem.with_name(f"{stem.name}-contexts.md")}
     items = frame.attrs.get("crossovers", [])

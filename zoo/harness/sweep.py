@@ -82,19 +82,20 @@ def _run_points(
 
 
 def sweep_frame(plan: SweepPlan, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per point; with ``plan.contexts`` also ``frame.attrs["contexts"]`` (one row per
-    point and context, ``zoo.harness.contexts.context_frame``) and ``frame.attrs["crossovers"]``."""
+    """One row per point; with ``plan.contexts`` also ``frame.attrs["contexts"]`` (one record per
+    point and context, ``zoo.harness.contexts.context_records``; ``pd.DataFrame(...)`` of it is the
+    long table) and ``frame.attrs["crossovers"]``."""
     from zoo.harness.report import sweep_table
 
     rows = list(rows)
     baseline = plan.baseline or _default_baseline(plan)
     frame = sweep_table(rows, plan.keys(), baseline)
     if plan.contexts:
-        from zoo.harness.contexts import baseline_label, context_frame, crossovers
+        from zoo.harness.contexts import as_frame, baseline_label, context_records, crossovers
 
-        contexts = context_frame(rows, plan.keys(), baseline)
-        frame.attrs["contexts"] = contexts
-        frame.attrs["crossovers"] = crossovers(contexts, baseline_label(rows, baseline))
+        records = context_records(rows, plan.keys(), baseline)
+        frame.attrs["contexts"] = records
+        frame.attrs["crossovers"] = crossovers(as_frame(records, plan.keys()), baseline_label(rows, baseline))
     return frame
 
 
@@ -136,8 +137,9 @@ def compare(
 
     ``contexts`` (``["4k", "32k", "128k"]`` or ``"4k,32k,128k"``) adds, per variant and
     context, memory (weights + cache) and decode tokens/s, measured up to ``measure_up_to``
-    (default 4k on a host, 32k on CUDA) and predicted beyond: ``frame.attrs["contexts"]``
-    (see ``zoo.harness.contexts``) and ``frame.attrs["crossovers"]``.
+    (default 4k on a host, 32k on CUDA) and predicted beyond: ``frame.attrs["contexts"]``, a
+    list of records (``pd.DataFrame(frame.attrs["contexts"])``; see ``zoo.harness.contexts``),
+    and ``frame.attrs["crossovers"]``.
     """
     from zoo.model_spec import ModelSpec
 
