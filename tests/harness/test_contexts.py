@@ -80,18 +80,26 @@ def _run(context, nbytes, tokens_per_s, batch=1):
             "config": {"batch_size": batch}}
 
 
-def test_the_step_time_model_is_fixed_time_plus_bytes_over_bandwidth():
-    # 1 ms + 1 ns per byte: 1e6 bytes -> 2 ms (500 tokens/s), 3e6 bytes -> 4 ms (250 tokens/s)
-    model = StepTimeModel.fit([_run(1024, 1e6, 500.0), _run(4096, 3e6, 250.0)])
-    assert model.basis == "fit of step time on bytes/step, 1k-4k"
-    assert model.tokens_per_s(9e6) == pytest.approx(1 / 0.010)
-    # one run, equal bytes (recurrent state) or a slope the noise made negative: proportional
-    assert StepTimeModel.fit([_run(2048, 2e6, 100.0)]).tokens_per_s(4e6) == pytest.approx(50.0)
-    flat = StepTimeModel.fit([_run(1024, 2e6, 100.0), _run(4096, 2e6, 90.0)])
-    assert flat.basis == "bytes/step scaled from 4k" and flat.tokens_per_s(2e6) == pytest.approx(90.0)
-    noisy = StepTimeModel.fit([_run(1024, 1e6, 100.0), _run(4096, 2e6, 150.0)], )
-    assert noisy.basis == "bytes/step scaled from 4k" and noisy.tokens_per_s(4e6) == pytest.approx(75.0)
-    assert StepTimeModel.fit([_run(16, 1e6, 400.0, batch=4)]).tokens_per_s(1e6) == pytest.approx(400.0)
+def test_the_step_time_model_scales_time_with_bytes_read():
+    # one run, two runs (too few to fit through noise), equal bytes (recurrent state): proportional
+    assert StepTimeModel([_run(2048, 2e6, 100.0)]).predict(4e6) == (pytest.approx(50.0), "bytes/step scaled from 2k")
+    two = StepTimeModel([_run(1024, 1e6, 500.0), _run(4096, 3e6, 250.0)])
+    assert two.predict(6e6) == (pytest.approx(125.0), "bytes/step scaled from 4k")
+    flat = StepTimeModel([_run(1024, 2e6, 100.0), _run(2048, 2e6, 95.0), _run(4096, 2e6, 90.0)])
+    assert flat.predict(2e6) == (pytest.approx(90.0), "bytes/step scaled from 4k")
+    assert StepTimeModel([_run(16, 1e6, 400.0, batch=4)]).predict(1e6)[0] == pytest.approx(400.0)
+
+
+def test_three_runs_fit_fixed_time_plus_bytes_over_bandwidth():
+    # 1 ms + 1 ns per byte
+    runs = [_run(1024, 1e6, 500.0), _run(2048, 2e6, 1 / 0.003), _run(4096, 3e6, 250.0)]
+    assert StepTimeModel(runs).predict(9e6) == (pytest.approx(1 / 0.010), "fit of step time on bytes/step, 1k-4k")
+    # KV bytes dearer than the weights' average (a negative intercept): used above the runs only
+    steep = StepTimeModel([_run(1024, 1e6, 500.0), _run(2048, 2e6, 200.0), _run(4096, 3e6, 125.0)])
+    assert steep.predict(4e6)[0] == pytest.approx(1 / 0.011)
+    assert steep.predict(0.5e6) == (pytest.approx(1000.0), "bytes/step scaled from 1k")
+    noisy = StepTimeModel([_run(1024, 1e6, 100.0), _run(2048, 2e6, 150.0), _run(4096, 3e6, 200.0)])
+    assert noisy.predict(6e6) == (pytest.approx(100.0), "bytes/step scaled from 4k")  # slope < 0: proportional
 
 
 def test_a_context_past_the_models_limit_is_predicted_from_the_points_own_run(tmp_path):

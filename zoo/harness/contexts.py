@@ -10,10 +10,10 @@ in the point's row as ``contexts``):
   prompt of ``context - gen_len`` tokens, so its decode steps run at that context; only
   for contexts up to ``measure_up_to`` (default 4k on a host, 32k on CUDA), and a run
   refused as not fitting becomes a prediction with the reason in ``note``. Predicted, when
-  the point was timed: ``StepTimeModel``, step time = fixed + bytes read per step
-  (``zoo.analysis.decode_bytes_per_step``) / bandwidth, fitted to the measured contexts
-  (else the point's own run): the roofline's memory term at the bandwidth and overhead
-  this device achieved, so measured and predicted points are of one model on one device.
+  the point was timed: ``StepTimeModel``, step time against the bytes a step reads
+  (``zoo.analysis.decode_bytes_per_step``), from the measured contexts (else the point's own
+  run): the roofline's memory term at the bandwidth this device achieved, so measured and
+  predicted points are of one model on one device.
   Predicted without timing (``analysis_only``): the roofline
   (``zoo.harness.hardware.roofline``) of the full-size model on ``config.predict``
   (default ``h100-sxm``).
@@ -67,7 +67,7 @@ def context_curve(
     anchors = [r["_measurement"] for r in records if r.get("_measurement")]
     if not anchors and measure is not None and measurement:
         anchors = [measurement]  # nothing measured at these contexts: the point's own run
-    model = StepTimeModel.fit(anchors) if anchors and measured_spec is not None else None
+    model = StepTimeModel(anchors) if anchors and measured_spec is not None else None
     for record in records:
         record.pop("_measurement", None)
         if record["decode_source"] is None:
@@ -76,33 +76,39 @@ def context_curve(
 
 
 class StepTimeModel:
-    """Seconds per decode step as ``fixed + bytes read / bandwidth``, fitted to this device's
-    measurements (least squares on the bytes each run's steps read,
-    ``Measurement.decode_bytes_per_step``): the roofline's memory term with the bandwidth,
-    and the per-step overhead, this device achieved. One measurement, equal bytes (a
-    recurrent model's state does not grow) or a fit whose slope is not positive (noise):
-    time proportional to bytes, from the largest measured context."""
+    """Seconds per decode step against the bytes it reads (``Measurement.decode_bytes_per_step``),
+    from this device's runs: the roofline's memory term at the bandwidth this device achieved.
 
-    def __init__(self, fixed_s: float, s_per_byte: float, batch: int, basis: str) -> None:
-        self.fixed_s, self.s_per_byte, self.batch, self.basis = fixed_s, s_per_byte, batch, basis
+    By default time is proportional to bytes, scaled from the largest measured context (one
+    parameter: robust to the noise of a few runs). With three or more measured contexts whose
+    bytes differ and a positive least-squares slope, the fit ``fixed + bytes × s_per_byte``
+    instead (the KV bytes' own marginal cost, which on a host exceeds the weights' average),
+    used above the smallest measured bytes; below them, proportional from the smallest run."""
 
-    @classmethod
-    def fit(cls, runs: Sequence[Mapping[str, Any]]) -> StepTimeModel:
-        batch = int(runs[-1]["config"]["batch_size"])
-        xs = [float(r["decode_bytes_per_step"]) for r in runs]
-        ts = [batch / float(r["decode_tokens_per_s"]) for r in runs]
-        last = format_context(int(runs[-1]["context_len"]))
-        if len(set(xs)) >= 2:
+    MIN_FIT_RUNS = 3
+
+    def __init__(self, runs: Sequence[Mapping[str, Any]]) -> None:
+        self.batch = int(runs[-1]["config"]["batch_size"])
+        self.points = sorted((float(r["decode_bytes_per_step"]), self.batch / float(r["decode_tokens_per_s"]),
+                              int(r["context_len"])) for r in runs)
+        self.fit: tuple[float, float] | None = None
+        xs, ts = [x for x, _, _ in self.points], [t for _, t, _ in self.points]
+        if len(set(xs)) >= self.MIN_FIT_RUNS:
             mean_x, mean_t = sum(xs) / len(xs), sum(ts) / len(ts)
             slope = sum((x - mean_x) * (t - mean_t) for x, t in zip(xs, ts)) / sum((x - mean_x) ** 2 for x in xs)
-            fixed = mean_t - slope * mean_x
-            if slope > 0 and fixed >= 0:
-                first = format_context(int(runs[0]["context_len"]))
-                return cls(fixed, slope, batch, f"fit of step time on bytes/step, {first}-{last}")
-        return cls(0.0, ts[-1] / xs[-1], batch, f"bytes/step scaled from {last}")
+            if slope > 0:
+                self.fit = (mean_t - slope * mean_x, slope)
 
-    def tokens_per_s(self, nbytes: int) -> float:
-        return self.batch / (self.fixed_s + self.s_per_byte * nbytes)
+    def predict(self, nbytes: float) -> tuple[float, str]:
+        """(tokens/s, basis) for a step reading ``nbytes``."""
+        if self.fit is not None and nbytes >= self.points[0][0]:
+            fixed, slope = self.fit
+            seconds = fixed + slope * nbytes
+            if seconds > 0:
+                span = f"{format_context(self.points[0][2])}-{format_context(self.points[-1][2])}"
+                return self.batch / seconds, f"fit of step time on bytes/step, {span}"
+        x, t, context = self.points[0] if nbytes < self.points[0][0] else self.points[-1]
+        return self.batch / (t * nbytes / x), f"bytes/step scaled from {format_context(context)}"
 
 
 def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: int) -> dict[str, Any]:
@@ -160,8 +166,7 @@ def _predict_at(
         if model is not None:
             nbytes = decode_bytes_per_step(measured_spec, config.batch_size, at, dtype, config.weights_dtype,
                                            config.weights_group_size)
-            record["decode_tokens_per_s"] = model.tokens_per_s(nbytes)
-            record["decode_basis"] = model.basis
+            record["decode_tokens_per_s"], record["decode_basis"] = model.predict(nbytes)
             return
         gpu = config.predict or DEFAULT_PREDICT_GPU
         line = roofline(spec, gpu, batch_size=config.batch_size, prompt_len=max(1, context - gen), gen_len=gen,
