@@ -103,9 +103,11 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
-    plain = FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 10 else f"{y:.2g}")
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
+    def plain(y: float, _: Any = None) -> str:
+        return f"{y:,.0f}" if y >= 10 else f"{y:.2g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(plain))  # 2, 5 between the decades: no crowding
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: plain(y) if f"{y:.0e}"[0] in "25" else ""))
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
     bases = sorted({str(b) for b in frame["decode_basis"].dropna()})
     _style(ax, contexts, "decode tokens/s", f"{title}: decode vs context\n{'; '.join(bases)}", legend_note=True)
