@@ -14,8 +14,13 @@ COMPARE_NOTE = (
     "Timing columns come from `zoo bench`'s harness, each variant in its own process, on the "
     "model cut to --depth layers (default 2, so a CPU compares a 1B model in under a minute; "
     "--depth full for every layer) with the bench defaults (prompt 128, gen 16). "
-    "--analysis-only skips the timing: instant."
+    "--analysis-only skips the timing: instant. "
+    "--contexts 4k,32k,128k adds a table with one row per variant and context: memory (weights + "
+    "cache, exact) and decode tokens/s, measured up to --measure-up-to and predicted beyond."
 )
+CONTEXTS_HELP = ("context lengths (k = 1024), e.g. 4k,8k,16k,32k,64k,128k: memory and decode tokens/s per variant "
+                 "at each, one row per variant and context; decode measured up to --measure-up-to, predicted beyond")
+MEASURE_UP_TO_HELP = "measure decode at contexts up to this (e.g. 8k), predict beyond (default: 4k on CPU, 32k on CUDA)"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="the row ratios are to (default: the first value of the first axis)")
     p.add_argument("--analysis-only", action="store_true", help="no timing: analysis of the full-size models only")
     p.add_argument("--depth", default="2", help="layers of the timed model, or 'full' (default: 2)")
+    p.add_argument("--contexts", metavar="LIST", help=CONTEXTS_HELP)
+    p.add_argument("--measure-up-to", metavar="N", help=MEASURE_UP_TO_HELP)
+    p.add_argument("--predict", metavar="GPU", help="the roofline GPU for --analysis-only context predictions and "
+                   "each run's estimate: h100-sxm (default for --contexts), h100-pcie, h200, a100-80gb, l4, rtx-4090")
     _add_run_options(p)
     p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)")
     p.add_argument("--results-dir", default="results", help="where --save writes (default: results/)")
@@ -52,6 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--fresh-interpreter", action="store_true",
                    help="start each local run in a new Python interpreter instead of forking it from a preloaded server")
     s.add_argument("--timeout", type=float, help="seconds a run may take before it is killed and recorded as failed")
+    s.add_argument("--contexts", metavar="LIST", help=CONTEXTS_HELP + " (replaces the file's contexts)")
+    s.add_argument("--measure-up-to", metavar="N", help=MEASURE_UP_TO_HELP)
     _add_output_options(s)
     s.set_defaults(func=run_sweep)
 
@@ -102,14 +113,14 @@ def run_compare(args: argparse.Namespace) -> int:
         spec = ModelSpec.from_file(args.spec_file)
     run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
                              "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
-                             "threads": args.threads}.items() if v is not None}
+                             "threads": args.threads, "predict": args.predict}.items() if v is not None}
     err = Console(stderr=True)
     with progress_bar(err, "compare") as update:
         frame = compare(
             spec if spec is not None else args.arch, args.vary, attention=args.attention, set=args.overrides,
             baseline=args.baseline, measure=not args.analysis_only, depth=_depth(args.depth), jobs=args.jobs,
             results_dir=args.results_dir if args.save else None, name=args.save or "compare",
-            progress=_row_progress(update), **run,
+            progress=_row_progress(update), **_context_options(args), **run,
         )
     print_frame(frame, "zoo compare: " + (args.arch or args.spec_file), args.format)
     if args.save:
@@ -125,6 +136,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from zoo.harness.grid import load_plan
     from zoo.harness.sweep import sweep
 
+    options = _context_options(args)  # a bad --contexts fails before the file is read
     plan = load_plan(args.file)
     log = Path(args.results_dir) / f"{plan.name}.jsonl"
     measured = 0
@@ -145,6 +157,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             plan, results_dir=args.results_dir, resume=args.resume, overwrite=args.overwrite,
             executor=args.executor, jobs=args.jobs, timeout=args.timeout, address=args.address,
             isolation="interpreter" if args.fresh_interpreter else None, progress=count(update),
+            **options,
         )
     print_frame(frame, f"zoo sweep: {args.file}", args.format)
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
@@ -175,6 +188,18 @@ def _provenance(frame, log) -> str:  # type: ignore[no-untyped-def]
     return ", ".join(parts) or "rows of an earlier run"
 
 
+def _context_options(args: argparse.Namespace) -> dict:
+    """--contexts and --measure-up-to parsed (a bad value is a BenchError naming the option)."""
+    from zoo.harness.context_lengths import parse_context, parse_contexts
+
+    options = {}
+    if args.contexts is not None:
+        options["contexts"] = parse_contexts(args.contexts, "--contexts")
+    if args.measure_up_to is not None:
+        options["measure_up_to"] = parse_context(args.measure_up_to, "--measure-up-to")
+    return options
+
+
 def _status(frame) -> int:  # type: ignore[no-untyped-def]
     """1 when every row failed (a script must not take that for success), else 0."""
     if len(frame) and bool((frame["status"] == "failed").all()):
@@ -185,15 +210,36 @@ def _status(frame) -> int:  # type: ignore[no-untyped-def]
 
 
 def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    """The comparison in the chosen format: json and csv carry every column, table and md a selection."""
+    """The comparison in the chosen format: json and csv carry every column, table and md a selection.
+
+    With --contexts (``frame.attrs["contexts"]``): json adds ``contexts`` (one record per variant
+    and context) and ``crossovers``; csv is the per-context table (every column); table and md
+    print the variants' table, then the per-context one and a line per crossover.
+    """
+    contexts = frame.attrs.get("contexts")
     if fmt == "json":
         import json
 
-        print_json({"rows": json.loads(frame.to_json(orient="records"))})
+        document = {"rows": json.loads(frame.to_json(orient="records"))}
+        if contexts is not None:
+            document["contexts"] = contexts
+            document["crossovers"] = frame.attrs.get("crossovers", [])
+        print_json(document)
     elif fmt == "csv":
-        sys.stdout.write(frame.to_csv(index=False))
+        from zoo.harness.contexts import as_frame
+
+        sys.stdout.write((frame if contexts is None else as_frame(contexts)).to_csv(index=False))
     else:
         print_table(frame_table(frame, title), fmt)
+        if contexts is not None:
+            from zoo.harness.contexts import crossover_lines
+
+            sys.stdout.write("\n")
+            from zoo.harness.contexts import as_frame
+
+            print_table(context_table(as_frame(contexts), title + ", by context"), fmt)
+            lines = crossover_lines(frame.attrs.get("crossovers", []))
+            sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
 
 
 TABLE_COLUMNS = ("family", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
@@ -228,6 +274,14 @@ def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]
         status = record["status"] if record["status"] == "ok" else f"failed: {record['error']}"
         rows.append([record["label"], *([record.get("dtype")] if len(dtypes) > 1 else []), *cells, status])
     return TableData(title, headers, rows, right=set(headers[1 + (len(dtypes) > 1):-1]))
+
+
+def context_table(contexts, title: str) -> TableData:  # type: ignore[no-untyped-def]
+    """The per-context frame as a table (columns: ``zoo.harness.contexts.table_rows``)."""
+    from zoo.harness.contexts import NUMERIC_HEADERS, table_rows
+
+    headers, rows = table_rows(contexts)
+    return TableData(title, headers, rows, right={h for h in headers if h in NUMERIC_HEADERS})
 
 
 def _py(value):  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
 
@@ -57,6 +57,22 @@ class SweepPlan(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict, description="axis values of the reference row")
     depth: int | None = Field(2, ge=1, description="layers of the measured model; None = full depth")
     analysis_only: bool = False
+    contexts: list[int] = Field(default_factory=list, description="context lengths for memory and decode tokens/s (4k = 4096)")
+    measure_up_to: int | None = Field(None, ge=1, description="contexts above this are predicted, not measured")
+
+    @field_validator("contexts", mode="before")
+    @classmethod
+    def _parse_contexts(cls, value: Any) -> Any:
+        from zoo.harness.context_lengths import parse_contexts
+
+        return parse_contexts(value, "contexts") if value else []
+
+    @field_validator("measure_up_to", mode="before")
+    @classmethod
+    def _parse_limit(cls, value: Any) -> Any:
+        from zoo.harness.context_lengths import parse_context
+
+        return None if value is None else parse_context(value, "measure_up_to")
 
     def keys(self) -> list[str]:
         """Every key a point may set (axes first, then keys only extra points name)."""
@@ -86,6 +102,8 @@ class SweepPlan(BaseModel):
             "set": self.set, "run": self.run, "values": dict(values),
             "depth": None if self.analysis_only else self.depth, "analysis_only": self.analysis_only,
         }
+        if self.contexts:  # only then: ids of plans without contexts stay as they were
+            identity["contexts"] = [self.contexts, None if self.analysis_only else self.measure_up_to]
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
         return digest[:16]
 
@@ -296,6 +314,8 @@ def load_plan(path: str | Path) -> SweepPlan:
         data["spec"] = ModelSpec.from_file(path.parent / spec_file).to_dict()
     try:
         plan = SweepPlan.model_validate(data)
+    except BenchError as exc:  # a field's own check (contexts = ["4x"])
+        raise BenchError(f"{path}: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -127,7 +127,7 @@ def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) 
     start = time.perf_counter()
     analysis = measurement = None
     error = None
-    measured_layers = None
+    measured_layers = measured = contexts = None
     try:
         spec = point_spec(plan, point)
         config = point_config(plan, point)
@@ -136,12 +136,20 @@ def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) 
             measured = reduced_depth(spec, plan.depth)
             measured_layers = measured.n_layers
             measurement = measure(measured, config).model_dump(mode="json")
+        if plan.contexts:  # memory and decode tokens/s at each context (zoo.harness.contexts)
+            from zoo.harness.contexts import context_curve
+
+            timed = measure if measured is not None else None
+            contexts = context_curve(plan, spec, config, analysis, timed, measured, measurement)
     except ZooError as exc:
         error = str(exc).replace("\n", " ")
     except Exception as exc:  # noqa: BLE001 - a point's own bug or OOM is its failed row
         error = f"{type(exc).__name__}: {exc}".replace("\n", " ")
         traceback.print_exc()
-    return make_row(point, error, analysis, measured_layers, measurement, time.perf_counter() - start)
+    row = make_row(point, error, analysis, measured_layers, measurement, time.perf_counter() - start)
+    if contexts is not None:
+        row["contexts"] = contexts
+    return row
 
 
 def make_row(

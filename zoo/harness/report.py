@@ -212,4 +212,7 @@ def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no
     write_atomic(paths["csv"], frame.to_csv(index=False))
     write_atomic(paths["md"], sweep_markdown(frame, keys))
     paths.update(write_plots(frame, rows, keys, stem))
+    from zoo.harness.contexts import render_contexts
+
+    paths.update(render_contexts(frame, stem))  # --contexts: <stem>-contexts.csv, .md and plots
     return paths

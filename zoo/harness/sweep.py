@@ -82,9 +82,21 @@ def _run_points(
 
 
 def sweep_frame(plan: SweepPlan, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per point; with ``plan.contexts`` also ``frame.attrs["contexts"]`` (one record per
+    point and context, ``zoo.harness.contexts.context_records``; ``pd.DataFrame(...)`` of it is the
+    long table) and ``frame.attrs["crossovers"]``."""
     from zoo.harness.report import sweep_table
 
-    return sweep_table(rows, plan.keys(), plan.baseline or _default_baseline(plan))
+    rows = list(rows)
+    baseline = plan.baseline or _default_baseline(plan)
+    frame = sweep_table(rows, plan.keys(), baseline)
+    if plan.contexts:
+        from zoo.harness.contexts import as_frame, baseline_label, context_records, crossovers
+
+        records = context_records(rows, plan.keys(), baseline)
+        frame.attrs["contexts"] = records
+        frame.attrs["crossovers"] = crossovers(as_frame(records, plan.keys()), baseline_label(rows, baseline))
+    return frame
 
 
 def _default_baseline(plan: SweepPlan) -> dict[str, Any]:
@@ -110,6 +122,8 @@ def compare(
     results_dir: str | Path | None = None,
     name: str = "compare",
     progress: Progress | None = None,
+    contexts: Sequence[int | str] | str | None = None,
+    measure_up_to: int | str | None = None,
     **run_options: Any,
 ) -> pd.DataFrame:
     """Variants of one model side by side, as a DataFrame (one row per variant).
@@ -120,6 +134,12 @@ def compare(
     ``measure`` the harness times each variant cut to ``depth`` layers (None: full depth),
     each run in its own process. Ratio columns (``*_vs_baseline``) compare each row with
     ``baseline`` (default: the first value of the first axis).
+
+    ``contexts`` (``["4k", "32k", "128k"]`` or ``"4k,32k,128k"``) adds, per variant and
+    context, memory (weights + cache) and decode tokens/s, measured up to ``measure_up_to``
+    (default 4k on a host, 32k on CUDA) and predicted beyond: ``frame.attrs["contexts"]``, a
+    list of records (``pd.DataFrame(frame.attrs["contexts"])``; see ``zoo.harness.contexts``),
+    and ``frame.attrs["crossovers"]``.
     """
     from zoo.model_spec import ModelSpec
 
@@ -128,6 +148,7 @@ def compare(
     plan = plan_from_options(
         arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
         name=name, run=run_options, depth=depth, analysis_only=not measure,
+        **_context_fields(contexts, measure_up_to, "contexts", "measure_up_to"),
     )
     chosen = executor if not isinstance(executor, str) else (
         InlineExecutor() if not measure else make_executor(executor, jobs=jobs, timeout=timeout)
@@ -147,13 +168,31 @@ def sweep(
     address: str | None = None,
     isolation: str | None = None,
     progress: Progress | None = None,
+    contexts: Sequence[int | str] | str | None = None,
+    measure_up_to: int | str | None = None,
 ) -> pd.DataFrame:
-    """Run a sweep file (TOML) or plan, logging each row to ``<results_dir>/<name>.jsonl``."""
+    """Run a sweep file (TOML) or plan, logging each row to ``<results_dir>/<name>.jsonl``;
+    ``contexts`` and ``measure_up_to`` replace the plan's (see ``compare``)."""
     check_executor_options(jobs, timeout)
     if not isinstance(plan, SweepPlan):
         plan = load_plan(plan)
+    fields = _context_fields(contexts, measure_up_to, "contexts", "measure_up_to")
+    if fields:
+        plan = SweepPlan.model_validate({**plan.model_dump(), **fields})
     chosen = executor if not isinstance(executor, str) else (
         InlineExecutor() if plan.analysis_only and executor == "local"
         else make_executor(executor, jobs=jobs, timeout=timeout, address=address, isolation=isolation)  # type: ignore[arg-type]
     )
     return run_plan(plan, chosen, results_dir, resume=resume, overwrite=overwrite, progress=progress)
+
+
+def _context_fields(contexts: Any, measure_up_to: Any, what: str, limit_what: str) -> dict[str, Any]:
+    """``contexts`` and ``measure_up_to`` parsed (BenchErrors naming ``what``), the given ones only."""
+    from zoo.harness.context_lengths import parse_context, parse_contexts
+
+    fields: dict[str, Any] = {}
+    if contexts is not None:
+        fields["contexts"] = parse_contexts(contexts, what)
+    if measure_up_to is not None:
+        fields["measure_up_to"] = parse_context(measure_up_to, limit_what)
+    return fields

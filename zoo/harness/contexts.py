@@ -1,0 +1,379 @@
+"""Memory and decode tokens/s against context length, per variant (``--contexts``).
+
+For each point of a plan with ``contexts``, each context length gets one record (stored
+in the point's row as ``contexts``):
+
+- memory: the full-size model's weight bytes (the ``weight_bytes`` the row's analysis
+  holds) plus ``zoo.analysis.cache_bytes`` at batch × context: exact, marked ``analysis``;
+- decode tokens/s, marked ``measured`` or ``predicted``. Measured: the harness's own
+  ``bench`` (the executor's ``measure``, on the model cut to the plan's depth) with a
+  prompt of ``context - gen_len`` tokens, so its decode steps run at that context; only
+  for contexts up to ``measure_up_to`` (default 4k on a host, 32k on CUDA), and a run
+  refused as not fitting becomes a prediction with the reason in ``note``. Predicted, when
+  the point was timed: ``StepTimeModel``, step time against the bytes a step reads
+  (``zoo.analysis.decode_bytes_per_step``), from the measured contexts (else the point's own
+  run): the roofline's memory term at the bandwidth this device achieved, so measured and
+  predicted points are of one model on one device.
+  Predicted without timing (``analysis_only``): the roofline
+  (``zoo.harness.hardware.roofline``) of the full-size model on ``config.predict``
+  (default ``h100-sxm``).
+
+``context_frame`` is the long table (one row per variant and context), with ratios to the
+baseline variant at the same context; ``crossovers`` finds the contexts where a variant's
+ratio to the baseline crosses 1 (where a hybrid overtakes full attention).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zoo.errors import ZooError
+from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_PREDICT_GPU = "h100-sxm"
+MEASURE_UP_TO = {"cuda": 32 * 1024}  # per device type; others (cpu, mps): HOST_MEASURE_UP_TO
+HOST_MEASURE_UP_TO = 4 * 1024
+
+
+# ---- one point's curve -----------------------------------------------------------------------
+Measure = Callable[[Any, Any], Any]
+
+
+def measure_limit(plan_limit: int | None, device_type: str) -> int:
+    """Contexts above this are predicted: the plan's ``measure_up_to``, else the device's default."""
+    return plan_limit if plan_limit is not None else MEASURE_UP_TO.get(device_type, HOST_MEASURE_UP_TO)
+
+
+def context_curve(
+    plan: Any, spec: Any, config: Any, analysis: Mapping[str, Any], measure: Measure | None,
+    measured_spec: Any = None, measurement: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The point's record at each of ``plan.contexts`` (see the module docstring)."""
+    from zoo.harness.environment import pick_device
+
+    limit = measure_limit(plan.measure_up_to, pick_device(config.device).type)
+    records = [memory_record(spec, config, analysis, n) for n in plan.contexts]
+    if measure is not None and measured_spec is not None:
+        for record in records:
+            if record["context"] <= limit:
+                _measure_at(record, measure, measured_spec, config)
+    anchors = [r["_measurement"] for r in records if r.get("_measurement")]
+    if not anchors and measure is not None and measurement:
+        anchors = [measurement]  # nothing measured at these contexts: the point's own run
+    model = StepTimeModel(anchors) if anchors and measured_spec is not None else None
+    for record in records:
+        record.pop("_measurement", None)
+        if record["decode_source"] is None:
+            _predict_at(record, spec, config, analysis, model, measured_spec)
+    return records
+
+
+class StepTimeModel:
+    """Seconds per decode step against the bytes it reads (``Measurement.decode_bytes_per_step``),
+    from this device's runs: the roofline's memory term at the bandwidth this device achieved.
+
+    By default time is proportional to bytes, scaled from the largest measured context (one
+    parameter: robust to the noise of a few runs). With three or more measured contexts whose
+    bytes differ and a positive least-squares slope, the fit ``fixed + bytes × s_per_byte``
+    instead (the KV bytes' own marginal cost, which on a host exceeds the weights' average),
+    used above the smallest measured bytes; below them, proportional from the smallest run."""
+
+    MIN_FIT_RUNS = 3
+
+    def __init__(self, runs: Sequence[Mapping[str, Any]]) -> None:
+        self.batch = int(runs[-1]["config"]["batch_size"])
+        self.points = sorted((float(r["decode_bytes_per_step"]), self.batch / float(r["decode_tokens_per_s"]),
+                              int(r["context_len"])) for r in runs)
+        self.fit: tuple[float, float] | None = None
+        xs, ts = [x for x, _, _ in self.points], [t for _, t, _ in self.points]
+        if len(set(xs)) >= self.MIN_FIT_RUNS:
+            mean_x, mean_t = sum(xs) / len(xs), sum(ts) / len(ts)
+            slope = sum((x - mean_x) * (t - mean_t) for x, t in zip(xs, ts)) / sum((x - mean_x) ** 2 for x in xs)
+            if slope > 0:
+                self.fit = (mean_t - slope * mean_x, slope)
+
+    def predict(self, nbytes: float) -> tuple[float, str]:
+        """(tokens/s, basis) for a step reading ``nbytes``."""
+        if self.fit is not None and nbytes >= self.points[0][0]:
+            fixed, slope = self.fit
+            seconds = fixed + slope * nbytes
+            if seconds > 0:
+                span = f"{format_context(self.points[0][2])}-{format_context(self.points[-1][2])}"
+                return self.batch / seconds, f"fit of step time on bytes/step, {span}"
+        x, t, context = self.points[0] if nbytes < self.points[0][0] else self.points[-1]
+        return self.batch / (t * nbytes / x), f"bytes/step scaled from {format_context(context)}"
+
+
+def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: int) -> dict[str, Any]:
+    """Weights plus the cache at ``context`` (full-size model, batch × context, the run's dtype)."""
+    from zoo.analysis import cache_bytes
+
+    cache = cache_bytes(spec, config.batch_size, context, dtype=analysis["dtype"])
+    return {
+        "context": context, "weight_bytes": analysis["weight_bytes"], "cache_bytes": cache.total,
+        "cache_token_bytes": cache.token, "cache_sequence_bytes": cache.sequence,
+        "memory_bytes": analysis["weight_bytes"] + cache.total, "memory_source": "analysis",
+        "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
+        "prefill_tokens_per_s": None, "measured_peak_bytes": None,
+        "note": f"beyond max_seq_len {spec.max_seq_len:,}" if context > spec.max_seq_len else None,
+    }
+
+
+def _measure_at(record: dict[str, Any], measure: Measure, measured_spec: Any, config: Any) -> None:
+    """The harness's run with a prompt of ``context - gen_len`` tokens; a refusal (or running
+    out of memory there) is noted, and that context predicted."""
+    import torch
+
+    from zoo.harness.run import make_config
+
+    context, gen = record["context"], config.gen_len
+    if context <= gen or context > measured_spec.max_seq_len:
+        return  # too short for a prompt, or past the model's limit: predicted
+    try:
+        result = measure(measured_spec, make_config(**{**config.model_dump(), "prompt_len": context - gen}))
+    except (ZooError, MemoryError, torch.cuda.OutOfMemoryError) as exc:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        record["note"] = f"not measured: {type(exc).__name__ if not str(exc) else exc}".replace("\n", " ")
+        return
+    m = result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
+    record.update(
+        decode_tokens_per_s=m["decode_tokens_per_s"], decode_source="measured",
+        decode_basis=f"{m['environment']['device']}, {_layers(measured_spec.n_layers)}",
+        prefill_tokens_per_s=m["prefill_tokens_per_s"], measured_peak_bytes=m["decode_peak_bytes"], _measurement=m,
+    )
+
+
+def _predict_at(
+    record: dict[str, Any], spec: Any, config: Any, analysis: Mapping[str, Any],
+    model: StepTimeModel | None, measured_spec: Any,
+) -> None:
+    """From this device's step-time model, else (no run) the GPU roofline of the full model."""
+    from zoo.analysis import decode_bytes_per_step
+    from zoo.harness.hardware import roofline
+
+    context, gen, dtype = record["context"], config.gen_len, analysis["dtype"]
+    at = max(1, context - gen + gen // 2)  # the decode midpoint, as the harness reports its bytes
+    record["decode_source"] = "predicted"
+    try:
+        if model is not None:
+            nbytes = decode_bytes_per_step(measured_spec, config.batch_size, at, dtype, config.weights_dtype,
+                                           config.weights_group_size)
+            record["decode_tokens_per_s"], record["decode_basis"] = model.predict(nbytes)
+            return
+        gpu = config.predict or DEFAULT_PREDICT_GPU
+        line = roofline(spec, gpu, batch_size=config.batch_size, prompt_len=max(1, context - gen), gen_len=gen,
+                        dtype=_torch_dtype(dtype), weights_dtype=config.weights_dtype,
+                        group_size=config.weights_group_size)
+        record["decode_tokens_per_s"] = line.decode_tokens_per_s
+        record["decode_basis"] = f"roofline {gpu}, {_layers(spec.n_layers)}"
+    except ZooError as exc:
+        record["decode_basis"] = f"no prediction: {exc}".replace("\n", " ")
+
+
+def _layers(n: int) -> str:
+    return f"{n} layer" if n == 1 else f"{n} layers"
+
+
+def _torch_dtype(name: str) -> Any:
+    from zoo.model import resolve_dtype
+
+    return resolve_dtype(name)
+
+
+# ---- the long table and crossovers -----------------------------------------------------------
+CONTEXT_COLUMNS = ("context", "memory_bytes", "cache_bytes", "cache_token_bytes", "cache_sequence_bytes", "weight_bytes",
+                   "memory_source", "decode_tokens_per_s", "decode_source", "decode_basis", "prefill_tokens_per_s",
+                   "measured_peak_bytes", "note")
+RATIO_COLUMNS = ("memory_bytes", "decode_tokens_per_s")
+
+
+def _values_key(values: Mapping[str, Any]) -> str:
+    return json.dumps(dict(values), sort_keys=True, default=str)
+
+
+def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One record per (variant, context), in plan order then by context, with
+    ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
+    Plain dicts (JSON values, None for missing): what ``frame.attrs["contexts"]`` holds, since
+    pandas compares attrs when frames are concatenated and a DataFrame there cannot be."""
+    from zoo.harness.grid import format_value
+
+    ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("contexts")), key=lambda r: r.get("index", 0))
+    by_values = {_values_key(r["values"]): {c["context"]: c for c in r["contexts"]} for r in ok}
+    records = []
+    for row in ok:
+        reference = by_values.get(_values_key({**row["values"], **baseline}), {})
+        for point in row["contexts"]:
+            record: dict[str, Any] = {"point_id": row["point_id"], "label": row["label"]}
+            for key in keys:
+                value = row["values"].get(key)
+                record[key] = format_value(value) if isinstance(value, dict) else value
+            record.update({c: point.get(c) for c in CONTEXT_COLUMNS})
+            theirs = reference.get(point["context"], {})
+            for column in RATIO_COLUMNS:
+                mine, base = point.get(column), theirs.get(column)
+                record[f"{column}_vs_baseline"] = mine / base if mine is not None and base else None
+            records.append(record)
+    return records
+
+
+def context_frame(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> pd.DataFrame:
+    """``context_records`` as a DataFrame (its columns even when empty)."""
+    return as_frame(context_records(rows, keys, baseline), keys)
+
+
+def as_frame(records: Sequence[Mapping[str, Any]], keys: Sequence[str] = ()) -> pd.DataFrame:
+    """Per-context records (``frame.attrs["contexts"]``) as a DataFrame."""
+    import pandas as pd
+
+    columns = ["point_id", "label", *keys, *CONTEXT_COLUMNS, *(f"{c}_vs_baseline" for c in RATIO_COLUMNS)]
+    if records:
+        columns = list(records[0])
+    return pd.DataFrame.from_records(list(records), columns=columns)
+
+
+def crossovers(frame: pd.DataFrame, baseline_label: str | None = None) -> list[dict[str, Any]]:
+    """Where a variant's ratio to the baseline crosses 1 between two adjacent contexts: the
+    crossing context interpolated in log2(context) and log(ratio), per measure."""
+    out: list[dict[str, Any]] = []
+    if frame.empty:
+        return out
+    for column, measure in (("memory_bytes", "memory"), ("decode_tokens_per_s", "decode tokens/s")):
+        ratio = f"{column}_vs_baseline"
+        for label, group in frame.groupby("label", sort=False):
+            points = [(int(c), float(r)) for c, r in zip(group["context"], group[ratio])
+                      if r is not None and not (isinstance(r, float) and math.isnan(r)) and r > 0]
+            if all(abs(r - 1) < 1e-12 for _, r in points):
+                continue  # the baseline itself (or a variant equal to it)
+            for c1, c2, at, r2 in _sign_changes(points):
+                better = (r2 < 1) if column == "memory_bytes" else (r2 > 1)
+                out.append({"variant": label, "baseline": baseline_label, "measure": measure, "between": [c1, c2],
+                            "context": at, "after": "better" if better else "worse"})
+    return out
+
+
+def _sign_changes(points: Sequence[tuple[int, float]]) -> list[tuple[int, int, int, float]]:
+    """(c1, c2, crossing, ratio after) for each change of side of 1 between neighbouring
+    points that are not equal to 1 (a point equal to 1 between them is the crossing)."""
+    changes = []
+    sided = [(i, c, math.log(r)) for i, (c, r) in enumerate(points) if r != 1]
+    for (i1, c1, d1), (i2, c2, d2) in zip(sided, sided[1:]):
+        if d1 * d2 >= 0:
+            continue
+        if i2 > i1 + 1:  # exactly equal at the contexts between
+            at = points[i1 + 1][0]
+        else:
+            at = round(2 ** (math.log2(c1) + (math.log2(c2) - math.log2(c1)) * d1 / (d1 - d2)))
+        changes.append((c1, c2, at, math.exp(d2)))
+    return changes
+
+
+def crossover_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``crossover: X overtakes B in decode tokens/s at ~11k (between 8k and 16k)``."""
+    lines = []
+    for item in items:
+        verb = "overtakes" if item["after"] == "better" else "falls behind"
+        lo, hi = (format_context(n) for n in item["between"])
+        against = item["baseline"] or "the baseline"
+        lines.append(f"crossover: {item['variant']} {verb} {against} in {item['measure']} at ~{_short(item['context'])} "
+                     f"(between {lo} and {hi})")
+    return lines
+
+
+def _short(n: int) -> str:
+    return f"{n / 1024:.1f}k" if n >= 1024 else str(n)
+
+
+def baseline_label(rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any]) -> str | None:
+    """The label of the first row whose values include ``baseline``'s."""
+    for row in rows:
+        if all(row["values"].get(k) == v for k, v in baseline.items()):
+            return str(row["label"])
+    return None
+
+
+# ---- the table (the command's and the saved Markdown) ------------------------------------
+TABLE_HEADERS = ("variant", "context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s", "decode",
+                 "decode vs baseline", "decode basis", "note")
+NUMERIC_HEADERS = frozenset({"context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s",
+                             "decode vs baseline"})
+
+
+def table_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
+    """Headers and cells, one row per (variant, context): memory and cache in MiB (exact bytes
+    in JSON/CSV), decode tokens/s with its source (measured/predicted) and basis, ratios to the
+    baseline; the note column only when a row has a note."""
+    rows = []
+    for r in frame.to_dict("records"):
+        rows.append([r["label"], format_context(int(r["context"])), _mib(r["memory_bytes"]), _mib(r["cache_bytes"]),
+                     _num(r["memory_bytes_vs_baseline"]), _rate(r["decode_tokens_per_s"]), r["decode_source"],
+                     _num(r["decode_tokens_per_s_vs_baseline"]), r["decode_basis"], _num(r["note"])])
+    headers = list(TABLE_HEADERS)
+    if not any(row[-1] for row in rows):
+        headers, rows = headers[:-1], [row[:-1] for row in rows]
+    return headers, rows
+
+
+def context_markdown(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]]) -> str:
+    """The per-context table as Markdown, then one line per crossover."""
+    headers, rows = table_rows(frame)
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---:" if h in NUMERIC_HEADERS else "---" for h in headers) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in crossover_lines(items))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
+    """``<stem>-contexts.csv``, ``.md`` and the two context plots, each written whole."""
+    from zoo.atomic import write_text_atomic
+    from zoo.harness.context_plots import write_context_plots
+
+    records = frame.attrs.get("contexts")
+    if not records:
+        return {}
+    contexts = as_frame(records)
+    paths = {"contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
+             "contexts_md": stem.with_name(f"{stem.name}-contexts.md")}
+    items = frame.attrs.get("crossovers", [])
+    write_text_atomic(paths["contexts_csv"], contexts.to_csv(index=False))
+    write_text_atomic(paths["contexts_md"], context_markdown(contexts, items))
+    paths.update(write_context_plots(contexts, items, stem))
+    return paths
+
+
+def _mib(value: Any) -> float | int | None:
+    """MiB to 0.1 below 100, whole above (printed with thousands separators)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    mib = float(value) / 2**20
+    return round(mib, 1) if mib < 100 else round(mib)
+
+
+def _rate(value: Any) -> float | int | None:
+    """Tokens/s whole from 100 up (thousands separators, no exponent), else to 4 figures."""
+    value = _num(value)
+    return None if value is None else round(value) if value >= 100 else value
+
+
+def _num(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
