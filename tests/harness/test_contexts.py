@@ -39,6 +39,13 @@ def test_context_lists_are_sorted_and_each_length_given_once():
         parse_contexts([])
 
 
+def test_encoder_rows_get_no_cache_or_decode_at_a_context():
+    frame = zoo.compare("bert-base-uncased", vary={"positional.kind": ["learned"]}, measure=False, contexts="512")
+    (record,) = frame.attrs["contexts"]
+    assert record["cache_bytes"] is None and record["decode_tokens_per_s"] is None and record["memory_bytes"] is None
+    assert record["note"] == "contexts are for decoders; bert-base-uncased is an encoder (see its bench columns)"
+
+
 def test_contexts_change_point_ids_only_when_given():
     plain = SweepPlan(arch="gpt2", vary={"seed": [0]})
     with_contexts = SweepPlan(arch="gpt2", vary={"seed": [0]}, contexts=["4k"])

@@ -58,6 +58,8 @@ def context_curve(
     """The point's record at each of ``plan.contexts`` (see the module docstring)."""
     from zoo.harness.environment import pick_device
 
+    if analysis.get("family", "decoder") != "decoder":
+        return [_no_decode_record(spec, analysis, n) for n in plan.contexts]
     limit = measure_limit(plan.measure_up_to, pick_device(config.device).type)
     records = [memory_record(spec, config, analysis, n) for n in plan.contexts]
     if measure is not None and measured_spec is not None:
@@ -123,6 +125,19 @@ def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: 
         "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
         "prefill_tokens_per_s": None, "measured_peak_bytes": None,
         "note": f"beyond max_seq_len {spec.max_seq_len:,}" if context > spec.max_seq_len else None,
+    }
+
+
+def _no_decode_record(spec: Any, analysis: Mapping[str, Any], context: int) -> dict[str, Any]:
+    """An encoder keeps no cache and never decodes; an encoder-decoder's cache depends on two
+    lengths (its decoder's context and the encoder's input), which one context cannot name: the
+    record keeps the weights and says why there is nothing else."""
+    return {
+        "context": context, "weight_bytes": analysis["weight_bytes"], "cache_bytes": None,
+        "cache_token_bytes": None, "cache_sequence_bytes": None, "memory_bytes": None, "memory_source": None,
+        "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
+        "prefill_tokens_per_s": None, "measured_peak_bytes": None,
+        "note": f"contexts are for decoders; {spec.name} is an {analysis['family']} (see its bench columns)",
     }
 
 
