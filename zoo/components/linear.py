@@ -59,6 +59,8 @@ class Linear(nn.Linear):
     """nn.Linear with one-row float32 CPU products as ``torch.mv`` or the opt-in kernel (module doc)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks
+            return F.linear(x, self.weight, self.bias)
         if uses_row_kernel(x, self.weight):
             row = x.reshape(-1)  # (in,)
             if torch.compiler.is_compiling():

@@ -45,7 +45,10 @@ class BenchConfig(StrictNumbers):
     gen_len: int = Field(16, ge=2, description="tokens generated per row: 1 by prefill, the rest by decode")
     repeats: int = Field(2, ge=1, description="timed rounds; medians and spread over these")
     warmup: int = Field(1, ge=1, description="untimed rounds before timing")
-    compile: bool = Field(False, description="torch.compile the decode step (reduce-overhead on CUDA)")
+    compile: bool = Field(
+        False, description="fuse q|k|v and gate|up, torch.compile prefill and decode step (CUDA graphs and "
+        "coordinate-descent tuning on CUDA; zoo/harness/compiling.py)"
+    )
     seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
     weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
     predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")
@@ -103,6 +106,7 @@ class Measurement(BaseModel):
     decode_tokens_per_s_max: float
     decode_tokens_per_s_runs: list[float]
     time_to_first_token_s: float  # median
+    compile_s: float | None = None  # compiled runs: first calls of the compiled prefill and decode step
     flops_per_token: int | None  # decode, at the midpoint context prompt_len + gen_len // 2
     decode_bytes_per_step: int  # weights read + KV read at that context
     predicted_gpu: str | None = None
@@ -243,6 +247,7 @@ class _Timings:
     compile_mode: str
     cache_bytes: int
     memory_method: str
+    compile_s: float | None = None
 
 
 def _timed_rounds(
@@ -250,15 +255,12 @@ def _timed_rounds(
 ) -> _Timings:
     """Warm-up rounds (untimed), then ``repeats`` timed rounds of prefill and decode."""
     from zoo.cache import KVCache
-    from zoo.generation import compile_decode_step, decode_step, prefill
+    from zoo.harness.compiling import run_steps
 
     B, P, G = config.batch_size, config.prompt_len, config.gen_len
     total_steps = 1 + config.warmup + config.repeats
-    compile_mode = "none"
-    step = decode_step
-    if config.compile:  # the whole step in one graph; the cache's bounds check stays eager
-        compile_mode = "reduce-overhead" if device.type == "cuda" else "default"
-        step = compile_decode_step(mode=compile_mode)
+    steps = run_steps(model, device, config.compile)  # compiled: projections fused, prefill and step compiled
+    prefill, step, compile_mode = steps.prefill, steps.decode, steps.mode
     probe = probe_for(device)
     cache = KVCache(model, B, P + G, dtype=dtype, device=device)
     generator = torch.Generator().manual_seed(config.seed)
@@ -277,7 +279,8 @@ def _timed_rounds(
         probe.synchronize()
         warm_times.append((middle - start, (time.perf_counter() - middle) / max(decode_steps, 1)))
 
-    warm_prompt = prompt if device.type == "cuda" else prompt[:, :HOST_WARMUP_PROMPT]
+    # the full prompt where the prefill is a graph specialised to its shape, or a GPU's
+    warm_prompt = prompt if device.type == "cuda" or config.compile else prompt[:, :HOST_WARMUP_PROMPT]
     warm_steps = min(WARMUP_DECODE_STEPS, G - 1)
     report("warm-up", 1, total_steps)
     sdpa = sdpa_backends_used(lambda: one_round(warm_prompt, warm_steps))
@@ -288,7 +291,7 @@ def _timed_rounds(
     warm_prefill, warm_step = warm_times[-1] if warm_times else (0.0, 0.0)
     round_s = warm_prefill * P / warm_prompt.shape[1] + warm_step * (G - 1)
 
-    timings = _Timings([], [], [], 0, 0, sdpa, compile_mode, cache.nbytes, probe.memory_method)
+    timings = _Timings([], [], [], 0, 0, sdpa, compile_mode, cache.nbytes, probe.memory_method, steps.compile_s)
     for r in range(config.repeats):
         left = round_s * (config.repeats - r)
         report(f"repeat {r + 1}/{config.repeats}, about {_duration(left)} left", 1 + config.warmup + r, total_steps)
@@ -339,6 +342,7 @@ def _measurement(
         prefill_tokens_per_s=prefill_tps, prefill_tokens_per_s_min=prefill_lo, prefill_tokens_per_s_max=prefill_hi,
         decode_tokens_per_s=decode_tps, decode_tokens_per_s_min=decode_lo, decode_tokens_per_s_max=decode_hi,
         decode_tokens_per_s_runs=t.decode_rates, time_to_first_token_s=statistics.median(t.ttfts),
+        compile_s=t.compile_s,
         flops_per_token=_flops_or_none(spec, midpoint),
         decode_bytes_per_step=decode_bytes_per_step(
             spec, B, midpoint, dtype, config.weights_dtype, config.weights_group_size
