@@ -31,6 +31,7 @@ def test_cuda_options_are_cuda_graphs_with_coordinate_descent_tuning():
     assert "coordinate_descent_tuning" in mode
     assert isinstance(inductor_config.coordinate_descent_tuning, bool)  # a real inductor setting
     assert isinstance(inductor_config.triton.cudagraphs, bool)
+    torch.compile(lambda x: x, **options)  # inductor checks option names when the wrapper is made
     assert compiling.compile_options(torch.device("cpu")) == ({"mode": "default"}, "default")
 
 

@@ -6,12 +6,12 @@ Compiled: first ``zoo.fuse_projections`` (q|k|v and gate|up each one Linear: few
 products; exact), then the prefill and the decode step each compiled whole
 (``compile_prefill``, ``compile_decode_step``). On CUDA both use inductor's CUDA graphs (what
 ``mode="reduce-overhead"`` sets) with ``coordinate_descent_tuning`` on: inductor then tunes
-the block sizes of the Triton kernels it generates (the fused norms, rotations and
-activations around the products, and the one-row products it writes itself) by trying
-neighbouring configurations on the device, once, at compile time. Batch-1 decode is those
-small kernels back to back, where the default heuristic configurations leave bandwidth
-unused: the issue measured llama-3.2-1b decode at 645 against 765 tokens/s (+18%) on an
-H100. It costs compile time only (reported as ``compile_s``) and changes nothing on the CPU,
+the block sizes of the Triton kernels it generates (the fused norms, rotations,
+activations and cache writes between the products; the products themselves stay cuBLAS
+calls it does not tune) by trying neighbouring configurations on the device, once, at
+compile time. Batch-1 decode is those small kernels back to back, where the default
+heuristic configurations leave bandwidth unused: the issue measured llama-3.2-1b decode at
+645 against 765 tokens/s (+18%) on an H100. It costs compile time only (reported as ``compile_s``) and changes nothing on the CPU,
 whose C++ kernels it does not tune, so the CPU keeps inductor's default mode.
 
 A compiled prefill is specialised to the prompt's shape; the run warms up with the full
