@@ -4,16 +4,18 @@ At batch 1 a decode step is a chain of one-row products and its speed is how fas
 stream through the core. Which torch call streams fastest depends on the dtype, so the
 one-row CPU path is chosen per dtype (``MATRIX_VECTOR_DTYPES``), by measurement:
 
-- float32: ``torch.mv`` and ``F.linear`` tie (median per-round ratio 1.00, range 0.86-1.06
-  over qwen3-0.6b's and llama-3.2-1b's projections); ``torch.mv`` is kept.
-- bfloat16: ``F.linear`` streams 2.2-3.6x faster than ``torch.mv`` (4-7 against 1.3-2.4
-  GB/s), whose bf16 kernel does not use the CPU's bf16 dot products; float16 likewise
-  (bench below), so half-precision one-row products are plain ``F.linear``.
+- float32: ``torch.mv`` and ``F.linear`` tie (median per-round ratio 1.00; 0.86-1.06 over
+  qwen3-0.6b's and llama-3.2-1b's projections under load, 0.95-1.02 at ~26 GB/s on a
+  quieter machine); ``torch.mv`` is kept.
+- bfloat16: ``F.linear`` streams 2.2-3.6x faster than ``torch.mv`` under load (4-7 against
+  1.3-2.4 GB/s) and 1.7-4.0x on a quieter machine (6-13 against 2.4-4.7 GB/s); float16
+  1.8-3.7x. So half-precision one-row products are plain ``F.linear``.
 
-Measured on an Intel Xeon (avx512_bf16, torch 2.13, one thread, 2 shared cores) with
-``python bench/linear_rows.py`` (interleaved rounds in one process; read the ratios: the
-absolute GB/s move with the machine's load, and two-thread figures on a shared machine are
-noise). An older Xeon (Sapphire Rapids, torch 2.11) measured ``torch.mv`` ahead in bf16
+Measured on an Intel Xeon (avx512_bf16, torch 2.13, one thread, 2 cores shared with other
+jobs) with ``python bench/linear_rows.py`` (7 rounds; the quieter rerun ``--rounds 5``;
+float16 ``--dtypes float16 --threads 1 --rounds 5``): interleaved rounds in one process,
+so read the ratios. The absolute GB/s move with the machine's load, and two-thread figures
+on the shared cores were noise (0.1-18 GB/s, ratios both ways). An older Xeon (Sapphire Rapids, torch 2.11) measured ``torch.mv`` ahead in bf16
 (13.2 against 9.3 GB/s on a 151936 x 1024 head): rerun the bench on a new CPU or torch.
 
 With ``ZOO_ROW_KERNEL=1`` one-row products go through the fused kernel of
