@@ -139,3 +139,31 @@ def test_compiled_encoder_decoder_and_recurrent_decode_steps_do_not_recompile():
                 token = eager.argmax(-1, keepdim=True)
     finally:
         reset_registry()
+
+
+def test_compiled_prefill_equals_eager_and_reuses_its_graph():
+    """compile_prefill (aot_eager: capture and functionalised cache writes) gives the eager
+    logits, leaves the cache as eager prefill does (the decode steps after it agree), and a
+    second prompt of the same shape reuses the graph."""
+    from zoo.generation import compile_prefill
+
+    model = grid_model("gqa", 4, True, True, "rope", "moe")
+    ids = torch.tensor([[5, 9, 2, 7, 7, 1], [11, 4, 3, 3, 8, 1]])
+    eager_cache, compiled_cache = KVCache(model, 2, 12), KVCache(model, 2, 12)
+    torch._dynamo.reset()
+    run = compile_prefill(backend="aot_eager")
+    for round_index in range(2):
+        eager_cache.reset()
+        compiled_cache.reset()
+        eager = prefill(model, ids, eager_cache)
+        with torch._dynamo.config.patch(error_on_recompile=round_index > 0):
+            compiled = run(model, ids, compiled_cache)
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+        assert compiled_cache.length == eager_cache.length == 6 and int(compiled_cache.position) == 6
+        token = eager.argmax(-1, keepdim=True)  # (B, 1)
+        for _ in range(5):  # past the window of 4: the ring the compiled prefill wrote
+            a, b = decode_step(model, token, eager_cache), decode_step(model, token, compiled_cache)
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+            token = a.argmax(-1, keepdim=True)
+    with pytest.raises(GenerationError, match="max_len=12"):  # bounds checked outside the graph
+        run(model, torch.ones(2, 4, dtype=torch.long), compiled_cache)

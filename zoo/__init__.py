@@ -26,6 +26,7 @@ __all__ = [
     "flops_per_token",
     "errors",
     "from_pretrained",
+    "fuse_projections",
     "generate",
     "hookimpl",
     "kv_bytes_per_token",
@@ -64,6 +65,7 @@ _LAZY = {
     "from_pretrained": ("zoo.hub.loading", "from_pretrained"),
     "save_pretrained": ("zoo.hub.save", "save_pretrained"),
     "generate": ("zoo.generation", "generate"),
+    "fuse_projections": ("zoo.components.fused", "fuse_projections"),
     "embed": ("zoo.sentence", "embed"),
 }
 
@@ -112,6 +114,7 @@ if TYPE_CHECKING:
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
     from zoo.generation import generate
+    from zoo.components.fused import fuse_projections
     from zoo.sentence import embed
     from zoo.model import build
     from zoo.registry import register_plugin

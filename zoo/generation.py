@@ -24,6 +24,7 @@ from zoo.model import ZooModel
 from zoo.sampling import SamplingSettings, check_seed, sample
 
 DecodeStep = Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
+Prefill = Callable[..., torch.Tensor]  # (model, input_ids, cache, attention_mask=None, memory=None) -> (B, vocab)
 
 
 def _context_length(model: nn.Module) -> int | None:
@@ -62,6 +63,18 @@ def check_left_padded(attention_mask: torch.Tensor, shape: torch.Size) -> torch.
     return mask
 
 
+def _check_prefill(model: nn.Module, input_ids: torch.Tensor, cache: KVCache) -> None:
+    """Host-side checks of a prefill: shapes, dtypes and lengths only (no device sync)."""
+    check_generates(model)
+    _check_ids("input_ids", input_ids, cache)
+    context = _context_length(model)
+    if context is not None and cache.length + input_ids.shape[1] > context:
+        raise GenerationError(
+            f"input_ids: {cache.length} cached + {input_ids.shape[1]} new tokens exceed the model's "
+            f"context max_seq_len={context}"
+        )
+
+
 # no_grad rather than inference_mode: compiling a step that writes the cache in place
 # fails under inference_mode ("Cannot set version_counter for inference tensor").
 @torch.no_grad()
@@ -78,15 +91,9 @@ def prefill(
     positions count only real tokens and no query attends to a pad. Padding is only
     allowed in the first chunk written to a cache. ``memory``: an encoder-decoder's
     encoder output (``model.encode``), whose cross K/V the cache keeps for later steps.
+    Without a mask nothing here waits for the device (the mask's checks do).
     """
-    check_generates(model)
-    _check_ids("input_ids", input_ids, cache)
-    context = _context_length(model)
-    if context is not None and cache.length + input_ids.shape[1] > context:
-        raise GenerationError(
-            f"input_ids: {cache.length} cached + {input_ids.shape[1]} new tokens exceed the model's "
-            f"context max_seq_len={context}"
-        )
+    _check_prefill(model, input_ids, cache)
     if attention_mask is not None:
         mask = check_left_padded(attention_mask, input_ids.shape)
         if not bool(mask.all()):
@@ -95,6 +102,38 @@ def prefill(
             cache.set_padding(mask)
     extra = {} if memory is None else {"memory": memory}
     return model(input_ids, cache=cache, last_only=True, **extra)[:, -1]  # (B, vocab)
+
+
+@torch.no_grad()
+def _prefill_graph(model: nn.Module, input_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    return model(input_ids, cache=cache, last_only=True)[:, -1]  # (B, vocab)
+
+
+def compile_prefill(**compile_options: Any) -> Prefill:
+    """``prefill`` of unpadded prompts compiled whole, one static-shape graph per prompt shape.
+
+    An eager prefill is a few hundred small operator calls whatever the prompt's length, a
+    fixed host cost that on a GPU outweighs the work of a short prompt; compiled (under
+    ``mode="reduce-overhead"``: replayed as one CUDA graph) that cost goes. The checks and
+    the cache's bounds bookkeeping run eagerly outside the graph, as in
+    ``compile_decode_step``; inside it attention reads the whole cache, masked by time.
+    ``dynamic=False``: a harness prefills one prompt length, and a graph specialised to it
+    is the fast one (each new length compiles anew). A left-padded batch (``attention_mask``)
+    or an encoder's ``memory`` runs the eager ``prefill``. Options go to ``torch.compile``.
+    """
+    compiled = torch.compile(_prefill_graph, fullgraph=True, dynamic=False, **compile_options)
+
+    def run(
+        model: nn.Module, input_ids: torch.Tensor, cache: KVCache,
+        attention_mask: torch.Tensor | None = None, memory: Memory | None = None,
+    ) -> torch.Tensor:
+        if attention_mask is not None or memory is not None:
+            return prefill(model, input_ids, cache, attention_mask, memory)
+        _check_prefill(model, input_ids, cache)
+        cache.reserve(input_ids.shape[1])
+        return compiled(model, input_ids, cache)
+
+    return run
 
 
 @torch.no_grad()

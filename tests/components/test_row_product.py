@@ -1,5 +1,5 @@
 """zoo.components.row_product: the opt-in fused one-row CPU kernel, its fallback and its
-custom op; and the default one-row path, torch.mv."""
+custom op; and the default one-row paths, torch.mv (float32) and F.linear (bf16, fp16)."""
 
 from __future__ import annotations
 
@@ -78,12 +78,12 @@ def test_other_products_skip_the_kernel(x_shape, weight_shape, grad):
 
 
 @pytest.mark.parametrize("switch", [None, "0"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_without_the_switch_one_row_is_torch_mv(monkeypatch, switch, dtype):
+def test_without_the_switch_one_float32_row_is_torch_mv(monkeypatch, switch):
     if switch is None:
         monkeypatch.delenv(rows.ENV_SWITCH)
     else:
         monkeypatch.setenv(rows.ENV_SWITCH, switch)
+    dtype = torch.float32
     layer = Linear(512, 1024).to(dtype)
     x = torch.randn(1, 1, 512, dtype=dtype)
     with torch.inference_mode():
@@ -93,6 +93,17 @@ def test_without_the_switch_one_row_is_torch_mv(monkeypatch, switch, dtype):
         assert torch.equal(out, (torch.mv(layer.weight, x.reshape(-1)) + layer.bias).view(1, 1, 1024))
         torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), **TOLERANCE[dtype])
         assert not uses_matrix_vector(torch.randn(2, 512, dtype=dtype), layer.weight)  # two rows: F.linear
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_one_half_precision_row_is_f_linear(monkeypatch, dtype):
+    """bf16/fp16 one-row products stream faster through F.linear (linear.py's measurements)."""
+    monkeypatch.delenv(rows.ENV_SWITCH, raising=False)
+    layer = Linear(512, 1024).to(dtype)
+    x = torch.randn(1, 1, 512, dtype=dtype)
+    with torch.inference_mode():
+        assert not uses_matrix_vector(x, layer.weight)
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
 
 
 def test_a_kernel_that_cannot_compile_is_reported_once_and_f_linear_used(fresh_kernel, monkeypatch, caplog):

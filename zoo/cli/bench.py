@@ -187,7 +187,7 @@ def measurement_table(m) -> TableData:  # type: ignore[no-untyped-def]
         ("device", f"{e.device} ({e.device_name})"),
         ("dtype", e.dtype),
         ("SDPA backend", e.sdpa_backend),
-        ("compile", e.compile_mode),
+        ("compile", e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"),
         ("threads", str(e.threads)),
         ("torch", e.torch_version),
         ("zoo commit", e.zoo_commit or "-"),

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
+from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.components.masks import visible
 from zoo.components.sdpa_kernels import varying_shape_kernels
@@ -119,6 +120,9 @@ class MQAOptions(AttentionOptions):
         return self
 
 
+QKV = ("q_proj", "k_proj", "v_proj")
+
+
 class Attention(TokenMixer):
     """Grouped-query attention over torch's scaled_dot_product_attention.
 
@@ -147,6 +151,11 @@ class Attention(TokenMixer):
         self.k_norm = ctx.make_norm(hd) if options.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if options.sinks else None
 
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """q, k and v read the same input in self-attention (``zoo.fuse_projections``);
+        cross-attention's k and v read the encoder's memory instead."""
+        return {} if self.cross else {"qkv_proj": QKV}
+
     # ---- state ----------------------------------------------------------------------------
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """K and V: per token (a sliding window keeps a ring of at most ``window`` slots),
@@ -173,9 +182,10 @@ class Attention(TokenMixer):
         B, T, _ = x.shape
         if self.cross:
             return self._cross(x, state, memory)
-        q, gate = self._query(x)  # (B, T, H, D), (B, T, H*D) | None
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q_out, k_out, v_out = project(self, "qkv_proj", QKV, x)  # one product when fused
+        q, gate = self._split_query(q_out)  # (B, T, H, D), (B, T, H*D) | None
+        k = k_out.view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
+        v = v_out.view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
@@ -189,10 +199,14 @@ class Attention(TokenMixer):
         return self._output(out, gate)
 
     def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D): q_proj gives
-        each head [query | gate], the checkpoint's layout."""
-        B, T, _ = x.shape
-        q = self.q_proj(x)
+        """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D) of x."""
+        return self._split_query(self.q_proj(x))
+
+    def _split_query(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """q_proj's output (B, T, H*D or 2*H*D) as queries (B, T, H, D) and, with
+        ``output_gate``, the gate (B, T, H*D): q_proj gives each head [query | gate], the
+        checkpoint's layout."""
+        B, T, _ = q.shape
         if not self.output_gate:
             return q.view(B, T, self.n_heads, self.head_dim), None
         q, gate = q.view(B, T, self.n_heads, 2 * self.head_dim).chunk(2, dim=-1)  # (B, T, H, D) each

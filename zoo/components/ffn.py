@@ -9,6 +9,7 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 
 from zoo.components.activations import ACTIVATIONS, ActivationName
+from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.hookspecs import hookimpl
 from zoo.interfaces import BuildContext, FeedForward, Options
@@ -70,8 +71,13 @@ class GatedMLP(FeedForward):
         self.down_proj = Linear(hidden, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
 
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """gate and up read the same input (``zoo.fuse_projections``)."""
+        return {"gate_up_proj": ("gate_proj", "up_proj")}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, d)
+        gate, up = project(self, "gate_up_proj", ("gate_proj", "up_proj"), x)  # (B, T, hidden) each
+        return self.down_proj(self.act(gate) * up)  # (B, T, d)
 
 
 def build_mlp(options: MLPOptions, ctx: BuildContext) -> MLP:

@@ -1,11 +1,24 @@
-"""A Linear layer whose one-row CPU product runs as a matrix-vector product.
+"""A Linear layer whose one-row float32 CPU product runs as a matrix-vector product.
 
 At batch 1 a decode step is a chain of one-row products and its speed is how fast weights
-stream through the core. On the CPU, ``F.linear`` of one row goes through a GEMM path that
-streams no faster than ``torch.mv`` in float32 and well slower in bfloat16 (a Xeon with
-avx512_bf16 and AMX, one thread: 9.3 against 13.2 GB/s on a 151936 x 1024 LM head, 13.5
-against 19.9 on a 3072 x 1024 layer weight), so eager one-row CPU products are ``torch.mv``.
-With ``ZOO_ROW_KERNEL=1`` they go through the fused kernel of
+stream through the core. Which torch call streams fastest depends on the dtype, so the
+one-row CPU path is chosen per dtype (``MATRIX_VECTOR_DTYPES``), by measurement:
+
+- float32: ``torch.mv`` and ``F.linear`` tie (median per-round ratio 1.00; 0.86-1.06 over
+  qwen3-0.6b's and llama-3.2-1b's projections under load, 0.95-1.02 at ~26 GB/s on a
+  quieter machine); ``torch.mv`` is kept.
+- bfloat16: ``F.linear`` streams 2.2-3.6x faster than ``torch.mv`` under load (4-7 against
+  1.3-2.4 GB/s) and 1.7-4.0x on a quieter machine (6-13 against 2.4-4.7 GB/s); float16
+  1.8-3.7x. So half-precision one-row products are plain ``F.linear``.
+
+Measured on an Intel Xeon (avx512_bf16, torch 2.13, one thread, 2 cores shared with other
+jobs) with ``python bench/linear_rows.py`` (7 rounds; the quieter rerun ``--rounds 5``;
+float16 ``--dtypes float16 --threads 1 --rounds 5``): interleaved rounds in one process,
+so read the ratios. The absolute GB/s move with the machine's load, and two-thread figures
+on the shared cores were noise (0.1-18 GB/s, ratios both ways). An older Xeon (Sapphire Rapids, torch 2.11) measured ``torch.mv`` ahead in bf16
+(13.2 against 9.3 GB/s on a 151936 x 1024 head): rerun the bench on a new CPU or torch.
+
+With ``ZOO_ROW_KERNEL=1`` one-row products go through the fused kernel of
 ``zoo/components/row_product.py`` instead (faster on some CPUs, slower on others: its module
 doc has the measurements), which a compiled graph calls as the custom op
 ``torch.ops.zoo.row_product``. Everything else — several rows, other devices, compiled
@@ -27,11 +40,17 @@ def uses_row_kernel(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return rows.enabled() and rows.applies(x, weight)
 
 
+# dtypes whose one-row CPU product is torch.mv (module doc: measured per dtype)
+MATRIX_VECTOR_DTYPES = (torch.float32,)
+
+
 def uses_matrix_vector(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """True when ``x`` is one row on the CPU in the weight's dtype, outside compilation."""
+    """True when ``x`` is one row on the CPU in the weight's dtype, that dtype is one of
+    ``MATRIX_VECTOR_DTYPES``, outside compilation."""
     return (
         x.device.type == "cpu"
         and x.dtype == weight.dtype
+        and x.dtype in MATRIX_VECTOR_DTYPES
         and weight.dim() == 2
         and x.numel() == x.shape[-1] == weight.shape[1]
         and not torch.compiler.is_compiling()
@@ -39,9 +58,11 @@ def uses_matrix_vector(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 class Linear(nn.Linear):
-    """nn.Linear with one-row CPU products as ``torch.mv`` or the opt-in kernel (module doc)."""
+    """nn.Linear with one-row float32 CPU products as ``torch.mv`` or the opt-in kernel (module doc)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks
+            return F.linear(x, self.weight, self.bias)
         if uses_row_kernel(x, self.weight):
             row = x.reshape(-1)  # (in,)
             if torch.compiler.is_compiling():

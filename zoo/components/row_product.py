@@ -4,7 +4,8 @@ At batch 1 a decode step is a chain of matrix-vector products, so its speed is h
 weights stream through the core. The product written as ``(weight.float() * x.float()).sum(-1)``
 and compiled by inductor becomes one vectorised loop that widens, multiplies and accumulates
 in registers. Whether that beats torch's own ``torch.mv`` depends on the CPU, so it is opt-in
-(``ZOO_ROW_KERNEL=1``) and ``torch.mv`` is the default one-row path (``zoo/components/linear.py``):
+(``ZOO_ROW_KERNEL=1``) and the default one-row paths are ``torch.mv`` in float32 and ``F.linear``
+in half precision (``zoo/components/linear.py``, measured there). Measured against it earlier:
 
 - AMD EPYC (Zen 4, avx512_bf16), 151936 x 1024 LM head, one thread: torch's paths streamed
   float32 at ~15 GB/s and bfloat16 at 5-8 GB/s, the kernel ~24 and ~20 GB/s.

@@ -43,6 +43,7 @@ class Measurement(BaseModel):
     decode_tokens_per_s_max: float
     decode_tokens_per_s_runs: list[float]
     time_to_first_token_s: float  # median
+    compile_s: float | None = None  # compiled runs: first calls of the compiled prefill and decode step
     flops_per_token: int | None  # decode, at the midpoint context prompt_len + gen_len // 2
     decode_bytes_per_step: int  # weights read + KV read at that context
     predicted_gpu: str | None = None
@@ -115,6 +116,7 @@ def build_measurement(
         prefill_tokens_per_s=prefill_tps, prefill_tokens_per_s_min=prefill_lo, prefill_tokens_per_s_max=prefill_hi,
         decode_tokens_per_s=decode_tps, decode_tokens_per_s_min=decode_lo, decode_tokens_per_s_max=decode_hi,
         decode_tokens_per_s_runs=t.decode_rates, time_to_first_token_s=statistics.median(t.ttfts),
+        compile_s=t.compile_s,
         flops_per_token=_flops_or_none(spec, midpoint),
         decode_bytes_per_step=decode_bytes_per_step(
             spec, B, midpoint, dtype, config.weights_dtype, config.weights_group_size

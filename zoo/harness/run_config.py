@@ -30,7 +30,10 @@ class BenchConfig(StrictNumbers):
     gen_len: int = Field(16, ge=2, description="tokens generated per row: 1 by prefill, the rest by decode")
     repeats: int = Field(2, ge=1, description="timed rounds; medians and spread over these")
     warmup: int = Field(1, ge=1, description="untimed rounds before timing")
-    compile: bool = Field(False, description="torch.compile the decode step (reduce-overhead on CUDA)")
+    compile: bool = Field(
+        False, description="fuse q|k|v and gate|up, torch.compile prefill and decode step (CUDA graphs and "
+        "coordinate-descent tuning on CUDA; zoo/harness/compiling.py)"
+    )
     seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
     weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
     predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")

@@ -33,6 +33,7 @@ class Timings:
     compile_mode: str
     cache_bytes: int
     memory_method: str
+    compile_s: float | None = None
 
 
 @dataclass
@@ -41,17 +42,16 @@ class _Rounds:
 
     model: torch.nn.Module
     cache: Any  # zoo.cache.KVCache
+    prefill: Callable[..., torch.Tensor]  # eager or compiled (zoo.harness.compiling.run_steps)
     step: Callable[..., torch.Tensor]
     probe: Probe
     warm_times: list[tuple[float, float]] = field(default_factory=list)  # (prefill s, s per decode step)
 
     def warm(self, prompt_ids: torch.Tensor, decode_steps: int) -> None:
         """One untimed round; its rough times go to ``warm_times`` for the progress estimate."""
-        from zoo.generation import prefill
-
         self.cache.reset()
         start = time.perf_counter()
-        token = prefill(self.model, prompt_ids, self.cache).argmax(-1, keepdim=True)  # (B, 1)
+        token = self.prefill(self.model, prompt_ids, self.cache).argmax(-1, keepdim=True)  # (B, 1)
         self.probe.synchronize()
         middle = time.perf_counter()
         for _ in range(decode_steps):
@@ -61,12 +61,10 @@ class _Rounds:
 
     def timed(self, prompt: torch.Tensor, decode_steps: int, timings: Timings) -> None:
         """One timed round: prefill and decode phases, each with its memory peak."""
-        from zoo.generation import prefill
-
         B, P = prompt.shape
         self.cache.reset()
         with self.probe.phase() as pre:
-            token = prefill(self.model, prompt, self.cache).argmax(-1, keepdim=True)  # (B, 1)
+            token = self.prefill(self.model, prompt, self.cache).argmax(-1, keepdim=True)  # (B, 1)
         with self.probe.phase() as dec:
             for _ in range(decode_steps):
                 token = self.step(self.model, token, self.cache).argmax(-1, keepdim=True)  # (B, 1)
@@ -77,22 +75,12 @@ class _Rounds:
         timings.decode_peak = max(timings.decode_peak, dec.peak_bytes)
 
 
-def _decode_step(config: BenchConfig, device: torch.device) -> tuple[Callable[..., torch.Tensor], str]:
-    """The decode step and its compile mode: the whole step in one graph when asked (the
-    cache's bounds check stays eager)."""
-    from zoo.generation import compile_decode_step, decode_step
-
-    if not config.compile:
-        return decode_step, "none"
-    compile_mode = "reduce-overhead" if device.type == "cuda" else "default"
-    return compile_decode_step(mode=compile_mode), compile_mode
-
-
 def _warm_up(rounds: _Rounds, config: BenchConfig, prompt: torch.Tensor, report: Progress, total_steps: int) -> tuple[str, float]:
     """Run the warm-up rounds; the SDPA backends they used and a timed round's length, guessed
     from the last warm-up round (the progress estimate until a timed round has run)."""
     P, G = config.prompt_len, config.gen_len
-    warm_prompt = prompt if prompt.device.type == "cuda" else prompt[:, :HOST_WARMUP_PROMPT]
+    # the full prompt where the prefill is a graph specialised to its shape, or on a GPU
+    warm_prompt = prompt if prompt.device.type == "cuda" or config.compile else prompt[:, :HOST_WARMUP_PROMPT]
     warm_steps = min(WARMUP_DECODE_STEPS, G - 1)
     report("warm-up", 1, total_steps)
     sdpa = sdpa_backends_used(lambda: rounds.warm(warm_prompt, warm_steps))
@@ -108,17 +96,18 @@ def timed_rounds(
 ) -> Timings:
     """Warm-up rounds (untimed), then ``repeats`` timed rounds of prefill and decode."""
     from zoo.cache import KVCache
+    from zoo.harness.compiling import run_steps
 
     B, P, G = config.batch_size, config.prompt_len, config.gen_len
     total_steps = 1 + config.warmup + config.repeats
-    step, compile_mode = _decode_step(config, device)
+    steps = run_steps(model, device, config.compile)  # compiled: projections fused, prefill and step compiled
     probe = probe_for(device)
-    rounds = _Rounds(model, KVCache(model, B, P + G, dtype=dtype, device=device), step, probe)
+    rounds = _Rounds(model, KVCache(model, B, P + G, dtype=dtype, device=device), steps.prefill, steps.decode, probe)
     generator = torch.Generator().manual_seed(config.seed)
     prompt = torch.randint(model.spec.vocab_size, (B, P), generator=generator).to(device)  # type: ignore[union-attr]
     sdpa, round_s = _warm_up(rounds, config, prompt, report, total_steps)
 
-    timings = Timings([], [], [], 0, 0, sdpa, compile_mode, rounds.cache.nbytes, probe.memory_method)
+    timings = Timings([], [], [], 0, 0, sdpa, steps.mode, rounds.cache.nbytes, probe.memory_method)
     for r in range(config.repeats):
         left = round_s * (config.repeats - r)
         report(f"repeat {r + 1}/{config.repeats}, about {_duration(left)} left", 1 + config.warmup + r, total_steps)
@@ -127,6 +116,7 @@ def timed_rounds(
         round_s = time.perf_counter() - round_start
     report("done", total_steps, total_steps)
     timings.memory_method = probe.memory_method  # known once a phase has run
+    timings.compile_s = steps.compile_s  # the compiled functions' first calls, in the warm-up
     return timings
 
 

@@ -21,6 +21,7 @@ from zoo.hub.config_mamba import mamba_config
 from zoo.hub.config_recurrent import RECURRENT_ARCHITECTURES, RECURRENT_WRITERS
 from zoo.hub.families import FAMILY_MODULES, family_module, plugin_families, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
+from zoo.components.fused import unfused_parameters
 from zoo.model import ZooModel, persistent_buffers
 from zoo.model_spec import ModelSpec
 
@@ -179,7 +180,7 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = matching_config(model.spec, model_type or getattr(model, "hf_model_type", None))
-    params = {**dict(model.named_parameters()), **persistent_buffers(model)}
+    params = {**unfused_parameters(model), **persistent_buffers(model)}  # zoo.fuse_projections undone
     first = next(iter(params.values()))
     config["dtype"] = str(first.dtype).removeprefix("torch.")
     tensors: dict[str, torch.Tensor] = {}

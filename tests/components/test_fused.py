@@ -1,0 +1,70 @@
+"""zoo.fuse_projections: q|k|v and gate|up as one Linear each, exact, names unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.cache import KVCache
+from zoo.components.fused import FUSED_SIZES
+from zoo.generation import decode_step, prefill
+from zoo.quant import quantize
+from tests.conftest import tiny_spec
+
+
+def _pair(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, torch.nn.Module]:
+    spec = tiny_spec(name)
+    return (zoo.build(spec, dtype=dtype, seed=3).eval(), zoo.build(spec, dtype=dtype, seed=3).eval())
+
+
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen3-0.6b", "gpt-oss-20b", "qwen3-next-80b-a3b"])
+def test_fused_logits_equal_unfused(name):
+    plain, fused = _pair(name)
+    count = zoo.fuse_projections(fused)
+    assert count > 0
+    assert not any(n.endswith((".q_proj.weight", ".gate_proj.weight")) for n, _ in fused.named_parameters())
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids), plain(ids), atol=1e-5, rtol=0)
+        caches = [KVCache(m, 2, 12) for m in (plain, fused)]
+        first = [prefill(m, ids, c) for m, c in zip((plain, fused), caches)]
+        torch.testing.assert_close(first[1], first[0], atol=1e-5, rtol=0)
+        token = first[0].argmax(-1, keepdim=True)  # (B, 1): one-row products on the decode path
+        steps = [decode_step(m, token[:1].expand(2, 1), c) for m, c in zip((plain, fused), caches)]
+        torch.testing.assert_close(steps[1], steps[0], atol=1e-5, rtol=0)
+
+
+def test_state_dict_keeps_unfused_names_and_loads_back():
+    plain, fused = _pair("llama-3.2-1b")
+    zoo.fuse_projections(fused)
+    saved = fused.state_dict()
+    reference = plain.state_dict()
+    assert list(sorted(saved)) == list(sorted(reference))
+    for key, value in reference.items():
+        assert torch.equal(saved[key], value), key
+    other = zoo.build(tiny_spec("llama-3.2-1b"), dtype="float32", seed=4).eval()
+    zoo.fuse_projections(other)
+    other.load_state_dict(reference)  # strict: the parts' names land in the fused weights
+    ids = torch.randint(0, 97, (1, 5))
+    with torch.no_grad():
+        assert torch.equal(other(ids), fused(ids))
+
+
+def test_save_and_load_pretrained_of_a_fused_model(tmp_path):
+    plain, fused = _pair("qwen3-0.6b")
+    zoo.fuse_projections(fused)
+    zoo.save_pretrained(fused, tmp_path / "ckpt")
+    loaded = zoo.from_pretrained(str(tmp_path / "ckpt"), dtype="float32", progress=False).eval()
+    ids = torch.randint(0, 97, (1, 6))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), plain(ids))
+
+
+def test_idempotent_and_quantized_parts_left_alone():
+    _, fused = _pair("llama-3.2-1b")
+    first = zoo.fuse_projections(fused)
+    assert first == 2 * 2 and zoo.fuse_projections(fused) == 0  # 2 layers x (qkv, gate|up)
+    quantized = quantize(zoo.build(tiny_spec("llama-3.2-1b"), dtype="bfloat16", seed=3).eval(), "int8")
+    assert zoo.fuse_projections(quantized) == 0
+    assert not any(hasattr(m, FUSED_SIZES) for m in quantized.modules())

@@ -1,0 +1,137 @@
+"""Fused projections: several Linears that read the same input run as one product.
+
+Attention's q, k and v projections and a gated FFN's gate and up projections all multiply
+the same activations. As one Linear whose weight is the parts' weights stacked by rows,
+they cost one kernel launch and one pass over the input instead of three (or two), which
+is what a launch-bound GPU decode step and inductor's generated code gain from. The outputs
+are the parts' outputs side by side, split back by width, so the result is the same
+product, row for row (exact in float32: each output element is the same dot product).
+
+A module opts in by defining ``fusable_projections()``: ``{fused name: (part names...)}``,
+and runs the group through ``project``. ``fuse_projections(model)`` fuses every group
+whose parts are plain, same-input Linears (quantized or otherwise replaced parts are left
+alone). It is an explicit step after loading: the state dict keeps the unfused names (a
+state-dict hook splits the fused weight back, a load pre-hook stacks loaded parts), so
+saving and loading work as before. The harness applies it under ``--compile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from zoo.components.linear import Linear
+
+FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}
+
+
+def project(module: nn.Module, fused: str, parts: Sequence[str], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The outputs of ``parts`` for ``x`` (..., in): one fused product split by width when
+    ``module`` was fused, else each part in turn. Each output is (..., out_part)."""
+    groups: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = getattr(module, FUSED_SIZES, {})
+    if fused in groups:
+        joint = getattr(module, fused)(x)  # (..., sum of widths)
+        return tuple(joint.split(groups[fused][1], dim=-1))
+    return tuple(getattr(module, name)(x) for name in parts)
+
+
+def _fusable(parts: list[Any]) -> bool:
+    """Plain zoo Linears of the same input width, dtype, device and bias choice."""
+    if not all(type(p) is Linear for p in parts):
+        return False
+    first = parts[0]
+    return all(
+        p.in_features == first.in_features
+        and p.weight.dtype == first.weight.dtype
+        and p.weight.device == first.weight.device
+        and p.weight.device.type != "meta"
+        and (p.bias is None) == (first.bias is None)
+        for p in parts
+    )
+
+
+def fuse_group(module: nn.Module, fused: str, parts: Sequence[str]) -> bool:
+    """Replace ``module``'s Linears ``parts`` by one Linear ``fused``; False if they cannot be."""
+    linears = [getattr(module, name, None) for name in parts]
+    if len(linears) < 2 or not _fusable(linears):
+        return False
+    first = linears[0]
+    widths = tuple(int(p.out_features) for p in linears)
+    joint = Linear(first.in_features, sum(widths), bias=first.bias is not None,
+                   device=first.weight.device, dtype=first.weight.dtype)
+    with torch.no_grad():
+        joint.weight.copy_(torch.cat([p.weight for p in linears], dim=0))  # (sum out, in)
+        if joint.bias is not None:
+            joint.bias.copy_(torch.cat([p.bias for p in linears], dim=0))  # (sum out,)
+    joint.weight.requires_grad_(first.weight.requires_grad)
+    if joint.bias is not None:
+        joint.bias.requires_grad_(first.weight.requires_grad)
+    for name in parts:
+        delattr(module, name)
+    setattr(module, fused, joint)
+    groups = getattr(module, FUSED_SIZES, None)
+    if groups is None:
+        groups = {}
+        setattr(module, FUSED_SIZES, groups)
+        module.register_state_dict_post_hook(_split_state)
+        module.register_load_state_dict_pre_hook(_stack_state)
+    groups[fused] = (tuple(parts), widths)
+    return True
+
+
+def _split_state(module: nn.Module, state: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+    """state_dict hook: the fused weight back under the parts' names (copies, not views:
+    safetensors refuses tensors that share storage)."""
+    for fused, (parts, widths) in getattr(module, FUSED_SIZES, {}).items():
+        for kind in ("weight", "bias"):
+            key = f"{prefix}{fused}.{kind}"
+            if key not in state:
+                continue
+            for name, piece in zip(parts, state.pop(key).split(widths, dim=0), strict=True):
+                state[f"{prefix}{name}.{kind}"] = piece.clone()
+
+
+def _stack_state(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
+    """load_state_dict pre-hook: parts' tensors stacked under the fused name."""
+    for fused, (parts, _) in getattr(module, FUSED_SIZES, {}).items():
+        for kind in ("weight", "bias"):
+            keys = [f"{prefix}{name}.{kind}" for name in parts]
+            if all(k in state for k in keys):
+                state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(k) for k in keys], dim=0)
+
+
+def fuse_projections(model: nn.Module) -> int:
+    """Fuse every group a module declares (``fusable_projections()``); the number fused.
+
+    In place, after loading (and after any quantization, whose replaced Linears are left
+    unfused). Idempotent: a fused group is not declared twice.
+    """
+    count = 0
+    for module in list(model.modules()):
+        declare = getattr(module, "fusable_projections", None)
+        if declare is None:
+            continue
+        done = getattr(module, FUSED_SIZES, {})
+        for fused, parts in declare().items():
+            if fused not in done and fuse_group(module, fused, parts):
+                count += 1
+    return count
+
+
+def unfused_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``named_parameters()`` under the unfused names: each fused weight (and bias) as its
+    parts' tensors (copies), for writers that name tensors by parameter (``save_pretrained``)."""
+    params: dict[str, torch.Tensor] = dict(model.named_parameters())
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        for fused, (parts, widths) in getattr(module, FUSED_SIZES, {}).items():
+            for kind in ("weight", "bias"):
+                tensor = params.pop(f"{prefix}{fused}.{kind}", None)
+                if tensor is None:
+                    continue
+                for name, piece in zip(parts, tensor.split(widths, dim=0), strict=True):
+                    params[f"{prefix}{name}.{kind}"] = piece.clone()
+    return params
