@@ -11,16 +11,13 @@ its own family.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
 
 from zoo.analysis import Family, model_family
-from zoo.errors import BenchError, ZooError
+from zoo.harness.child_run import child_main, run_child
 from zoo.harness.encoder_bench import EncoderMeasurement, bench_encoder
 from zoo.harness.run import BenchConfig, Measurement
 from zoo.harness.run import bench as decoder_bench
@@ -117,36 +114,19 @@ def encoder_decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -
 # ---- a run in a fresh interpreter ------------------------------------------------------------
 def measure_in_subprocess(spec: ModelSpec, config: BenchConfig, timeout: float | None = None) -> BaseModel:
     """``measure(spec, config)`` in a new Python process (``isolation="interpreter"``); the
-    measurement comes back as JSON. A ZooError in the child is a BenchError here with its
-    message; a crash is a BenchError with the tail of its stderr."""
-    request = json.dumps({"spec": spec.to_dict(), "config": config.model_dump()})
-    try:
-        done = subprocess.run([sys.executable, "-m", "zoo.harness.families"], input=request, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"run: the benchmark subprocess exceeded its timeout of {timeout} s") from None
-    lines = done.stdout.strip().splitlines()
-    reply = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
-    if done.returncode == 0 and "measurement" in reply:
-        return RESULTS[reply["family"]].model_validate(reply["measurement"])
-    if "error" in reply:
-        raise BenchError(reply["error"])
-    tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-    raise BenchError(f"run: the benchmark subprocess failed with exit status {done.returncode}: {tail}")
+    measurement comes back as JSON (``zoo.harness.child_run``: a ZooError in the child is a
+    BenchError here with its message, a crash a BenchError with the tail of its stderr)."""
+    request = {"spec": spec.to_dict(), "config": config.model_dump()}
+    reply = run_child("zoo.harness.families", request, timeout)
+    return RESULTS[reply["family"]].model_validate(reply["measurement"])
 
 
-def _subprocess_main() -> int:
-    request = json.loads(sys.stdin.read())
-    try:
-        spec = ModelSpec.model_validate(request["spec"])
-        family = model_family(spec)
-        measurement = BENCHES[family](spec, BenchConfig.model_validate(request["config"]))
-    except ZooError as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 2
-    print(json.dumps({"family": family, "measurement": measurement.model_dump(mode="json")}))
-    return 0
+def _child_measure(request: dict[str, Any]) -> dict[str, Any]:
+    spec = ModelSpec.model_validate(request["spec"])
+    family = model_family(spec)
+    measurement = BENCHES[family](spec, BenchConfig.model_validate(request["config"]))
+    return {"family": family, "measurement": measurement.model_dump(mode="json")}
 
 
 if __name__ == "__main__":
-    raise SystemExit(_subprocess_main())
+    raise SystemExit(child_main(_child_measure))

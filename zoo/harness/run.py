@@ -10,15 +10,13 @@ each point this way).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from zoo.errors import BenchError, ZooError
+from zoo.errors import BenchError
+from zoo.harness.child_run import child_main, run_child
 from zoo.harness.environment import pick_device
 from zoo.harness.measurement import Measurement, build_measurement, with_prediction
 from zoo.harness.run_config import BenchConfig, Progress, make_config
@@ -100,39 +98,17 @@ def _check_run(spec: ModelSpec, config: BenchConfig, predict: bool = True) -> No
 
 # ---- a run in a fresh process ---------------------------------------------------------------
 def run_in_subprocess(spec: ModelSpec | None, config: BenchConfig, timeout: float | None = None) -> Measurement:
-    """Run ``bench(spec, config)`` in a new Python process; the Measurement comes back as JSON.
-
-    A ZooError in the child becomes a BenchError here with the child's message; a crash
-    (out of memory, a signal) becomes a BenchError with the tail of its stderr.
-    """
-    request = json.dumps({"spec": spec.to_dict() if spec is not None else None, "config": config.model_dump()})
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "zoo.harness.run"], input=request, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"run: the benchmark subprocess exceeded its timeout of {timeout} s") from None
-    lines = done.stdout.strip().splitlines()
-    reply = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
-    if done.returncode == 0 and "measurement" in reply:
-        return Measurement.model_validate(reply["measurement"])
-    if "error" in reply:
-        raise BenchError(reply["error"])
-    tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-    raise BenchError(f"run: the benchmark subprocess failed with exit status {done.returncode}: {tail}")
+    """Run ``bench(spec, config)`` in a new Python process; the Measurement comes back as JSON
+    (``zoo.harness.child_run``: a ZooError in the child is a BenchError here with its message,
+    a crash a BenchError with the tail of its stderr)."""
+    request = {"spec": spec.to_dict() if spec is not None else None, "config": config.model_dump()}
+    return Measurement.model_validate(run_child("zoo.harness.run", request, timeout)["measurement"])
 
 
-def _subprocess_main() -> int:
-    request = json.loads(sys.stdin.read())
-    try:
-        spec = ModelSpec.model_validate(request["spec"]) if request.get("spec") is not None else None
-        measurement = bench(spec, BenchConfig.model_validate(request["config"]))
-    except ZooError as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 2
-    print(json.dumps({"measurement": measurement.model_dump(mode="json")}))
-    return 0
+def _child_bench(request: dict[str, Any]) -> dict[str, Any]:
+    spec = ModelSpec.model_validate(request["spec"]) if request.get("spec") is not None else None
+    return {"measurement": bench(spec, BenchConfig.model_validate(request["config"])).model_dump(mode="json")}
 
 
 if __name__ == "__main__":
-    raise SystemExit(_subprocess_main())
+    raise SystemExit(child_main(_child_bench))
