@@ -8,7 +8,8 @@ import torch
 import zoo
 from zoo.analysis import cache_bytes, state_bytes
 from zoo.cache import KVCache
-from zoo.components.infini_attention import EPS, InfiniAttention, feature_map
+from zoo.components.feature_state import EPS, feature_map
+from zoo.components.infini_attention import InfiniAttention
 from zoo.generation import decode_step, left_pad, prefill
 
 VOCAB, H, D, S = 61, 2, 8, 4
