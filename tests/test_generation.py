@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import zoo
+from tests.generation_checks import _one_thread, check_left_padded_decode  # noqa: F401 (autouse fixture)
 from zoo.cache import KVCache
 from zoo.generation import decode_step, left_pad, prefill
 from zoo.model_spec import ModelSpec
@@ -28,16 +29,6 @@ KV_HEADS = {"mha": 4, "gqa": 2, "mqa": 1}
 FFN = {"swiglu": {"kind": "swiglu", "hidden": 24}, "moe": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16}}
 WINDOW = 4
 GRID = list(itertools.product(KV_HEADS, (None, WINDOW), (False, True), (False, True), POSITIONAL, FFN))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tensors here are tiny: extra threads cost more than they save (5x the CPU time
-    per case on a busy 2-core machine), so these tests run single-threaded."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def grid_spec(
@@ -121,19 +112,7 @@ def test_recurrent_and_hybrid_stacks_decode_as_their_full_forward(name):
 
 @pytest.mark.parametrize("name", MIXERS)
 def test_recurrent_and_hybrid_left_padded_rows_equal_their_unpadded_runs(name):
-    model = mixer_model(name)
-    prompts = [torch.randint(0, VOCAB, (n,)).tolist() for n in (7, 2, 5)]
-    follow = torch.randint(0, VOCAB, (3, 4))
-    ids, mask = left_pad(prompts, pad_token_id=3)
-    cache = KVCache(model, batch_size=3, max_len=7 + 4)
-    batched = [prefill(model, ids, cache, attention_mask=mask)]
-    batched += [decode_step(model, follow[:, t : t + 1], cache) for t in range(4)]
-    batched_logits = torch.stack(batched, dim=1)  # (B, 5, vocab)
-    for row, prompt in enumerate(prompts):
-        alone = torch.tensor([prompt + follow[row].tolist()])
-        with torch.no_grad():
-            full = model(alone)[0, len(prompt) - 1 :]  # (5, vocab)
-        torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
+    check_left_padded_decode(mixer_model(name), VOCAB, n_follow=4)
 
 
 @pytest.mark.parametrize("name", MIXERS)

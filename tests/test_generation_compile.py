@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch._dynamo
 
-from tests.test_generation import VOCAB, _one_thread, grid_model, mixer_model  # noqa: F401 (autouse fixture)
+from tests.generation_checks import _one_thread, check_compiled_decode  # noqa: F401 (autouse fixture)
+from tests.test_generation import VOCAB, grid_model, mixer_model
 from zoo.cache import KVCache
 from zoo.errors import GenerationError
 from zoo.generation import compile_decode_step, decode_step, left_pad, prefill
@@ -28,20 +29,8 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
     real backend, 20-80 s of C++ compilation on a cold CPU cache) checks the kernels too."""
     # window, sinks, QK-norm, RoPE and a MoE whose 3 rows x top-2 > 4 experts (dense path)
     model = grid_model("gqa", 4, True, True, "rope", "moe").to(device)
-    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]])
-    ids, mask = ids.to(device), mask.to(device)
-    eager_cache, compiled_cache = KVCache(model, 3, 16), KVCache(model, 3, 16)
-    eager = prefill(model, ids, eager_cache, attention_mask=mask)
-    prefill(model, ids, compiled_cache, attention_mask=mask)
-    torch._dynamo.reset()
-    step = compile_decode_step(backend=backend)
-    token = eager.argmax(-1, keepdim=True)  # (B, 1)
-    for i in range(8):  # past the window of 4
-        eager = decode_step(model, token, eager_cache)
-        with torch._dynamo.config.patch(error_on_recompile=i > 0):
-            compiled = step(model, token, compiled_cache)
-        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
-        token = eager.argmax(-1, keepdim=True)
+    prompts = [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]]
+    step, token, eager_cache, compiled_cache = check_compiled_decode(model, prompts, 8, backend=backend, device=device)  # past the window of 4
     assert compiled_cache.length == eager_cache.length == 6 + 8
     assert int(compiled_cache.position) == 14
     with pytest.raises(GenerationError, match="max_len=16"):  # the bounds check stays outside the graph
@@ -53,20 +42,7 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
 def test_compiled_recurrent_decode_step_equals_eager_without_recompiling(name):
     """The recurrent state (conv window and SSM state) is updated in place inside the
     graph, from a left-padded prefill, and the step compiles once."""
-    model = mixer_model(name)
-    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]])
-    eager_cache, compiled_cache = KVCache(model, 3, 16), KVCache(model, 3, 16)
-    eager = prefill(model, ids, eager_cache, attention_mask=mask)
-    prefill(model, ids, compiled_cache, attention_mask=mask)
-    torch._dynamo.reset()
-    step = compile_decode_step(backend="aot_eager")
-    token = eager.argmax(-1, keepdim=True)  # (B, 1)
-    for i in range(6):
-        eager = decode_step(model, token, eager_cache)
-        with torch._dynamo.config.patch(error_on_recompile=i > 0):
-            compiled = step(model, token, compiled_cache)
-        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
-        token = eager.argmax(-1, keepdim=True)
+    _, _, eager_cache, compiled_cache = check_compiled_decode(mixer_model(name), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]], 6)
     for eager_tensors, compiled_tensors in zip(eager_cache.layers, compiled_cache.layers):
         for key in eager_tensors:
             torch.testing.assert_close(compiled_tensors[key], eager_tensors[key], atol=1e-5, rtol=1e-5)

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import zoo
+from tests.generation_checks import _one_thread, check_compiled_decode, check_left_padded_decode  # noqa: F401 (autouse fixture)
 from zoo.analysis import cache_bytes, state_bytes
 from zoo.cache import KVCache
-from zoo.generation import decode_step, left_pad, prefill
+from zoo.generation import decode_step, prefill
 from zoo.model_spec import ModelSpec
 
 VOCAB = 61
@@ -24,14 +25,6 @@ FFN = {"none": {"kind": "none"}, "swiglu": {"kind": "swiglu", "hidden": 24},
        "moe-shared": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "shared_hidden": 8, "shared_gate": True}}
 LAYOUTS = ("alone", "hybrid")  # hybrid: every second layer gated attention with partial RoPE
 GRID = list(itertools.product(MIXERS, FFN, LAYOUTS))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def recurrent_model(mixer: str, ffn: str, layout: str) -> zoo.model.ZooModel:
@@ -77,41 +70,12 @@ def test_chunked_prefill_equals_full_forward(mixer):
 
 @pytest.mark.parametrize("combination", [(m, "swiglu", layout) for m in MIXERS for layout in LAYOUTS])
 def test_left_padded_rows_equal_their_unpadded_runs(combination):
-    model = recurrent_model(*combination)
-    prompts = [torch.randint(0, VOCAB, (n,)).tolist() for n in (7, 2, 5)]
-    follow = torch.randint(0, VOCAB, (3, 6))
-    ids, mask = left_pad(prompts, pad_token_id=3)
-    cache = KVCache(model, batch_size=3, max_len=7 + 6)
-    batched = [prefill(model, ids, cache, attention_mask=mask)]
-    batched += [decode_step(model, follow[:, t : t + 1], cache) for t in range(6)]
-    batched_logits = torch.stack(batched, dim=1)  # (B, 7, vocab)
-    for row, prompt in enumerate(prompts):
-        alone = torch.tensor([prompt + follow[row].tolist()])
-        with torch.no_grad():
-            full = model(alone)[0, len(prompt) - 1 :]
-        torch.testing.assert_close(batched_logits[row], full, atol=1e-5, rtol=1e-5)
+    check_left_padded_decode(recurrent_model(*combination), VOCAB, n_follow=6)
 
 
 @pytest.mark.parametrize("mixer", MIXERS)
 def test_compiled_decode_step_equals_eager_without_recompiling(mixer):
-    import torch._dynamo
-
-    from zoo.generation import compile_decode_step
-
-    model = recurrent_model(mixer, "moe-shared", "hybrid")
-    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]])
-    eager_cache, compiled_cache = KVCache(model, 3, 16), KVCache(model, 3, 16)
-    eager = prefill(model, ids, eager_cache, attention_mask=mask)
-    prefill(model, ids, compiled_cache, attention_mask=mask)
-    torch._dynamo.reset()
-    step = compile_decode_step(backend="aot_eager")
-    token = eager.argmax(-1, keepdim=True)  # (B, 1)
-    for i in range(5):
-        eager = decode_step(model, token, eager_cache)
-        with torch._dynamo.config.patch(error_on_recompile=i > 0):
-            compiled = step(model, token, compiled_cache)
-        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
-        token = eager.argmax(-1, keepdim=True)
+    check_compiled_decode(recurrent_model(mixer, "moe-shared", "hybrid"), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]], 5)
 
 
 @pytest.mark.parametrize("mixer", MIXERS)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import zoo
+from tests.generation_checks import _one_thread  # noqa: F401 (autouse fixture)
 from zoo.cache import KVCache
 from zoo.generation import left_pad, prefill
 from zoo.model_spec import ModelSpec
@@ -35,14 +36,6 @@ SPECS = {  # name -> (positional, attention, per-layer overrides)
     "mamba-then-rope-gqa": (ROPE, MAMBA, {"1": {"attention": GQA}}),
 }
 PROMPTS = (9, 3, 6)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def tiny(name: str, causal: bool = True) -> zoo.model.ZooModel:

@@ -10,7 +10,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 import zoo
-from tests.test_generation import VOCAB, _one_thread, grid_model  # noqa: F401 (autouse fixture)
+from tests.generation_checks import _one_thread  # noqa: F401 (autouse fixture)
+from tests.test_generation import VOCAB, grid_model
 from zoo.cli import generate as generate_cli
 from zoo.cli import main
 

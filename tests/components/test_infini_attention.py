@@ -8,7 +8,9 @@ import torch
 import zoo
 from zoo.analysis import cache_bytes, state_bytes
 from zoo.cache import KVCache
-from zoo.components.infini_attention import EPS, InfiniAttention, feature_map
+from zoo.components.feature_state import EPS, feature_map
+from zoo.components.infini_attention import InfiniAttention
+from tests.generation_checks import check_compiled_decode, check_left_padded_decode
 from zoo.generation import decode_step, left_pad, prefill
 
 VOCAB, H, D, S = 61, 2, 8, 4
@@ -81,20 +83,14 @@ def test_prefill_then_steps_equal_the_full_forward_at_every_split(update, positi
 
 def test_left_padded_rows_equal_their_unpadded_runs_cached_and_uncached():
     model = _model("delta", n_layers=2)
-    prompts = [torch.randint(0, VOCAB, (n,)).tolist() for n in (7, 2, 5)]
-    follow = torch.randint(0, VOCAB, (3, 6))
+    prompts, follow = check_left_padded_decode(model, VOCAB, n_follow=6)  # cached
     ids, mask = left_pad(prompts, pad_token_id=3)
-    cache = KVCache(model, batch_size=3, max_len=7 + 6)
-    batched = [prefill(model, ids, cache, attention_mask=mask)]
-    batched += [decode_step(model, follow[:, t : t + 1], cache) for t in range(6)]
-    batched_logits = torch.stack(batched, dim=1)  # (B, 7, vocab)
     with torch.no_grad():
         uncached = model(ids, attention_mask=mask)  # (B, 7, vocab)
     for row, prompt in enumerate(prompts):
         alone = torch.tensor([prompt + follow[row].tolist()])
         with torch.no_grad():
             full = model(alone)[0]
-        torch.testing.assert_close(batched_logits[row], full[len(prompt) - 1 :], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(uncached[row, 7 - len(prompt) :], full[: len(prompt)], atol=1e-5, rtol=1e-5)
 
 
@@ -124,24 +120,7 @@ def test_state_bytes_come_from_the_declaration():
 
 
 def test_compiled_decode_step_equals_eager_without_recompiling():
-    import torch._dynamo
-
-    from zoo.generation import compile_decode_step
-
-    model = _model("delta")
-    ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20]])
-    eager_cache, compiled_cache = KVCache(model, 3, 16), KVCache(model, 3, 16)
-    eager = prefill(model, ids, eager_cache, attention_mask=mask)
-    prefill(model, ids, compiled_cache, attention_mask=mask)
-    torch._dynamo.reset()
-    step = compile_decode_step(backend="aot_eager")
-    token = eager.argmax(-1, keepdim=True)  # (B, 1)
-    for i in range(5):  # crosses a segment end in every row
-        eager = decode_step(model, token, eager_cache)
-        with torch._dynamo.config.patch(error_on_recompile=i > 0):
-            compiled = step(model, token, compiled_cache)
-        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
-        token = eager.argmax(-1, keepdim=True)
+    check_compiled_decode(_model("delta"), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20]], 5)  # crosses a segment end in every row
 
 
 def test_flops_grow_with_the_segment_not_the_context():

@@ -6,7 +6,7 @@ import torch
 
 import zoo
 from zoo.analysis import cache_bytes
-from zoo.components.linear_attention import EPS, feature_map
+from zoo.components.feature_state import EPS, feature_map
 
 
 def _spec(n_layers: int = 1) -> zoo.ModelSpec:

@@ -23,58 +23,24 @@ when the layer has it, rotates q and k before both paths (as ``linear`` does).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
-import torch.nn.functional as F
-from pydantic import Field, PositiveInt, ValidationInfo, model_validator
+from pydantic import Field, PositiveInt
 from torch import nn
 
-from zoo.components.linear import Linear
+from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
 from zoo.errors import SpecError
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
 
-EPS = 1e-6
+STATE = ("mem", "z")
 
 
-class InfiniAttentionOptions(Options):
-    n_heads: PositiveInt
-    head_dim: PositiveInt | None = Field(None, description="default d_model // n_heads")
+class InfiniAttentionOptions(FeatureStateOptions):
     segment: PositiveInt = Field(64, description="tokens per segment: local attention inside, memory across")
     update: Literal["linear", "delta"] = Field("linear", description="memory update: linear sum or delta rule")
     bias: bool = Field(False, description="bias on the q, k, v and output projections")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_head_dim(cls, data: Any, info: ValidationInfo) -> Any:
-        d_model = (info.context or {}).get("d_model")
-        n_heads = data.get("n_heads") if isinstance(data, dict) else None
-        if isinstance(data, dict) and data.get("head_dim") is None and isinstance(n_heads, int) and n_heads > 0 and isinstance(d_model, int):
-            if d_model % n_heads:
-                raise ValueError(f"head_dim: not given and d_model={d_model} is not divisible by n_heads={n_heads}")
-            data = {**data, "head_dim": d_model // n_heads}
-        return data
-
-
-def feature_map(x: torch.Tensor) -> torch.Tensor:
-    """σ(x) = elu(x) + 1: positive, so the normaliser σ(q)·z never changes sign."""
-    return F.elu(x) + 1.0
-
-
-def memory_read(q: torch.Tensor, mem: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """σ(q) (B, H, L, D) against M (B, H, D, D), z (B, H, D) -> (B, H, L, D)."""
-    denominator = torch.matmul(q, z[..., None])  # (B, H, L, 1)
-    return torch.matmul(q, mem) / (denominator + EPS)
-
-
-def memory_write(
-    k: torch.Tensor, v: torch.Tensor, mem: torch.Tensor, z: torch.Tensor, delta: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One segment's σ(K), V (B, H, S, D) into M, z; zero keys write nothing."""
-    if delta:
-        v = v - memory_read(k, mem, z)  # (B, H, S, D): only what M does not already return
-    return mem + torch.matmul(k.transpose(-1, -2), v), z + k.sum(dim=2)
 
 
 def segment_keys_seen(n_new: int, context_len: int, segment: int) -> int:
@@ -88,22 +54,13 @@ def segment_keys_seen(n_new: int, context_len: int, segment: int) -> int:
     return prefix(context_len) - prefix(context_len - n_new)
 
 
-class InfiniAttention(TokenMixer):
+class InfiniAttention(FeatureStateMixer):
     """Local softmax attention per segment plus a compressive memory across segments."""
 
-    causal = True
-
     def __init__(self, options: InfiniAttentionOptions, ctx: BuildContext) -> None:
-        super().__init__()
-        self.n_heads = options.n_heads
-        self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
+        super().__init__(options, ctx, bias=options.bias)
         self.segment = options.segment
         self.delta = options.update == "delta"
-        inner = self.n_heads * self.head_dim
-        self.q_proj = Linear(ctx.d_model, inner, bias=options.bias)
-        self.k_proj = Linear(ctx.d_model, inner, bias=options.bias)
-        self.v_proj = Linear(ctx.d_model, inner, bias=options.bias)
-        self.o_proj = Linear(inner, ctx.d_model, bias=options.bias)
         self.gate = nn.Parameter(torch.empty(self.n_heads))  # β per head
         self.reset_parameters()
 
@@ -142,29 +99,19 @@ class InfiniAttention(TokenMixer):
         """x (B, T, d) -> (B, T, d); with a state, M and z are updated and the ring written
         in place. Tokens marked False in ``token_valid`` (left padding) write nothing."""
         B, T, _ = x.shape
-        H, D = self.n_heads, self.head_dim
-        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, H, D).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, H, D).transpose(1, 2)
-        if positions is not None:
-            q, k = positions.rotate(q, k)
+        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         pos, valid = self._token_positions(B, T, x.device, positions, state)  # (B, T) each
         ext_k, ext_v, ext_pos, ext_valid = self._extend(k, v, pos, valid, state)  # ring + new, along time
         local = self._local(q.float(), ext_k.float(), ext_v.float(), pos, ext_pos, ext_valid)  # (B, H, T, D)
-        if state is None:
-            mem = torch.zeros(B, H, D, D, device=x.device)
-            z = torch.zeros(B, H, D, device=x.device)
-        else:
-            mem, z = state.tensors["mem"], state.tensors["z"]
+        mem, z = self.load_state(state, STATE, B, x.device)
         keys = feature_map(ext_k.float()) * ext_valid[:, None, :, None]  # (B, H, R+T, D): padding writes nothing
         read, mem, z = self._memory(feature_map(q.float()), keys, ext_v.float(), pos, valid, mem, z)
+        self.store_state(state, STATE, mem, z)
         if state is not None:
-            state.tensors["mem"].copy_(mem)
-            state.tensors["z"].copy_(z)
             self._write_ring(k, v, state)
         g = torch.sigmoid(self.gate.float())[None, :, None, None]  # (1, H, 1, 1)
         y = g * read + (1.0 - g) * local  # (B, H, T, D)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, H * D).to(x.dtype))
+        return self.output(y, x.dtype)
 
     def _token_positions(
         self, B: int, T: int, device: torch.device, positions: Positions | None, state: LayerState | None
@@ -236,15 +183,15 @@ class InfiniAttention(TokenMixer):
         for a in range(0, T, S):
             b = min(a + S, T)
             ends = valid[:, a:b] & (pos[:, a:b].remainder(S) == S - 1)  # (B, L)
-            read = memory_read(q[:, :, a:b], mem, z)  # (B, H, L, D)
+            read = state_read(q[:, :, a:b], mem, z)  # (B, H, L, D)
             last = R + a + ends.long().argmax(-1)  # (B,) ext index of the segment's last token
             index = (last[:, None] - S + 1 + torch.arange(S, device=q.device)).clamp(min=0)  # (B, S)
             index = index[:, None, :, None].expand(B, H, S, D)
             seg_k = k.gather(2, index) * ends.any(-1)[:, None, None, None]  # (B, H, S, D); no end: writes nothing
-            mem, z = memory_write(seg_k, v.gather(2, index), mem, z, self.delta)
+            mem, z = state_write(seg_k, v.gather(2, index), mem, z, self.delta)
             if b - a > 1:
                 after = ((ends.long().cumsum(-1) - ends.long()) > 0)[:, None, :, None]  # (B, 1, L, 1)
-                read = torch.where(after, memory_read(q[:, :, a:b], mem, z), read)
+                read = torch.where(after, state_read(q[:, :, a:b], mem, z), read)
             reads.append(read)
         return (reads[0] if len(reads) == 1 else torch.cat(reads, dim=2)), mem, z
 

@@ -14,57 +14,27 @@ rotates q and k before φ.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-import torch.nn.functional as F
-from pydantic import Field, PositiveInt, ValidationInfo, model_validator
+from pydantic import Field
 
-from zoo.components.linear import Linear
+from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
 from zoo.errors import SpecError
 from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
 
 CHUNK = 64
-EPS = 1e-6
+STATE = ("kv", "k_sum")
 
 
-class LinearAttentionOptions(Options):
-    n_heads: PositiveInt
-    head_dim: PositiveInt | None = Field(None, description="default d_model // n_heads")
+class LinearAttentionOptions(FeatureStateOptions):
     bias: bool = Field(False, description="bias on the q, k, v and output projections")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_head_dim(cls, data: Any, info: ValidationInfo) -> Any:
-        d_model = (info.context or {}).get("d_model")
-        n_heads = data.get("n_heads") if isinstance(data, dict) else None
-        if isinstance(data, dict) and data.get("head_dim") is None and isinstance(n_heads, int) and n_heads > 0 and isinstance(d_model, int):
-            if d_model % n_heads:
-                raise ValueError(f"head_dim: not given and d_model={d_model} is not divisible by n_heads={n_heads}")
-            data = {**data, "head_dim": d_model // n_heads}
-        return data
 
-
-def feature_map(x: torch.Tensor) -> torch.Tensor:
-    """φ(x) = elu(x) + 1: positive, so the normaliser φ(q)·z never changes sign."""
-    return F.elu(x) + 1.0
-
-
-class LinearAttention(TokenMixer):
+class LinearAttention(FeatureStateMixer):
     """Causal linear attention with a running key-value state per head."""
 
-    causal = True
-
     def __init__(self, options: LinearAttentionOptions, ctx: BuildContext) -> None:
-        super().__init__()
-        self.n_heads = options.n_heads
-        self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
-        inner = self.n_heads * self.head_dim
-        self.q_proj = Linear(ctx.d_model, inner, bias=options.bias)
-        self.k_proj = Linear(ctx.d_model, inner, bias=options.bias)
-        self.v_proj = Linear(ctx.d_model, inner, bias=options.bias)
-        self.o_proj = Linear(inner, ctx.d_model, bias=options.bias)
+        super().__init__(options, ctx, bias=options.bias)
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         H, D = self.n_heads, self.head_dim
@@ -83,32 +53,21 @@ class LinearAttention(TokenMixer):
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); with a state, ``kv`` and ``k_sum`` are read and updated in
         place. Tokens marked False in ``token_valid`` (left padding) add nothing to them."""
-        B, T, _ = x.shape
-        H, D = self.n_heads, self.head_dim
-        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, H, D).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, H, D).transpose(1, 2)
-        if positions is not None:
-            q, k = positions.rotate(q, k)
+        T = x.shape[1]
+        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         q, k, v = feature_map(q.float()), feature_map(k.float()), v.float()
         valid = state.token_valid if state is not None else (None if positions is None else positions.key_valid)
         if valid is not None:
             k = k * valid[:, None, :, None].to(k.dtype)  # (B, H, T, D): padding keys add nothing
-        if state is None:
-            kv = torch.zeros(B, H, D, D, device=x.device)
-            k_sum = torch.zeros(B, H, D, device=x.device)
-        else:
-            kv, k_sum = state.tensors["kv"], state.tensors["k_sum"]
+        kv, k_sum = self.load_state(state, STATE, x.shape[0], x.device)
         outputs = []
         for start in range(0, T, CHUNK):
             stop = min(start + CHUNK, T)
             y, kv, k_sum = _chunk(q[:, :, start:stop], k[:, :, start:stop], v[:, :, start:stop], kv, k_sum)
             outputs.append(y)
-        if state is not None:
-            state.tensors["kv"].copy_(kv)
-            state.tensors["k_sum"].copy_(k_sum)
+        self.store_state(state, STATE, kv, k_sum)
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # (B, H, T, D)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, H * D).to(x.dtype))
+        return self.output(y, x.dtype)
 
     def extra_repr(self) -> str:
         return f"heads={self.n_heads}, head_dim={self.head_dim}, feature_map=elu+1"
@@ -127,8 +86,7 @@ def _chunk(
     numerator = torch.matmul(scores, v) + torch.matmul(q, kv)  # (B, H, L, D)
     denominator = scores.sum(-1) + torch.matmul(q, k_sum[..., None]).squeeze(-1)  # (B, H, L)
     y = numerator / (denominator[..., None] + EPS)
-    kv = kv + torch.matmul(k.transpose(-1, -2), v)  # (B, H, D, D)
-    k_sum = k_sum + k.sum(dim=2)  # (B, H, D)
+    kv, k_sum = state_write(k, v, kv, k_sum)  # (B, H, D, D), (B, H, D)
     return y, kv, k_sum
 
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from staging import stage_zoo_mla  # noqa: E402
+from zoo.plugin_staging import stage_plugin
 
-stage_zoo_mla()  # zoo finds plugins through entry points: a temporary one, the environment untouched
+stage_plugin(Path(__file__).resolve().parents[1])  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
-import zoo
-from zoo.model_spec import ModelSpec
-from zoo.registry import reset_registry
+import zoo  # noqa: E402
+from zoo.model_spec import ModelSpec  # noqa: E402
+from zoo.registry import reset_registry  # noqa: E402
 
 reset_registry()  # in case the registry was built before the install
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from rwkv_staging import stage_zoo_rwkv
 
-stage_zoo_rwkv()  # zoo finds plugins through entry points: a temporary one, the environment untouched
+from zoo.plugin_staging import stage_plugin
+
+stage_plugin(Path(__file__).resolve().parents[1])  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
 from zoo.registry import reset_registry  # noqa: E402
 
