@@ -2,7 +2,8 @@
 encoder-decoder's encoder time, decoder prefill and decode, with self and cross KV bytes.
 
 Decoder-only models are measured by ``zoo.harness.run.bench``; ``zoo bench`` and
-``zoo.bench`` send the others here (``family_of``). Options that mean nothing for the
+``zoo.bench`` send the others here (``zoo.harness.families.family_of_run``), with random
+weights or a checkpoint's (``config.weights``). Options that mean nothing for the
 family (decoding options on an encoder) are a one-line ``BenchError``.
 """
 
