@@ -67,6 +67,8 @@ class EncoderMeasurement(BaseModel):
         row = self.model_dump(exclude={"config", "environment"})
         row.update(self.config.model_dump())
         row.update(self.environment.model_dump())
+        if self.family == "encoder":
+            row["gen_len"] = None  # an encoder decodes nothing: the config's default was not run
         return row
 
 
