@@ -84,3 +84,12 @@ def test_zoo_bench_measures_each_family_by_its_benchmark():
     assert type(m).__name__ == "EncoderMeasurement" and m.family == "encoder" and m.self_kv_bytes is None
     with pytest.raises(zoo.errors.BenchError, match="gen_len: .* is an encoder and decodes nothing"):
         zoo.bench(tiny("bert-base-uncased"), **RUN)
+
+
+def test_zoo_bench_of_an_encoder_checkpoint_is_an_encoder_measurement(tmp_path):  # type: ignore[no-untyped-def]
+    from tests.hub.encoder_checkpoints import save_tiny_bert
+    from zoo.harness.encoder_bench import EncoderMeasurement
+
+    n_params = save_tiny_bert(tmp_path)
+    m = zoo.bench(None, weights=str(tmp_path), device="cpu", prompt_len=8, repeats=1)
+    assert isinstance(m, EncoderMeasurement) and m.family == "encoder" and m.params_total == n_params

@@ -65,3 +65,14 @@ def padded_batch(length: int = 20, pad_id: int = 0, seed: int = 0) -> tuple[torc
     mask[1, -6:] = 0
     ids[1, -6:] = pad_id
     return ids, mask
+
+
+def save_tiny_bert(folder: Path) -> int:
+    """A tiny random BertModel (no head, with its pooler) saved to ``folder``; its parameter count."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                                     vocab_size=VOCAB, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    model.save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())

@@ -64,38 +64,29 @@ def run_bench(args: argparse.Namespace) -> int:
         from zoo.harness.report import check_results
 
         check_results(args.results_dir, args.results_name)
-    err = Console(stderr=True)
-    if spec is not None and not args.weights:
-        from zoo.harness.encoder_bench import bench_encoder, family_of
+    from zoo.harness.families import family_of_run
 
-        if family_of(spec) != "decoder":
-            return _run_encoder_bench(args, spec, config, bench_encoder, err)
-    with progress_bar(err, "bench") as update:
-        measurement = bench(spec, config, progress=update)
+    family, run_spec = family_of_run(spec, config)  # --weights: the checkpoint's family, as --arch
+    if family == "decoder":
+        with progress_bar(Console(stderr=True), "bench") as update:
+            measurement = bench(spec, config, progress=update)
+        table = measurement_table
+    else:
+        from zoo.harness.encoder_bench import bench_encoder
+
+        measurement = bench_encoder(run_spec, config, gen_len_given=args.gen_len is not None)
+        table = encoder_table
     saved = None
-    if not args.no_save:
+    if not args.no_save:  # every family's row goes to the same log (zoo.harness.report)
         from zoo.harness.report import append_result
 
         saved = append_result(measurement, args.results_dir, args.results_name)
     if args.format == "json":
         print_json(measurement.model_dump(mode="json"))
     else:
-        print_table(measurement_table(measurement), args.format)
+        print_table(table(measurement), args.format)
     if saved:
         sys.stderr.write(f"zoo: appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})\n")  # unwrapped
-    return 0
-
-
-def _run_encoder_bench(args, spec, config, bench_encoder, err) -> int:  # type: ignore[no-untyped-def]
-    """An encoder or encoder-decoder: its own measurement, printed (not appended to the
-    decoder results files, whose columns it does not have)."""
-    measurement = bench_encoder(spec, config, gen_len_given=args.gen_len is not None)
-    if args.format == "json":
-        print_json(measurement.model_dump(mode="json"))
-    else:
-        print_table(encoder_table(measurement), args.format)
-    if not args.no_save:
-        sys.stderr.write(f"zoo: {measurement.family} measurements are printed only (the results files hold decoder runs)\n")
     return 0
 
 

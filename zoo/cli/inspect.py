@@ -92,6 +92,9 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     summary["state_bytes_per_sequence"] = {dtype: per[dtype].sequence for dtype in DTYPES}
     memory = spec.max_seq_len if family == "encoder-decoder" else 0
     summary["kv_cache_bytes_at_max_seq_len_bf16"] = cache_bytes(spec, 1, spec.max_seq_len, memory, "bfloat16").total
+    if family == "encoder-decoder":  # the figure above is not max_seq_len x the per-token bytes: say what it holds
+        summary["kv_cache_at_max_seq_len_holds"] = (f"self K/V of {spec.max_seq_len} decoder tokens + "
+                                                    f"cross K/V of {spec.max_seq_len} encoder tokens")
     return summary
 
 

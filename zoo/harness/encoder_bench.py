@@ -2,7 +2,8 @@
 encoder-decoder's encoder time, decoder prefill and decode, with self and cross KV bytes.
 
 Decoder-only models are measured by ``zoo.harness.run.bench``; ``zoo bench`` and
-``zoo.bench`` send the others here (``family_of``). Options that mean nothing for the
+``zoo.bench`` send the others here (``zoo.harness.families.family_of_run``), with random
+weights or a checkpoint's (``config.weights``). Options that mean nothing for the
 family (decoding options on an encoder) are a one-line ``BenchError``.
 """
 
@@ -12,6 +13,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
 import torch
 from pydantic import BaseModel
@@ -59,6 +61,16 @@ class EncoderMeasurement(BaseModel):
     environment: Environment
     timestamp: str
 
+    def flat(self) -> dict[str, Any]:
+        """One flat row (config and environment fields inlined) for the results CSV, as
+        ``Measurement.flat``; the family column tells the two kinds of row apart."""
+        row = self.model_dump(exclude={"config", "environment"})
+        row.update(self.config.model_dump())
+        row.update(self.environment.model_dump())
+        if self.family == "encoder":
+            row["gen_len"] = None  # an encoder decodes nothing: the config's default was not run
+        return row
+
 
 def _refuse_decoder_options(spec: ModelSpec, config: BenchConfig, family: Family) -> None:
     what = f"{spec.name} is an {family}"
@@ -67,6 +79,16 @@ def _refuse_decoder_options(spec: ModelSpec, config: BenchConfig, family: Family
     for field, flag in (("weights_dtype", "--weights-dtype"), ("eval_text", "--eval-text")):
         if getattr(config, field) is not None:
             raise BenchError(f"{field}: measured for decoder-only models; {what} (allowed: without {flag})")
+
+
+def _model(spec: ModelSpec, config: BenchConfig, device: torch.device, dtype: torch.dtype) -> ZooModel:
+    """Random weights of the spec, or the checkpoint's (``config.weights``, whose spec the
+    caller read from it: ``zoo.harness.families.family_of_run``)."""
+    if config.weights is None:
+        return build(spec, device=device, dtype=dtype, seed=config.seed).eval()
+    from zoo.hub.loading import from_pretrained
+
+    return from_pretrained(config.weights, device=device, dtype=dtype, progress=False).eval()
 
 
 def _timed(probe, rounds: int, step: Callable[[], object]) -> tuple[list[float], int]:  # type: ignore[no-untyped-def]
@@ -94,7 +116,7 @@ def bench_encoder(spec: ModelSpec, config: BenchConfig, gen_len_given: bool = Fa
     dtype = resolve_dtype(config.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    model: ZooModel = build(spec, device=device, dtype=dtype, seed=config.seed).eval()
+    model = _model(spec, config, device, dtype)
     B, S, G = config.batch_size, config.prompt_len, config.gen_len
     ids = torch.randint(spec.vocab_size, (B, S), generator=torch.Generator().manual_seed(config.seed)).to(device)
     probe = probe_for(device)

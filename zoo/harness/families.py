@@ -41,20 +41,33 @@ def measure(spec: ModelSpec, config: BenchConfig) -> BaseModel:
     return BENCHES[model_family(spec)](spec, config)
 
 
+def family_of_run(spec: ModelSpec | None, config: BenchConfig) -> tuple[Family, ModelSpec]:
+    """Which benchmark a run gets, decided here once for ``zoo bench`` and ``zoo.bench``: with
+    ``config.weights`` the checkpoint's family (its spec read from its config.json or GGUF
+    metadata, no weight loaded yet), else the spec's. Returns the family and that spec."""
+    if config.weights:
+        from zoo.hub.loading import checkpoint_spec
+
+        spec = checkpoint_spec(config.weights)
+    elif spec is None:
+        raise BenchError("give a spec (an architecture) or weights to benchmark")
+    return model_family(spec), spec
+
+
 def bench(spec: Any, config: BenchConfig | None = None, **options: Any) -> BaseModel:
-    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec) by its family's
-    benchmark, or ``weights=`` a checkpoint (decoder-only). Keyword options are BenchConfig
-    fields; ``gen_len`` given for an encoder-only model is refused (it decodes nothing)."""
+    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec) or ``weights=``
+    a checkpoint by its family's benchmark (``family_of_run``). Keyword options are
+    BenchConfig fields; ``gen_len`` given for an encoder-only model is refused (it decodes
+    nothing)."""
     from zoo.harness.run import make_config
     from zoo.model import as_spec
 
-    if spec is None or options.get("weights") or (config is not None and config.weights):
-        return decoder_bench(spec, config, **options)  # a checkpoint: loaded and measured as a decoder
-    model_spec = as_spec(spec)
-    if model_family(model_spec) == "decoder":
+    model_spec = as_spec(spec) if spec is not None else None
+    merged = make_config(**{**(config.model_dump() if config else {}), **options})
+    family, run_spec = family_of_run(model_spec, merged)
+    if family == "decoder":
         return decoder_bench(model_spec, config, **options)
-    config = make_config(**{**(config.model_dump() if config else {}), **options})
-    return bench_encoder(model_spec, config, gen_len_given="gen_len" in options)
+    return bench_encoder(run_spec, merged, gen_len_given="gen_len" in options)
 
 
 def context_lengths(max_seq_len: int) -> list[int]:

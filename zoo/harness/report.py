@@ -1,6 +1,7 @@
 """Result files: rows appended to ``results/<name>.jsonl``, re-rendered as CSV and Markdown.
 
-The JSON-lines file is the record (one Measurement per line, nested as measured), appended
+The JSON-lines file is the record (one measurement per line, nested as measured: a decoder's
+``Measurement`` or, naming its ``family``, an encoder's ``EncoderMeasurement``), appended
 one whole line at a time under the log's lock (``results_log``), so concurrent benches keep
 every row; the CSV and Markdown files are renderings of all its rows, flattened, rewritten
 (whole: temp file + ``os.replace``) under the same lock after each append. Every existing
@@ -13,10 +14,15 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from zoo.atomic import write_text_atomic
 from zoo.errors import BenchError
 from zoo.harness.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
+from zoo.harness.families import RESULTS
 from zoo.harness.run import Measurement
+
+Result = BaseModel  # a Measurement (decoder-only) or an EncoderMeasurement (encoder, encoder-decoder)
 
 DEFAULT_RESULTS_DIR = Path("results")
 DEFAULT_NAME = "bench"
@@ -28,6 +34,9 @@ SUMMARY_COLUMNS = (
     "prefill_peak_bytes", "decode_peak_bytes", "fidelity_kl", "predicted_gpu", "predicted_decode_tokens_per_s",
     "zoo_commit",
 )
+# Added after kv_bytes when the log holds encoder rows (empty in decoder rows: not measured there).
+ENCODER_SUMMARY_COLUMNS = ("encoder_tokens_per_s", "decoder_prefill_tokens_per_s", "self_kv_bytes", "cross_kv_bytes",
+                           "peak_bytes")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -41,13 +50,20 @@ def read_rows(path: Path) -> list[dict]:
     return read_log(Path(path))
 
 
-def _measurements(rows: list[dict], path: Path) -> list[Measurement]:
+def _measurements(rows: list[dict], path: Path) -> list[Result]:
+    """Each row as its family's result type: an encoder row names its ``family``, a decoder
+    row (``Measurement``, also every row logged before encoders were) has none."""
     from pydantic import ValidationError
 
     out = []
     for number, row in enumerate(rows, start=1):
+        family = row.get("family", "decoder")
+        kind = RESULTS.get(family) if isinstance(family, str) else None
+        if kind is None:
+            raise BenchError(f"{path}: row {number} has family {family!r} (allowed: {', '.join(RESULTS)}); "
+                             "the results log is damaged (nothing was written)")
         try:
-            out.append(Measurement.model_validate(row))
+            out.append(kind.model_validate(row))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -65,30 +81,54 @@ def check_results(results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEF
     check_folder_writable(jsonl.parent)
 
 
-def render_csv(measurements: Sequence[Measurement]) -> str:
+def _flat(measurement: Result) -> dict:
+    """The flat row with its family (a decoder's row has none of its own) right after arch."""
+    row = measurement.flat()  # type: ignore[attr-defined]
+    family = row.pop("family", "decoder")
+    out = {}
+    for key, value in row.items():
+        out[key] = value
+        if key == "arch":
+            out["family"] = family
+    return out
+
+
+def summary_columns(rows: Sequence[dict]) -> tuple[str, ...]:
+    """The Markdown columns: SUMMARY_COLUMNS, with the family and the encoder columns when
+    the log holds an encoder or encoder-decoder row (a decoder-only log renders as before)."""
+    if all(row["family"] == "decoder" for row in rows):
+        return SUMMARY_COLUMNS
+    at = SUMMARY_COLUMNS.index("kv_bytes") + 1
+    return ("timestamp", "arch", "family", *SUMMARY_COLUMNS[2:at], *ENCODER_SUMMARY_COLUMNS, *SUMMARY_COLUMNS[at:])
+
+
+def render_csv(measurements: Sequence[Result]) -> str:
     import pandas as pd
 
-    return pd.DataFrame([m.flat() for m in measurements]).to_csv(index=False)
+    return pd.DataFrame([_flat(m) for m in measurements]).to_csv(index=False)
 
 
-def render_markdown(measurements: Sequence[Measurement]) -> str:
-    rows = [m.flat() for m in measurements]
-    header = "| " + " | ".join(SUMMARY_COLUMNS) + " |"
-    rule = "|" + "---|" * len(SUMMARY_COLUMNS)
+def render_markdown(measurements: Sequence[Result]) -> str:
+    rows = [_flat(m) for m in measurements]
+    columns = summary_columns(rows)
+    header = "| " + " | ".join(columns) + " |"
+    rule = "|" + "---|" * len(columns)
     lines = [header, rule]
     for row in rows:
         cells = []
-        for column in SUMMARY_COLUMNS:
+        for column in columns:
             value = row.get(column)
             cells.append("" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def append_result(measurement: Measurement, results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME) -> dict[str, Path]:
+def append_result(measurement: Result, results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME) -> dict[str, Path]:
     """Append one row to ``<dir>/<name>.jsonl`` and rewrite ``<name>.csv`` and ``<name>.md``.
 
-    Returns the three paths. Rows already in the file stay as they were.
+    ``measurement`` is a decoder's ``Measurement`` or an ``EncoderMeasurement``: one log holds
+    both (each row read back as its family's type). Returns the three paths. Rows already in
+    the file stay as they were.
     """
     directory = Path(results_dir)
     jsonl, csv, md = (directory / f"{name}.{ext}" for ext in ("jsonl", "csv", "md"))

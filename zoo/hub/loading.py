@@ -22,6 +22,7 @@ from zoo.hub.families import ignored_tensor, tensor_rules
 from zoo.hub.names import legacy_aliases
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model import ZooModel, build, init_buffers, persistent_buffers
+from zoo.model_spec import ModelSpec
 
 INDEX_FILE = "model.safetensors.index.json"
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -181,3 +182,19 @@ def from_pretrained(
     init_buffers(model)
     model.hf_model_type = model_type  # type: ignore[assignment]
     return model.eval()
+
+
+def checkpoint_spec(repo_or_dir: str | Path, *, revision: str | None = None, gguf_file: str | None = None) -> ModelSpec:
+    """The spec of the model a checkpoint holds, read from its config.json (or GGUF metadata)
+    without loading a weight: callers that choose what to do by the model (``zoo bench
+    --weights`` picks its family's benchmark) decide before paying for the load. The name is
+    the one ``from_pretrained`` gives, so both agree."""
+    from zoo.hub.gguf_loading import find_gguf
+    from zoo.hub.gguf_reader import GGUFCheckpoint
+    from zoo.hub.gguf_spec import spec_from_gguf
+
+    gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
+    if gguf_path is not None:
+        return spec_from_gguf(GGUFCheckpoint(gguf_path))[0]
+    folder = resolve_checkpoint(repo_or_dir, revision=revision)
+    return spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))
