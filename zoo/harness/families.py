@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from zoo.analysis import Family, model_family
+from zoo.errors import BenchError
 from zoo.harness.child_run import child_main, run_child
 from zoo.harness.encoder_bench import EncoderMeasurement, bench_encoder
 from zoo.harness.run import BenchConfig, Measurement
