@@ -93,3 +93,8 @@ def test_zoo_bench_of_an_encoder_checkpoint_is_an_encoder_measurement(tmp_path):
     n_params = save_tiny_bert(tmp_path)
     m = zoo.bench(None, weights=str(tmp_path), device="cpu", prompt_len=8, repeats=1)
     assert isinstance(m, EncoderMeasurement) and m.family == "encoder" and m.params_total == n_params
+
+
+def test_zoo_bench_without_a_spec_or_weights_names_what_is_missing():
+    with pytest.raises(zoo.errors.BenchError, match="give a spec \\(an architecture\\) or weights to benchmark"):
+        zoo.bench(None)
