@@ -114,6 +114,9 @@ def bench_encoder(spec: ModelSpec, config: BenchConfig, gen_len_given: bool = Fa
         raise BenchError(f"prompt_len: {config.prompt_len} exceeds max_seq_len={spec.max_seq_len} of {spec.name}")
     device = pick_device(config.device)
     dtype = resolve_dtype(config.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    from zoo.harness.memory_check import check_fits
+
+    check_fits(spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)  # before building
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     model = _model(spec, config, device, dtype)

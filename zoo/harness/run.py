@@ -62,8 +62,7 @@ def bench(
     if model_spec is not None:  # refuse what cannot fit before allocating anything
         from zoo.harness.memory_check import check_fits
 
-        context = config.prompt_len + config.gen_len
-        check_fits(model_spec, config.batch_size, config.prompt_len, context, dtype, device)
+        check_fits(model_spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     report = progress or (lambda what, done, total: None)
