@@ -12,7 +12,8 @@ import pytest
 import zoo
 from tests.harness.sweep_helpers import TINY_RUN, write_tiny_spec
 from zoo.errors import BenchError
-from zoo.harness.contexts import StepTimeModel, context_frame, crossover_lines, crossovers, parse_context, parse_contexts
+from zoo.harness.context_report import crossover_lines
+from zoo.harness.contexts import StepTimeModel, context_frame, crossovers, parse_context, parse_contexts
 from zoo.harness.executors import InlineExecutor
 from zoo.harness.grid import SweepPlan
 

@@ -232,11 +232,10 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
     else:
         print_table(frame_table(frame, title), fmt)
         if contexts is not None:
-            from zoo.harness.contexts import crossover_lines
-
-            sys.stdout.write("\n")
+            from zoo.harness.context_report import crossover_lines
             from zoo.harness.contexts import as_frame
 
+            sys.stdout.write("\n")
             print_table(context_table(as_frame(contexts), title + ", by context"), fmt)
             lines = crossover_lines(frame.attrs.get("crossovers", []))
             sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
@@ -277,8 +276,8 @@ def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]
 
 
 def context_table(contexts, title: str) -> TableData:  # type: ignore[no-untyped-def]
-    """The per-context frame as a table (columns: ``zoo.harness.contexts.table_rows``)."""
-    from zoo.harness.contexts import NUMERIC_HEADERS, table_rows
+    """The per-context frame as a table (columns: ``zoo.harness.context_report.table_rows``)."""
+    from zoo.harness.context_report import NUMERIC_HEADERS, table_rows
 
     headers, rows = table_rows(contexts)
     return TableData(title, headers, rows, right={h for h in headers if h in NUMERIC_HEADERS})

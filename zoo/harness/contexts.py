@@ -20,18 +20,18 @@ in the point's row as ``contexts``):
 
 ``context_frame`` is the long table (one row per variant and context), with ratios to the
 baseline variant at the same context; ``crossovers`` finds the contexts where a variant's
-ratio to the baseline crosses 1 (where a hybrid overtakes full attention).
+ratio to the baseline crosses 1 (where a hybrid overtakes full attention). How they are
+shown and saved is ``context_report.py``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
+from zoo.harness.table_cells import values_key
 from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
@@ -210,10 +210,6 @@ CONTEXT_COLUMNS = ("context", "memory_bytes", "cache_bytes", "cache_token_bytes"
 RATIO_COLUMNS = ("memory_bytes", "decode_tokens_per_s")
 
 
-def _values_key(values: Mapping[str, Any]) -> str:
-    return json.dumps(dict(values), sort_keys=True, default=str)
-
-
 def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One record per (variant, context), in plan order then by context, with
     ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
@@ -222,10 +218,10 @@ def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], base
     from zoo.harness.grid import format_value
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("contexts")), key=lambda r: r.get("index", 0))
-    by_values = {_values_key(r["values"]): {c["context"]: c for c in r["contexts"]} for r in ok}
+    by_values = {values_key(r["values"]): {c["context"]: c for c in r["contexts"]} for r in ok}
     records = []
     for row in ok:
-        reference = by_values.get(_values_key({**row["values"], **baseline}), {})
+        reference = by_values.get(values_key({**row["values"], **baseline}), {})
         for point in row["contexts"]:
             record: dict[str, Any] = {"point_id": row["point_id"], "label": row["label"]}
             for key in keys:
@@ -291,104 +287,9 @@ def _sign_changes(points: Sequence[tuple[int, float]]) -> list[tuple[int, int, i
     return changes
 
 
-def crossover_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``crossover: X overtakes B in decode tokens/s at ~11k (between 8k and 16k)``."""
-    lines = []
-    for item in items:
-        verb = "overtakes" if item["after"] == "better" else "falls behind"
-        lo, hi = (format_context(n) for n in item["between"])
-        against = item["baseline"] or "the baseline"
-        lines.append(f"crossover: {item['variant']} {verb} {against} in {item['measure']} at ~{_short(item['context'])} "
-                     f"(between {lo} and {hi})")
-    return lines
-
-
-def _short(n: int) -> str:
-    return f"{n / 1024:.1f}k" if n >= 1024 else str(n)
-
-
 def baseline_label(rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any]) -> str | None:
     """The label of the first row whose values include ``baseline``'s."""
     for row in rows:
         if all(row["values"].get(k) == v for k, v in baseline.items()):
             return str(row["label"])
     return None
-
-
-# ---- the table (the command's and the saved Markdown) ------------------------------------
-TABLE_HEADERS = ("variant", "context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s", "decode",
-                 "decode vs baseline", "decode basis", "note")
-NUMERIC_HEADERS = frozenset({"context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s",
-                             "decode vs baseline"})
-
-
-def table_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
-    """Headers and cells, one row per (variant, context): memory and cache in MiB (exact bytes
-    in JSON/CSV), decode tokens/s with its source (measured/predicted) and basis, ratios to the
-    baseline; the note column only when a row has a note."""
-    rows = []
-    for r in frame.to_dict("records"):
-        rows.append([r["label"], format_context(int(r["context"])), _mib(r["memory_bytes"]), _mib(r["cache_bytes"]),
-                     _num(r["memory_bytes_vs_baseline"]), _rate(r["decode_tokens_per_s"]), r["decode_source"],
-                     _num(r["decode_tokens_per_s_vs_baseline"]), r["decode_basis"], _num(r["note"])])
-    headers = list(TABLE_HEADERS)
-    if not any(row[-1] for row in rows):
-        headers, rows = headers[:-1], [row[:-1] for row in rows]
-    return headers, rows
-
-
-def context_markdown(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]]) -> str:
-    """The per-context table as Markdown, then one line per crossover."""
-    headers, rows = table_rows(frame)
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join("---:" if h in NUMERIC_HEADERS else "---" for h in headers) + "|"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in crossover_lines(items))
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
-        return f"{int(value):,}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
-
-
-def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
-    """``<stem>-contexts.csv``, ``.md`` and the two context plots, each written whole."""
-    from zoo.atomic import write_text_atomic
-    from zoo.harness.context_plots import write_context_plots
-
-    records = frame.attrs.get("contexts")
-    if not records:
-        return {}
-    contexts = as_frame(records)
-    paths = {"contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
-             "contexts_md": stem.with_name(f"{stem.name}-contexts.md")}
-    items = frame.attrs.get("crossovers", [])
-    write_text_atomic(paths["contexts_csv"], contexts.to_csv(index=False))
-    write_text_atomic(paths["contexts_md"], context_markdown(contexts, items))
-    paths.update(write_context_plots(contexts, items, stem))
-    return paths
-
-
-def _mib(value: Any) -> float | int | None:
-    """MiB to 0.1 below 100, whole above (printed with thousands separators)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    mib = float(value) / 2**20
-    return round(mib, 1) if mib < 100 else round(mib)
-
-
-def _rate(value: Any) -> float | int | None:
-    """Tokens/s whole from 100 up (thousands separators, no exponent), else to 4 figures."""
-    value = _num(value)
-    return None if value is None else round(value) if value >= 100 else value
-
-
-def _num(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value.item() if hasattr(value, "item") else value

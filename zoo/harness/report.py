@@ -10,7 +10,6 @@ row is checked before anything is written: a damaged log is one error and stays 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from zoo.errors import BenchError
 from zoo.harness.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
 from zoo.harness.families import RESULTS
 from zoo.harness.run import Measurement
+from zoo.harness.table_cells import format_cell, values_key
 
 Result = BaseModel  # a Measurement (decoder-only) or an EncoderMeasurement (encoder, encoder-decoder)
 
@@ -162,10 +162,6 @@ SWEEP_MARKDOWN = ("family", "params_total", "kv_bytes_per_token", "cross_kv_byte
                   "status", "error")
 
 
-def _values_key(values: dict) -> str:
-    return json.dumps(values, sort_keys=True, default=str)
-
-
 def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-untyped-def]
     """A DataFrame, one row per point in plan order: its axis values, status and error, the
     analysis, the measurement, and ``<column>_vs_baseline`` ratios to the row that has the
@@ -175,7 +171,7 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
     from zoo.harness.grid import format_value
 
     rows = sorted(rows, key=lambda r: r.get("index", 0))
-    by_values = {_values_key(r["values"]): r for r in rows if r.get("status") == "ok"}
+    by_values = {values_key(r["values"]): r for r in rows if r.get("status") == "ok"}
     records = []
     for row in rows:
         record: dict = {"point_id": row["point_id"], "label": row["label"]}
@@ -193,7 +189,7 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
             record[column] = measurement.get(column)
         for column in MEASURED_CONTEXT:
             record[column] = environment.get(column)
-        reference = by_values.get(_values_key({**row["values"], **baseline}))
+        reference = by_values.get(values_key({**row["values"], **baseline}))
         for column in RATIO_COLUMNS:
             mine, theirs = record.get(column), _column_of(reference, column)
             record[f"{column}_vs_baseline"] = mine / theirs if mine is not None and theirs else None
@@ -209,32 +205,12 @@ def _column_of(row, column: str):  # type: ignore[no-untyped-def]
     return (row.get("measurement") or {}).get(column)
 
 
-def format_cell(value) -> str:  # type: ignore[no-untyped-def]
-    """Integers with thousands separators, floats to 4 significant figures, blanks for none."""
-    import math
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
-        return f"{int(value):,}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
-
-
 def sweep_markdown(frame, keys: Sequence[str]) -> str:  # type: ignore[no-untyped-def]
     columns = [*keys, *(c for c in SWEEP_MARKDOWN if c in frame.columns)]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for record in frame.to_dict("records"):
-        lines.append("| " + " | ".join(format_cell(_py(record.get(c))) for c in columns) + " |")
+        lines.append("| " + " | ".join(format_cell(record.get(c)) for c in columns) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _py(value):  # type: ignore[no-untyped-def]
-    """numpy scalars as Python numbers (so integers print as integers)."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no-untyped-def]
@@ -252,7 +228,7 @@ def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no
     write_atomic(paths["csv"], frame.to_csv(index=False))
     write_atomic(paths["md"], sweep_markdown(frame, keys))
     paths.update(write_plots(frame, rows, keys, stem))
-    from zoo.harness.contexts import render_contexts
+    from zoo.harness.context_report import render_contexts
 
     paths.update(render_contexts(frame, stem))  # --contexts: <stem>-contexts.csv, .md and plots
     return paths
