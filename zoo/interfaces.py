@@ -247,6 +247,11 @@ class TokenMixer(nn.Module, metaclass=ABCMeta):
             if declared.per == "sequence":
                 state[name].zero_()
 
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """Linears that read the same input and may run as one product
+        (``zoo.fuse_projections``): ``{fused name: (part names...)}``; none by default."""
+        return {}
+
 
 class FeedForward(nn.Module):
     """Base of ``ffn`` modules: ``forward(x (B, T, d)) -> (B, T, d)``."""
@@ -254,6 +259,11 @@ class FeedForward(nn.Module):
     def active_param_count(self) -> int:
         """Parameters one token touches; a mixture of experts counts only its top-k."""
         return sum(p.numel() for p in self.parameters())
+
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """Linears that read the same input and may run as one product
+        (``zoo.fuse_projections``): ``{fused name: (part names...)}``; none by default."""
+        return {}
 
 
 class Block(nn.Module):

@@ -7,8 +7,9 @@ is what a launch-bound GPU decode step and inductor's generated code gain from. 
 are the parts' outputs side by side, split back by width, so the result is the same
 product, row for row (exact in float32: each output element is the same dot product).
 
-A module opts in by defining ``fusable_projections()``: ``{fused name: (part names...)}``,
-and runs the group through ``project``. ``fuse_projections(model)`` fuses every group
+A token mixer or FFN opts in by overriding ``fusable_projections()`` (declared on both
+bases in ``zoo.interfaces``, empty by default): ``{fused name: (part names...)}``, and runs
+the group through ``project``. ``fuse_projections(model)`` fuses every group
 whose parts are plain, same-input Linears (quantized or otherwise replaced parts are left
 alone). It is an explicit step after loading: the state dict keeps the unfused names (a
 state-dict hook splits the fused weight back, a load pre-hook stacks loaded parts), so
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from zoo.components.linear import Linear
+from zoo.interfaces import FeedForward, TokenMixer
 
 FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}
 
@@ -104,18 +106,17 @@ def _stack_state(module: nn.Module, state: dict[str, Any], prefix: str, *args: A
 
 
 def fuse_projections(model: nn.Module) -> int:
-    """Fuse every group a module declares (``fusable_projections()``); the number fused.
+    """Fuse every group a token mixer or FFN declares (``fusable_projections()``); the number fused.
 
     In place, after loading (and after any quantization, whose replaced Linears are left
     unfused). Idempotent: a fused group is not declared twice.
     """
     count = 0
     for module in list(model.modules()):
-        declare = getattr(module, "fusable_projections", None)
-        if declare is None:
+        if not isinstance(module, (TokenMixer, FeedForward)):
             continue
         done = getattr(module, FUSED_SIZES, {})
-        for fused, parts in declare().items():
+        for fused, parts in module.fusable_projections().items():
             if fused not in done and fuse_group(module, fused, parts):
                 count += 1
     return count
