@@ -67,9 +67,9 @@ def positional_key(layer: LayerSpec, ctx: BuildContext) -> str:
     """Layers with equal keys share one positional module: the resolved positional spec
     plus what its kind reads of the layer (RoPE: the rotated channels per head)."""
     component = layer.positional
-    declared = component.entry.module
-    reads = declared.layer_key if isinstance(declared, type) and issubclass(declared, Positional) else Positional.layer_key
-    return repr((component.to_dict(), reads(component.options, ctx)))
+    declared = component.entry.module  # a Positional subclass: checked when its plugin registered
+    assert declared is not None and issubclass(declared, Positional)
+    return repr((component.to_dict(), declared.layer_key(component.options, ctx)))
 
 
 def _acts_on_input(module: nn.Module) -> bool:
