@@ -93,6 +93,27 @@ def common_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[st
     }
 
 
+def decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
+    """A decoder-only model: K/V per token and state per sequence, the cache at prompt + gen
+    tokens, FLOPs per decoded token at the midpoint context (None where a plugin's mixer
+    declares none) and the cache against context."""
+    from zoo.analysis import cache_bytes, flops_per_token
+    from zoo.errors import PluginError
+
+    context = config.prompt_len + config.gen_len
+    try:
+        flops = flops_per_token(spec, config.prompt_len + config.gen_len // 2)
+    except PluginError:
+        flops = None
+    per_token = cache_bytes(spec, 1, 1, dtype=dtype)
+    return {
+        **common_analysis(spec, config, dtype),
+        "kv_bytes_per_token": per_token.token, "state_bytes": per_token.sequence, "context_len": context,
+        "kv_bytes": cache_bytes(spec, config.batch_size, context, dtype=dtype).total, "flops_per_token": flops,
+        "kv_curve": [[n, cache_bytes(spec, 1, n, dtype=dtype).total] for n in context_lengths(spec.max_seq_len)],
+    }
+
+
 def encoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
     """An encoder-only model: FLOPs of one forward of the batch; no cache, so every KV column
     is None (not applicable, not zero)."""
@@ -123,6 +144,12 @@ def encoder_decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -
         "flops_per_token": forward_flops(spec, 1, 1 + G // 2, memory_len=S), "encoder_flops": encoder_flops(spec, S, B),
         "kv_curve": [[n, cache_bytes(spec, 1, n, S, dtype=dtype).total] for n in context_lengths(spec.max_seq_len)],
     }
+
+
+# the row analysis of each family (sweep points: ``zoo.harness.points.analyse``)
+ANALYSES: dict[Family, Callable[[ModelSpec, BenchConfig, Any], dict[str, Any]]] = {
+    "decoder": decoder_analysis, "encoder": encoder_analysis, "encoder-decoder": encoder_decoder_analysis,
+}
 
 
 # ---- a run in a fresh interpreter ------------------------------------------------------------

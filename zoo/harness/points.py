@@ -77,48 +77,16 @@ def _layers_within(overrides, n_layers: int) -> dict:  # type: ignore[no-untyped
 
 def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Exact figures of the full-size model, from zoo.analysis (meta device, no memory), by
-    the model's family (``zoo.harness.families``: columns a family lacks are None)."""
+    the model's family (``zoo.harness.families.ANALYSES``: columns a family lacks are None)."""
     from zoo.analysis import model_family
     from zoo.harness.environment import pick_device
-    from zoo.harness.families import encoder_analysis, encoder_decoder_analysis
+    from zoo.harness.families import ANALYSES
     from zoo.model import resolve_dtype
     from zoo.quant import run_dtype
 
     device = pick_device(config.device)
     dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
-    analyses = {"decoder": decoder_analysis, "encoder": encoder_analysis, "encoder-decoder": encoder_decoder_analysis}
-    return analyses[model_family(spec)](spec, config, dtype)
-
-
-def decoder_analysis(spec, config, dtype) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """A decoder-only model's row: parameters, weight and KV bytes, FLOPs per decoded token."""
-    from zoo.analysis import cache_bytes, count_params, flops_per_token, weight_bytes
-    from zoo.errors import PluginError
-    from zoo.harness.families import context_lengths
-
-    context = config.prompt_len + config.gen_len
-    count = count_params(spec)
-    try:
-        flops = flops_per_token(spec, config.prompt_len + config.gen_len // 2)
-    except PluginError:
-        flops = None
-    lengths = context_lengths(spec.max_seq_len)
-    return {
-        "arch": spec.name,
-        "family": "decoder",
-        "n_layers": spec.n_layers,
-        "dtype": str(dtype).removeprefix("torch."),
-        "params_total": count.total,
-        "params_active": count.active,
-        "params_embedding": count.embedding,
-        "weight_bytes": weight_bytes(spec, dtype, config.weights_dtype, config.weights_group_size),
-        "kv_bytes_per_token": cache_bytes(spec, 1, 1, dtype=dtype).token,
-        "state_bytes": cache_bytes(spec, 1, 1, dtype=dtype).sequence,
-        "context_len": context,
-        "kv_bytes": cache_bytes(spec, config.batch_size, context, dtype=dtype).total,
-        "flops_per_token": flops,
-        "kv_curve": [[n, cache_bytes(spec, 1, n, dtype=dtype).total] for n in lengths],
-    }
+    return ANALYSES[model_family(spec)](spec, config, dtype)
 
 
 def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) -> dict[str, Any]:
