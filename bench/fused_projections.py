@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import torch
 
 import zoo
-from zoo.cache import KVCache
-from zoo.generation import compile_decode_step, decode_step, prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import compile_decode_step, decode_step, prefill
 
 MODELS = {
     "tiny": ("llama-3.2-1b", {"n_layers": 2, "d_model": 64, "attention.n_heads": 4, "attention.n_kv_heads": 2,

@@ -16,8 +16,8 @@ import time
 import torch
 
 import zoo
-from zoo.cache import KVCache
-from zoo.generation import prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import prefill
 
 
 def _round(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from zoo.atomic import write_text_atomic
+from zoo.files.atomic import write_text_atomic
 from zoo.components.row_product import compiled_row_product
 
 PROBE_ROWS, PROBE_COLS = 16384, 8192  # 512 MiB of float32, far above the last-level caches here (32-105 MiB)

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 import zoo
-from zoo.cache import KVCache
-from zoo.generation import prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import prefill
 
 TINY = {"n_layers": 16, "d_model": 64, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 16,
         "ffn.hidden": 128, "vocab_size": 128}
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = KVCache(model, 1, max(prompts) + 8)
     runs: dict[str, Callable[..., torch.Tensor]] = {"eager": prefill}
     if not args.no_compile:
-        from zoo.generation import compile_prefill
+        from zoo.model.generation import compile_prefill
 
         runs["compiled"] = compile_prefill()
     inputs = {n: torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(n)) for n in prompts}

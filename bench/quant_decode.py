@@ -4,7 +4,7 @@ The three models hold the same random weights (one seed; the quantized ones are 
 from the bf16 build) and live in memory together; each round times ``--steps`` greedy
 decode steps of each model in turn (order rotated every round), so machine noise falls on
 all three alike. Reported: median tokens/s over rounds, the median of the per-round ratios
-to bf16, weight bytes from the layout and the bytes each step reads (zoo.analysis).
+to bf16, weight bytes from the layout and the bytes each step reads (zoo.analysis.counts).
 
     python bench/quant_decode.py                       # llama-3.2-1b, all 16 layers
     python bench/quant_decode.py --layers 4 --steps 8 --rounds 3 --write
@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 import zoo
-from zoo.analysis import decode_bytes_per_step, weight_bytes
-from zoo.atomic import write_text_atomic
-from zoo.cache import KVCache
-from zoo.generation import decode_step, prefill
+from zoo.analysis.counts import decode_bytes_per_step, weight_bytes
+from zoo.files.atomic import write_text_atomic
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 from zoo.quant import quantize, stored_bytes
 
 KINDS = ("bf16", "int8", "int4")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.cache import KVCache
+from zoo.model.cache import KVCache
 
 PREFILL_T = 256
 DECODE_CONTEXT = 1024

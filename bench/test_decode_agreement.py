@@ -14,8 +14,8 @@ import time
 import torch
 
 import zoo
-from zoo.cache import KVCache
-from zoo.generation import decode_step, prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 from zoo.harness.run import bench
 
 ROUNDS = 15

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import zoo
-from zoo.cache import KVCache
-from zoo.generation import decode_step, prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 from zoo.quant import quantize
 
 LAYERS = 2

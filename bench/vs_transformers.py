@@ -5,7 +5,7 @@ Random weights are built by zoo, written with ``zoo.save_pretrained`` and read b
 run the same checkpoint. Each measured case alternates zoo and transformers runs (the order
 flips every round, so neither always runs on a warmer cache) and reports medians and the
 ratio zoo / transformers taken in the same rounds. Decode is also set against the machine's
-memory-bandwidth roofline: bytes read per token (``zoo.analysis.decode_bytes_per_step``:
+memory-bandwidth roofline: bytes read per token (``zoo.analysis.counts.decode_bytes_per_step``:
 weights plus KV cache at the midpoint context) over the bandwidth of a large matrix-vector
 product timed the same way.
 
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf_report import bandwidth_probe, write_markdown  # noqa: E402
 
 import zoo  # noqa: E402
-from zoo.analysis import decode_bytes_per_step  # noqa: E402
-from zoo.cache import KVCache  # noqa: E402
-from zoo.generation import compile_decode_step, decode_step, prefill  # noqa: E402
+from zoo.analysis.counts import decode_bytes_per_step  # noqa: E402
+from zoo.model.cache import KVCache  # noqa: E402
+from zoo.model.generation import compile_decode_step, decode_step, prefill  # noqa: E402
 
 FAMILIES = {"qwen3": "qwen3-0.6b", "llama": "llama-3.2-1b"}  # real widths; layers cut by --layers
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "perf-vs-transformers.md"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.model_spec import ModelSpec
+from zoo.specs.model import ModelSpec
 
 TINY_VOCAB = 97
 

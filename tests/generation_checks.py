@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 
-from zoo.cache import KVCache
-from zoo.generation import decode_step, left_pad, prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, left_pad, prefill
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +33,7 @@ def check_compiled_decode(
     eager and compiled caches, for the caller's further checks."""
     import torch._dynamo
 
-    from zoo.generation import compile_decode_step
+    from zoo.model.generation import compile_decode_step
 
     ids, mask = left_pad([list(p) for p in prompts])
     ids, mask = ids.to(device), mask.to(device)

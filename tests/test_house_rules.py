@@ -11,7 +11,7 @@ submodule, so it is no design dependency (``from zoo.quant import kernels`` depe
 submodule, not on what ``zoo/quant/__init__.py`` defines). ``from pkg import name`` where
 ``name`` is not a submodule is an edge to ``pkg``.
 
-The root package is a lazy facade (``zoo.build`` imports ``zoo.model`` on first use, through
+The root package is a lazy facade (``zoo.build`` imports ``zoo.model.build`` on first use, through
 ``_LAZY`` and ``__getattr__``), so an edge to ``zoo`` is resolved per name: a name of
 ``_LAZY`` is an edge to the module it loads; a function defined in ``zoo/__init__.py`` is an
 edge to each module that function imports; anything else (``__version__``, ``hookimpl``) is
@@ -39,11 +39,11 @@ MAX_FILE_LINES = 400
 # modules that must not import zoo.components.* (the core names no concrete kind; the
 # registry wires built-in components in by name)
 CORE_MODULES = (
-    "zoo.model", "zoo.stack", "zoo.model_spec", "zoo.component_spec", "zoo.interfaces",
-    "zoo.registry", "zoo.registry_entries", "zoo.plugin_loading", "zoo.hookspecs",
+    "zoo.model.build", "zoo.model.stack", "zoo.specs.model", "zoo.specs.components", "zoo.specs.interfaces",
+    "zoo.specs.registry", "zoo.specs.registry_entries", "zoo.specs.plugins", "zoo.specs.hookspecs",
 )
 # what an out-of-tree plugin may import from zoo
-PUBLIC_MODULES = frozenset({"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
+PUBLIC_MODULES = frozenset({"zoo", "zoo.specs.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _root_symbols(path: Path, modules: dict[str, Path]) -> dict[str, set[str]]:
     symbols: dict[str, set[str]] = {}
     for stmt in tree.body:
         value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
-        if isinstance(value, ast.Dict):  # _LAZY = {"build": ("zoo.model", "build"), ...}
+        if isinstance(value, ast.Dict):  # _LAZY = {"build": ("zoo.model.build", "build"), ...}
             for key, item in zip(value.keys, value.values):
                 if isinstance(key, ast.Constant) and isinstance(item, ast.Tuple) and item.elts:
                     first = item.elts[0]
@@ -221,13 +221,13 @@ def test_the_checker_skips_type_checking_and_resolves_the_lazy_facade(tmp_path):
     pkg = _write(tmp_path, {
         "zoo/__init__.py": (
             "from typing import TYPE_CHECKING\nfrom zoo.errors import E\n"
-            "_LAZY = {'build': ('zoo.model', 'build')}\n__version__ = '1'\n"
+            "_LAZY = {'build': ('zoo.model.build', 'build')}\n__version__ = '1'\n"
             "def spec(name):\n    from zoo.archs import preset\n"
-            "if TYPE_CHECKING:\n    from zoo.model import build\n"
+            "if TYPE_CHECKING:\n    from zoo.model.build import build\n"
         ),
         "zoo/errors.py": "",
-        "zoo/archs.py": "from zoo.model import build\n",
-        "zoo/model.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.archs import x\n"
+        "zoo/archs.py": "from zoo.model.build import build\n",
+        "zoo/model/build.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.archs import x\n"
                         "def f():\n    from zoo import __version__\n",
         "zoo/cli.py": "import zoo\ndef main():\n    zoo.spec('x'); zoo.build()\n",
         "zoo/pkg/__init__.py": "def g():\n    from zoo.pkg.leaf import y\n",
@@ -236,8 +236,8 @@ def test_the_checker_skips_type_checking_and_resolves_the_lazy_facade(tmp_path):
     })
     edges = import_graph(pkg).edges
     assert set(edges["zoo"]) == {"zoo.errors"}  # the facade's module-level imports only
-    assert set(edges["zoo.model"]) == {"zoo"}  # __version__; the TYPE_CHECKING import is no edge
-    assert set(edges["zoo.cli"]) == {"zoo", "zoo.archs", "zoo.model"}  # zoo.spec and zoo.build resolved
+    assert set(edges["zoo.model.build"]) == {"zoo"}  # __version__; the TYPE_CHECKING import is no edge
+    assert set(edges["zoo.cli"]) == {"zoo", "zoo.archs", "zoo.model.build"}  # zoo.spec and zoo.build resolved
     assert set(edges["zoo.pkg.leaf"]) == {"zoo.pkg.sibling", "zoo.pkg"}  # g is defined by the package
     assert find_cycle(edges) == ["zoo.pkg", "zoo.pkg.leaf", "zoo.pkg"]
 
@@ -250,8 +250,8 @@ def graph() -> Graph:
 
 def test_the_graph_is_read(graph):
     # a few edges known to exist, so a broken reader cannot pass the acyclicity test vacuously
-    assert "zoo.model_spec" in graph.edges["zoo.model"]
-    assert "zoo.registry" in graph.edges["zoo.model_spec"]
+    assert "zoo.specs.model" in graph.edges["zoo.model.build"]
+    assert "zoo.specs.registry" in graph.edges["zoo.specs.model"]
     assert "zoo.quant.linear" in graph.edges["zoo.quant"]  # imported inside functions
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from zoo.hookspecs import hookimpl
+from zoo.specs.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
@@ -44,29 +44,29 @@ __all__ = [
 # Heavy modules (torch) load on first use, so `import zoo` and `zoo --help` stay quick.
 _LAZY = {
     "Measurement": ("zoo.harness.run", "Measurement"),
-    "ModelSpec": ("zoo.model_spec", "ModelSpec"),
+    "ModelSpec": ("zoo.specs.model", "ModelSpec"),
     "bench": ("zoo.harness.families", "bench"),
-    "flops_per_token": ("zoo.analysis", "flops_per_token"),
-    "ParamCount": ("zoo.analysis", "ParamCount"),
-    "build": ("zoo.model", "build"),
-    "compare": ("zoo.harness.sweep", "compare"),
-    "sweep": ("zoo.harness.sweep", "sweep"),
-    "count_params": ("zoo.analysis", "count_params"),
-    "kv_cache_bytes": ("zoo.analysis", "kv_cache_bytes"),
-    "cache_bytes": ("zoo.analysis", "cache_bytes"),
-    "CacheBytes": ("zoo.analysis", "CacheBytes"),
-    "state_bytes": ("zoo.analysis", "state_bytes"),
-    "cross_kv_bytes": ("zoo.analysis", "cross_kv_bytes"),
-    "kv_bytes_per_token": ("zoo.analysis", "kv_bytes_per_token"),
-    "weight_bytes": ("zoo.analysis", "weight_bytes"),
-    "register_plugin": ("zoo.registry", "register_plugin"),
+    "flops_per_token": ("zoo.analysis.counts", "flops_per_token"),
+    "ParamCount": ("zoo.analysis.counts", "ParamCount"),
+    "build": ("zoo.model.build", "build"),
+    "compare": ("zoo.harness.sweep.run", "compare"),
+    "sweep": ("zoo.harness.sweep.run", "sweep"),
+    "count_params": ("zoo.analysis.counts", "count_params"),
+    "kv_cache_bytes": ("zoo.analysis.counts", "kv_cache_bytes"),
+    "cache_bytes": ("zoo.analysis.counts", "cache_bytes"),
+    "CacheBytes": ("zoo.analysis.counts", "CacheBytes"),
+    "state_bytes": ("zoo.analysis.counts", "state_bytes"),
+    "cross_kv_bytes": ("zoo.analysis.counts", "cross_kv_bytes"),
+    "kv_bytes_per_token": ("zoo.analysis.counts", "kv_bytes_per_token"),
+    "weight_bytes": ("zoo.analysis.counts", "weight_bytes"),
+    "register_plugin": ("zoo.specs.registry", "register_plugin"),
     "errors": ("zoo.errors", None),
     "quant": ("zoo.quant", None),
     "from_pretrained": ("zoo.hub.loading", "from_pretrained"),
     "save_pretrained": ("zoo.hub.save", "save_pretrained"),
-    "generate": ("zoo.generation", "generate"),
+    "generate": ("zoo.model.generation", "generate"),
     "fuse_projections": ("zoo.components.fused", "fuse_projections"),
-    "embed": ("zoo.sentence", "embed"),
+    "embed": ("zoo.model.sentence", "embed"),
 }
 
 
@@ -90,13 +90,13 @@ def spec(name: str) -> ModelSpec:
 
 
 def list_architectures() -> list[str]:
-    from zoo.registry import get_registry
+    from zoo.specs.registry import get_registry
 
     return sorted(get_registry().architectures)
 
 
 if TYPE_CHECKING:
-    from zoo.analysis import (
+    from zoo.analysis.counts import (
         CacheBytes,
         ParamCount,
         cache_bytes,
@@ -110,12 +110,12 @@ if TYPE_CHECKING:
     )
     from zoo.harness.families import bench
     from zoo.harness.run import Measurement
-    from zoo.harness.sweep import compare, sweep
+    from zoo.harness.sweep.run import compare, sweep
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
-    from zoo.generation import generate
+    from zoo.model.generation import generate
     from zoo.components.fused import fuse_projections
-    from zoo.sentence import embed
-    from zoo.model import build
-    from zoo.registry import register_plugin
-    from zoo.model_spec import ModelSpec
+    from zoo.model.sentence import embed
+    from zoo.model.build import build
+    from zoo.specs.registry import register_plugin
+    from zoo.specs.model import ModelSpec

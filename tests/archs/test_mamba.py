@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import zoo
-from zoo.analysis import cache_bytes, kv_bytes_per_token, state_bytes
+from zoo.analysis.counts import cache_bytes, kv_bytes_per_token, state_bytes
 
 
 def test_mamba_130m_has_the_published_parameter_count():

@@ -88,7 +88,7 @@ def test_decoder_options_on_an_encoder_are_one_line_exit_2(option, field, capsys
 
 def test_bench_predicts_an_encoder_decoder_roofline(capsys):
     """--predict on an encoder-decoder: encoder, decoder prefill and decode rooflines, from
-    zoo.harness.hardware.encoder_roofline (the figures themselves: tests/harness/test_hardware.py)."""
+    zoo.analysis.devices.encoder_roofline (the figures themselves: tests/harness/test_hardware.py)."""
     sets = ["n_layers=1", "d_model=32", "attention.n_heads=2", "ffn.hidden=64", "vocab_size=128", "encoder.n_layers=1",
             "cross_attention.n_heads=2"]
     argv = ["bench", "--arch", "transformer-base", *sum((["--set", s] for s in sets), []), "--device", "cpu",

@@ -49,7 +49,7 @@ def test_weights_of_an_encoder_run_the_encoder_bench(bert_dir, loads, tmp_path, 
 
 
 def test_weights_of_an_encoder_decoder_and_both_rows_logged(t5_dir, loads, tmp_path, capsys):  # type: ignore[no-untyped-def]
-    from zoo.analysis import cache_bytes
+    from zoo.analysis.counts import cache_bytes
     from zoo.hub.loading import checkpoint_spec
 
     folder, n_params = t5_dir

@@ -19,7 +19,7 @@ def test_bench_of_a_hybrid_reports_state_bytes_beside_kv_bytes(tmp_path, capsys)
             "--threads", "1", "--no-save"]
     assert main([*argv, "--json"]) == 0
     m = json.loads(capsys.readouterr().out)
-    cache = zoo.analysis.cache_bytes(spec, 1, 12, dtype="float32")
+    cache = zoo.analysis.counts.cache_bytes(spec, 1, 12, dtype="float32")
     assert m["kv_bytes_per_token"] == 2 * 2 * 16 * 4 and m["state_bytes"] == cache.sequence > 0  # K and V, 1 layer
     assert m["kv_bytes"] == cache.total == 12 * m["kv_bytes_per_token"] + m["state_bytes"]
     assert main(argv) == 0

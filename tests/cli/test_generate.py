@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 import zoo
 from tests.generation_checks import _one_thread  # noqa: F401 (autouse fixture)
-from tests.test_generation import VOCAB, grid_model
+from tests.model.test_generation import VOCAB, grid_model
 from zoo.cli import generate as generate_cli
 from zoo.cli import main
 

@@ -86,7 +86,7 @@ def test_zoo_show_output_loads_back(tmp_path):
     assert again.returncode == 0 and again.stdout == shown.stdout, again.stderr
     as_json = zoo("show", "qwen3-0.6b", "--json").stdout
     (tmp_path / "f.json").write_text(as_json)
-    from zoo.model_spec import ModelSpec
+    from zoo.specs.model import ModelSpec
 
     assert ModelSpec.from_file(tmp_path / "f.json").to_dict() == json.loads(as_json)["spec"]
 

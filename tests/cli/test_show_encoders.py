@@ -1,4 +1,4 @@
-"""`zoo show` of encoders and encoder-decoders: every figure equals zoo.analysis (and the
+"""`zoo show` of encoders and encoder-decoders: every figure equals zoo.analysis.counts (and the
 hand count), in YAML comments and in --json alike."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from zoo.analysis import cache_bytes, count_params
+from zoo.analysis.counts import cache_bytes, count_params
 from zoo.cli import main
 
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import zoo
-from zoo.cache import KVCache
+from zoo.model.cache import KVCache
 from zoo.components.fused import FUSED_SIZES
-from zoo.generation import decode_step, prefill
+from zoo.model.generation import decode_step, prefill
 from zoo.quant import quantize
 from tests.conftest import tiny_spec
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import zoo
-from zoo.analysis import cache_bytes, state_bytes
-from zoo.cache import KVCache
+from zoo.analysis.counts import cache_bytes, state_bytes
+from zoo.model.cache import KVCache
 from zoo.components.feature_state import EPS, feature_map
 from zoo.components.infini_attention import InfiniAttention
 from tests.generation_checks import check_compiled_decode, check_left_padded_decode
-from zoo.generation import decode_step, left_pad, prefill
+from zoo.model.generation import decode_step, left_pad, prefill
 
 VOCAB, H, D, S = 61, 2, 8, 4
 
@@ -25,7 +25,7 @@ def _spec(update: str = "linear", n_layers: int = 1, positional: str = "none") -
     })
 
 
-def _model(update: str = "linear", n_layers: int = 1, positional: str = "none") -> zoo.model.ZooModel:
+def _model(update: str = "linear", n_layers: int = 1, positional: str = "none") -> zoo.model.build.ZooModel:
     model = zoo.build(_spec(update, n_layers, positional), seed=0).eval()
     with torch.no_grad():  # a gate away from 0.5 per head, so swapped paths show
         for layer in model.layers:

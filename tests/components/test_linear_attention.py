@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import zoo
-from zoo.analysis import cache_bytes
+from zoo.analysis.counts import cache_bytes
 from zoo.components.feature_state import EPS, feature_map
 
 

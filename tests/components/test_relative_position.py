@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import zoo
-from zoo.cache import KVCache
-from zoo.model import ZooModel
+from zoo.model.cache import KVCache
+from zoo.model.build import ZooModel
 from zoo.components.relative_position import RelativeBuckets, relative_position_bucket
 from zoo.errors import SpecError
 

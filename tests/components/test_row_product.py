@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.cache import KVCache
+from zoo.model.cache import KVCache
 from zoo.components import row_product as rows
 from zoo.components.linear import Linear, uses_matrix_vector, uses_row_kernel
-from zoo.generation import decode_step, prefill
+from zoo.model.generation import decode_step, prefill
 
 # one MiB and up takes the kernel: 512 x 512 float32, 1024 x 512 bfloat16
 TOLERANCE = {torch.float32: {"atol": 1e-4, "rtol": 1e-5}, torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}

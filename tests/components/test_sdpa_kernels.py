@@ -8,9 +8,9 @@ from torch.profiler import ProfilerActivity, profile
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.cache import KVCache
+from zoo.model.cache import KVCache
 from zoo.components.sdpa_kernels import varying_shape_kernels
-from zoo.generation import decode_step, prefill
+from zoo.model.generation import decode_step, prefill
 
 
 def test_off_cuda_the_choice_is_torchs():

@@ -51,7 +51,7 @@ def write_sweep_file(directory: Path, name: str = "grid", failing_point: bool = 
 
 def crash_on_mqa(plan_json: str, point_json: str, conn, log_path: str) -> None:  # type: ignore[no-untyped-def]
     """A forked run that dies by SIGKILL (as the kernel's OOM killer does) for mqa points."""
-    from zoo.harness.executors import _forked_run
+    from zoo.harness.sweep.executors import _forked_run
 
     if '"mqa"' in point_json:
         Path(log_path).write_text("about to be killed\n")

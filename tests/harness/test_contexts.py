@@ -12,10 +12,10 @@ import pytest
 import zoo
 from tests.harness.sweep_helpers import TINY_RUN, write_tiny_spec
 from zoo.errors import BenchError
-from zoo.harness.context_report import crossover_lines
+from zoo.harness.report.contexts import crossover_lines
 from zoo.harness.contexts import StepTimeModel, context_frame, crossovers, parse_context, parse_contexts
-from zoo.harness.executors import InlineExecutor
-from zoo.harness.grid import SweepPlan
+from zoo.harness.sweep.executors import InlineExecutor
+from zoo.harness.sweep.grid import SweepPlan
 
 MAMBA = {"kind": "mamba", "d_state": 4, "expand": 2, "d_conv": 4}
 
@@ -64,9 +64,9 @@ def test_analysis_only_predicts_every_context_with_the_roofline(tmp_path):
     assert contexts["decode_basis"].str.startswith("roofline h100-sxm, 2 layers").all()
     for record in contexts.to_dict("records"):
         variant = spec.override({"attention": MAMBA} if "mamba" in record["label"] else {})
-        cache = zoo.analysis.cache_bytes(variant, 1, record["context"], dtype="float32")
+        cache = zoo.analysis.counts.cache_bytes(variant, 1, record["context"], dtype="float32")
         assert record["cache_bytes"] == cache.total and record["cache_sequence_bytes"] == cache.sequence
-        assert record["memory_bytes"] == zoo.analysis.weight_bytes(variant, "float32") + cache.total
+        assert record["memory_bytes"] == zoo.analysis.counts.weight_bytes(variant, "float32") + cache.total
     assert list(contexts["note"].isna()) == [True, True, False] * 2  # 128 > max_seq_len 64
     mamba = contexts[contexts["label"].str.contains("mamba")]
     assert mamba["cache_bytes"].nunique() == 1 and mamba["cache_token_bytes"].eq(0).all()
@@ -181,7 +181,7 @@ def test_a_bad_context_in_a_sweep_file_names_the_file_and_key(tmp_path):
 
 def test_a_context_whose_run_is_refused_is_noted_and_predicted(tmp_path):
     from zoo.harness.contexts import context_curve
-    from zoo.harness.points import analyse
+    from zoo.harness.sweep.points import analyse
     from zoo.harness.run import make_config
 
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))

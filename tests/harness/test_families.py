@@ -8,8 +8,8 @@ import math
 import pytest
 
 import zoo
-from zoo.analysis import cache_bytes, encoder_flops, forward_flops, model_family
-from zoo.harness.executors import InlineExecutor
+from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, model_family
+from zoo.harness.sweep.executors import InlineExecutor
 from zoo.harness.families import measure_in_subprocess
 from zoo.harness.run import make_config
 
@@ -65,7 +65,7 @@ def test_a_fresh_interpreter_runs_the_family_benchmark():
 
 
 def test_reduced_depth_cuts_the_encoder_too():
-    from zoo.harness.points import reduced_depth
+    from zoo.harness.sweep.points import reduced_depth
 
     cut = reduced_depth(zoo.spec("t5-small"), 2)
     assert (cut.n_layers, cut.encoder.n_layers) == (2, 2)
@@ -88,7 +88,7 @@ def test_zoo_bench_measures_each_family_by_its_benchmark():
 
 def test_zoo_bench_of_an_encoder_checkpoint_is_an_encoder_measurement(tmp_path):  # type: ignore[no-untyped-def]
     from tests.hub.encoder_checkpoints import save_tiny_bert
-    from zoo.harness.encoder_bench import EncoderMeasurement
+    from zoo.harness.phases.encode import EncoderMeasurement
 
     n_params = save_tiny_bert(tmp_path)
     m = zoo.bench(None, weights=str(tmp_path), device="cpu", prompt_len=8, repeats=1)

@@ -14,7 +14,7 @@ from zoo.errors import BenchError, SpecError
 from zoo.harness import memory_check
 from zoo.harness.memory_check import check_fits, needed_bytes
 from zoo.harness.run import bench
-from zoo.model_spec import MAX_LAYERS
+from zoo.specs.model import MAX_LAYERS
 
 
 def test_needed_bytes_match_the_analysis():
@@ -55,7 +55,7 @@ def test_each_family_counts_its_own_cache():
 
 def test_zoo_bench_refuses_an_encoder_that_cannot_fit_in_one_line(monkeypatch, capsys, tmp_path):
     from zoo.cli import main
-    from zoo.harness import encoder_bench
+    from zoo.harness.phases import encode as encoder_bench
 
     monkeypatch.setattr(memory_check, "free_bytes", lambda device: 10 * 2**20)
     built = []

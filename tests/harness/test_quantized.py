@@ -7,7 +7,7 @@ import pytest
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.analysis import weight_bytes
+from zoo.analysis.counts import weight_bytes
 from zoo.errors import BenchError
 from zoo.harness.run import make_config
 

@@ -13,7 +13,7 @@ import torch
 import zoo
 from zoo.errors import CheckpointError, PluginConflictError, PluginError
 from zoo.hub.family import CheckpointFamily
-from zoo.registry import get_registry, reset_registry
+from zoo.specs.registry import get_registry, reset_registry
 
 
 def toy_family(model_type: str = "toy") -> SimpleNamespace:

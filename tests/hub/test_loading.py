@@ -10,8 +10,8 @@ import torch
 
 import zoo
 from tests.hub.conftest import FAMILIES, VOCAB
-from zoo.cache import KVCache
-from zoo.generation import decode_step, prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 
 PROMPT_LEN, NEW_TOKENS = 12, 32
 

@@ -1,5 +1,5 @@
 """zoo-mla and zoo-rwkv (plugins/) through their entry points, staged in temporary folders:
-the test environment is left as it was found (see zoo/plugin_staging.py)."""
+the test environment is left as it was found (see zoo/specs/staging.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from zoo.plugin_staging import stage_plugin
-from zoo.registry import reset_registry
+from zoo.specs.staging import stage_plugin
+from zoo.specs.registry import reset_registry
 
 ZOO_MLA = Path(__file__).resolve().parents[2] / "plugins" / "zoo-mla"
 ZOO_RWKV = Path(__file__).resolve().parents[2] / "plugins" / "zoo-rwkv"

@@ -7,7 +7,7 @@ import torch
 
 import zoo
 from zoo.cli import main
-from zoo.registry import get_registry
+from zoo.specs.registry import get_registry
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,11 @@ import pytest
 
 import zoo
 from zoo.cli import main
-from zoo.registry import get_registry
+from zoo.specs.registry import get_registry
 
 from .conftest import ZOO_RWKV
 
-PUBLIC = {"zoo", "zoo.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"}
+PUBLIC = {"zoo", "zoo.specs.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"}
 
 
 @pytest.fixture(autouse=True)
@@ -64,8 +64,8 @@ def test_the_time_mix_works_in_a_built_in_block():
     """A hybrid: RWKV time mixing as the mixer of a pre-norm SwiGLU block, decoding as it prefills."""
     import torch
 
-    from zoo.cache import KVCache
-    from zoo.generation import decode_step, prefill
+    from zoo.model.cache import KVCache
+    from zoo.model.generation import decode_step, prefill
 
     spec = zoo.spec("rwkv-4-169m-pile").override({
         "d_model": 32, "n_layers": 2, "vocab_size": 40, "attention.attention_hidden": 16,

@@ -5,7 +5,7 @@ import torch
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.analysis import decode_bytes_per_step, weight_bytes
+from zoo.analysis.counts import decode_bytes_per_step, weight_bytes
 from zoo.errors import BenchError
 from zoo.quant import normalize, quantize, run_dtype, stored_bytes
 from zoo.quant.linear import QuantizedLinear

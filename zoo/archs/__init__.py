@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from zoo.hookspecs import hookimpl
+from zoo.specs.hookspecs import hookimpl
 
 FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.gpt2",
@@ -33,8 +33,8 @@ FAMILY_MODULES: tuple[str, ...] = (
 def preset(name: str) -> Any:
     """The ModelSpec registered under ``name`` (built-in or from a plugin)."""
     from zoo.errors import PluginError, SpecError
-    from zoo.model_spec import ModelSpec
-    from zoo.registry import get_registry
+    from zoo.specs.model import ModelSpec
+    from zoo.specs.registry import get_registry
 
     entry = get_registry().architecture(name)
     source = entry.source

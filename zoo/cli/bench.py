@@ -61,7 +61,7 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
     if not args.no_save:  # an unwritable folder or damaged log fails now, not after the run
-        from zoo.harness.report import check_results
+        from zoo.harness.report.tables import check_results
 
         check_results(args.results_dir, args.results_name)
     from zoo.harness.families import family_of_run
@@ -72,13 +72,13 @@ def run_bench(args: argparse.Namespace) -> int:
             measurement = bench(spec, config, progress=update)
         table = measurement_table
     else:
-        from zoo.harness.encoder_bench import bench_encoder
+        from zoo.harness.phases.encode import bench_encoder
 
         measurement = bench_encoder(run_spec, config, gen_len_given=args.gen_len is not None)
         table = encoder_table
     saved = None
-    if not args.no_save:  # every family's row goes to the same log (zoo.harness.report)
-        from zoo.harness.report import append_result
+    if not args.no_save:  # every family's row goes to the same log (zoo.harness.report.tables)
+        from zoo.harness.report.tables import append_result
 
         saved = append_result(measurement, args.results_dir, args.results_name)
     if args.format == "json":

@@ -73,9 +73,9 @@ def build_catalog() -> dict[str, Any]:
     import sys
 
     import zoo
-    from zoo.analysis import model_family
+    from zoo.analysis.counts import model_family
     from zoo.errors import PluginError
-    from zoo.registry import FAMILIES, get_registry
+    from zoo.specs.registry import FAMILIES, get_registry
 
     registry = get_registry()
     rows = []
@@ -105,7 +105,7 @@ def catalog(use_cache: bool = True) -> dict[str, Any]:
     """The `zoo list` document: from the cache when it matches, else built (and cached)."""
     import sys
 
-    registry_module = sys.modules.get("zoo.registry")
+    registry_module = sys.modules.get("zoo.specs.registry")
     if registry_module is not None and getattr(registry_module, "_runtime_plugins", None):
         use_cache = False  # plugins added at run time (zoo.register_plugin) are not in the fingerprint
     path = cache_dir() / "list.json"
@@ -120,7 +120,7 @@ def catalog(use_cache: bool = True) -> dict[str, Any]:
     built = build_catalog()
     cacheable = built.pop("_cacheable")
     if use_cache and cacheable:
-        from zoo.atomic import write_text_atomic
+        from zoo.files.atomic import write_text_atomic
 
         try:
             write_text_atomic(path, json.dumps({"fingerprint": key, "catalog": built}))

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from zoo.model_spec import ModelSpec
+    from zoo.specs.model import ModelSpec
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, positional_arch: bool = False) -> None:
@@ -27,7 +27,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, positional_arch: bool
 def load_spec(args: argparse.Namespace) -> ModelSpec:
     """The spec named by --arch / ARCH, --spec or --hf-config, with --set applied."""
     from zoo.errors import SpecError
-    from zoo.model_spec import ModelSpec
+    from zoo.specs.model import ModelSpec
 
     sources = [s for s in (getattr(args, "arch", None), args.spec_file, args.hf_config) if s]
     if len(sources) != 1:

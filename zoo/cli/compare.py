@@ -102,13 +102,13 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from zoo.errors import SpecError
-    from zoo.harness.sweep import compare
+    from zoo.harness.sweep.run import compare
 
     if bool(args.arch) == bool(args.spec_file):
         raise SpecError("give exactly one of --arch NAME or --spec FILE")
     spec = None
     if args.spec_file:
-        from zoo.model_spec import ModelSpec
+        from zoo.specs.model import ModelSpec
 
         spec = ModelSpec.from_file(args.spec_file)
     run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
@@ -133,8 +133,8 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from zoo.harness.grid import load_plan
-    from zoo.harness.sweep import sweep
+    from zoo.harness.sweep.grid import load_plan
+    from zoo.harness.sweep.run import sweep
 
     options = _context_options(args)  # a bad --contexts fails before the file is read
     plan = load_plan(args.file)
@@ -173,7 +173,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def _provenance(frame, log) -> str:  # type: ignore[no-untyped-def]
     """Where logged rows came from: when they finished and on which device."""
-    from zoo.harness.results_log import read_log
+    from zoo.harness.sweep.results_log import read_log
 
     ids = set(frame["point_id"]) if len(frame) else set()
     rows = [r for r in read_log(log) if r.get("point_id") in ids] if log.exists() else []
@@ -232,7 +232,7 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
     else:
         print_table(frame_table(frame, title), fmt)
         if contexts is not None:
-            from zoo.harness.context_report import crossover_lines
+            from zoo.harness.report.contexts import crossover_lines
             from zoo.harness.contexts import as_frame
 
             sys.stdout.write("\n")
@@ -276,8 +276,8 @@ def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]
 
 
 def context_table(contexts, title: str) -> TableData:  # type: ignore[no-untyped-def]
-    """The per-context frame as a table (columns: ``zoo.harness.context_report.table_rows``)."""
-    from zoo.harness.context_report import NUMERIC_HEADERS, table_rows
+    """The per-context frame as a table (columns: ``zoo.harness.report.contexts.table_rows``)."""
+    from zoo.harness.report.contexts import NUMERIC_HEADERS, table_rows
 
     headers, rows = table_rows(contexts)
     return TableData(title, headers, rows, right={h for h in headers if h in NUMERIC_HEADERS})

@@ -45,7 +45,7 @@ def load_checkpoint(weights: str, revision: str | None, dtype: str, device: str,
                     gguf_file: str | None = None) -> tuple[Any, Path]:
     """The model and the folder (or GGUF file) it came from (zoo.hub resolves repo ids)."""
     from zoo.hub.download import resolve_checkpoint
-    from zoo.hub.gguf_loading import find_gguf
+    from zoo.hub.gguf.loading import find_gguf
     from zoo.hub.loading import from_pretrained
 
     path = find_gguf(weights, gguf_file, revision) or resolve_checkpoint(weights, revision=revision)
@@ -60,8 +60,8 @@ def load_tokenizer(folder: Path) -> Tokenizer:
     from zoo.errors import CheckpointError
 
     if folder.suffix == ".gguf" and folder.is_file():
-        from zoo.hub.gguf_reader import GGUFCheckpoint
-        from zoo.hub.gguf_tokenizer import gguf_tokenizer
+        from zoo.hub.gguf.reader import GGUFCheckpoint
+        from zoo.hub.gguf.tokenizer import gguf_tokenizer
 
         return gguf_tokenizer(GGUFCheckpoint(folder))  # type: ignore[no-any-return]
     path = folder / "tokenizer.json"
@@ -77,8 +77,8 @@ def eos_token_ids(folder: Path) -> list[int]:
     """End-of-sequence ids from generation_config.json, else config.json (an id or a list),
     or a GGUF file's EOS, end-of-turn and end-of-message ids."""
     if folder.suffix == ".gguf" and folder.is_file():
-        from zoo.hub.gguf_reader import GGUFCheckpoint
-        from zoo.hub.gguf_tokenizer import gguf_eos_ids
+        from zoo.hub.gguf.reader import GGUFCheckpoint
+        from zoo.hub.gguf.tokenizer import gguf_eos_ids
 
         return gguf_eos_ids(GGUFCheckpoint(folder))
     from zoo.hub.config import eos_token_ids as read_ids
@@ -115,7 +115,7 @@ def _checked_options(args: argparse.Namespace) -> str:
     import torch
 
     from zoo.harness.environment import pick_device
-    from zoo.sampling import SamplingSettings
+    from zoo.model.sampling import SamplingSettings
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -127,7 +127,7 @@ def run_generate(args: argparse.Namespace) -> int:
     device = _checked_options(args)  # before torch is imported where it can: bad options fail fast
     import torch
 
-    from zoo.generation import stream
+    from zoo.model.generation import stream
 
     # loading shows its own bar (zoo.hub), on a terminal only
     extra = {"gguf_file": args.gguf_file} if args.gguf_file else {}

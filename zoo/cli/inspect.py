@@ -68,7 +68,7 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     encoder-decoder's self K/V grow per generated token and its cross K/V per encoder token
     (the cache at max_seq_len holds both at that length)."""
     import zoo
-    from zoo.analysis import cache_bytes, model_family
+    from zoo.analysis.counts import cache_bytes, model_family
 
     count = zoo.count_params(spec)
     family = model_family(spec)
@@ -114,7 +114,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_schema(args: argparse.Namespace) -> int:
-    from zoo.spec_schema import spec_json_schema
+    from zoo.specs.schema import spec_json_schema
 
     print_json(spec_json_schema())
     return 0

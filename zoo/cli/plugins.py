@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
 
 if TYPE_CHECKING:
-    from zoo.registry import PluginInfo, Registry
+    from zoo.specs.registry import PluginInfo, Registry
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def run_plugins(args: argparse.Namespace) -> int:
     import warnings
 
     from zoo.errors import PluginWarning
-    from zoo.registry import get_registry
+    from zoo.specs.registry import get_registry
 
     with warnings.catch_warnings():
         if args.format != "csv":  # the failures are part of this command's output: not a warning too

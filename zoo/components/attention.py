@@ -21,9 +21,9 @@ from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.components.masks import visible
 from zoo.components.sdpa_kernels import varying_shape_kernels
-from zoo.hookspecs import hookimpl
+from zoo.specs.hookspecs import hookimpl
 from zoo.errors import GenerationError
-from zoo.interfaces import (
+from zoo.specs.interfaces import (
     BuildContext,
     LayerState,
     Memory,

@@ -13,8 +13,8 @@ from pydantic import Field
 from torch import nn
 
 from zoo.errors import SpecError
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import Block, BuildContext, FeedForward, LayerState, Memory, Options, Positions, TokenMixer
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import Block, BuildContext, FeedForward, LayerState, Memory, Options, Positions, TokenMixer
 
 
 class PreNormOptions(Options):

@@ -7,8 +7,8 @@ import torch
 from pydantic import Field, NonNegativeInt
 from torch import nn
 
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Embedding, Options, Positions
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, Embedding, Options, Positions
 
 
 class TokenEmbeddingOptions(Options):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 
 from zoo.components.linear import Linear
-from zoo.interfaces import BuildContext, LayerState, Options, Positions, TokenMixer
+from zoo.specs.interfaces import BuildContext, LayerState, Options, Positions, TokenMixer
 
 EPS = 1e-6
 

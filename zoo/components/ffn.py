@@ -11,8 +11,8 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.fused import project
 from zoo.components.linear import Linear
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, FeedForward, Options
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, FeedForward, Options
 
 
 class _HiddenDefault(Options):

@@ -8,7 +8,7 @@ are the parts' outputs side by side, split back by width, so the result is the s
 product, row for row (exact in float32: each output element is the same dot product).
 
 A token mixer or FFN opts in by overriding ``fusable_projections()`` (declared on both
-bases in ``zoo.interfaces``, empty by default): ``{fused name: (part names...)}``, and runs
+bases in ``zoo.specs.interfaces``, empty by default): ``{fused name: (part names...)}``, and runs
 the group through ``project``. ``fuse_projections(model)`` fuses every group
 whose parts are plain, same-input Linears (quantized or otherwise replaced parts are left
 alone). It is an explicit step after loading: the state dict keeps the unfused names (a
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from zoo.components.linear import Linear
-from zoo.interfaces import FeedForward, TokenMixer
+from zoo.specs.interfaces import FeedForward, TokenMixer
 
 FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}
 

@@ -14,8 +14,8 @@ from torch import nn
 
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.linear import Linear
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Embedding, Head, Options
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, Embedding, Head, Options
 
 
 class CausalLMOptions(Options):

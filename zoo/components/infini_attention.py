@@ -31,8 +31,8 @@ from torch import nn
 
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
 from zoo.errors import SpecError
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
 
 STATE = ("mem", "z")
 

@@ -19,8 +19,8 @@ from pydantic import Field
 
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
 from zoo.errors import SpecError
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
 
 CHUNK = 64
 STATE = ("kv", "k_sum")

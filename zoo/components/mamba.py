@@ -25,8 +25,8 @@ from torch import nn
 from zoo.components.linear import Linear
 from zoo.errors import SpecError
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
 
 
 class MambaOptions(Options):

@@ -21,9 +21,9 @@ from torch import nn
 from zoo.components.causal_conv import causal_conv
 from zoo.components.linear import Linear
 from zoo.components.ssd import chunk_scan, ssd_step
-from zoo.hookspecs import hookimpl
+from zoo.specs.hookspecs import hookimpl
 from zoo.components.sequence_state import SequenceStateMixer
-from zoo.interfaces import BuildContext, Options
+from zoo.specs.interfaces import BuildContext, Options
 
 
 class Mamba2Options(Options):

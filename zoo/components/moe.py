@@ -25,8 +25,8 @@ from zoo.components.activations import ACTIVATIONS
 from zoo.components.ffn import GatedMLP
 from zoo.components.grouped_mm import expert_offsets, grouped_mm_supported
 from zoo.components.linear import Linear
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, FeedForward, Options
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, FeedForward, Options
 
 
 class MoEOptions(Options):

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import Options
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import Options
 
 
 class LayerNormOptions(Options):

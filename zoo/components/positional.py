@@ -9,8 +9,8 @@ from pydantic import Field
 from torch import nn
 
 from zoo.components.rope import RopeRotation, RopeScaling, rope_cos_sin, rope_frequencies
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Options, Positional, Rotation
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, Options, Positional, Rotation
 
 
 class StackPositional(Positional):

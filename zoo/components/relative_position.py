@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.hookspecs import hookimpl
-from zoo.interfaces import BuildContext, Options, Positional
+from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import BuildContext, Options, Positional
 
 
 class RelativeBucketsOptions(Options):

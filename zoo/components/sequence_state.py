@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.interfaces import LayerState, Memory, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import LayerState, Memory, Positions, StateTensor, TokenMixer
 
 
 class SequenceStateMixer(TokenMixer):

@@ -4,18 +4,18 @@ For each point of a plan with ``contexts``, each context length gets one record 
 in the point's row as ``contexts``):
 
 - memory: the full-size model's weight bytes (the ``weight_bytes`` the row's analysis
-  holds) plus ``zoo.analysis.cache_bytes`` at batch × context: exact, marked ``analysis``;
+  holds) plus ``zoo.analysis.counts.cache_bytes`` at batch × context: exact, marked ``analysis``;
 - decode tokens/s, marked ``measured`` or ``predicted``. Measured: the harness's own
   ``bench`` (the executor's ``measure``, on the model cut to the plan's depth) with a
   prompt of ``context - gen_len`` tokens, so its decode steps run at that context; only
   for contexts up to ``measure_up_to`` (default 4k on a host, 32k on CUDA), and a run
   refused as not fitting becomes a prediction with the reason in ``note``. Predicted, when
   the point was timed: ``StepTimeModel``, step time against the bytes a step reads
-  (``zoo.analysis.decode_bytes_per_step``), from the measured contexts (else the point's own
+  (``zoo.analysis.counts.decode_bytes_per_step``), from the measured contexts (else the point's own
   run): the roofline's memory term at the bandwidth this device achieved, so measured and
   predicted points are of one model on one device.
   Predicted without timing (``analysis_only``): the roofline
-  (``zoo.harness.hardware.roofline``) of the full-size model on ``config.predict``
+  (``zoo.analysis.devices.roofline``) of the full-size model on ``config.predict``
   (default ``h100-sxm``).
 
 ``context_frame`` is the long table (one row per variant and context), with ratios to the
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
-from zoo.harness.table_cells import values_key
+from zoo.harness.report.cells import values_key
 from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class StepTimeModel:
 
 def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: int) -> dict[str, Any]:
     """Weights plus the cache at ``context`` (full-size model, batch × context, the run's dtype)."""
-    from zoo.analysis import cache_bytes
+    from zoo.analysis.counts import cache_bytes
 
     cache = cache_bytes(spec, config.batch_size, context, dtype=analysis["dtype"])
     return {
@@ -171,8 +171,8 @@ def _predict_at(
     model: StepTimeModel | None, measured_spec: Any,
 ) -> None:
     """From this device's step-time model, else (no run) the GPU roofline of the full model."""
-    from zoo.analysis import decode_bytes_per_step
-    from zoo.harness.hardware import roofline
+    from zoo.analysis.counts import decode_bytes_per_step
+    from zoo.analysis.devices import roofline
 
     context, gen, dtype = record["context"], config.gen_len, analysis["dtype"]
     at = max(1, context - gen + gen // 2)  # the decode midpoint, as the harness reports its bytes
@@ -198,7 +198,7 @@ def _layers(n: int) -> str:
 
 
 def _torch_dtype(name: str) -> Any:
-    from zoo.model import resolve_dtype
+    from zoo.model.build import resolve_dtype
 
     return resolve_dtype(name)
 
@@ -215,7 +215,7 @@ def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], base
     ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
     Plain dicts (JSON values, None for missing): what ``frame.attrs["contexts"]`` holds, since
     pandas compares attrs when frames are concatenated and a DataFrame there cannot be."""
-    from zoo.harness.grid import format_value
+    from zoo.harness.sweep.grid import format_value
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("contexts")), key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): {c["context"]: c for c in r["contexts"]} for r in ok}

@@ -1,7 +1,7 @@
 """The harness by model family: which benchmark a sweep point runs and which analysis its
 row carries, for decoder-only, encoder-only and encoder-decoder models alike.
 
-The family comes from ``zoo.analysis.model_family`` (the one place that decides it); this
+The family comes from ``zoo.analysis.counts.model_family`` (the one place that decides it); this
 module maps each family to its benchmark (``BENCHES``) and its analysis (``ANALYSES``), so
 the point runner, the executors and the subprocess entry point never test a kind. Columns a
 family does not have are None in its rows (an encoder keeps no cache: no KV bytes, not 0),
@@ -16,13 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from zoo.analysis import Family, model_family
+from zoo.analysis.counts import Family, model_family
 from zoo.errors import BenchError
 from zoo.harness.child_run import child_main, run_child
-from zoo.harness.encoder_bench import EncoderMeasurement, bench_encoder
+from zoo.harness.phases.encode import EncoderMeasurement, bench_encoder
 from zoo.harness.run import BenchConfig, Measurement
 from zoo.harness.run import bench as decoder_bench
-from zoo.model_spec import ModelSpec
+from zoo.specs.model import ModelSpec
 
 KV_CURVE_MIN = 256  # the KV-against-context curve: powers of two from here to max_seq_len
 
@@ -61,7 +61,7 @@ def bench(spec: Any, config: BenchConfig | None = None, **options: Any) -> BaseM
     BenchConfig fields; ``gen_len`` given for an encoder-only model is refused (it decodes
     nothing)."""
     from zoo.harness.run import make_config
-    from zoo.model import as_spec
+    from zoo.model.build import as_spec
 
     model_spec = as_spec(spec) if spec is not None else None
     merged = make_config(**{**(config.model_dump() if config else {}), **options})
@@ -82,7 +82,7 @@ def context_lengths(max_seq_len: int) -> list[int]:
 
 def common_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
     """The columns every family has: name, depth, dtype, parameters, weight bytes."""
-    from zoo.analysis import count_params, weight_bytes
+    from zoo.analysis.counts import count_params, weight_bytes
 
     count = count_params(spec)
     return {
@@ -97,7 +97,7 @@ def decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[s
     """A decoder-only model: K/V per token and state per sequence, the cache at prompt + gen
     tokens, FLOPs per decoded token at the midpoint context (None where a plugin's mixer
     declares none) and the cache against context."""
-    from zoo.analysis import cache_bytes, flops_per_token
+    from zoo.analysis.counts import cache_bytes, flops_per_token
     from zoo.errors import PluginError
 
     context = config.prompt_len + config.gen_len
@@ -117,7 +117,7 @@ def decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[s
 def encoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -> dict[str, Any]:
     """An encoder-only model: FLOPs of one forward of the batch; no cache, so every KV column
     is None (not applicable, not zero)."""
-    from zoo.analysis import forward_flops
+    from zoo.analysis.counts import forward_flops
 
     B, S = config.batch_size, config.prompt_len
     return {
@@ -132,7 +132,7 @@ def encoder_decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -
     self K/V per generated token and cross K/V per encoder token; the whole cache at
     ``gen_len`` decoder tokens and ``prompt_len`` encoder tokens; FLOPs per decoded token
     at the decoder's midpoint context."""
-    from zoo.analysis import cache_bytes, encoder_flops, forward_flops
+    from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops
 
     B, S, G = config.batch_size, config.prompt_len, config.gen_len
     per_token = cache_bytes(spec, 1, 1, 1, dtype=dtype)
@@ -146,7 +146,7 @@ def encoder_decoder_analysis(spec: ModelSpec, config: BenchConfig, dtype: Any) -
     }
 
 
-# the row analysis of each family (sweep points: ``zoo.harness.points.analyse``)
+# the row analysis of each family (sweep points: ``zoo.harness.sweep.points.analyse``)
 ANALYSES: dict[Family, Callable[[ModelSpec, BenchConfig, Any], dict[str, Any]]] = {
     "decoder": decoder_analysis, "encoder": encoder_analysis, "encoder-decoder": encoder_decoder_analysis,
 }

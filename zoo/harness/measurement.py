@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from zoo.harness.environment import Environment, device_name, zoo_git_commit
 from zoo.harness.run_config import BenchConfig
-from zoo.harness.timed_rounds import Timings
-from zoo.model_spec import ModelSpec
+from zoo.harness.phases.timed_rounds import Timings
+from zoo.specs.model import ModelSpec
 
 
 class Measurement(BaseModel):
@@ -69,7 +69,7 @@ class Measurement(BaseModel):
 
 
 def _flops_or_none(spec: ModelSpec, context: int) -> int | None:
-    from zoo.analysis import flops_per_token
+    from zoo.analysis.counts import flops_per_token
     from zoo.errors import PluginError
 
     try:
@@ -93,7 +93,7 @@ def build_measurement(
     """The Measurement of a run: its timings with the spec's analysis and the environment."""
     from datetime import datetime, timezone
 
-    from zoo.analysis import count_params, decode_bytes_per_step, kv_bytes_per_token, state_bytes
+    from zoo.analysis.counts import count_params, decode_bytes_per_step, kv_bytes_per_token, state_bytes
     from zoo.quant import normalize, stored_bytes
 
     B, P, G = config.batch_size, config.prompt_len, config.gen_len
@@ -129,7 +129,7 @@ def build_measurement(
 def with_prediction(measurement: Measurement, spec: ModelSpec, gpu_key: str, dtype: torch.dtype) -> Measurement:
     """The measurement with the roofline on ``gpu_key`` beside it, and the achieved fraction
     of it when the run was on that GPU."""
-    from zoo.harness.hardware import gpu, matches_device, roofline
+    from zoo.analysis.devices import gpu, matches_device, roofline
 
     c = measurement.config
     line = roofline(

@@ -20,9 +20,9 @@ from zoo.harness.child_run import child_main, run_child
 from zoo.harness.environment import pick_device
 from zoo.harness.measurement import Measurement, build_measurement, with_prediction
 from zoo.harness.run_config import BenchConfig, Progress, make_config
-from zoo.harness.timed_rounds import timed_rounds
-from zoo.model import resolve_dtype
-from zoo.model_spec import ModelSpec
+from zoo.harness.phases.timed_rounds import timed_rounds
+from zoo.model.build import resolve_dtype
+from zoo.specs.model import ModelSpec
 
 __all__ = ["BenchConfig", "Measurement", "Progress", "bench", "make_config", "run_in_subprocess", "with_prediction"]
 
@@ -47,7 +47,7 @@ def bench(
     **options: Any,
 ) -> Measurement:
     """Measure one spec (or ``weights=``) as ``config`` / keyword options say; see BenchConfig."""
-    from zoo.model import as_spec
+    from zoo.model.build import as_spec
     from zoo.quant import run_dtype
 
     if config is None:
@@ -90,7 +90,7 @@ def _check_run(spec: ModelSpec, config: BenchConfig, predict: bool = True) -> No
             f"allowed: at most {spec.max_seq_len}"
         )
     if predict and config.predict:
-        from zoo.analysis import flops_per_token
+        from zoo.analysis.counts import flops_per_token
 
         flops_per_token(spec, context)
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zoo.errors import BenchError
-from zoo.strict_numbers import StrictNumbers
+from zoo.specs.strict_numbers import StrictNumbers
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
@@ -32,11 +32,11 @@ class BenchConfig(StrictNumbers):
     warmup: int = Field(1, ge=1, description="untimed rounds before timing")
     compile: bool = Field(
         False, description="fuse q|k|v and gate|up, torch.compile prefill and decode step (CUDA graphs and "
-        "coordinate-descent tuning on CUDA; zoo/harness/compiling.py)"
+        "coordinate-descent tuning on CUDA; zoo/harness/phases/compiling.py)"
     )
     seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
     weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
-    predict: str | None = Field(None, description="a GPU of zoo.harness.hardware.GPUS for a roofline estimate")
+    predict: str | None = Field(None, description="a GPU of zoo.analysis.devices.GPUS for a roofline estimate")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
     weights_dtype: str | None = Field(
         None, description="bf16, float32 (the model in that dtype) or int8, int4 (weight-only quantized linears; "
@@ -59,7 +59,7 @@ class BenchConfig(StrictNumbers):
 
             check_group_size(self.weights_group_size)
         if self.predict is not None:
-            from zoo.harness.hardware import gpu
+            from zoo.analysis.devices import gpu
 
             gpu(self.predict)
         return self

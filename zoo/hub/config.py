@@ -19,16 +19,16 @@ from typing import Any
 from zoo.errors import CheckpointError, PluginConflictError, SpecError, allowed, did_you_mean
 from zoo.hub.config_keys import BASE_CHECKS, NEUTRAL_KEYS  # noqa: F401 - NEUTRAL_KEYS re-exported
 from zoo.hub.config_input import check_value_types, read_hf_config  # noqa: F401 - read_hf_config re-exported
-from zoo.hub.config_mamba import mamba_spec
+from zoo.hub.families.mamba import mamba_spec
 from zoo.hub.config_reader import (  # noqa: F401  (re-exported: the readers' home before the split)
     ACTIVATIONS,
     ConfigReader,
     rope_options,
 )
 from zoo.hub.config_reader import layer_selector, rope_params  # noqa: F401
-from zoo.hub.config_recurrent import RECURRENT_FAMILIES
-from zoo.hub import bart, modernbert, t5
-from zoo.model_spec import ModelSpec
+from zoo.hub.families.recurrent import RECURRENT_FAMILIES
+from zoo.hub.families import bart, modernbert, t5
+from zoo.specs.model import ModelSpec
 
 def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, default_sliding: bool) -> list[int]:
     """Indices of sliding-window layers from layer_types (or all/none when absent)."""
@@ -44,7 +44,7 @@ def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, defa
     return sliding
 
 
-# the families that live in a module of their own (zoo.hub.families dispatches their tensor names)
+# the families that live in a module of their own (zoo.hub.dispatch dispatches their tensor names)
 FAMILY_MODULES: dict[str, ModuleType] = {module.MODEL_TYPE: module for module in (modernbert, t5, bart)}
 
 # ---- families -------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
 
 def plugin_families() -> dict[str, Any]:
     """model_type -> the CheckpointFamily a plugin registered (the registry is built if needed)."""
-    from zoo.registry import get_registry  # the registry imports plugins: only when asked
+    from zoo.specs.registry import get_registry  # the registry imports plugins: only when asked
 
     return {model_type: entry.family for model_type, entry in get_registry().checkpoint_formats.items()}
 
@@ -263,7 +263,7 @@ def family_module(model_type: str) -> Any | None:
     """The family object for ``model_type``: a plugin's, else a built-in module, else None
     (the families of ``zoo.hub.names`` / ``zoo.hub.config``). A model type zoo reads itself
     is taken over by a plugin only with ``override=True``."""
-    from zoo.registry import get_registry  # the registry imports plugins: only when asked
+    from zoo.specs.registry import get_registry  # the registry imports plugins: only when asked
 
     entry = get_registry().checkpoint_formats.get(model_type)
     if entry is not None:
@@ -328,7 +328,7 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
 def eos_token_ids(folder: Path) -> list[int]:
     """End-of-sequence ids from generation_config.json, else config.json (an id or a list);
     a file that is not JSON, or an id that is not a non-negative integer, is a CheckpointError."""
-    from zoo.safe_io import load_json, read_text
+    from zoo.files.safe_io import load_json, read_text
 
     for name in ("generation_config.json", "config.json"):
         path = Path(folder) / name

@@ -36,7 +36,7 @@ def read_hf_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     """The config dict and a name for messages (a file, a folder holding config.json, or a dict)."""
     if isinstance(config, Mapping):
         return dict(config), "config"
-    from zoo.safe_io import load_json, read_text
+    from zoo.files.safe_io import load_json, read_text
 
     path = Path(config)
     if path.is_dir():
@@ -70,6 +70,6 @@ def check_value_types(data: Mapping[str, Any], source: str) -> None:
         elif key == "mlp_only_layers" and not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
             problem = "expected a list of layer indices"
         if problem:
-            from zoo.safe_io import bounded_repr
+            from zoo.files.safe_io import bounded_repr
 
             raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")

@@ -1,6 +1,6 @@
 """Reading Hugging Face config.json files: the key-ticking reader, activation names, RoPE
 options, layer selectors. Shared by ``zoo.hub.config`` and the per-family modules
-(``zoo.hub.modernbert``, ``zoo.hub.t5``, ``zoo.hub.bart``, ``zoo.hub.config_recurrent``), which import nothing else of
+(``zoo.hub.families.modernbert``, ``zoo.hub.families.t5``, ``zoo.hub.families.bart``, ``zoo.hub.families.recurrent``), which import nothing else of
 ``zoo.hub.config`` (it imports them).
 """
 

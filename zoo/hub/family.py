@@ -4,7 +4,7 @@ A plugin that brings a new block (RWKV, say) also brings its checkpoint format: 
 registers an object with this protocol through the hook
 ``zoo_register_checkpoint_formats(register)`` (``register(family, override=False)``), and
 ``zoo.from_pretrained``, ``ModelSpec.from_hf_config`` and ``save_pretrained`` then handle
-its ``model_type`` as they handle the built-in families (``zoo.hub.modernbert``, ``t5``,
+its ``model_type`` as they handle the built-in families (``zoo.hub.families.modernbert``, ``t5``,
 ``bart`` have the same shape). A module with these names is such an object.
 
 This module imports no other part of zoo at run time beyond ``zoo.errors`` and the config
@@ -21,7 +21,7 @@ from zoo.hub.config_reader import ConfigReader, layer_selector
 
 if TYPE_CHECKING:
     from zoo.hub.names import Rule
-    from zoo.model_spec import ModelSpec
+    from zoo.specs.model import ModelSpec
 
 __all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "layer_selector", "missing_members"]
 

@@ -5,7 +5,7 @@ checkpoint tensor is then copied from a memory-mapped view straight into its par
 its file pages released, so peak memory is about one copy of the weights. Sharded
 checkpoints are read through ``model.safetensors.index.json``. Only safetensors are read:
 ``pytorch_model.bin`` files are pickles and are refused. GGUF files go through
-``zoo.hub.gguf_loading``.
+``zoo.hub.gguf.loading``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import torch
 from zoo.errors import CheckpointError
 from zoo.hub.config import read_hf_config, spec_from_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.families import ignored_tensor, tensor_rules
+from zoo.hub.dispatch import ignored_tensor, tensor_rules
 from zoo.hub.names import legacy_aliases
 from zoo.hub.safetensors_io import SafetensorsFile
-from zoo.model import ZooModel, build, init_buffers, persistent_buffers
-from zoo.model_spec import ModelSpec
+from zoo.model.build import ZooModel, build, init_buffers, persistent_buffers
+from zoo.specs.model import ModelSpec
 
 INDEX_FILE = "model.safetensors.index.json"
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -61,7 +61,7 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
 
 def read_weight_map(index: Path) -> dict[str, str]:
     """The index's ``weight_map``: tensor name -> shard file name, both strings."""
-    from zoo.safe_io import load_json, read_text
+    from zoo.files.safe_io import load_json, read_text
 
     data = load_json(read_text(index, CheckpointError, "index file"), CheckpointError, str(index))
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
@@ -167,7 +167,7 @@ def from_pretrained(
     ``dtype`` defaults to float32, ``device`` to the CPU. The spec is ``model.spec`` and the
     checkpoint's family ``model.hf_model_type`` (``save_pretrained`` writes it back).
     """
-    from zoo.hub.gguf_loading import find_gguf, from_gguf
+    from zoo.hub.gguf.loading import find_gguf, from_gguf
 
     gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
     if gguf_path is not None:
@@ -189,9 +189,9 @@ def checkpoint_spec(repo_or_dir: str | Path, *, revision: str | None = None, ggu
     without loading a weight: callers that choose what to do by the model (``zoo bench
     --weights`` picks its family's benchmark) decide before paying for the load. The name is
     the one ``from_pretrained`` gives, so both agree."""
-    from zoo.hub.gguf_loading import find_gguf
-    from zoo.hub.gguf_reader import GGUFCheckpoint
-    from zoo.hub.gguf_spec import spec_from_gguf
+    from zoo.hub.gguf.loading import find_gguf
+    from zoo.hub.gguf.reader import GGUFCheckpoint
+    from zoo.hub.gguf.spec import spec_from_gguf
 
     gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
     if gguf_path is not None:

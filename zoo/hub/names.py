@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.hub.config_mamba import MAMBA_RENAMES
+from zoo.hub.families.mamba import MAMBA_RENAMES
 
 Pairs = Iterable[tuple[torch.Tensor, torch.Tensor]]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.atomic import atomic_path
+from zoo.files.atomic import atomic_path
 from zoo.errors import CheckpointError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -43,7 +43,7 @@ def _is_count(value: object) -> bool:
 
 
 def _short(value: object) -> str:
-    from zoo.safe_io import bounded_repr
+    from zoo.files.safe_io import bounded_repr
 
     return bounded_repr(value, 80)
 
@@ -74,7 +74,7 @@ class SafetensorsFile:
         return CheckpointError(f"{self.path}: {message}")
 
     def _read_header(self) -> None:
-        from zoo.safe_io import open_regular
+        from zoo.files.safe_io import open_regular
 
         fd = open_regular(self.path, CheckpointError, "safetensors file")  # a FIFO would block forever
         try:
@@ -141,7 +141,7 @@ class SafetensorsFile:
 
     # ---- data -----------------------------------------------------------------------------
     def __enter__(self) -> SafetensorsFile:
-        from zoo.safe_io import open_regular
+        from zoo.files.safe_io import open_regular
 
         self._file = os.fdopen(open_regular(self.path, CheckpointError, "safetensors file"), "rb")
         if self.path.stat().st_size > 0:

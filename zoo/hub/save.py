@@ -14,16 +14,16 @@ from typing import Any
 
 import torch
 
-from zoo.atomic import write_text_atomic
+from zoo.files.atomic import write_text_atomic
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILIES, spec_from_hf_config, supported_model_types
-from zoo.hub.config_mamba import mamba_config
-from zoo.hub.config_recurrent import RECURRENT_ARCHITECTURES, RECURRENT_WRITERS
-from zoo.hub.families import FAMILY_MODULES, family_module, plugin_families, tensor_rules
+from zoo.hub.families.mamba import mamba_config
+from zoo.hub.families.recurrent import RECURRENT_ARCHITECTURES, RECURRENT_WRITERS
+from zoo.hub.dispatch import FAMILY_MODULES, family_module, plugin_families, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.components.fused import unfused_parameters
-from zoo.model import ZooModel, persistent_buffers
-from zoo.model_spec import ModelSpec
+from zoo.model.build import ZooModel, persistent_buffers
+from zoo.specs.model import ModelSpec
 
 ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",

@@ -5,7 +5,7 @@ computes, the weights' storage says how its trained (or random) weights are held
 checkpoint is benchmarked at bf16, int8 and int4, and fidelity is measured against the
 unquantized model on the same weights, which only a post-build step allows. It lives in
 ``BenchConfig`` (so ``zoo compare --vary weights_dtype=...`` takes it like any run option)
-and in ``zoo.analysis.weight_bytes(..., weights_dtype=)``.
+and in ``zoo.analysis.counts.weight_bytes(..., weights_dtype=)``.
 
 - ``bf16`` / ``float32``: no quantization; the whole model in that dtype.
 - ``int8`` / ``int4``: every ``nn.Linear`` (attention and FFN projections, MoE routers, the
@@ -56,7 +56,7 @@ def run_dtype(weights_dtype: str | None, dtype: str | None, default: str) -> str
     ``dtype`` is a BenchError."""
     name = normalize(weights_dtype)
     if name in FLOAT_DTYPE:
-        from zoo.model import resolve_dtype
+        from zoo.model.build import resolve_dtype
 
         if dtype is not None and resolve_dtype(dtype) != resolve_dtype(FLOAT_DTYPE[name]):
             raise BenchError(f"weights_dtype: {name} contradicts dtype={dtype}; give one of them, or the same dtype")

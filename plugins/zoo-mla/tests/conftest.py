@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.plugin_staging import stage_plugin
+from zoo.specs.staging import stage_plugin
 
 stage_plugin(Path(__file__).resolve().parents[1])  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
 import zoo  # noqa: E402
-from zoo.model_spec import ModelSpec  # noqa: E402
-from zoo.registry import reset_registry  # noqa: E402
+from zoo.specs.model import ModelSpec  # noqa: E402
+from zoo.specs.registry import reset_registry  # noqa: E402
 
 reset_registry()  # in case the registry was built before the install
 

@@ -3,7 +3,7 @@ import torch
 from conftest import TINY_VOCAB, tiny_deepseek
 
 import zoo
-from zoo.cache import KVCache
+from zoo.model.cache import KVCache
 
 
 @pytest.mark.parametrize("name", ["deepseek-v2-lite", "deepseek-v3"])

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from zoo.errors import SpecError
-from zoo.interfaces import Options
+from zoo.specs.interfaces import Options
 from zoo_mla.moe import DeepSeekMoE, DeepSeekMoEOptions
 
 transformers = pytest.importorskip("transformers")

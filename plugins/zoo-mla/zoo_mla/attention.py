@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 from torch import nn
 from zoo.errors import SpecError
-from zoo.interfaces import (
+from zoo.specs.interfaces import (
     BuildContext,
     LayerState,
     Memory,

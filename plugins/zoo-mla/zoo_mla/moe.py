@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from torch import nn
 from zoo.parts import MoE, MoEOptions
-from zoo.interfaces import BuildContext, Options
+from zoo.specs.interfaces import BuildContext, Options
 
 
 class DeepSeekMoEOptions(Options):

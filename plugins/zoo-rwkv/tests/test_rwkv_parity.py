@@ -10,8 +10,8 @@ import torch
 from rwkv_helpers import TINY, checkpoint, deterministic, hf_rwkv  # noqa: F401 (fixtures)
 
 import zoo
-from zoo.cache import KVCache
-from zoo.generation import decode_step, left_pad, prefill
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, left_pad, prefill
 
 pytest.importorskip("transformers")
 
@@ -116,7 +116,7 @@ def test_config_and_weights_round_trip_through_save_pretrained(checkpoint, tmp_p
 def test_compiled_decode_step_equals_eager_without_recompiling(checkpoint):
     import torch._dynamo
 
-    from zoo.generation import compile_decode_step
+    from zoo.model.generation import compile_decode_step
 
     model = checkpoint[2]
     ids, mask = left_pad([[5, 9, 2, 7, 7, 1], [11, 4]])

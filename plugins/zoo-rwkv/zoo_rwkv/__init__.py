@@ -6,7 +6,7 @@ Hugging Face checkpoint family ``rwkv`` (``zoo.from_pretrained`` / ``save_pretra
 transformers' ``RwkvForCausalLM``) and the preset ``rwkv-4-169m-pile``. zoo finds it through
 the entry point ``[project.entry-points.zoo] rwkv = "zoo_rwkv"``; this module is the plugin
 and imports torch-heavy modules only when zoo calls its hooks. It uses zoo's public API
-only: ``zoo``, ``zoo.interfaces``, ``zoo.parts``, ``zoo.errors``, ``zoo.hub.family``.
+only: ``zoo``, ``zoo.specs.interfaces``, ``zoo.parts``, ``zoo.errors``, ``zoo.hub.family``.
 """
 
 from __future__ import annotations

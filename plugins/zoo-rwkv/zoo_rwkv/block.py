@@ -21,7 +21,7 @@ import torch
 from pydantic import Field, NonNegativeInt
 
 from zoo.errors import SpecError
-from zoo.interfaces import Block, BuildContext, FeedForward, LayerState, Memory, Options, Positions, TokenMixer
+from zoo.specs.interfaces import Block, BuildContext, FeedForward, LayerState, Memory, Options, Positions, TokenMixer
 from zoo_rwkv.channel_mix import STATE_NAME, ChannelMix
 from zoo_rwkv.time_mix import TimeMix, state_valid
 

@@ -14,7 +14,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.errors import SpecError
-from zoo.interfaces import BuildContext, FeedForward, LayerState, Options
+from zoo.specs.interfaces import BuildContext, FeedForward, LayerState, Options
 from zoo.parts import Linear
 from zoo_rwkv.shift import mix, shift
 

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
 from zoo.parts import Linear
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv

@@ -1,0 +1,47 @@
+"""The plugin interface: three hooks, each handed a `register` callback.
+
+Built-in components and third-party plugins register through exactly these hooks; a plugin
+is a module (or object) with functions marked `@zoo.hookimpl`.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "zoo"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def zoo_register_components(register):  # type: ignore[no-untyped-def]
+    """Register component kinds.
+
+    Call ``register(family, kind, factory, options=OptionsModel, module=ModuleClass)`` once
+    per kind, where family is one of zoo.specs.registry.FAMILIES. ``module`` is the class the
+    factory builds: it must subclass the family's base in zoo.specs.interfaces (TokenMixer,
+    FeedForward, Block, Positional; norms may omit it) and implement its abstract members,
+    checked here, at registration. ``override=True`` replaces an existing kind of that
+    family on purpose; otherwise a clash is an error naming both plugins.
+    """
+
+
+@hookspec
+def zoo_register_architectures(register):  # type: ignore[no-untyped-def]
+    """Register named architectures: ``register(name, spec_or_factory)``.
+
+    The second argument is a ModelSpec, a dict in ModelSpec form, or a function of no
+    arguments returning either (called lazily, so registering stays cheap).
+    """
+
+
+@hookspec
+def zoo_register_checkpoint_formats(register):  # type: ignore[no-untyped-def]
+    """Register Hugging Face checkpoint families: ``register(family, override=False)``.
+
+    ``family`` is a module or object with the members of ``zoo.hub.family.CheckpointFamily``
+    (``MODEL_TYPE``, ``ARCHITECTURE``, ``IGNORED``, ``read_config``, ``write_config``,
+    ``tensor_rules``), checked here. ``from_pretrained``, ``ModelSpec.from_hf_config`` and
+    ``save_pretrained`` then handle its ``model_type``. A model_type zoo supports itself is
+    taken over only with ``override=True``; two plugins registering one clash as kinds do.
+    """

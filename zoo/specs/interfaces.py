@@ -1,0 +1,379 @@
+"""What each component family must provide, and the small types they share.
+
+Every family has a base class that its modules subclass; a plugin declares the class it
+builds when it registers (``register(family, kind, factory, options=..., module=Class)``)
+and the registry checks, at that moment, that the class subclasses the family's base and
+implements its abstract members. Nothing is discovered with ``getattr`` at run time.
+
+Factories are called per family as follows (dependency injection: modules receive built
+modules and plain numbers, never the whole config):
+
+- norm:       ``factory(options, dim) -> nn.Module`` with ``forward(x) -> x``.
+- positional: ``factory(options, ctx) -> Positional``.
+- attention:  ``factory(options, ctx) -> TokenMixer`` (the token-mixing family: softmax
+  attention, cross-attention (``ctx.role == "cross_attention"``), and recurrent mixers).
+  ``forward(x (B, T, d), positions, state=None, memory=None) -> (B, T, d)``;
+  ``state_layout(batch_size, max_len, memory_len=0) -> dict[str, StateTensor]``;
+  ``score_flops(n_new, context_len) -> int``; ``reset_state(state)``.
+- ffn:        ``factory(options, ctx) -> FeedForward | None`` (None: the block has no FFN
+  branch); ``forward(x) -> x``; ``active_param_count() -> int``.
+- block:      ``factory(options, ctx, attention=..., ffn=..., cross_attention=None) -> Block``
+  with ``forward(x, positions, state=None, *, memory=None, cross_state=None) -> x``; it
+  makes its norms with ``ctx.make_norm(dim)``.
+- embedding:  ``factory(options, ctx) -> Embedding``; ``forward(input_ids, positions,
+  token_type_ids=None) -> (B, T, d)``; its table is ``weight`` (V, d).
+- head:       ``factory(options, ctx) -> Head``; ``forward(x (B, T, d)) -> (B, T, out)``;
+  ``tie(embedding)`` shares the embedding table where the head is tied.
+
+Attention options must expose ``n_heads`` and ``head_dim`` (and ``rope_head_dim`` when only
+part of each head is rotated, as latent attention does): positional encodings read them.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABCMeta, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+import torch
+from pydantic import ConfigDict
+from torch import nn
+
+from zoo.specs.strict_numbers import StrictNumbers
+
+if TYPE_CHECKING:
+    from zoo.specs.model import LayerSpec
+
+
+class Options(StrictNumbers):
+    """Base of every component's options: unknown keys are errors, values are immutable.
+
+    ``reset_on_kind_change`` names options that a spec must not carry over when another kind
+    replaces this one (``mqa`` fixes ``n_kv_heads``; carrying 8 over would contradict it).
+
+    ``follows`` maps an option to the option it is tied to: an update of the same kind that
+    sets the leader but not the follower drops the follower's stored value, so the kind's
+    default derives it again (``mha``: ``n_kv_heads`` follows ``n_heads``, so
+    ``attention.n_heads=4`` on a 12-head model gives 4 key/value heads, not a refusal).
+    Both names must be options of the class (checked at registration).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    reset_on_kind_change: ClassVar[frozenset[str]] = frozenset()
+    follows: ClassVar[Mapping[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a factory may know about where its module goes."""
+
+    d_model: int
+    n_layers: int
+    layer_index: int
+    vocab_size: int
+    max_seq_len: int
+    layer: LayerSpec
+    make_norm: Callable[[int], nn.Module]
+    role: str = "decoder"  # "decoder" | "encoder" (which stack), or "cross_attention"
+    embedding_scale: float | None = None  # embedding: multiply token embeddings by this
+    tie_embeddings: bool = True  # head: share the embedding table
+
+
+StatePer = Literal["token", "sequence", "memory"]
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One tensor a token mixer keeps between calls, declared by its ``state_layout``.
+
+    ``per`` says how it grows: ``"token"`` has one slot per time step along one axis (K/V,
+    latents; a sliding window caps the slots), ``"sequence"`` is fixed per sequence
+    (a recurrent state, a convolution window), ``"memory"`` has one slot per encoder token
+    (cross-attention K/V, written once per prompt). ``dtype=None`` means the cache's dtype.
+    Cache bytes are summed from these declarations, so analysis and allocation cannot
+    disagree.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype | None = None
+    per: StatePer = "token"
+
+    def nbytes(self, default_dtype: torch.dtype) -> int:
+        dtype = self.dtype or default_dtype
+        return math.prod(self.shape) * dtype.itemsize
+
+
+CacheTensor = StateTensor  # deprecated alias (the name before recurrent state existed)
+
+
+@dataclass
+class Memory:
+    """The encoder output a cross-attention reads: hidden (B, S, d), valid (B, S) or None."""
+
+    hidden: torch.Tensor  # (B, S, d)
+    valid: torch.Tensor | None = None  # (B, S) bool, False at padding
+
+
+@dataclass
+class LayerState:
+    """One token mixer's view of the cache for one forward call.
+
+    ``tensors`` are the mixer's declared state tensors (written in place). ``time`` (T,) is
+    the cache slot of each token of this call; ``key_valid`` (B, max_len) is False at
+    padding slots; ``token_valid`` (B, T) is False for this call's padding tokens (a
+    recurrent mixer must not update its state on them); ``memory_valid`` (B, memory_len)
+    is False at encoder padding and at memory slots past the encoder's length. ``filled``:
+    eager calls only, the slots written so far (this call's included); None when compiled.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    time: torch.Tensor  # (T,)
+    key_valid: torch.Tensor | None  # (B, max_len)
+    max_len: int
+    filled: int | None = None
+    token_valid: torch.Tensor | None = None  # (B, T)
+    memory_valid: torch.Tensor | None = None  # (B, memory_len)
+
+
+class Rotation(Protocol):
+    """Rotates queries and keys by position (RoPE and its kin)."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@dataclass
+class Positions:
+    """Positions of the tokens in one forward call, with what each layer's encoding derives.
+
+    ``ids`` is (B, T) of absolute positions. ``rotation`` is computed once per forward per
+    distinct positional module and shared by every layer that uses it.
+    """
+
+    ids: torch.Tensor  # (B, T) int64
+    positional: Positional
+    rotation: Rotation | None = None
+    key_valid: torch.Tensor | None = None  # (B, T): uncached calls, False at padding (attention_mask)
+    _bias_cache: dict[Any, torch.Tensor] = field(default_factory=dict)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rotation is None:
+            return q, k
+        return self.rotation(q, k)
+
+    def score_bias(self, key_positions: torch.Tensor, n_heads: int) -> torch.Tensor | None:
+        """Additive attention-score bias (B, H, T, S) for keys at ``key_positions`` (B, S)."""
+        return self.positional.score_bias(self.ids, key_positions, n_heads)
+
+
+class Positional(nn.Module):
+    """Base of positional encodings: override whichever of the three hooks applies.
+
+    A stack builds one module per distinct (positional spec, ``layer_key``) and every layer
+    with that pair shares it (one table, one rotation per forward). The stack's input (the
+    ``embed`` and ``position_ids`` hooks) is handled by the one module that overrides them.
+    """
+
+    @classmethod
+    def layer_key(cls, options: Options, ctx: BuildContext) -> Any:
+        """What the factory reads of its layer beyond ``options`` (a hashable value; equal
+        keys and options: one shared module). Kinds override it with exactly what they
+        read (RoPE: the rotated channels; a learned table: nothing, it is per stack); the
+        default, the layer's whole mixer spec, never shares a module built for other heads."""
+        return repr(ctx.layer.attention.to_dict())
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Add to token embeddings (learned, sinusoidal). x: (B, T, d); positions: (B, T)."""
+        return x
+
+    def rotation(self, positions: torch.Tensor) -> Rotation | None:
+        """A rotation of q and k for these (B, T) positions, or None."""
+        return None
+
+    def score_bias(
+        self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int
+    ) -> torch.Tensor | None:
+        """An additive bias on attention scores (ALiBi), or None."""
+        return None
+
+    def init_buffers(self) -> None:
+        """Recompute non-persistent buffers after the module left the meta device."""
+
+    def position_ids(self, default: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """Positions (B, T) of an uncached call: ``default`` counts every slot from 0;
+        ``valid`` (B, T) is the attention mask. RoBERTa's learned table counts real tokens."""
+        return default
+
+
+class TokenMixer(nn.Module, metaclass=ABCMeta):
+    """Base of every ``attention``-family module: softmax attention, cross-attention, and
+    recurrent mixers (linear attention, state-space layers).
+
+    ``causal`` says whether a token sees only earlier tokens (decoders) or all of them
+    (encoders, cross-attention); models refuse to generate with non-causal self-mixers.
+    A mixer reads and writes its own state tensors, as it declared them in
+    ``state_layout``; the cache knows no mixer kind.
+    """
+
+    causal: bool = True
+
+    @abstractmethod
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        memory: Memory | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). ``memory``: the encoder output (cross-attention only)."""
+
+    @abstractmethod
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """The tensors this mixer keeps between calls for ``batch_size`` sequences."""
+
+    @abstractmethod
+    def score_flops(self, n_new: int, context_len: int) -> int:
+        """FLOPs of mixing beyond the projections (2 per multiply-add) for ``n_new`` queries
+        ending at ``context_len`` keys (for cross-attention: ``context_len`` memory tokens);
+        a recurrent mixer counts its state update, independent of the context."""
+
+    def reset_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Forget one cache's state before a new prompt: zero what is declared per sequence.
+
+        Per-token slots need nothing (they are masked by time until overwritten).
+        """
+        for name, declared in self.state_layout(1, 1, 1).items():
+            if declared.per == "sequence":
+                state[name].zero_()
+
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """Linears that read the same input and may run as one product
+        (``zoo.fuse_projections``): ``{fused name: (part names...)}``; none by default."""
+        return {}
+
+
+class FeedForward(nn.Module):
+    """Base of ``ffn`` modules: ``forward(x (B, T, d)) -> (B, T, d)``."""
+
+    def active_param_count(self) -> int:
+        """Parameters one token touches; a mixture of experts counts only its top-k."""
+        return sum(p.numel() for p in self.parameters())
+
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """Linears that read the same input and may run as one product
+        (``zoo.fuse_projections``): ``{fused name: (part names...)}``; none by default."""
+        return {}
+
+
+class Block(nn.Module):
+    """Base of ``block`` modules: wires the norms, the mixer(s) and the FFN with residuals."""
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions,
+        state: LayerState | None = None,
+        *,
+        memory: Memory | None = None,
+        cross_state: LayerState | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); ``memory`` and ``cross_state`` feed a cross-attention."""
+        raise NotImplementedError
+
+
+def visible_keys(
+    query_time: torch.Tensor,
+    key_time: torch.Tensor,
+    window: int | None,
+    key_valid: torch.Tensor | None = None,
+    causal: bool = True,
+) -> torch.Tensor:
+    """Boolean mask (B or 1, 1, T, S): True where query t may attend to key s.
+
+    query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.
+    key_valid (B, S) marks keys that are real tokens rather than padding. Times are
+    indices along the cache's time axis, so left padding never shifts a window. A causal
+    window keeps the keys with q - k < window (the query and window - 1 before it,
+    Mistral); a bidirectional one those with |q - k| <= window // 2 (ModernBERT's
+    ``local_attention: 128`` sees 64 tokens on each side).
+    """
+    q = query_time[:, None]  # (T, 1)
+    k = key_time[..., None, :]  # (S,) -> (1, S) or (B, 1, S)
+    mask = k >= 0
+    if causal:
+        mask = mask & (k <= q)  # (T, S) or (B, T, S)
+    else:
+        mask = mask & torch.ones_like(q, dtype=torch.bool)  # (T, S) or (B, T, S)
+    if window is not None:
+        mask = mask & ((q - k).abs() <= window // 2 if not causal else q - k < window)
+    if key_valid is not None:
+        # a query left with no valid key (left padding) sees itself: its output is unused,
+        # but a fully masked row would be NaN, and NaN leaks through 0-weight products
+        mask = mask & key_valid[:, None, :]  # (B, T, S)
+        mask = mask | ((k == q) & ~mask.any(dim=-1, keepdim=True))
+    if mask.dim() == 2:
+        mask = mask[None]
+    return mask[:, None]  # (B|1, 1, T, S)
+
+
+def causal_keys_seen(n_new: int, context_len: int, window: int | None) -> int:
+    """Keys attended in total by ``n_new`` causal queries ending at ``context_len`` keys.
+
+    Query i (1-based position p = context_len - n_new + i) sees min(p, window) keys. A
+    helper for ``score_flops`` of attention kinds with a (possibly windowed) causal mask.
+    """
+    start = context_len - n_new  # positions start+1 .. context_len
+
+    def prefix(p: int) -> int:  # sum over q=1..p of min(q, window)
+        if window is None or p <= window:
+            return p * (p + 1) // 2
+        return window * (window + 1) // 2 + (p - window) * window
+
+    return prefix(context_len) - prefix(start)
+
+
+class Embedding(nn.Module, metaclass=ABCMeta):
+    """Base of ``embedding`` modules: token ids -> the first stack's input.
+
+    ``weight`` (V, d) is the token table (a tied head shares it).
+    """
+
+    weight: torch.Tensor
+
+    @abstractmethod
+    def forward(
+        self, input_ids: torch.Tensor, positions: Positions, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> (B, T, d), the positional encoding's ``embed`` applied."""
+
+
+class Head(nn.Module, metaclass=ABCMeta):
+    """Base of ``head`` modules: final hidden states (B, T, d) -> the model's output.
+
+    ``logits``: the output is (B, T, vocab) scores over tokens (a model can generate or
+    fill masks with it); otherwise the hidden states come out (B, T, d). ``tied``: the
+    head shares the embedding table (``tie`` re-points it after materialisation).
+    """
+
+    logits: bool = True
+    tied: bool = False
+
+    @abstractmethod
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, vocab) logits, or the hidden states (B, T, d)."""
+
+    def tie(self, embedding: Embedding) -> None:
+        """Share ``embedding.weight`` where this head is tied; nothing otherwise."""
+
+
+# The base class each registry family's modules subclass (checked at registration).
+FAMILY_BASES: dict[str, type] = {
+    "norm": nn.Module,
+    "positional": Positional,
+    "attention": TokenMixer,
+    "ffn": FeedForward,
+    "block": Block,
+    "embedding": Embedding,
+    "head": Head,
+}

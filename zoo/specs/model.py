@@ -1,0 +1,389 @@
+"""ModelSpec: a validated, serialisable description of a model (decoder-only, encoder-only).
+
+Each component field is ``{"kind": name, ...options}``; the registry validates the options of
+that kind (unknown keys are errors). ``layers`` holds per-layer overrides keyed by a layer
+selector ("0,2,4", "1-3", "0::2", "5::6"), merged over the base components for those layers.
+``embedding`` and ``head`` are model-level parts (one each), also built by the registry.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from zoo.specs.components import (
+    COMPONENT_FIELDS,
+    MODEL_PARTS,
+    ComponentSpec,
+    LayerSpec,
+    ResolvedComponent,
+    as_component_dict,
+    format_validation_error,
+    merge_component,
+    resolve_component,
+)
+from zoo.errors import SpecError, allowed, did_you_mean
+from zoo.specs.layer_selectors import parse_layer_selector
+from zoo.specs.registry import get_registry, on_registry_change, spec_reader
+
+from zoo.files.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_text
+from zoo.specs.strict_numbers import StrictNumbers
+
+__all__ = [
+    "COMPONENT_FIELDS",
+    "MODEL_PARTS",
+    "ComponentSpec",
+    "LayerSpec",
+    "ModelSpec",
+    "ResolvedComponent",
+    "StackSpec",
+    "format_validation_error",
+    "merge_component",
+    "resolve_component",
+]
+# Analysis builds each layer as Python objects on the meta device (about 6 ms a layer), so the
+# depth is bounded: real models have at most a few hundred layers; 10**7 would take hours.
+MAX_LAYERS = 1024
+
+class StackSpec(BaseModel):
+    """The encoder of an encoder-decoder: its depth, component overrides merged over the
+    top-level ones (e.g. ``attention: {causal: false}``), its own per-layer selectors and
+    whether it ends with a norm."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_layers: PositiveInt = Field(le=MAX_LAYERS, description=f"at most {MAX_LAYERS}")
+    norm: dict[str, Any] | None = None
+    positional: dict[str, Any] | None = None
+    attention: dict[str, Any] | None = None
+    ffn: dict[str, Any] | None = None
+    block: dict[str, Any] | None = None
+    layers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    final_norm: bool = True
+
+
+class ModelSpec(StrictNumbers):
+    """A language model: sizes, one component of each family, per-layer overrides; an
+    `encoder` stack makes it an encoder-decoder, `attention.causal: false` an encoder."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: str | None = None
+    source: str | None = Field(default=None, description="URL of the config this spec follows")
+    vocab_size: PositiveInt
+    d_model: PositiveInt
+    n_layers: PositiveInt = Field(le=MAX_LAYERS, description=f"at most {MAX_LAYERS}")
+    max_seq_len: PositiveInt
+    tie_embeddings: bool = True
+    embedding_scale: float | Literal["sqrt_d_model"] | None = Field(
+        default=None, description="multiply token embeddings by this (Gemma: sqrt_d_model)"
+    )
+    norm: ComponentSpec
+    positional: ComponentSpec
+    attention: ComponentSpec
+    ffn: ComponentSpec
+    block: ComponentSpec = ComponentSpec(kind="pre_norm")
+    embedding: ComponentSpec = ComponentSpec(kind="token")
+    head: ComponentSpec = ComponentSpec(kind="causal_lm")
+    final_norm: bool = Field(True, description="a norm after the last block (false: post-norm encoders, BERT)")
+    encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
+    cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
+    decoder_start_token_id: int | None = Field(None, ge=0, description="encoder-decoder: first decoder token")
+    layers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-layer overrides: selector -> {family: {...}}"
+    )
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc)) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> ModelSpec:  # type: ignore[override]
+        if isinstance(obj, ModelSpec):
+            return obj
+        if not isinstance(obj, Mapping):
+            raise SpecError(f"<spec>: expected a mapping of spec fields, got {type(obj).__name__}")
+        return cls(**dict(obj))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_components(cls, data: Any) -> Any:
+        """Validate every component against its registered kind, defaults filled in."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        unknown = set(data) - set(cls.model_fields)
+        if unknown:
+            key = sorted(unknown)[0]
+            raise SpecError(
+                f"{key}: unknown key{did_you_mean(key, cls.model_fields)}; allowed: {allowed(cls.model_fields)}"
+            )
+        n_layers = data.get("n_layers")
+        if isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > MAX_LAYERS:
+            raise SpecError(f"n_layers: {n_layers:,} layers is more than zoo models and analyses (at most {MAX_LAYERS:,})")
+        context = _context(data)
+        if "block" not in data:
+            data["block"] = {"kind": "pre_norm"}
+        for family in COMPONENT_FIELDS:
+            if family in data:
+                data[family] = resolve_component(family, data[family], family, context).to_dict()
+        for family, default_kind in MODEL_PARTS.items():
+            data[family] = resolve_component(family, data.get(family) or default_kind, family, context).to_dict()
+        layers = data.get("layers") or {}
+        if not isinstance(layers, Mapping):
+            raise SpecError(f"layers: expected a mapping of layer selector -> overrides, got {layers!r}")
+        n_layers = data.get("n_layers")
+        normalised: dict[str, dict[str, Any]] = {}
+        for key, override in layers.items():
+            if not isinstance(override, Mapping):
+                raise SpecError(f"layers.{key}: expected a mapping of family -> options, got {override!r}")
+            for family in override:
+                if family not in COMPONENT_FIELDS:
+                    raise SpecError(
+                        f"layers.{key}.{family}: unknown component{did_you_mean(str(family), COMPONENT_FIELDS)}; "
+                        f"allowed: {allowed(COMPONENT_FIELDS)}"
+                    )
+            normalised[str(key)] = {f: as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v) for f, v in override.items()}
+            if isinstance(n_layers, int) and n_layers > 0 and all(f in data for f in COMPONENT_FIELDS):
+                for index in parse_layer_selector(str(key), n_layers):
+                    _resolve_layer(data, normalised, index, context)
+        data["layers"] = normalised
+        _check_encoder(data, context)
+        return data
+
+    # ---- per-layer view -------------------------------------------------------------------
+    def layer(self, index: int) -> LayerSpec:
+        """The components of layer ``index`` with every override applied."""
+        if not 0 <= index < self.n_layers:
+            raise SpecError(f"layer index {index} is out of range; allowed: 0..{self.n_layers - 1}")
+        return self.layer_specs()[index]
+
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Every layer's resolved components (cached by the spec's content)."""
+        return _layer_specs(self.to_json(indent=0))
+
+    def iter_layers(self) -> Iterable[LayerSpec]:
+        return iter(self.layer_specs())
+
+    def encoder_spec(self) -> ModelSpec | None:
+        """The encoder stack as a spec of its own (components merged over the top level,
+        bidirectional attention, no head), or None for a single-stack model."""
+        if self.encoder is None:
+            return None
+        return _encoder_spec(self.model_dump())
+
+    def part(self, family: str) -> ResolvedComponent:
+        """A model-level component (``embedding``, ``head``, or the base ``norm``), resolved."""
+        return resolve_component(family, getattr(self, family), family, _context(self.model_dump()))
+
+    @property
+    def resolved_embedding_scale(self) -> float | None:
+        if self.embedding_scale == "sqrt_d_model":
+            return math.sqrt(self.d_model)
+        return self.embedding_scale
+
+    # ---- overrides ------------------------------------------------------------------------
+    def override(self, updates: Mapping[str, Any] | Iterable[str] | str) -> ModelSpec:
+        """A new validated spec with dotted-key updates applied ('attention.n_kv_heads': 1).
+
+        Accepts a mapping, or 'key=value' strings whose values are read as YAML scalars.
+        Setting ``X.kind`` swaps the component: options the new kind lacks are dropped and
+        its defaults apply.
+        """
+        pairs = _parse_updates(updates)
+        data = self.model_dump()
+        component_updates: dict[str, dict[str, Any]] = {}
+        for dotted, value in pairs:
+            head, *rest = dotted.split(".")
+            if head not in type(self).model_fields:
+                raise SpecError(
+                    f"{dotted}: unknown key{did_you_mean(head, type(self).model_fields)}; "
+                    f"allowed: {allowed(type(self).model_fields)}"
+                )
+            if head in COMPONENT_FIELDS or head in MODEL_PARTS or (head in FAMILY_OF_FIELD and data.get(head)):
+                if not rest:
+                    component_updates[head] = {**component_updates.get(head, {}), **as_component_dict(value, head)}
+                else:
+                    _set_nested(component_updates.setdefault(head, {}), rest, value)
+            elif not rest:
+                data[head] = value
+            else:
+                target = data.setdefault(head, {})
+                if not isinstance(target, dict):
+                    raise SpecError(f"{dotted}: {head} is not a mapping; set it as a whole")
+                _set_nested(target, rest, value)
+        for family, update in component_updates.items():
+            old_kind = data[family]["kind"]
+            data[family] = merge_component(FAMILY_OF_FIELD.get(family, family), data[family], update)
+            if data[family]["kind"] != old_kind and family in COMPONENT_FIELDS:
+                data["layers"] = _prune_layer_overrides(data.get("layers") or {}, family, data[family]["kind"])
+        spec = type(self)(**data)
+        return spec
+
+    # ---- io -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=100)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ModelSpec:
+        """Read a spec from a YAML or JSON file."""
+        path = Path(path)
+        text = read_text(path, SpecError, "spec file")
+        data = load_json(text, SpecError, str(path)) if path.suffix == ".json" else load_yaml(text, SpecError, str(path))
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{path}: expected a mapping of spec fields at the top level")
+        if set(data) == {"spec", "analysis"} and isinstance(data["spec"], Mapping):
+            data = data["spec"]  # `zoo show --format json` output: the analysis is derived, not read
+        try:
+            return cls.model_validate(data)
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from None
+
+    @classmethod
+    def from_hf_config(cls, config: str | Path | Mapping[str, Any]) -> ModelSpec:
+        """A spec from a Hugging Face config.json (path or parsed dict).
+
+        The spec knows no checkpoint format: the reader (``zoo.hub.config.spec_from_hf_config``)
+        is looked up in the registry, which wires built-in parts in by name, so this module
+        never imports the hub (the hub imports it).
+        """
+        spec: ModelSpec = spec_reader("hf_config")(config)
+        return spec
+
+
+# Component fields named other than their registry family (set: merged like the others).
+FAMILY_OF_FIELD: dict[str, str] = {"cross_attention": "attention"}
+
+
+def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level fields with the encoder's overrides merged in (a spec of its own)."""
+    encoder = dict(data["encoder"])
+    out = {k: v for k, v in data.items() if k not in ("encoder", "cross_attention", "decoder_start_token_id", "layers")}
+    out.update(n_layers=encoder["n_layers"], layers=encoder.get("layers") or {}, final_norm=encoder.get("final_norm", True))
+    out["head"] = {"kind": "none"}
+    out["name"] = f"{data.get('name') or 'model'}-encoder"
+    for family in COMPONENT_FIELDS:
+        update = encoder.get(family)
+        if update:
+            out[family] = merge_component(family, as_component_dict(data[family], family), update)
+    attention = as_component_dict(out["attention"], "attention")
+    out["attention"] = {**attention, "causal": False}
+    return out
+
+
+def _encoder_spec(data: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(**_encoder_data(data))
+
+
+def _check_encoder(data: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """encoder and cross_attention come together; both must resolve (errors say where)."""
+    encoder, cross = data.get("encoder"), data.get("cross_attention")
+    if (encoder is None) != (cross is None):
+        missing = "cross_attention" if cross is None else "encoder"
+        raise SpecError(f"{missing}: required when {'encoder' if cross is None else 'cross_attention'} is set "
+                        "(an encoder-decoder needs both; a single-stack model neither)")
+    if encoder is None:
+        return
+    data["cross_attention"] = resolve_component("attention", cross, "cross_attention", context).to_dict()  # type: ignore[index]
+    if isinstance(encoder, StackSpec):
+        encoder = encoder.model_dump()
+    if not isinstance(encoder, Mapping):
+        raise SpecError(f"encoder: expected a mapping like {{n_layers: 6, ...}}, got {encoder!r}")
+    try:
+        _encoder_spec({**data, "encoder": StackSpec(**encoder).model_dump()})
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, prefix="encoder")) from None
+    except SpecError as exc:
+        raise SpecError(f"encoder: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_specs(spec_json: str) -> tuple[LayerSpec, ...]:
+    data = json.loads(spec_json)
+    context = _context(data)
+    return tuple(_resolve_layer(data, data["layers"], i, context) for i in range(data["n_layers"]))
+
+
+on_registry_change(_layer_specs.cache_clear)  # resolved kinds go stale when plugins change
+
+
+def _context(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {"d_model": data.get("d_model"), "max_seq_len": data.get("max_seq_len")}
+
+
+def _resolve_layer(
+    data: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]], index: int, context: Mapping[str, Any]
+) -> LayerSpec:
+    n_layers = int(data["n_layers"])
+    parts: dict[str, Any] = {f: as_component_dict(data[f], f) for f in COMPONENT_FIELDS}
+    paths = {f: f for f in COMPONENT_FIELDS}
+    for key, override in overrides.items():
+        if index in parse_layer_selector(key, n_layers):
+            for family, update in override.items():
+                parts[family] = merge_component(family, parts[family], update)
+                paths[family] = f"layers.{key}.{family}"
+    resolved = {f: resolve_component(f, parts[f], paths[f], context) for f in COMPONENT_FIELDS}
+    return LayerSpec(index=index, **resolved)
+
+
+def _prune_layer_overrides(
+    layers: Mapping[str, Mapping[str, Any]], family: str, new_kind: str
+) -> dict[str, dict[str, Any]]:
+    """Per-layer overrides of a family whose kind was swapped keep only what the new kind has.
+
+    ``positional.kind=alibi`` on Gemma 3 drops the per-layer RoPE ``theta`` rather than
+    failing: the same rule as for the base component.
+    """
+    fields = set(get_registry().component(family, new_kind).options.model_fields)
+    pruned: dict[str, dict[str, Any]] = {}
+    for key, override in layers.items():
+        override = dict(override)
+        part = override.get(family)
+        if isinstance(part, Mapping) and "kind" not in part:
+            kept = {k: v for k, v in part.items() if k in fields}
+            if kept:
+                override[family] = kept
+            else:
+                del override[family]
+        if override:
+            pruned[key] = override
+    return pruned
+
+
+def _parse_updates(updates: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any]]:
+    if isinstance(updates, Mapping):
+        return [(str(k), v) for k, v in updates.items()]
+    if isinstance(updates, str):
+        updates = [updates]
+    pairs = []
+    for item in updates:
+        if "=" not in item:
+            raise SpecError(f"{item!r}: expected key=value, e.g. attention.n_kv_heads=1")
+        key, raw = item.split("=", 1)
+        pairs.append((key.strip(), parse_scalar(raw, SpecError, f"--set {key.strip()}")))
+    return pairs
+
+
+def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        nxt = target.get(key)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            target[key] = nxt
+        target = nxt
+    target[keys[-1]] = value

@@ -1,0 +1,385 @@
+"""The registry: component kinds and named architectures, filled by pluggy plugins.
+
+Built-in components (``zoo.components.*``) and presets (``zoo.archs``) are plugins like any
+other; third-party ones arrive through the ``zoo`` entry-point group (see
+``zoo.specs.plugins``) or ``zoo.register_plugin`` at run time. The registry is built once,
+lazily, on first use, so ``import zoo`` and ``zoo --help`` import neither torch nor plugins.
+
+A plugin's registrations are collected first and applied all together, so a plugin that
+raises half way, or clashes with another, leaves the registry as it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal
+
+import pluggy
+from pydantic import BaseModel
+
+from zoo.specs import hookspecs
+from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
+from zoo.specs.plugins import ENTRY_POINT_GROUP, PluginFailure, load_entry_points  # noqa: F401 - re-exported
+from zoo.specs.registry_entries import (
+    FAMILIES,
+    ArchitectureEntry,
+    CheckpointFormatEntry,
+    ComponentEntry,
+    architecture_entry,
+    checkpoint_format_entry,
+    component_entry,
+)
+
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "zoo.components.norms",
+    "zoo.components.positional",
+    "zoo.components.relative_position",
+    "zoo.components.attention",
+    "zoo.components.ffn",
+    "zoo.components.moe",
+    "zoo.components.blocks",
+    "zoo.components.mamba",
+    "zoo.components.linear_attention",
+    "zoo.components.infini_attention",
+    "zoo.components.embeddings",
+    "zoo.components.heads",
+    "zoo.components.gated_deltanet",
+    "zoo.components.mamba2",
+    "zoo.archs",
+)
+HOOK_NAMES: tuple[str, ...] = (
+    "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats"
+)
+PluginSource = Literal["builtin", "entry point", "runtime"]
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A loaded plugin and what it registered (kinds another plugin replaced included)."""
+
+    name: str
+    version: str
+    source: PluginSource
+    distribution: str = ""  # the installed distribution declaring the entry point
+    components: tuple[tuple[str, str], ...] = ()  # (family, kind)
+    architectures: tuple[str, ...] = ()
+    checkpoint_formats: tuple[str, ...] = ()  # Hugging Face model_types
+
+    def describe(self) -> str:
+        """How error messages name this plugin: 'name' (distribution version)."""
+        if self.source == "builtin":
+            return f"{self.name!r} (built in)"
+        origin = " ".join(part for part in (self.distribution, self.version) if part)
+        return f"{self.name!r} ({origin})" if self.distribution else repr(self.name)
+
+
+@dataclass
+class _Staged:
+    """What one plugin's hooks asked to register, before any of it is applied."""
+
+    components: list[ComponentEntry] = field(default_factory=list)
+    architectures: list[ArchitectureEntry] = field(default_factory=list)
+    formats: list[CheckpointFormatEntry] = field(default_factory=list)
+
+
+@dataclass
+class Registry:
+    components: dict[tuple[str, str], ComponentEntry] = field(default_factory=dict)
+    architectures: dict[str, ArchitectureEntry] = field(default_factory=dict)
+    checkpoint_formats: dict[str, CheckpointFormatEntry] = field(default_factory=dict)  # model_type ->
+    failures: list[PluginFailure] = field(default_factory=list)
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    manager: pluggy.PluginManager = field(default_factory=lambda: _new_manager())
+
+    # ---- registration -------------------------------------------------------------------
+    def register_component(
+        self,
+        family: str,
+        kind: str,
+        factory: Callable[..., Any],
+        options: type[BaseModel] | None = None,
+        *,
+        override: bool = False,
+        plugin: str = "<direct>",
+        module: type | None = None,
+    ) -> None:
+        staged = _Staged(components=[component_entry(family, kind, factory, options, override, plugin, module)])
+        self._apply(staged)
+
+    def register_architecture(
+        self, name: str, source: Any, *, override: bool = False, plugin: str = "<direct>"
+    ) -> None:
+        self._apply(_Staged(architectures=[architecture_entry(name, source, override, plugin)]))
+
+    def _apply(self, staged: _Staged) -> None:
+        """Check every registration against what is there, then apply them all (or none)."""
+        components: dict[tuple[str, str], ComponentEntry] = {}
+        for entry in staged.components:
+            key = (entry.family, entry.kind)
+            winner = self._resolve(f"{entry.family} kind {entry.kind!r}", self.components.get(key), entry)
+            if winner is not None:
+                components[key] = winner
+        architectures: dict[str, ArchitectureEntry] = {}
+        for arch in staged.architectures:
+            winner = self._resolve(f"architecture {arch.name!r}", self.architectures.get(arch.name), arch)
+            if winner is not None:
+                architectures[arch.name] = winner
+        formats: dict[str, CheckpointFormatEntry] = {}
+        for fmt in staged.formats:
+            winner = self._resolve(f"checkpoint format {fmt.model_type!r}", self.checkpoint_formats.get(fmt.model_type), fmt)
+            if winner is not None:
+                formats[fmt.model_type] = winner
+        self.components.update(components)
+        self.architectures.update(architectures)
+        self.checkpoint_formats.update(formats)
+
+    def _resolve(self, what: str, existing: Any, new: Any) -> Any:
+        """The entry to store for a name both may claim, None to keep the existing one.
+
+        The plugin that asked to override wins whichever loaded first; two plugins that
+        both, or neither, asked are an error naming both.
+        """
+        if existing is None or existing.plugin == new.plugin:
+            return new
+        if new.override and not existing.override:
+            return _replacing(new, existing.plugin)
+        if existing.override and not new.override:
+            return None
+        both = "both ask to override it" if new.override else "neither asks to override"
+        raise PluginConflictError(
+            f"{what} is registered by both {self._describe(existing.plugin)} and {self._describe(new.plugin)} "
+            f"and {both}; pass override=True in exactly one of them, or choose plugins with "
+            "ZOO_PLUGINS (a comma list of plugin names)"
+        )
+
+    def _describe(self, plugin: str) -> str:
+        info = self.plugins.get(plugin)
+        return info.describe() if info is not None else repr(plugin)
+
+    # ---- lookup ---------------------------------------------------------------------------
+    def kinds(self, family: str) -> list[str]:
+        return sorted(kind for fam, kind in self.components if fam == family)
+
+    def component(self, family: str, kind: str, *, path: str | None = None) -> ComponentEntry:
+        entry = self.components.get((family, kind))
+        if entry is None:
+            where = path or f"{family}.kind"
+            kinds = self.kinds(family)
+            raise SpecError(
+                f"{where}: unknown {family} kind {kind!r}{did_you_mean(str(kind), kinds)}; "
+                f"allowed: {allowed(kinds)}"
+            )
+        return entry
+
+    def architecture(self, name: str) -> ArchitectureEntry:
+        entry = self.architectures.get(name)
+        if entry is None:
+            names = sorted(self.architectures)
+            raise SpecError(
+                f"unknown architecture {name!r}{did_you_mean(name, names)}; allowed: {allowed(names)}"
+            )
+        return entry
+
+    # ---- plugins --------------------------------------------------------------------------
+    def add_plugin(
+        self,
+        plugin: object,
+        name: str | None = None,
+        version: str = "",
+        *,
+        source: PluginSource = "runtime",
+        distribution: str = "",
+    ) -> str:
+        """Register a plugin module or object and apply what its hooks register.
+
+        Raises PluginError when the plugin has no hooks, its hooks raise, or what it
+        registers clashes with another plugin; the registry is then unchanged.
+        """
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        if self.manager.is_registered(plugin) and self.manager.get_name(plugin) == name:
+            return name
+        if name in self.plugins:
+            raise PluginError(f"plugin name {name!r} is already taken by {self.plugins[name].describe()}")
+        info = PluginInfo(name, version, source, distribution)
+        try:
+            self.manager.register(plugin, name=name)
+        except ValueError as exc:  # pluggy: the same object under another name
+            raise PluginError(f"plugin {name!r}: {exc}") from None
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r}: its hooks do not match zoo's hookspecs: {exc}") from None
+        try:
+            staged = _collect(self.manager, plugin, name)
+            self.plugins[name] = info  # first, so clash messages can describe it
+            self._apply(staged)
+        except BaseException:
+            self.plugins.pop(name, None)
+            self.manager.unregister(plugin)
+            raise
+        components = tuple((c.family, c.kind) for c in staged.components)
+        architectures = tuple(a.name for a in staged.architectures)
+        formats = tuple(f.model_type for f in staged.formats)
+        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures, formats)
+        return name
+
+
+def _new_manager() -> pluggy.PluginManager:
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    return manager
+
+
+def _replacing(entry: Any, replaced_plugin: str) -> Any:
+    return type(entry)(**{**entry.__dict__, "replaces": replaced_plugin})
+
+
+def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Staged:
+    """Run one plugin's hooks with `register` callbacks that stage what it registers."""
+    staged = _Staged()
+
+    def register_component(family, kind, factory, options=None, *, override=False, module=None):  # type: ignore[no-untyped-def]
+        staged.components.append(component_entry(family, kind, factory, options, override, name, module))
+
+    def register_architecture(arch_name, source, *, override=False):  # type: ignore[no-untyped-def]
+        staged.architectures.append(architecture_entry(arch_name, source, override, name))
+
+    def register_format(family, *, override=False):  # type: ignore[no-untyped-def]
+        staged.formats.append(checkpoint_format_entry(family, override, name))
+
+    callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture,
+                 "zoo_register_checkpoint_formats": register_format}
+    implemented = False
+    for caller in manager.get_hookcallers(plugin) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin:
+                implemented = True
+                try:
+                    impl.function(register=callbacks[caller.name])
+                except (PluginError, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:  # SystemExit too: plugin code never ends the command
+                    raise PluginError(f"plugin {name!r}: {caller.name} raised {type(exc).__name__}: {exc}") from exc
+    if not implemented:
+        raise PluginError(
+            f"plugin {name!r} implements no zoo hook; mark {' or '.join(HOOK_NAMES)} with @zoo.hookimpl"
+        )
+    return staged
+
+
+# ---- the process-wide registry ----------------------------------------------------------
+_lock = threading.RLock()
+_registry: Registry | None = None
+_building: Registry | None = None  # returned to plugins that use zoo while being loaded
+_runtime_plugins: dict[str, object] = {}  # name -> plugin, re-applied when the registry rebuilds
+_listeners: list[Callable[[], None]] = []
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, built on first call: built-ins, entry points, run-time plugins.
+
+    A clash between plugins raises PluginError here (and again on the next call); a plugin
+    that fails to import is recorded in ``failures``, reported once, and skipped.
+    """
+    global _registry, _building
+    with _lock:
+        if _registry is not None:
+            return _registry
+        if _building is not None:
+            return _building
+        from zoo import __version__ as zoo_version
+
+        registry = Registry()
+        _building = registry
+        try:
+            for module_name in BUILTIN_PLUGINS:
+                module = importlib.import_module(module_name)
+                registry.add_plugin(module, name=module_name, version=zoo_version, source="builtin")
+            load_entry_points(registry)
+            for name, plugin in _runtime_plugins.items():
+                registry.add_plugin(plugin, name=name)
+        finally:
+            _building = None
+        _registry = registry
+        return registry
+
+
+def register_plugin(plugin: ModuleType | object | str, name: str | None = None) -> str:
+    """Register a plugin at run time: a module, a module's name, or an object with hookimpls.
+
+    Meant for notebooks: registering again under the same name replaces the earlier one
+    (edit the cell, run it again). Clashes with other plugins raise PluginError and change
+    nothing. Returns the plugin's name.
+    """
+    if isinstance(plugin, str):
+        try:
+            plugin = importlib.import_module(plugin)
+        except ImportError as exc:
+            raise PluginError(f"plugin module {plugin!r} cannot be imported: {exc}") from None
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    with _lock:
+        registry = get_registry()
+        previous = _runtime_plugins.get(name)
+        if previous is plugin:
+            return name
+        if previous is None:
+            registry.add_plugin(plugin, name=name)
+            _runtime_plugins[name] = plugin
+        else:  # replace: rebuild without the old one, restoring it if the new one fails
+            _runtime_plugins[name] = plugin
+            try:
+                _rebuild()
+            except BaseException:
+                _runtime_plugins[name] = previous
+                _rebuild()
+                raise
+        _notify()
+        return name
+
+
+def reset_registry() -> None:
+    """Forget the registry and run-time plugins; the next use rebuilds it.
+
+    Call after installing a plugin distribution in a running process (and in tests).
+    """
+    global _registry
+    with _lock:
+        _registry = None
+        _runtime_plugins.clear()
+        _notify()
+
+
+def on_registry_change(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call ``listener`` whenever the registry is reset or replaced (to clear caches)."""
+    _listeners.append(listener)
+    return listener
+
+
+def _rebuild() -> None:
+    global _registry
+    _registry = None
+    get_registry()
+
+
+def _notify() -> None:
+    for listener in _listeners:
+        listener()
+
+
+# ---- readers of checkpoint configs --------------------------------------------------------
+# Named by path, as BUILTIN_PLUGINS are: the registry is where zoo's built-in parts are wired
+# in, so ``ModelSpec.from_hf_config`` asks for a reader here and the spec layer never imports
+# the hub (which imports the spec). Imported on first use: the hub pulls in torch.
+SPEC_READERS: dict[str, str] = {"hf_config": "zoo.hub.config:spec_from_hf_config"}
+
+
+def spec_reader(fmt: str) -> Callable[..., Any]:
+    """The function turning a config of format ``fmt`` (a key of SPEC_READERS) into a ModelSpec."""
+    path = SPEC_READERS.get(fmt)
+    if path is None:
+        raise SpecError(f"unknown config format {fmt!r}{did_you_mean(fmt, SPEC_READERS)}; allowed: {allowed(SPEC_READERS)}")
+    module_name, _, attr = path.partition(":")
+    reader: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
+    return reader
