@@ -266,7 +266,7 @@ def crossovers(frame: pd.DataFrame, baseline_label: str | None = None) -> list[d
     for column, measure in (("memory_bytes", "memory"), ("decode_tokens_per_s", "decode tokens/s")):
         ratio = f"{column}_vs_baseline"
         for label, group in frame.groupby("label", sort=False):
-            points = [(int(c), _cost(column, v), _cost(column, v) / float(r))
+            points = [(int(c), _cost(column, v), _cost(column, v / float(r)))  # v / ratio: the baseline's value
                       for c, v, r in zip(group["context"], group[column], group[ratio]) if _present(v) and _present(r)]
             if not points or all(abs(mine - base) <= 1e-12 * abs(base) for _, mine, base in points):
                 continue  # the baseline itself (or a variant equal to it)
