@@ -7,7 +7,12 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from zoo.analysis.counts import decode_bytes_per_step, forward_flops, matmul_params, weight_bytes_read
+from zoo.analysis.counts import (
+    decode_bytes_per_step,
+    forward_flops,
+    matmul_params,
+    weight_bytes_read,
+)
 from zoo.analysis.devices import encoder_roofline
 from zoo.components.attention import bidirectional_keys_seen
 from zoo.model.build import as_spec, build

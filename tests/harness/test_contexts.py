@@ -3,7 +3,6 @@ per-context records (measured or predicted), crossovers and the files --save wri
 
 from __future__ import annotations
 
-import math
 import textwrap
 
 import pandas as pd
@@ -136,8 +135,8 @@ def test_a_crossover_is_solved_between_two_contexts_not_interpolated():
     # it reaches mamba's 1/70 s at c = 1024 + (1000/70 - 10) x 102.4 = 1462.857...
     assert item["context"] == pytest.approx(1024 + (1000 / 70 - 10) * 102.4, abs=1e-6)
     assert crossover_lines([item]) == [
-        "crossover: attention.kind=mamba overtakes attention.kind=gqa in decode tokens/s at 1,463 tokens "
-        "(between 1k and 2k)"]
+        ("crossover: attention.kind=mamba overtakes attention.kind=gqa in decode tokens/s at 1,463 tokens "
+         "(between 1k and 2k)")]
     even = context_frame([rows[0], _row("x", {"attention.kind": "x"}, 1, [50, 50, 50])], ["attention.kind"],
                          {"attention.kind": "gqa"})
     (item,) = crossovers(even)  # ratios 0.5, 1, 2: equal at 2k
@@ -149,8 +148,8 @@ def test_no_crossover_among_the_contexts_is_said():
             _row("attention.kind=slow", {"attention.kind": "slow"}, 1, [10, 10, 10])]
     (item,) = crossovers(context_frame(rows, ["attention.kind"], {"attention.kind": "gqa"}), "attention.kind=gqa")
     assert item["context"] is None and item["after"] == "worse" and item["between"] == [1024, 4096]
-    assert crossover_lines([item]) == ["no crossover: attention.kind=slow is worse than attention.kind=gqa in "
-                                       "decode tokens/s at every context from 1k to 4k"]
+    assert crossover_lines([item]) == [("no crossover: attention.kind=slow is worse than attention.kind=gqa in "
+                                        "decode tokens/s at every context from 1k to 4k")]
 
 
 def test_a_sweep_file_with_contexts_saves_the_tables_and_both_plots(tmp_path):
