@@ -37,7 +37,7 @@ def _hf_pair(falcon: bool = False):  # type: ignore[no-untyped-def]
         )
     torch.manual_seed(0)
     options = MambaOptions(d_state=D_STATE, d_conv=D_CONV, bcdt_norm_eps=1e-6 if falcon else None)
-    ours = MambaMixer(options, SimpleNamespace(d_model=D_MODEL, role="decoder"))  # type: ignore[arg-type]
+    ours = MambaMixer(options, SimpleNamespace(d_model=D_MODEL, role="decoder", state_dtype=torch.float32))  # type: ignore[arg-type]
     with torch.no_grad():
         for name, param in ours.named_parameters():
             if name in ("in_proj.weight", "x_proj.weight", "out_proj.weight"):

@@ -3,7 +3,6 @@ per-context records (measured or predicted), crossovers and the files --save wri
 
 from __future__ import annotations
 
-import math
 import textwrap
 
 import pandas as pd
@@ -125,20 +124,32 @@ def _row(label, values, index, decode):
     return {"point_id": label, "index": index, "label": label, "values": values, "status": "ok", "contexts": contexts}
 
 
-def test_a_crossover_is_found_between_two_contexts_and_interpolated():
+def test_a_crossover_is_solved_between_two_contexts_not_interpolated():
     rows = [_row("attention.kind=gqa", {"attention.kind": "gqa"}, 0, [100, 50, 25]),
             _row("attention.kind=mamba", {"attention.kind": "mamba"}, 1, [70, 70, 70])]
     frame = context_frame(rows, ["attention.kind"], {"attention.kind": "gqa"})
     assert list(frame["decode_tokens_per_s_vs_baseline"]) == [1, 1, 1, 0.7, 1.4, 2.8]
     (item,) = crossovers(frame, "attention.kind=gqa")
     assert item["measure"] == "decode tokens/s" and item["between"] == [1024, 2048] and item["after"] == "better"
-    assert item["context"] == round(2 ** (10 + math.log(0.7) / math.log(0.5)))  # log ratio linear in log2(context)
+    # hand count: gqa's step time 10 ms at 1k, 20 ms at 2k is the line 10 ms + (c - 1024) x 10 ms / 1024;
+    # it reaches mamba's 1/70 s at c = 1024 + (1000/70 - 10) x 102.4 = 1462.857...
+    assert item["context"] == pytest.approx(1024 + (1000 / 70 - 10) * 102.4, abs=1e-6)
     assert crossover_lines([item]) == [
-        "crossover: attention.kind=mamba overtakes attention.kind=gqa in decode tokens/s at ~1.4k (between 1k and 2k)"]
+        ("crossover: attention.kind=mamba overtakes attention.kind=gqa in decode tokens/s at 1,463 tokens "
+         "(between 1k and 2k)")]
     even = context_frame([rows[0], _row("x", {"attention.kind": "x"}, 1, [50, 50, 50])], ["attention.kind"],
                          {"attention.kind": "gqa"})
     (item,) = crossovers(even)  # ratios 0.5, 1, 2: equal at 2k
     assert item["context"] == 2048 and item["between"] == [1024, 4096]
+
+
+def test_no_crossover_among_the_contexts_is_said():
+    rows = [_row("attention.kind=gqa", {"attention.kind": "gqa"}, 0, [100, 50, 25]),
+            _row("attention.kind=slow", {"attention.kind": "slow"}, 1, [10, 10, 10])]
+    (item,) = crossovers(context_frame(rows, ["attention.kind"], {"attention.kind": "gqa"}), "attention.kind=gqa")
+    assert item["context"] is None and item["after"] == "worse" and item["between"] == [1024, 4096]
+    assert crossover_lines([item]) == [("no crossover: attention.kind=slow is worse than attention.kind=gqa in "
+                                        "decode tokens/s at every context from 1k to 4k")]
 
 
 def test_a_sweep_file_with_contexts_saves_the_tables_and_both_plots(tmp_path):

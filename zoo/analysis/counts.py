@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from zoo.analysis.quantized import float_dtype, quantization_saving, quantized_meta_model, spec_json
 from zoo.errors import SpecError
 from zoo.specs.interfaces import FeedForward, Head, TokenMixer
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
@@ -220,59 +221,11 @@ def weight_bytes(
     """Bytes of the weights as laid out (tied weights once): every parameter in ``dtype``,
     or, with ``weights_dtype`` int8/int4, the quantized layers' packed weights and scales
     (``zoo.quant.stored_bytes`` of the meta model quantized the way a run quantizes it)."""
-    from zoo.quant import QUANTIZED, normalize
+    from zoo.quant import QUANTIZED, normalize, stored_bytes
 
     if normalize(weights_dtype) not in QUANTIZED:
-        return count_params(spec).total * _float_dtype(dtype, weights_dtype).itemsize
-    from zoo.quant import stored_bytes
-
-    return stored_bytes(_quantized_meta_model(_spec_json(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
-
-
-def _float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
-    """The dtype of unquantized weights: a float ``weights_dtype`` names it, else ``dtype``."""
-    from zoo.quant import FLOAT_DTYPE, normalize
-
-    name = normalize(weights_dtype)
-    return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
-
-
-def _spec_json(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> str:
-    model_spec = spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
-    return model_spec.to_json(indent=0)
-
-
-@functools.lru_cache(maxsize=32)
-def _quantized_meta_model(spec_json: str, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
-    import json
-
-    from zoo.quant import quantize
-
-    model = build(ModelSpec.model_validate(json.loads(spec_json)), device="meta", dtype=dtype.removeprefix("torch."))
-    return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
-
-
-on_registry_change(_quantized_meta_model.cache_clear)
-
-
-def quantization_saving(
-    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
-    dtype: str | torch.dtype | None,
-    weights_dtype: str | None,
-    group_size: int | None = None,
-) -> int:
-    """Bytes the quantized layers save against the same layers in ``dtype`` (0 unquantized);
-    every quantized layer is read at each step, so this is also the saving in bytes read."""
-    from zoo.quant import QUANTIZED, normalize
-    from zoo.quant.linear import QuantizedLinear
-
-    if normalize(weights_dtype) not in QUANTIZED:
-        return 0
-    torch_dtype = resolve_dtype(dtype)
-    model = _quantized_meta_model(_spec_json(spec), str(torch_dtype), weights_dtype, group_size)
-    return sum(
-        m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
-    )
+        return count_params(spec).total * float_dtype(dtype, weights_dtype).itemsize
+    return stored_bytes(quantized_meta_model(spec_json(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
 
 
 # ---- FLOPs and bytes per token (the roofline's inputs) -------------------------------------
@@ -281,27 +234,45 @@ def quantization_saving(
 _NON_MATMUL_FAMILIES = ("norm", "positional")
 
 
+def _mixers(module: nn.Module) -> list[TokenMixer]:
+    return [m for m in module.modules() if isinstance(m, TokenMixer)]
+
+
+def _not_per_token(module: nn.Module) -> int:
+    """Mixer parameters not multiplied as matrix weights per token: elementwise ones (counted
+    in ``score_flops``) and memory projections (once per prompt, ``memory_flops``)."""
+    return sum(
+        sum(p.numel() for p in m.parameters()) - m.matmul_param_count() + m.memory_param_count() for m in _mixers(module)
+    )
+
+
+def memory_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
+    """Parameters projecting the encoder's memory into cross-attention K/V: run once per
+    prompt, so neither charged nor read on a cached decode step (0 without cross-attention)."""
+    return sum(m.memory_param_count() for m in _model_for(spec).cross_attention_modules)
+
+
 def matmul_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
     """Active parameters that one token multiplies with: ``active`` (LM head included, input
-    embedding excluded) minus norm scales and learned position tables."""
-    count = count_params(spec)
-    return count.active - sum(count.by_component.get(family, 0) for family in _NON_MATMUL_FAMILIES)
+    embedding excluded) minus norm scales, learned position tables, mixers' elementwise
+    parameters and cross-attention's memory projections."""
+    model = _model_for(spec)
+    count = count_params(model)
+    return count.active - sum(count.by_component.get(f, 0) for f in _NON_MATMUL_FAMILIES) - _not_per_token(model)
 
 
-def _head_matmul_params(model: ZooModel) -> int:
-    """Parameters of the output head (its table counted even when tied): the part of a
-    forward that runs only on the rows whose logits are asked for."""
-    return sum(
-        sum(p.numel() for p in module.parameters())
-        for module in model.modules()
-        if getattr(module, "_zoo_family", None) == "unembedding"
-    )
+def _head_params(model: ZooModel) -> tuple[int, int]:
+    """Parameters of the output head (its table counted even when tied), and of those the
+    ones its ``forward`` multiplies per row returned: the part that runs on asked rows only."""
+    heads = [m for m in model.modules() if isinstance(m, Head)]
+    return sum(sum(p.numel() for p in m.parameters()) for m in heads), sum(m.forward_param_count() for m in heads)
 
 
 def _matmul_params_of(module: nn.Module, lookups: tuple[str, ...] = ()) -> int:
     """Parameters multiplied per token, less norms, position tables and ``lookups`` families."""
     by_family, inactive = _walk_counts(module)
-    return sum(by_family.values()) - inactive - sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES + lookups)
+    lookup = sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES + lookups)
+    return sum(by_family.values()) - inactive - lookup - _not_per_token(module)
 
 
 def forward_flops(
@@ -312,38 +283,45 @@ def forward_flops(
     *,
     last_only: bool = False,
     memory_len: int = 0,
+    executed: bool = False,
 ) -> int:
-    """FLOPs of one (decoder) forward over ``n_new`` new tokens per row ending at
+    """FLOPs of one cached (decoder) forward over ``n_new`` new tokens per row ending at
     ``context_len``, attending to ``memory_len`` encoder tokens (encoder-decoders).
 
     2 FLOPs per multiply-add: 2 × matmul parameters per token (the encoder's excluded: see
-    ``encoder_flops``), except the head, which runs on the last row only when ``last_only``
-    (as prefill does), plus each token mixer's declared ``score_flops`` (which knows its
-    window, or its state update); cross-attention sees ``memory_len`` keys.
+    ``encoder_flops``; cross-attention K/V projections run once per prompt: ``memory_flops``),
+    except the head, which runs on the last row only when ``last_only`` (as prefill does),
+    plus each token mixer's declared ``score_flops`` (which knows its window, or its state
+    update); cross-attention sees ``memory_len`` keys. ``executed``: the mixers'
+    ``executed_score_flops`` instead (a chunked prefill scan does more than the recurrence's
+    minimum): model FLOPs (MFU) by default, executed FLOPs for the roofline.
     """
     model = _model_for(spec)
     cross = {id(module) for module in model.cross_attention_modules}
-    mixing = sum(
-        int(module.score_flops(n_new, memory_len if id(module) in cross else context_len))
-        for _, module in model.stateful_modules()
-    )
-    head = _head_matmul_params(model)
+
+    def mixing(module: TokenMixer) -> int:
+        keys = memory_len if id(module) in cross else context_len
+        return int(module.executed_score_flops(n_new, keys) if executed else module.score_flops(n_new, keys))
+
+    scores = sum(mixing(module) for _, module in model.stateful_modules())
+    head, head_forward = _head_params(model)
     head_rows = 1 if last_only else n_new
     # the encoder's layers (its embedding is the model's tied table, counted at the model level)
     encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder, ("embedding",))
-    return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head * head_rows + mixing)
+    return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head_forward * head_rows + scores)
 
 
-def encoder_flops(spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1) -> int:
+def encoder_flops(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1, *, executed: bool = False
+) -> int:
     """FLOPs of an encoder-decoder's encoder over ``memory_len`` tokens per row (0 without one)."""
     model = _model_for(spec)
     if model.encoder is None:
         return 0
     mixing = 0
-    for block in model.encoder.layers:
-        for module in block.modules():
-            if isinstance(module, TokenMixer):
-                mixing += int(module.score_flops(memory_len, memory_len))
+    for module in _mixers(model.encoder):
+        flops = module.executed_score_flops if executed else module.score_flops
+        mixing += int(flops(memory_len, memory_len))
     # the encoder's embedding (its tied token table) is a lookup, not a product
     return batch_size * (2 * _matmul_params_of(model.encoder, ("embedding",)) * memory_len + mixing)
 
@@ -360,15 +338,16 @@ def weight_bytes_read(
     weights_dtype: str | None = None,
     group_size: int | None = None,
 ) -> int:
-    """Weight bytes one (decoder) forward step reads: the active parameters at batch 1; with
-    more rows a mixture of experts touches more experts, bounded by every weight except the
-    input-embedding table (of which only the looked-up rows are read). An encoder-decoder's
-    encoder layers are not read by a decoder step (``encoder_weight_bytes_read``). Quantized
-    layers are read as stored (``quantization_saving`` less)."""
+    """Weight bytes one cached (decoder) forward step reads: the active parameters at batch 1;
+    with more rows a mixture of experts touches more experts, bounded by every weight except
+    the input-embedding table (of which only the looked-up rows are read). An
+    encoder-decoder's encoder layers (``encoder_weight_bytes_read``) and its cross-attention
+    K/V projections (run once per prompt) are not read by a decode step. Quantized layers
+    are read as stored (``quantization_saving`` less)."""
     count = count_params(spec)
-    encoder = encoder_params(spec)
-    readable = count.total - encoder - (0 if count.tied else count.embedding)
-    dense = min(readable, (count.active - encoder) * batch_size) * _float_dtype(dtype, weights_dtype).itemsize
+    unread = encoder_params(spec) + memory_params(spec)
+    readable = count.total - unread - (0 if count.tied else count.embedding)
+    dense = min(readable, (count.active - unread) * batch_size) * float_dtype(dtype, weights_dtype).itemsize
     return dense - quantization_saving(spec, dtype, weights_dtype, group_size)
 
 
@@ -381,10 +360,12 @@ def decode_bytes_per_step(
     group_size: int | None = None,
     memory_len: int = 0,
 ) -> int:
-    """Bytes one decode step reads: the weights it uses plus the whole cache at that context
-    (with ``memory_len`` encoder tokens, the cross-attention K/V too: read every step)."""
+    """Bytes one decode step moves: the weights it uses, the K/V cache at that context read
+    (with ``memory_len`` encoder tokens, the cross-attention K/V too: read every step), and
+    the state fixed per sequence (recurrent state, convolution windows) read and written back."""
     weights = weight_bytes_read(spec, batch_size, dtype, weights_dtype, group_size)
-    return weights + cache_bytes(spec, batch_size, context_len, memory_len, dtype).total
+    cache = cache_bytes(spec, batch_size, context_len, memory_len, dtype)
+    return weights + cache.token + cache.memory + 2 * cache.sequence
 
 
 def encoder_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:

@@ -108,7 +108,8 @@ def roofline(
 ) -> Roofline:
     """Roofline tokens/s for a run's shape on a GPU of the table.
 
-    Prefill: FLOPs of the whole prompt (``zoo.analysis.counts.forward_flops``) against the weights
+    Prefill: executed FLOPs of the whole prompt (``zoo.analysis.counts.forward_flops`` with
+    ``executed``: a chunked scan's padded chunks included) against the weights
     plus the KV cache written once. Decode: one step at the midpoint context
     ``prompt_len + gen_len // 2`` (FLOPs per token × batch; bytes = weights read plus
     the KV cache read at that context, ``zoo.analysis.counts.decode_bytes_per_step``). Quantized
@@ -118,13 +119,13 @@ def roofline(
 
     board = gpu(gpu_key)
     peak, bandwidth = board.peak_flops(dtype), board.bandwidth
-    prefill_flops = forward_flops(spec_or_model, prompt_len, prompt_len, batch_size, last_only=True)  # type: ignore[arg-type]
+    prefill_flops = forward_flops(spec_or_model, prompt_len, prompt_len, batch_size, last_only=True, executed=True)  # type: ignore[arg-type]
     prefill_bytes = weight_bytes_read(spec_or_model, batch_size * prompt_len, dtype, weights_dtype, group_size) + cache_bytes(  # type: ignore[arg-type]
         spec_or_model, batch_size, prompt_len, dtype=dtype  # type: ignore[arg-type]
     ).total
     prefill_time, prefill_bound = _step_time(prefill_flops, prefill_bytes, peak, bandwidth)
     context = prompt_len + gen_len // 2
-    decode_flops = forward_flops(spec_or_model, 1, context, batch_size)  # type: ignore[arg-type]
+    decode_flops = forward_flops(spec_or_model, 1, context, batch_size, executed=True)  # type: ignore[arg-type]
     decode_bytes = decode_bytes_per_step(spec_or_model, batch_size, context, dtype, weights_dtype, group_size)  # type: ignore[arg-type]
     decode_time, decode_bound = _step_time(decode_flops, decode_bytes, peak, bandwidth)
     return Roofline(

@@ -156,6 +156,10 @@ class Attention(TokenMixer):
         cross-attention's k and v read the encoder's memory instead."""
         return {} if self.cross else {"qkv_proj": QKV}
 
+    def memory_param_count(self) -> int:
+        """Cross-attention's k and v project the memory once per prompt (weights and biases)."""
+        return sum(p.numel() for proj in (self.k_proj, self.v_proj) for p in proj.parameters()) if self.cross else 0
+
     # ---- state ----------------------------------------------------------------------------
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """K and V: per token (a sliding window keeps a ring of at most ``window`` slots),
@@ -171,8 +175,10 @@ class Attention(TokenMixer):
         """FLOPs of q·kᵀ and probs·v (2 each per multiply-add) for n_new queries."""
         if self.causal:
             keys = causal_keys_seen(n_new, context_len, self.window)
-        else:  # every query sees every key (a window: at most window // 2 on each side and itself)
-            keys = n_new * (context_len if self.window is None else min(context_len, 2 * (self.window // 2) + 1))
+        elif self.window is None:  # every query sees every key
+            keys = n_new * context_len
+        else:  # window // 2 on each side and itself, fewer at the sequence's ends
+            keys = bidirectional_keys_seen(context_len, self.window // 2) * n_new // context_len
         return 4 * self.n_heads * self.head_dim * keys
 
     # ---- forward --------------------------------------------------------------------------
@@ -347,6 +353,16 @@ class Attention(TokenMixer):
 
 
 CausalSelfAttention = Attention  # the name before encoders existed
+
+
+def bidirectional_keys_seen(length: int, half: int) -> int:
+    """Keys attended in total by the ``length`` queries of a sequence when query q sees keys
+    max(0, q - half) .. min(length - 1, q + half): the sum, in closed form."""
+    inner = max(0, length - half)  # queries whose right edge stays inside: q + half <= length - 1
+    right = inner * (inner - 1) // 2 + inner * half + (length - inner) * (length - 1)  # sum of right edges
+    over = max(0, length - 1 - half)  # queries q > half: their left edge is q - half
+    left = over * (over + 1) // 2  # sum of left edges
+    return right - left + length
 
 
 def _gather_valid(key_valid: torch.Tensor | None, key_time: torch.Tensor) -> torch.Tensor | None:

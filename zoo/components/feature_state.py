@@ -70,6 +70,7 @@ class FeatureStateMixer(TokenMixer):
     def __init__(self, options: FeatureStateOptions, ctx: BuildContext, *, bias: bool) -> None:
         super().__init__()
         self.n_heads = options.n_heads
+        self.state_dtype = ctx.state_dtype  # S and z: float32 unless the spec's state_dtype is "cache"
         self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
         inner = self.n_heads * self.head_dim
         self.q_proj = Linear(ctx.d_model, inner, bias=bias)
@@ -95,7 +96,7 @@ class FeatureStateMixer(TokenMixer):
         if state is None:
             H, D = self.n_heads, self.head_dim
             return torch.zeros(batch_size, H, D, D, device=device), torch.zeros(batch_size, H, D, device=device)
-        return state.tensors[names[0]], state.tensors[names[1]]
+        return state.tensors[names[0]].float(), state.tensors[names[1]].float()  # float32 maths, any stored dtype
 
     @staticmethod
     def store_state(state: LayerState | None, names: tuple[str, str], s: torch.Tensor, z: torch.Tensor) -> None:

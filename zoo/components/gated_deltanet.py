@@ -185,16 +185,38 @@ class GatedDeltaNet(nn.Module):
 class GatedDeltaNetMixer(GatedDeltaNet, SequenceStateMixer):
     """The registered ``gated_deltanet`` attention kind: ``mix`` over the layer's state."""
 
+    def matmul_param_count(self) -> int:
+        """The input and output projections: the convolution taps, dt bias, A_log and the
+        gated norm's scale are elementwise, in ``score_flops``."""
+        projections = (self.in_proj_qkvz, self.in_proj_ba, self.out_proj)
+        return sum(p.numel() for m in projections for p in m.parameters())
+
     def score_flops(self, n_new: int, context_len: int) -> int:
-        """State-update FLOPs per token (decay, read k^T S, write, read q^T S): no context term."""
+        """Per token: the state update per head (decay, read k^T S, write, read q^T S) and the
+        depthwise convolution (2 per tap per channel): no context term."""
         per_head = 7 * self.head_k_dim * self.head_v_dim + 2 * self.head_v_dim
-        return n_new * self.n_v_heads * per_head
+        return n_new * (self.n_v_heads * per_head + 2 * self.conv_dim * self.conv_kernel)
+
+    def executed_score_flops(self, n_new: int, context_len: int) -> int:
+        """A prefill runs the chunked delta rule (``chunk_gated_delta_rule``) over chunks of
+        C tokens (the last one padded): per chunk and head K_beta Kᵀ and Q Kᵀ (2 C² d_k each),
+        the two triangular solves (C² d_v + C² d_k), intra·v_new (2 C² d_v) and the three
+        state products (2 C d_k d_v each), plus the elementwise part. Decode: ``score_flops``."""
+        if n_new == 1:
+            return self.score_flops(1, context_len)
+        C, K, V = self.chunk_size, self.head_k_dim, self.head_v_dim
+        padded = -(-n_new // C) * C
+        per_token = C * (5 * K + 3 * V) + 6 * K * V
+        return padded * self.n_v_heads * per_token + self.score_flops(n_new, context_len)
 
 
 def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn.Module:
     """Gated DeltaNet (Qwen3-Next's linear-attention layers)."""
     o = options
-    return GatedDeltaNetMixer(ctx.d_model, o.n_k_heads, o.n_v_heads, o.head_k_dim, o.head_v_dim, o.conv_kernel, o.eps, o.chunk_size)
+    mixer = GatedDeltaNetMixer(ctx.d_model, o.n_k_heads, o.n_v_heads, o.head_k_dim, o.head_v_dim, o.conv_kernel, o.eps,
+                               o.chunk_size)
+    mixer.state_dtype = ctx.state_dtype
+    return mixer
 
 
 @hookimpl

@@ -103,6 +103,11 @@ class PoolerHead(Head):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
+    def forward_param_count(self) -> int:
+        """0: ``forward`` returns the hidden states; the pooler runs in ``pool`` (one row per
+        sequence, 2·d² FLOPs), not in ``model(ids)``."""
+        return 0
+
     def pool(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, d) -> (B, d): the first token through dense + tanh."""
         return torch.tanh(self.dense(hidden[:, 0]))

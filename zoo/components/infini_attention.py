@@ -13,7 +13,8 @@ ring of the last ``segment`` keys restricted to its own segment, and if it is a 
 last token it writes that segment (the ring holds all of it) into M after reading. So any
 split of a sequence into prefill chunks and steps gives the full forward's outputs.
 
-State: ``mem`` (B, H, D, D) and ``z`` (B, H, D), float32, per sequence; ``k``, ``v``
+State: ``mem`` (B, H, D, D) and ``z`` (B, H, D), float32 (or the cache's dtype with
+``state_dtype: cache``), per sequence; ``k``, ``v``
 (B, H, min(segment, max_len), D) per token, a ring (slot = time mod its length) like a
 sliding window's. Positions for segmenting count real tokens only (cache time minus the
 row's left pads; uncached, the running count of the attention mask), and padding keys add
@@ -72,13 +73,13 @@ class InfiniAttention(FeatureStateMixer):
 
     # ---- state ----------------------------------------------------------------------------
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """M and z per sequence (float32); the current segment's K/V as a ring of at most
+        """M and z per sequence (``state_dtype``: float32 unless the spec says ``cache``); the current segment's K/V as a ring of at most
         ``segment`` slots per token (the cache's dtype)."""
         H, D = self.n_heads, self.head_dim
         ring = (batch_size, H, min(self.segment, max_len), D)
         return {
-            "mem": StateTensor((batch_size, H, D, D), torch.float32, per="sequence"),
-            "z": StateTensor((batch_size, H, D), torch.float32, per="sequence"),
+            "mem": StateTensor((batch_size, H, D, D), self.state_dtype, per="sequence"),
+            "z": StateTensor((batch_size, H, D), self.state_dtype, per="sequence"),
             "k": StateTensor(ring),
             "v": StateTensor(ring),
         }

@@ -3,7 +3,8 @@
 Softmax(q·kᵀ) is replaced by a kernel φ(q)·φ(k)ᵀ with φ = elu + 1 (positive), so causal
 attention becomes a running sum: S_t = Σ_{s≤t} φ(k_s) v_sᵀ (D_k × D_v per head) and
 z_t = Σ_{s≤t} φ(k_s), and y_t = φ(q_t)·S_t / (φ(q_t)·z_t + eps). The state is fixed per
-sequence whatever the context (``per="sequence"``, float32): ``kv`` (B, H, D_k, D_v) and
+sequence whatever the context (``per="sequence"``, float32 unless the spec's ``state_dtype`` is
+``cache``): ``kv`` (B, H, D_k, D_v) and
 ``k_sum`` (B, H, D_k).
 
 A prefill is chunk-wise: inside a chunk of ``CHUNK`` tokens the causal part is a masked
@@ -39,8 +40,8 @@ class LinearAttention(FeatureStateMixer):
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         H, D = self.n_heads, self.head_dim
         return {
-            "kv": StateTensor((batch_size, H, D, D), torch.float32, per="sequence"),
-            "k_sum": StateTensor((batch_size, H, D), torch.float32, per="sequence"),
+            "kv": StateTensor((batch_size, H, D, D), self.state_dtype, per="sequence"),
+            "k_sum": StateTensor((batch_size, H, D), self.state_dtype, per="sequence"),
         }
 
     def score_flops(self, n_new: int, context_len: int) -> int:

@@ -8,8 +8,9 @@ Parameter names and shapes are those of Hugging Face's MambaMixer, so checkpoint
 one to one. The maths is in ``mamba_scan.py``.
 
 State per sequence (``per="sequence"``, fixed size whatever the context): ``conv`` (B,
-d_inner, d_conv), the last d_conv inputs of the convolution, and ``ssm`` (B, d_inner,
-d_state), the recurrent state, both float32 (decoding accumulates into them).
+d_inner, d_conv), the last d_conv inputs of the convolution, in the cache's dtype, and
+``ssm`` (B, d_inner, d_state), the recurrent state, float32 (decoding accumulates into it)
+unless the spec's ``state_dtype`` is ``cache``: transformers' cache, tensor for tensor.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class MambaMixer(TokenMixer):
         self.d_conv = options.d_conv
         self.dt_rank = int(options.dt_rank or math.ceil(d / 16))
         self.norm_eps = options.bcdt_norm_eps
+        self.state_dtype = ctx.state_dtype
         self.in_proj = Linear(d, 2 * self.d_inner, bias=options.bias)
         self.conv1d = nn.Conv1d(
             self.d_inner, self.d_inner, self.d_conv, groups=self.d_inner, padding=self.d_conv - 1, bias=options.conv_bias
@@ -111,17 +113,24 @@ class MambaMixer(TokenMixer):
 
     # ---- state ----------------------------------------------------------------------------
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """The convolution window and the recurrent state: float32, fixed per sequence."""
+        """The convolution window (the cache's dtype) and the recurrent state (``state_dtype``),
+        fixed per sequence."""
         return {
-            "conv": StateTensor((batch_size, self.d_inner, self.d_conv), torch.float32, per="sequence"),
-            "ssm": StateTensor((batch_size, self.d_inner, self.d_state), torch.float32, per="sequence"),
+            "conv": StateTensor((batch_size, self.d_inner, self.d_conv), per="sequence"),
+            "ssm": StateTensor((batch_size, self.d_inner, self.d_state), self.state_dtype, per="sequence"),
         }
+
+    def matmul_param_count(self) -> int:
+        """in_proj, x_proj, dt_proj's weight and out_proj (with their biases, if any): the
+        convolution taps, A_log, D and the dt bias are elementwise, in ``score_flops``."""
+        projections = (self.in_proj, self.x_proj, self.out_proj)
+        return sum(p.numel() for m in projections for p in m.parameters()) + self.dt_proj.weight.numel()
 
     def score_flops(self, n_new: int, context_len: int) -> int:
         """The state update beyond the projections, whatever the context: per channel and
         state entry exp(dt·A), dt·B·x, the decay-and-add (about 6) and C·h (2); per channel
-        the convolution (2·d_conv), the D skip and the gate (4)."""
-        return n_new * self.d_inner * (8 * self.d_state + 2 * self.d_conv + 4)
+        the convolution (2·d_conv), the dt bias, the D skip and the gate (5)."""
+        return n_new * self.d_inner * (8 * self.d_state + 2 * self.d_conv + 5)
 
     # ---- forward --------------------------------------------------------------------------
     def forward(

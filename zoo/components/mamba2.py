@@ -6,8 +6,9 @@ tokens with a scalar decay per head; the output times SiLU(z) is RMS-normalised 
 and projected back. Parameter names are transformers' (``in_proj``, ``conv1d``,
 ``dt_bias``, ``A_log``, ``D``, ``norm``, ``out_proj``), so checkpoints map unchanged.
 
-State per sequence: the convolution window (B, d_inner + 2 G N, kernel) and the SSM state
-(B, H, P, N); neither grows with the context.
+State per sequence: the convolution window (B, d_inner + 2 G N, kernel), in the cache's
+dtype, and the SSM state (B, H, P, N), float32 unless the spec's ``state_dtype`` is
+``cache`` (as transformers keeps them); neither grows with the context.
 """
 
 from __future__ import annotations
@@ -154,18 +155,37 @@ class Mamba2Mixer(nn.Module):
 class Mamba2TokenMixer(Mamba2Mixer, SequenceStateMixer):
     """The registered ``mamba2`` attention kind: ``mix`` over the layer's state."""
 
+    def matmul_param_count(self) -> int:
+        """in_proj and out_proj: the convolution taps, dt bias, A_log, D and the gated norm's
+        scale are elementwise, in ``score_flops``."""
+        return sum(p.numel() for m in (self.in_proj, self.out_proj) for p in m.parameters())
+
     def score_flops(self, n_new: int, context_len: int) -> int:
-        """State-update FLOPs per token (decay, write dt x B^T, read S C, D skip): no context term."""
+        """Per token: the state update per head (decay, write dt x B^T, read S C, D skip) and
+        the depthwise convolution (2 per tap per channel): no context term."""
         per_head = 5 * self.head_dim * self.state_size + 3 * self.head_dim
-        return n_new * self.n_heads * per_head
+        return n_new * (self.n_heads * per_head + 2 * self.conv_dim * self.conv_kernel)
+
+    def executed_score_flops(self, n_new: int, context_len: int) -> int:
+        """A prefill runs the chunked SSD scan over chunks of ``chunk_size`` (the last one
+        padded): per chunk of L tokens and head, C·Bᵀ (2 L² N), scores·x (2 L² P), the chunk's
+        state (2 L P N) and the carried state's read (2 L P N), plus the elementwise part.
+        One token (decode) is the recurrence: ``score_flops``."""
+        if n_new == 1:
+            return self.score_flops(1, context_len)
+        L, N, P = self.chunk_size, self.state_size, self.head_dim
+        padded = -(-n_new // L) * L
+        return padded * self.n_heads * 2 * (L * (N + P) + 2 * P * N) + self.score_flops(n_new, context_len)
 
 
 def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
     """The Mamba2 mixer (multi-head SSD with grouped B/C)."""
     o = options
     limit = (o.dt_min, math.inf if o.dt_max is None else o.dt_max)
-    return Mamba2TokenMixer(ctx.d_model, o.n_heads * o.head_dim, o.n_heads, o.n_groups, o.state_size, o.conv_kernel,
-                            o.chunk_size, o.bias, o.conv_bias, o.eps, limit)
+    mixer = Mamba2TokenMixer(ctx.d_model, o.n_heads * o.head_dim, o.n_heads, o.n_groups, o.state_size, o.conv_kernel,
+                             o.chunk_size, o.bias, o.conv_bias, o.eps, limit)
+    mixer.state_dtype = ctx.state_dtype
+    return mixer
 
 
 @hookimpl

@@ -4,10 +4,14 @@ Gated DeltaNet and Mamba2 are each a maths module with ``state_shapes(batch_size
 ``mix(x, state, token_valid)`` over explicit tensors (tested alone against transformers);
 this base turns such a module into a registered ``TokenMixer``: every declared tensor is
 ``per="sequence"``, and ``forward`` hands ``mix`` the layer's state and which tokens are
-real, so left padding never touches the state.
+real, so left padding never touches the state. Convolution windows (``windows``) take the
+cache's dtype and the recurrent state ``state_dtype`` (float32 unless the spec says
+``cache``), as transformers' caches keep them.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 
@@ -16,6 +20,9 @@ from zoo.specs.interfaces import LayerState, Memory, Positions, StateTensor, Tok
 
 class SequenceStateMixer(TokenMixer):
     """Mixin over a maths module that defines ``state_shapes`` and ``mix``."""
+
+    windows: ClassVar[tuple[str, ...]] = ("conv",)  # convolution windows: the cache's dtype
+    state_dtype: torch.dtype | None = torch.float32  # the recurrent state's (factories set the spec's); None: cache's
 
     def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
         raise NotImplementedError
@@ -27,7 +34,10 @@ class SequenceStateMixer(TokenMixer):
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """Per sequence, whatever the context (the conv window and the recurrent state)."""
-        return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
+        return {
+            name: StateTensor(shape, None if name in self.windows else self.state_dtype, per="sequence")
+            for name, shape in self.state_shapes(batch_size).items()
+        }
 
     def forward(
         self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None

@@ -19,8 +19,9 @@ in the point's row as ``contexts``):
   (default ``h100-sxm``).
 
 ``context_frame`` is the long table (one row per variant and context), with ratios to the
-baseline variant at the same context; ``crossovers`` finds the contexts where a variant's
-ratio to the baseline crosses 1 (where a hybrid overtakes full attention). How they are
+baseline variant at the same context; ``crossovers`` solves for the context where a
+variant's memory or decode step time equals the baseline's (where a hybrid overtakes full
+attention): both are affine in the context, so the crossing is exact, not interpolated. How they are
 shown and saved is ``context_report.py``.
 """
 
@@ -252,38 +253,55 @@ def as_frame(records: Sequence[Mapping[str, Any]], keys: Sequence[str] = ()) -> 
 
 
 def crossovers(frame: pd.DataFrame, baseline_label: str | None = None) -> list[dict[str, Any]]:
-    """Where a variant's ratio to the baseline crosses 1 between two adjacent contexts: the
-    crossing context interpolated in log2(context) and log(ratio), per measure."""
+    """Where a variant's memory, or decode step time, equals the baseline's: solved, not
+    interpolated. Between two neighbouring contexts both sides are affine in the context
+    (weights + per-sequence state + bytes per token × context; a decode step's time is its
+    bytes, or FLOPs, over a rate), so the difference is a line through its two values and
+    its zero is the crossing, exact unless a side changes slope in between (a sliding
+    window filling, a roofline turning compute-bound). A variant whose difference keeps one
+    sign over every context given gets one item with ``context`` None: no crossover there."""
     out: list[dict[str, Any]] = []
     if frame.empty:
         return out
     for column, measure in (("memory_bytes", "memory"), ("decode_tokens_per_s", "decode tokens/s")):
         ratio = f"{column}_vs_baseline"
         for label, group in frame.groupby("label", sort=False):
-            points = [(int(c), float(r)) for c, r in zip(group["context"], group[ratio])
-                      if r is not None and not (isinstance(r, float) and math.isnan(r)) and r > 0]
-            if all(abs(r - 1) < 1e-12 for _, r in points):
+            points = [(int(c), _cost(column, v), _cost(column, v / float(r)))  # v / ratio: the baseline's value
+                      for c, v, r in zip(group["context"], group[column], group[ratio]) if _present(v) and _present(r)]
+            if not points or all(abs(mine - base) <= 1e-12 * abs(base) for _, mine, base in points):
                 continue  # the baseline itself (or a variant equal to it)
-            for c1, c2, at, r2 in _sign_changes(points):
-                better = (r2 < 1) if column == "memory_bytes" else (r2 > 1)
-                out.append({"variant": label, "baseline": baseline_label, "measure": measure, "between": [c1, c2],
-                            "context": at, "after": "better" if better else "worse"})
+            item = {"variant": label, "baseline": baseline_label, "measure": measure}
+            changes = _zero_crossings([(c, mine - base) for c, mine, base in points])
+            for c1, c2, at, after in changes:
+                out.append({**item, "between": [c1, c2], "context": at, "after": "better" if after < 0 else "worse"})
+            if not changes:
+                side = next(mine - base for _, mine, base in points if mine != base)
+                out.append({**item, "between": [points[0][0], points[-1][0]], "context": None,
+                            "after": "better" if side < 0 else "worse"})
     return out
 
 
-def _sign_changes(points: Sequence[tuple[int, float]]) -> list[tuple[int, int, int, float]]:
-    """(c1, c2, crossing, ratio after) for each change of side of 1 between neighbouring
-    points that are not equal to 1 (a point equal to 1 between them is the crossing)."""
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and value > 0
+
+
+def _cost(column: str, value: Any) -> float:
+    """What is affine in the context: bytes held, or seconds per decoded token (1 / rate)."""
+    return float(value) if column == "memory_bytes" else 1.0 / float(value)
+
+
+def _zero_crossings(points: Sequence[tuple[int, float]]) -> list[tuple[int, int, float, float]]:
+    """(c1, c2, crossing, difference after) for each change of sign of the difference
+    (variant minus baseline: lower is better) between neighbouring contexts; a context where
+    it is exactly 0 between two of opposite sign is the crossing. The crossing solves the
+    line through (c1, d1) and (c2, d2), to a fraction of a token."""
     changes = []
-    sided = [(i, c, math.log(r)) for i, (c, r) in enumerate(points) if r != 1]
+    sided = [(i, c, d) for i, (c, d) in enumerate(points) if d != 0]
     for (i1, c1, d1), (i2, c2, d2) in zip(sided, sided[1:]):
         if d1 * d2 >= 0:
             continue
-        if i2 > i1 + 1:  # exactly equal at the contexts between
-            at = points[i1 + 1][0]
-        else:
-            at = round(2 ** (math.log2(c1) + (math.log2(c2) - math.log2(c1)) * d1 / (d1 - d2)))
-        changes.append((c1, c2, at, math.exp(d2)))
+        at = points[i1 + 1][0] if i2 > i1 + 1 else c1 + (c2 - c1) * d1 / (d1 - d2)
+        changes.append((c1, c2, float(at), d2))
     return changes
 
 

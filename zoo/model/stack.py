@@ -60,6 +60,7 @@ def context(spec: ModelSpec, layer: LayerSpec, role: str) -> BuildContext:
         role=role,
         embedding_scale=spec.resolved_embedding_scale,
         tie_embeddings=spec.tie_embeddings,
+        state_dtype=torch.float32 if spec.state_dtype == "float32" else None,
     )
 
 

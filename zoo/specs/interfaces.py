@@ -79,6 +79,7 @@ class BuildContext:
     role: str = "decoder"  # "decoder" | "encoder" (which stack), or "cross_attention"
     embedding_scale: float | None = None  # embedding: multiply token embeddings by this
     tie_embeddings: bool = True  # head: share the embedding table
+    state_dtype: torch.dtype | None = torch.float32  # recurrent/SSM state tensors; None: the cache's dtype
 
 
 StatePer = Literal["token", "sequence", "memory"]
@@ -252,6 +253,25 @@ class TokenMixer(nn.Module, metaclass=ABCMeta):
         (``zoo.fuse_projections``): ``{fused name: (part names...)}``; none by default."""
         return {}
 
+    def matmul_param_count(self) -> int:
+        """Parameters multiplied with each token as matrix weights (2 FLOPs each per token).
+        A mixer whose other parameters are elementwise (decays, skips, convolution taps,
+        gated-norm scales) names only its projections here and counts the rest in
+        ``score_flops``, so no parameter is charged twice. All parameters by default."""
+        return sum(p.numel() for p in self.parameters())
+
+    def executed_score_flops(self, n_new: int, context_len: int) -> int:
+        """``score_flops`` as the kernel executes it: a chunked prefill scan (padded chunks,
+        intra-chunk products) does more than the recurrence's minimum. The roofline uses
+        this; MFU uses ``score_flops``. The same by default."""
+        return self.score_flops(n_new, context_len)
+
+    def memory_param_count(self) -> int:
+        """Parameters that project the encoder's memory (cross-attention K/V): they run once
+        per memory token when the cache is given the memory, never on a cached decode step,
+        so the analysis charges them to the prompt, not to each token. None by default."""
+        return 0
+
 
 class FeedForward(nn.Module):
     """Base of ``ffn`` modules: ``forward(x (B, T, d)) -> (B, T, d)``."""
@@ -365,6 +385,12 @@ class Head(nn.Module, metaclass=ABCMeta):
 
     def tie(self, embedding: Embedding) -> None:
         """Share ``embedding.weight`` where this head is tied; nothing otherwise."""
+
+    def forward_param_count(self) -> int:
+        """Parameters ``forward`` multiplies with each row it returns (the analysis charges
+        2 FLOPs each per row); all of them by default. A head whose parameters serve another
+        call (BERT's pooler: ``pool``, on the first token only) names 0."""
+        return sum(p.numel() for p in self.parameters())
 
 
 # The base class each registry family's modules subclass (checked at registration).

@@ -96,6 +96,9 @@ class ModelSpec(StrictNumbers):
     encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
     cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
     decoder_start_token_id: int | None = Field(None, ge=0, description="encoder-decoder: first decoder token")
+    state_dtype: Literal["float32", "cache"] = Field(
+        "float32", description="recurrent and SSM states: float32 (as transformers and the reference kernels keep "
+        "them) or the cache's dtype; convolution windows and K/V always take the cache's dtype")
     layers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-layer overrides: selector -> {family: {...}}"
     )

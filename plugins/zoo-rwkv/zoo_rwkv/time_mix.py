@@ -47,6 +47,7 @@ class TimeMix(TokenMixer):
         d, c = ctx.d_model, options.attention_hidden or ctx.d_model
         self.d_model, self.channels = d, c
         self.layer_index, self.n_layers = ctx.layer_index, ctx.n_layers
+        self.state_dtype = ctx.state_dtype  # the WKV sums: float32 unless the spec's state_dtype is "cache"
         self.time_decay = nn.Parameter(torch.empty(c))
         self.time_first = nn.Parameter(torch.empty(c))
         self.time_mix_key = nn.Parameter(torch.empty(1, 1, d))
@@ -83,11 +84,13 @@ class TimeMix(TokenMixer):
         self.carried[name] = shape
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """``att_x`` (B, d) in the cache dtype, the WKV sums (B, C) in float32, and what the
+        """``att_x`` (B, d) in the cache dtype, the WKV sums (B, C) in ``state_dtype`` (float32
+        unless the spec says ``cache``; the maths, time_decay and time_first included, is
+        float32 either way), and what the
         block asked to carry: all fixed per sequence, whatever the context length."""
         layout = {"att_x": StateTensor((batch_size, self.d_model), per="sequence")}
         for name in WKV_STATE:
-            layout[name] = StateTensor((batch_size, self.channels), torch.float32, per="sequence")
+            layout[name] = StateTensor((batch_size, self.channels), self.state_dtype, per="sequence")
         for name, shape in self.carried.items():
             layout[name] = StateTensor((batch_size, *shape), per="sequence")
         return layout
@@ -111,7 +114,7 @@ class TimeMix(TokenMixer):
         k = self.key(mix(x, shifted, self.time_mix_key))  # (B, T, C)
         v = self.value(mix(x, shifted, self.time_mix_value))  # (B, T, C)
         r = torch.sigmoid(self.receptance(mix(x, shifted, self.time_mix_receptance)))  # (B, T, C)
-        start = empty_state(x.shape[0], self.channels, x.device) if tensors is None else tuple(tensors[n] for n in WKV_STATE)
+        start = empty_state(x.shape[0], self.channels, x.device) if tensors is None else tuple(tensors[n].float() for n in WKV_STATE)
         w = -torch.exp(self.time_decay.float())  # (C,)
         out, end = wkv(w, self.time_first.float(), k, v, valid, start)  # (B, T, C)
         if tensors is not None:

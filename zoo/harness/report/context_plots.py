@@ -50,14 +50,14 @@ def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, 
     labels of crossings close together are set side by side."""
     placed: list[int] = []
     for item in items:
-        if item["measure"] != measure:
+        if item["measure"] != measure or item["context"] is None:  # None: no crossover among the contexts
             continue
         n, color = item["context"], colors.get(item["variant"], "grey")
         ax.axvline(n, color=color, linestyle=":", linewidth=1)
         verb = "overtakes" if item["after"] == "better" else "falls behind"
         near = sum(1 for other in placed if max(n, other) / min(n, other) < 1.15)
         placed.append(n)
-        where = f"~{n / 1024:.1f}k" if n >= 1024 else f"~{n}"
+        where = f"{n / 1024:.2f}k" if n >= 1024 else f"{n:.0f}"
         ax.annotate(f"{where}: {verb} the baseline", (n, 0.97), xycoords=("data", "axes fraction"),
                     xytext=(-2 - 9 * near, 0), textcoords="offset points", fontsize=6, rotation=90,
                     ha="right", va="top", color=color)

@@ -79,16 +79,18 @@ def _rate(value: Any) -> float | int | None:
 
 
 def crossover_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``crossover: X overtakes B in decode tokens/s at ~11k (between 8k and 16k)``."""
+    """``crossover: X overtakes B in decode tokens/s at 11,023 tokens (between 8k and 16k)``,
+    or ``no crossover: X is better than B in memory at every context from 4k to 128k``."""
     lines = []
     for item in items:
-        verb = "overtakes" if item["after"] == "better" else "falls behind"
         lo, hi = (format_context(n) for n in item["between"])
         against = item["baseline"] or "the baseline"
-        lines.append(f"crossover: {item['variant']} {verb} {against} in {item['measure']} at ~{_short(item['context'])} "
-                     f"(between {lo} and {hi})")
+        if item["context"] is None:
+            side = "better than" if item["after"] == "better" else "worse than"
+            lines.append(f"no crossover: {item['variant']} is {side} {against} in {item['measure']} "
+                         f"at every context from {lo} to {hi}")
+            continue
+        verb = "overtakes" if item["after"] == "better" else "falls behind"
+        lines.append(f"crossover: {item['variant']} {verb} {against} in {item['measure']} at "
+                     f"{item['context']:,.0f} tokens (between {lo} and {hi})")
     return lines
-
-
-def _short(n: int) -> str:
-    return f"{n / 1024:.1f}k" if n >= 1024 else str(n)

@@ -1,0 +1,59 @@
+"""Weights as a quantized run stores them: the meta model quantized the way a run quantizes
+it, and what its quantized layers save against the dense dtype (bytes held and read)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
+from zoo.specs.model import ModelSpec
+from zoo.specs.registry import on_registry_change
+
+
+def float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
+    """The dtype of unquantized weights: a float ``weights_dtype`` names it, else ``dtype``."""
+    from zoo.quant import FLOAT_DTYPE, normalize
+
+    name = normalize(weights_dtype)
+    return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
+
+
+def spec_json(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> str:
+    model_spec = spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
+    return model_spec.to_json(indent=0)
+
+
+@functools.lru_cache(maxsize=32)
+def quantized_meta_model(spec_json: str, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
+    from zoo.quant import quantize
+
+    model = build(ModelSpec.model_validate(json.loads(spec_json)), device="meta", dtype=dtype.removeprefix("torch."))
+    return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
+
+
+on_registry_change(quantized_meta_model.cache_clear)
+
+
+def quantization_saving(
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    dtype: str | torch.dtype | None,
+    weights_dtype: str | None,
+    group_size: int | None = None,
+) -> int:
+    """Bytes the quantized layers save against the same layers in ``dtype`` (0 unquantized);
+    every quantized layer is read at each step, so this is also the saving in bytes read."""
+    from zoo.quant import QUANTIZED, normalize
+    from zoo.quant.linear import QuantizedLinear
+
+    if normalize(weights_dtype) not in QUANTIZED:
+        return 0
+    torch_dtype = resolve_dtype(dtype)
+    model = quantized_meta_model(spec_json(spec), str(torch_dtype), weights_dtype, group_size)
+    return sum(
+        m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
+    )
