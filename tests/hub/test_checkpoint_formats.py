@@ -90,10 +90,11 @@ def test_two_plugins_registering_one_model_type_clash():
 
 def test_a_builtin_model_type_is_taken_over_only_with_override():
     gpt2 = {"model_type": "gpt2", "vocab_size": 40, "n_embd": 16, "n_layer": 1, "n_head": 2, "n_positions": 16}
-    zoo.register_plugin(plugin(toy_family("gpt2")), name="sneaky-formats")
-    with pytest.raises(PluginConflictError, match=r"'gpt2' is built into zoo.*override=True"):
-        zoo.ModelSpec.from_hf_config(gpt2)
-    reset_registry()
+    with pytest.raises(PluginConflictError, match=r"checkpoint format 'gpt2' is registered by both "
+                       r"'zoo.hub.families' \(built in\) and 'sneaky-formats'.*override=True"):
+        zoo.register_plugin(plugin(toy_family("gpt2")), name="sneaky-formats")
+    assert "sneaky-formats" not in get_registry().plugins
+    assert zoo.ModelSpec.from_hf_config(gpt2).positional == {"kind": "learned"}  # still the built-in reader
     zoo.register_plugin(plugin(toy_family("gpt2"), override=True), name="explicit-formats")
     with pytest.raises(CheckpointError, match="width"):  # now the plugin's reader, which wants its own keys
         zoo.ModelSpec.from_hf_config(gpt2)

@@ -50,6 +50,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.gated_deltanet",
     "zoo.components.mamba2",
     "zoo.archs",
+    "zoo.hub.families",
 )
 HOOK_NAMES: tuple[str, ...] = (
     "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats"
