@@ -17,10 +17,10 @@ from zoo.errors import CheckpointError
 transformers = pytest.importorskip("transformers")
 VOCAB = 96
 # head_dim 16, 2 kv heads (GQA), a window of 8 that 20-token prompts cross
-CONFIG = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=128, original_max_position_embeddings=128,
-              rms_norm_eps=1e-5, sliding_window=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-              bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+CONFIG = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 128, "original_max_position_embeddings": 128,
+              "rms_norm_eps": 1e-5, "sliding_window": 8, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+              "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "tie_word_embeddings": False}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from zoo.specs.hookspecs import hookimpl
 
 
-def family_modules() -> list[str]:
+def builtin_checkpoint_families() -> list[str]:
     """The module name of every built-in family, in name order (``save_pretrained`` tries them
     in this order when no model_type is given)."""
     return sorted(f"{__name__}.{info.name}" for info in pkgutil.iter_modules(__path__) if not info.ispkg)
@@ -24,5 +24,5 @@ def family_modules() -> list[str]:
 
 @hookimpl
 def zoo_register_checkpoint_formats(register: Callable[..., None]) -> None:
-    for name in family_modules():
+    for name in builtin_checkpoint_families():
         register(importlib.import_module(name))

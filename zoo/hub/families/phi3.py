@@ -16,7 +16,12 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from zoo.hub.config_reader import ConfigReader
-from zoo.hub.llama_like import LLAMA_RENAMES, layers_with, read_llama_like, write_llama_like
+from zoo.hub.llama_like import (
+    LLAMA_RENAMES,
+    layers_with,
+    read_llama_like,
+    write_llama_like,
+)
 from zoo.hub.names import Rule, split_rows
 
 if TYPE_CHECKING:
