@@ -20,7 +20,7 @@ Keys that cannot change the forward pass fall into four groups (``NEUTRAL_KEYS``
 Base-class keys that *can* change the computation are checked to hold the value that makes
 them inert (``BASE_CHECKS``: no encoder-decoder, no cross-attention, no pruned heads); any
 other value is a ``CheckpointError``. Each family's own keys are read (mapped into the spec)
-or checked by ``zoo/hub/config.py``; whatever is left is an error naming the key.
+or checked by its checkpoint family (``zoo/hub/families/``); whatever is left is an error naming the key.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Reading Hugging Face config.json files: the key-ticking reader, activation names, RoPE
-options, layer selectors. Shared by ``zoo.hub.config`` and the per-family modules
-(``zoo.hub.families.modernbert``, ``zoo.hub.families.t5``, ``zoo.hub.families.bart``, ``zoo.hub.families.recurrent``), which import nothing else of
-``zoo.hub.config`` (it imports them).
-"""
+options, layer selectors. Shared by every checkpoint family (``zoo.hub.families.*``, the
+shared ``zoo.hub.llama_like`` / ``bert_like`` / ``mamba_like`` helpers and plugins, through
+``zoo.hub.family``); it imports no family."""
 
 from __future__ import annotations
 

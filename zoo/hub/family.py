@@ -1,11 +1,13 @@
 """The public contract of a Hugging Face checkpoint family, for plugins.
 
-A plugin that brings a new block (RWKV, say) also brings its checkpoint format: it
-registers an object with this protocol through the hook
-``zoo_register_checkpoint_formats(register)`` (``register(family, override=False)``), and
-``zoo.from_pretrained``, ``ModelSpec.from_hf_config`` and ``save_pretrained`` then handle
-its ``model_type`` as they handle the built-in families (``zoo.hub.families.modernbert``, ``t5``,
-``bart`` have the same shape). A module with these names is such an object.
+Every checkpoint family, built-in or a plugin's, is one object with this protocol registered
+through the hook ``zoo_register_checkpoint_formats(register)`` (``register(family,
+override=False)``); ``zoo.from_pretrained``, ``ModelSpec.from_hf_config`` and
+``save_pretrained`` reach a family only through the registry (``zoo.hub.config.checkpoint_family``).
+The built-in ones are the modules of ``zoo.hub.families`` (one file per ``model_type``,
+registered by that package's hook); a plugin that brings a new block (RWKV, say) brings its
+family the same way. A module with these names is such an object. A built-in model_type is
+taken over only with ``override=True``; a clash is an error naming both plugins.
 
 This module imports no other part of zoo at run time beyond ``zoo.errors`` and the config
 reader, so the registry can check a family while plugins load without an import cycle.
@@ -31,15 +33,21 @@ class CheckpointFamily(Protocol):
     """One Hugging Face ``model_type``: config.json both ways and tensor names.
 
     - ``MODEL_TYPE``: the config's ``model_type`` (``"rwkv"``).
-    - ``ARCHITECTURE``: what ``save_pretrained`` writes in ``architectures``.
+    - ``ARCHITECTURE``: what ``save_pretrained`` writes in ``architectures`` (a family with
+      several heads, BERT's pooler or masked-LM one, writes ``architectures`` itself in
+      ``write_config`` for the head the spec has; ``ARCHITECTURE`` is then its base model).
     - ``IGNORED``: checkpoint tensors that are no weight of zoo's model (``re.compile("$^")``
       for none).
     - ``read_config(reader) -> dict``: the spec dict (``ModelSpec`` form) of a config. Read
       keys through ``reader.get/need/expect`` and tick keys that cannot change the forward
       pass with ``reader.used.update(...)``: any key left unread is an error naming it.
     - ``write_config(spec) -> dict``: the config.json computing what ``spec`` computes
-      (zoo reads it back and refuses to save when the spec differs).
-    - ``tensor_rules(zoo_names, hf_keys) -> (rules, renames)``: ``rules`` are
+      (zoo reads it back and refuses to save when the spec differs). A spec the config cannot
+      describe is a ``zoo.errors.CheckpointError`` (``save_pretrained`` then tries the next
+      family); any other exception is a bug and propagates.
+    - ``tensor_rules(zoo_names, hf_keys) -> (rules, renames)``: ``zoo_names`` maps each zoo
+      parameter's name to its shape (iterate it for the names), ``hf_keys`` are the
+      checkpoint's tensor names (empty when saving). ``rules`` are
       ``zoo.hub.names.Rule`` for tensors that are split or reshaped (may be empty);
       ``renames`` are ``(regex on the zoo name, replacement)`` pairs for the rest.
     """

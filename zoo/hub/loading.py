@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.hub.config import read_hf_config, spec_from_hf_config
+from zoo.hub.config import checkpoint_family, spec_from_hf_config
+from zoo.hub.config_input import read_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.dispatch import ignored_tensor, tensor_rules
-from zoo.hub.names import legacy_aliases
+from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model.build import ZooModel, build, init_buffers, persistent_buffers
 from zoo.specs.model import ModelSpec
@@ -91,7 +91,8 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
     located = {**located, **{name: located[old] for name, old in stored.items()}}
     # tied weights appear once, under embed.weight; persistent buffers are weights too
     params = {**dict(model.named_parameters()), **persistent_buffers(model)}
-    rules = tensor_rules(model_type, {n: p.shape for n, p in params.items()}, located.keys())
+    family = checkpoint_family(model_type, str(folder / "config.json"))
+    rules = tensor_rules(family, {n: p.shape for n, p in params.items()}, located.keys())
     used: set[str] = set()
     for rule in rules:
         for name in rule.hf:
@@ -121,7 +122,7 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
                 bar[0].advance(bar[1])
     tied_head = {"lm_head.weight"} if model.spec.tie_embeddings else set()
     for name in sorted(located):
-        if name not in used and name not in tied_head and not ignored_tensor(model_type, name):
+        if name not in used and name not in tied_head and not ignored_tensor(family, name):
             raise CheckpointError(f"{located[name].path}: unexpected tensor {name!r} (no zoo parameter takes it)")
 
 

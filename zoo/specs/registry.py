@@ -50,6 +50,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.gated_deltanet",
     "zoo.components.mamba2",
     "zoo.archs",
+    "zoo.hub.families",
 )
 HOOK_NAMES: tuple[str, ...] = (
     "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats"
@@ -129,7 +130,14 @@ class Registry:
             if winner is not None:
                 architectures[arch.name] = winner
         formats: dict[str, CheckpointFormatEntry] = {}
+        seen: dict[str, CheckpointFormatEntry] = {}
         for fmt in staged.formats:
+            if fmt.model_type in seen:
+                raise PluginConflictError(
+                    f"checkpoint format {fmt.model_type!r} is registered twice by {self._describe(fmt.plugin)}: "
+                    f"{seen[fmt.model_type].family!r} and {fmt.family!r}; register each model_type once"
+                )
+            seen[fmt.model_type] = fmt
             winner = self._resolve(f"checkpoint format {fmt.model_type!r}", self.checkpoint_formats.get(fmt.model_type), fmt)
             if winner is not None:
                 formats[fmt.model_type] = winner

@@ -18,6 +18,7 @@ import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
+from zoo.hub.config_writer import require
 from zoo.hub.names import Rule
 
 if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
@@ -73,6 +74,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     encoder = spec.encoder_spec()
     if encoder is None or spec.encoder is None:
         raise CheckpointError(f"spec {spec.name!r}: a bart config describes an encoder-decoder")
+    require(spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("layernorm",), positional=("learned",), ffn=("mlp",))
     dec, enc = spec.layer(0), encoder.layer(0)
     return {
         "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "d_model": spec.d_model,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector, rope_options
+from zoo.hub.config_writer import require
 from zoo.hub.names import Rule, split_rows
 
 if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
@@ -105,6 +106,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     head = spec.part("head")
     if spec.encoder is not None or head.kind not in ARCHITECTURES:
         raise CheckpointError(f"spec {spec.name!r}: a modernbert config describes an encoder with head none or masked_lm")
+    require(spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("layernorm",), positional=("rope",), ffn=("gated",))
     layers = spec.layer_specs()
     base = layers[0]
     att, ffn, norm = base.attention, base.ffn, base.norm

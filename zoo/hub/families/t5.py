@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
+from zoo.hub.config_writer import require
 from zoo.hub.names import Rule
 
 if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
@@ -68,6 +69,8 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     encoder = spec.encoder
     if encoder is None:
         raise CheckpointError(f"spec {spec.name!r}: a t5 config describes an encoder-decoder")
+    require(spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("rmsnorm",), positional=("relative_buckets",),
+            ffn=("mlp", "geglu", "gated", "swiglu"))
     base = spec.layer(0)
     att, ffn, positional = base.attention, base.ffn, base.positional
     activation = ffn.options.model_dump().get("activation")

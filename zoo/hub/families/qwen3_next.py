@@ -1,23 +1,43 @@
-"""Hugging Face config.json <-> ModelSpec for the recurrent families: qwen3_next and mamba2.
+"""The Hugging Face ``qwen3_next`` checkpoint family (transformers' Qwen3NextForCausalLM).
 
-Qwen3-Next is a hybrid: Gated DeltaNet layers (``linear_attention``) with a gated
-full-attention layer (``full_attention``, every ``full_attention_interval``-th) and a MoE
-with a sigmoid-gated shared expert in every layer. Mamba2 is a stack of Mamba2 mixers
-alone (no FFN). Reading and writing live side by side so each mapping is checked against
-its inverse (``save_pretrained`` re-reads what it writes).
+A hybrid: Gated DeltaNet layers (``linear_attention``) with a gated full-attention layer
+(``full_attention``, every ``full_attention_interval``-th) and a MoE with a sigmoid-gated
+shared expert in every layer. DeltaNet layers keep transformers' names under
+``linear_attn``; the multi-token-prediction head (``mtp.*``) is unused by a causal LM, as
+in transformers.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import re
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import CheckpointError
-from zoo.hub.config_reader import ConfigReader, layer_selector, rope_options, rope_params
+from zoo.hub.config_reader import (
+    ConfigReader,
+    layer_selector,
+    rope_options,
+    rope_params,
+)
+from zoo.hub.llama_like import LLAMA_RENAMES, expert_rules
+from zoo.hub.names import Rule
 
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
+if TYPE_CHECKING:
+    import torch
+
     from zoo.specs.model import ModelSpec
+
+MODEL_TYPE = "qwen3_next"
+ARCHITECTURE = "Qwen3NextForCausalLM"
+IGNORED = re.compile(r"^mtp\..*$")
+RENAMES: list[tuple[str, str]] = [
+    (r"layers\.(\d+)\.attention\.(in_proj_qkvz|in_proj_ba|conv1d|out_proj|norm)\.weight", r"model.layers.\1.linear_attn.\2.weight"),
+    (r"layers\.(\d+)\.attention\.(dt_bias|A_log)", r"model.layers.\1.linear_attn.\2"),
+    (r"layers\.(\d+)\.ffn\.shared\.(gate_proj|up_proj|down_proj)\.weight", r"model.layers.\1.mlp.shared_expert.\2.weight"),
+    (r"layers\.(\d+)\.ffn\.shared_gate\.weight", r"model.layers.\1.mlp.shared_expert_gate.weight"),
+] + LLAMA_RENAMES
+
 
 LAYER_TYPES = ("linear_attention", "full_attention")
 
@@ -33,7 +53,8 @@ def _qwen3_next_types(r: ConfigReader, n_layers: int) -> list[str]:
     return list(types)
 
 
-def _qwen3_next(r: ConfigReader) -> dict[str, Any]:
+def read_config(r: ConfigReader) -> dict[str, Any]:
+    """The spec dict of a qwen3_next config.json."""
     d, n_layers, heads = r.need("hidden_size"), r.need("num_hidden_layers"), r.need("num_attention_heads")
     r.expect("hidden_act", (None, "silu"), "Qwen3-Next's MLPs and experts are SwiGLU")
     key, params = rope_params(r)
@@ -83,50 +104,6 @@ def _qwen3_next(r: ConfigReader) -> dict[str, Any]:
     }
 
 
-def _json_float(value: Any) -> float:
-    """A number, or transformers 5's encoding of a non-finite one: {"__float__": "Infinity"}."""
-    return float(value["__float__"]) if isinstance(value, dict) and "__float__" in value else float(value)
-
-
-def _mamba2(r: ConfigReader) -> dict[str, Any]:
-    d, heads, head_dim = r.need("hidden_size"), r.need("num_heads"), r.get("head_dim", 64)
-    r.expect("hidden_act", (None, "silu"), "the Mamba2 convolution and gate are SiLU")
-    r.expect("rms_norm", (None, True), "Mamba2 blocks use RMSNorm")
-    r.expect("norm_before_gate", (None, False), "transformers' Mamba2 gates before its norm")
-    inner = int(r.get("expand", 2) * d)
-    if heads * head_dim != inner:
-        raise r.error("num_heads", f"num_heads * head_dim = {heads * head_dim} must equal expand * hidden_size = {inner}")
-    # init-only or informational: time_step_rank/min/max/floor, rescale_prenorm_residual;
-    # residual_in_fp32 keeps the residual stream in float32 (no effect on a float32 model)
-    r.used.update({"time_step_rank", "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual",
-                   "residual_in_fp32", "layer_types"})
-    low, high = (_json_float(v) for v in r.get("time_step_limit", (0.0, math.inf)))  # dt is clamped to this range
-    eps = r.get("layer_norm_epsilon", 1e-5)
-    mixer = {
-        "kind": "mamba2", "n_heads": heads, "head_dim": head_dim, "n_groups": r.get("n_groups", 1),
-        "state_size": r.get("state_size", 128), "conv_kernel": r.get("conv_kernel", 4), "chunk_size": r.get("chunk_size", 256),
-        "bias": bool(r.get("use_bias", False)), "conv_bias": bool(r.get("use_conv_bias", True)), "eps": eps,
-        "dt_min": float(low), "dt_max": None if math.isinf(high) else float(high),
-    }
-    return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("num_hidden_layers"),
-        "max_seq_len": r.get("max_position_embeddings", 1048576),
-        "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
-        "norm": {"kind": "rmsnorm", "eps": eps},
-        "positional": {"kind": "none"},
-        "attention": mixer,
-        "ffn": {"kind": "none"},
-        "block": {"kind": "pre_norm"},
-    }
-
-
-RECURRENT_FAMILIES: dict[str, Callable[[ConfigReader], dict[str, Any]]] = {
-    "qwen3_next": _qwen3_next,
-    "mamba2": _mamba2,
-}
-RECURRENT_ARCHITECTURES = {"qwen3_next": "Qwen3NextForCausalLM", "mamba2": "Mamba2ForCausalLM"}
-
-
 def _rope(positional: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.theta}
     if positional.partial_rotary_factor != 1.0:
@@ -134,7 +111,8 @@ def _rope(positional: Any) -> dict[str, Any]:
     return out
 
 
-def _qwen3_next_config(spec: ModelSpec) -> dict[str, Any]:
+def write_config(spec: ModelSpec) -> dict[str, Any]:
+    """The qwen3_next config.json computing what ``spec`` computes."""
     layers = spec.layer_specs()
     kinds = {layer.attention.kind for layer in layers}
     if "gated_deltanet" not in kinds or len(kinds) != 2:
@@ -164,29 +142,6 @@ def _qwen3_next_config(spec: ModelSpec) -> dict[str, Any]:
     return config
 
 
-def _ratio(a: int, b: int) -> int | float:
-    return a // b if a % b == 0 else a / b
-
-
-def _mamba2_config(spec: ModelSpec) -> dict[str, Any]:
-    layer = spec.layer(0)
-    mixer = layer.attention
-    if any(other.attention.to_dict() != mixer.to_dict() for other in spec.layer_specs()) or mixer.kind != "mamba2":
-        raise CheckpointError(f"spec {spec.name!r}: a mamba2 config needs the same mamba2 mixer in every layer")
-    config: dict[str, Any] = {
-        "model_type": "mamba2", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
-        "max_position_embeddings": spec.max_seq_len, "tie_word_embeddings": spec.tie_embeddings,
-        "num_heads": mixer.n_heads, "head_dim": mixer.head_dim, "expand": _ratio(mixer.n_heads * mixer.head_dim, spec.d_model),
-        "n_groups": mixer.n_groups, "state_size": mixer.state_size, "conv_kernel": mixer.conv_kernel,
-        "chunk_size": mixer.chunk_size, "use_bias": mixer.bias, "use_conv_bias": mixer.conv_bias,
-        "layer_norm_epsilon": layer.norm.eps, "hidden_act": "silu",
-    }
-    if mixer.dt_min or mixer.dt_max is not None:  # (0, inf) is the default; inf as transformers 5 writes it
-        config["time_step_limit"] = [mixer.dt_min, {"__float__": "Infinity"} if mixer.dt_max is None else mixer.dt_max]
-    return config
-
-
-RECURRENT_WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
-    "qwen3_next": _qwen3_next_config,
-    "mamba2": _mamba2_config,
-}
+def tensor_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:
+    """Routed experts as Qwen3-MoE's; DeltaNet layers and the shared expert renamed."""
+    return expert_rules(zoo_shapes, hf_keys, "mlp", "gate", ("gate_proj", "up_proj", "down_proj")), RENAMES
