@@ -122,13 +122,15 @@ def test_flops_split_encoder_and_decoder():
 
 
 def test_weights_read_split_between_encoder_and_decoder():
-    """A decoder step reads the decoder's weights (and the tied table, its head); the encoder
-    pass the encoder's layers: together every weight of t5-small once."""
+    """A decoder step reads the decoder's weights (and the tied table, its head) but not the
+    cross-attention K/V projections, which run once per prompt; the encoder pass reads the
+    encoder's layers: with those projections, every weight of t5-small once."""
     from zoo.analysis.counts import weight_bytes_read
     from zoo.analysis.encoder import encoder_weight_bytes_read, memory_flops
 
     enc, dec = encoder_weight_bytes_read("t5-small", "float32"), weight_bytes_read("t5-small", 1, "float32")
-    assert enc + dec == 60_506_624 * 4 and enc == 18_881_280 * 4  # 6 layers, norms and the bias table
+    cross_kv = 6 * 2 * 512 * 512  # 6 decoder layers x (K, V) projections, d_model 512 -> 8 heads x 64, no bias
+    assert enc + dec + cross_kv * 4 == 60_506_624 * 4 and enc == 18_881_280 * 4  # 6 layers, norms and the bias table
     spec = tiny()
     # the cross K/V projected once from 7 memory tokens: 2 layers x (K, V) x 4 heads x 8 wide, over d = 32
     assert memory_flops(spec, 7, batch_size=2) == 2 * 32 * (2 * 2 * 4 * 8 * 7 * 2)
