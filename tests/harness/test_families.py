@@ -8,7 +8,7 @@ import math
 import pytest
 
 import zoo
-from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, model_family
+from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, topology
 from zoo.harness.sweep.executors import InlineExecutor
 from zoo.harness.families import measure_in_subprocess
 from zoo.harness.run import make_config
@@ -24,8 +24,8 @@ def tiny(arch: str):  # type: ignore[no-untyped-def]
 
 
 def test_the_family_is_decided_once_from_the_built_model():
-    assert [model_family(a) for a in ("gpt2", "bert-base-uncased", "t5-small")] == ["decoder", "encoder", "encoder-decoder"]
-    assert model_family(zoo.spec("gpt2").override({"attention.causal": False, "head.kind": "none"})) == "encoder"
+    assert [topology(a) for a in ("gpt2", "bert-base-uncased", "t5-small")] == ["decoder", "encoder", "encoder-decoder"]
+    assert topology(zoo.spec("gpt2").override({"attention.causal": False, "head.kind": "none"})) == "encoder"
 
 
 def test_mixed_families_analysis_columns_per_family(tmp_path):

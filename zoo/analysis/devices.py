@@ -80,6 +80,53 @@ def matches_device(spec: GPUSpec, device_name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class DevicePeaks:
+    """What a roofline divides by: peak bytes/s and matmul FLOP/s by dtype, and where they
+    came from (``source``, written in the row as ``roofline_source``)."""
+
+    source: str  # "spec sheet h100-sxm"; a measured probe says "measured host"
+    bandwidth: float  # bytes per second
+    flops: dict[torch.dtype, float]  # FLOP/s of matmuls in each dtype
+    fallback_flops: float  # any other dtype (plain fp32 rate)
+
+    def peak_flops(self, dtype: torch.dtype) -> float:
+        return self.flops.get(dtype, self.fallback_flops)
+
+
+def gpu_peaks(key: str) -> DevicePeaks:
+    """The peaks of a GPU of the table (``--predict`` names one)."""
+    board = gpu(key)
+    return DevicePeaks(
+        source=f"spec sheet {key}", bandwidth=board.bandwidth,
+        flops={torch.bfloat16: board.bf16_tflops * 1e12, torch.float16: board.fp16_tflops * 1e12},
+        fallback_flops=board.fp32_tflops * 1e12,
+    )
+
+
+def device_peaks(device: str | torch.device, device_name: str) -> DevicePeaks | None:
+    """The peaks of the device a run is on, for its achieved fraction of the roofline: the
+    spec sheet of a CUDA board of the table (``device_name`` as torch names it); None for
+    boards not in the table and, for now, for the CPU and MPS (a measured host probe plugs
+    in here)."""
+    if torch.device(device).type != "cuda":
+        return None
+    for key, board in GPUS.items():
+        if matches_device(board, device_name):
+            return gpu_peaks(key)
+    return None
+
+
+def step_roofline(flops: float, nbytes: float, tokens: int, peaks: DevicePeaks | None, dtype: torch.dtype) -> dict[str, object]:
+    """One phase's analytic counterpart: its FLOPs and bytes and, on ``peaks``, the time it
+    takes at least (compute or memory, whichever is slower), tokens/s and the bound."""
+    out: dict[str, object] = {"flops": int(flops), "bytes": int(nbytes), "seconds": None, "tokens_per_s": None, "bound": None}
+    if peaks is not None:
+        seconds, bound = _step_time(flops, nbytes, peaks.peak_flops(dtype), peaks.bandwidth)
+        out.update(seconds=seconds, tokens_per_s=tokens / seconds, bound=bound)
+    return out
+
+
+@dataclass(frozen=True)
 class Roofline:
     """Upper bounds on tokens/s: compute-bound or memory-bound, whichever is slower."""
 
@@ -174,14 +221,14 @@ def encoder_roofline(
     the weights, the self K/V and the cross K/V (``decode_bytes_per_step`` with
     ``memory_len``).
     """
-    from zoo.analysis.counts import cache_bytes, decode_bytes_per_step, encoder_flops, forward_flops, model_family, weight_bytes_read
+    from zoo.analysis.counts import cache_bytes, decode_bytes_per_step, encoder_flops, forward_flops, topology, weight_bytes_read
     from zoo.analysis.encoder import encoder_weight_bytes_read, memory_flops
 
     board = gpu(gpu_key)
     peak, bandwidth = board.peak_flops(dtype), board.bandwidth
     B, S = batch_size, prompt_len
     spec = spec_or_model  # type: ignore[assignment]
-    encdec = model_family(spec) == "encoder-decoder"  # type: ignore[arg-type]
+    encdec = topology(spec) == "encoder-decoder"  # type: ignore[arg-type]
     flops = encoder_flops(spec, S, B) if encdec else forward_flops(spec, S, S, B)  # type: ignore[arg-type]
     encoder_time, encoder_bound = _step_time(flops, encoder_weight_bytes_read(spec, dtype), peak, bandwidth)  # type: ignore[arg-type]
     line = EncoderRoofline(gpu=gpu_key, encoder_tokens_per_s=B * S / encoder_time, encoder_bound=encoder_bound)

@@ -58,7 +58,7 @@ def context_curve(
     """The point's record at each of ``plan.contexts`` (see the module docstring)."""
     from zoo.harness.environment import pick_device
 
-    if analysis.get("family", "decoder") != "decoder":
+    if analysis["topology"] != "decoder":
         return [_no_decode_record(spec, analysis, n) for n in plan.contexts]
     limit = measure_limit(plan.measure_up_to, pick_device(config.device).type)
     records = [memory_record(spec, config, analysis, n) for n in plan.contexts]
@@ -78,7 +78,7 @@ def context_curve(
 
 
 class StepTimeModel:
-    """Seconds per decode step against the bytes it reads (``Measurement.decode_bytes_per_step``),
+    """Seconds per decode step against the bytes it reads (the row's ``decode_bytes_per_step``),
     from this device's runs: the roofline's memory term at the bandwidth this device achieved.
 
     By default time is proportional to bytes, scaled from the largest measured context (one
@@ -137,7 +137,7 @@ def _no_decode_record(spec: Any, analysis: Mapping[str, Any], context: int) -> d
         "cache_token_bytes": None, "cache_sequence_bytes": None, "memory_bytes": None, "memory_source": None,
         "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
         "prefill_tokens_per_s": None, "measured_peak_bytes": None,
-        "note": f"contexts are for decoders; {spec.name} is an {analysis['family']} (see its bench columns)",
+        "note": f"contexts are for decoders; {spec.name} is an {analysis['topology']} (see its bench columns)",
     }
 
 
