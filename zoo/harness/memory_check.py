@@ -109,7 +109,7 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def check_fits(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype, device: torch.device) -> None:
-    """Raise a one-line BenchError when the run (of the spec's family: ``NEEDS``) needs more
+    """Raise a one-line BenchError when the run (of the spec's topology: ``NEEDS``) needs more
     memory than is free."""
     weights, need = _need(spec, batch_size, prompt_len, gen_len, dtype)
     total = weights + need.kv + need.activations

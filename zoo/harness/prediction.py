@@ -38,7 +38,7 @@ def prediction_columns(
             line = phase.predict(spec, config, peaks, dtype)
             if line is not None:
                 columns[f"predicted_{phase.rate_field}"] = line["tokens_per_s"]
-                bounds.append(f"{phase.name}: {line['bound']}")
+                bounds.append(f"{phase.rate_field.removesuffix('_tokens_per_s')}: {line['bound']}")
         columns.update(predicted_gpu=config.predict, predicted_bound=", ".join(bounds) or None)
     here = device_peaks(device, device_name)
     if here is None or measured is None:

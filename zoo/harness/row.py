@@ -28,6 +28,15 @@ LEGACY_NAMES = {  # old column -> this schema's
 }
 
 
+def renamed_legacy(columns: dict[str, Any]) -> dict[str, Any]:
+    """``columns`` with the old names of ``LEGACY_NAMES`` replaced (a sweep log's analysis and
+    measurement dicts are read through this too)."""
+    if not any(old in columns for old in LEGACY_NAMES):
+        return columns
+    out = {LEGACY_NAMES.get(key, key): value for key, value in columns.items() if key not in LEGACY_NAMES.values()}
+    return {**out, **{k: columns[k] for k in LEGACY_NAMES.values() if k in columns}}
+
+
 class Row(BaseModel):
     """Everything one run measured and the analysis beside it, with the environment."""
 
@@ -104,13 +113,7 @@ class Row(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _legacy_columns(cls, data: Any) -> Any:
-        if isinstance(data, dict) and any(old in data for old in LEGACY_NAMES):
-            data = dict(data)
-            for old, new in LEGACY_NAMES.items():
-                if old in data:
-                    value = data.pop(old)
-                    data.setdefault(new, value)
-        return data
+        return renamed_legacy(data) if isinstance(data, dict) else data
 
     def flat(self) -> dict[str, Any]:
         """One flat row (config and environment fields inlined) for CSV and tables."""

@@ -17,9 +17,20 @@ import torch
 
 from zoo.errors import BenchError
 from zoo.harness.child_run import child_main, run_child
-from zoo.harness.environment import Environment, device_name, pick_device, zoo_git_commit
+from zoo.harness.environment import (
+    Environment,
+    device_name,
+    pick_device,
+    zoo_git_commit,
+)
 from zoo.harness.measure import probe_for
-from zoo.harness.phases.base import Phase, RunContext, phases_for, registered_phases, run_phase
+from zoo.harness.phases.base import (
+    Phase,
+    RunContext,
+    phases_for,
+    registered_phases,
+    run_phase,
+)
 from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
 from zoo.harness.shape import check_shape, run_shape
@@ -52,13 +63,16 @@ def measure(spec: ModelSpec, config: BenchConfig) -> Row:
     return bench(spec, config)
 
 
-def _refuse_unread(source: ModelSource, phases: list[Phase], given: Collection[str]) -> None:
-    """An option that only phases not run here read, given anyway, is a one-line error."""
+def _refuse_unread(source: ModelSource, given: Collection[str]) -> None:
+    """An option that only phases not applying to this topology read, given anyway, is a
+    one-line error (an encoder's ``gen_len``)."""
     readers: dict[str, list[str]] = {}
+    read_here = set()
     for cls in registered_phases().values():
         for option in cls.options:
             readers.setdefault(option, []).append(cls.name)
-    read_here = {option for phase in phases for option in phase.options}
+        if source.topology in cls.topologies:
+            read_here.update(cls.options)
     for option in sorted(given):
         if option in readers and option not in read_here:
             flag = "--" + option.replace("_", "-")
@@ -77,7 +91,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
     dtype = run_dtype(config, device)
     check_shape(spec, topology, config)
     phases = phases_for(topology, config)
-    _refuse_unread(source, phases, given)
+    _refuse_unread(source, given)
     name = device_name(device)
     prediction_columns(spec, config, phases, dtype, device, name)  # what cannot be predicted fails before the run
     check_fits(spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)  # before allocating

@@ -49,7 +49,12 @@ class Prefill(Phase):
                 dtype: torch.dtype) -> dict[str, Any]:
         """The prompt's FLOPs (and an encoder-decoder's cross K/V projections) against the
         weights read once plus the cache written."""
-        from zoo.analysis.counts import cache_bytes, forward_flops, topology, weight_bytes_read
+        from zoo.analysis.counts import (
+            cache_bytes,
+            forward_flops,
+            topology,
+            weight_bytes_read,
+        )
         from zoo.analysis.encoder import memory_flops
 
         shape = run_shape(topology(spec), config)
