@@ -99,13 +99,12 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         torch.set_num_threads(config.threads)
     ticks = _ticker(progress, 1 + config.warmup + config.repeats * len(phases))
     ticks("build")
-    with torch.no_grad():
-        model = source.load(device, dtype, config.seed)
-        ctx = RunContext(model, model.spec or spec, topology, config, run_shape(topology, config), device, dtype,
-                         probe_for(device), ticks)
-        measured: dict[str, Any] = {}
-        for phase in phases:
-            measured.update(run_phase(phase, ctx))
+    model = source.load(device, dtype, config.seed)
+    ctx = RunContext(model, model.spec or spec, topology, config, run_shape(topology, config), device, dtype,
+                     probe_for(device), ticks)
+    measured: dict[str, Any] = {}
+    for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
+        measured.update(run_phase(phase, ctx))
     ticks("done")
     peaks = [measured.get(f) for f in ("encoder_peak_bytes", "prefill_peak_bytes", "decode_peak_bytes")]
     environment = Environment(

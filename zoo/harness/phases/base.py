@@ -12,6 +12,10 @@ adding one is its own file plus its fields on ``Row``, and no list to edit elsew
 peaks, the least time it can take (``zoo.analysis.devices.step_roofline``). A phase with a
 ``rate_field`` (``<what>_tokens_per_s``) gets ``predicted_<rate_field>`` (on ``--predict``'s
 GPU) and ``<what>_roofline_fraction`` (measured over predicted on the device in hand).
+
+Phases run with autograd as torch leaves it: an inference phase takes ``torch.no_grad``
+itself (zoo's prefill and decode step do), a training step does not; the model comes in
+``eval()`` mode, and a phase that changes that puts it back.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ class Encode(Phase):
               "encoder_time_s", "encoder_peak_bytes")
     rate_field = "encoder_tokens_per_s"
 
+    @torch.no_grad()
     def measure(self, ctx: RunContext) -> dict[str, Any]:
         B, S = ctx.shape.batch, ctx.shape.encoder_len
         generator = torch.Generator().manual_seed(ctx.config.seed)

@@ -30,7 +30,8 @@ class Generation:
         generator = torch.Generator().manual_seed(config.seed)
         ids = torch.randint(ctx.spec.vocab_size, (shape.batch, shape.encoder_len or shape.prefill_len),
                             generator=generator).to(ctx.device)  # (B, P)
-        self.memory = model.encode(ids) if shape.memory_len else None  # (B, S, d)
+        with torch.no_grad():
+            self.memory = model.encode(ids) if shape.memory_len else None  # (B, S, d)
         self.prompt = decoder_start(model, shape.batch, ctx.device) if shape.memory_len else ids  # (B, P) or (B, 1)
         self.cache = KVCache(model, shape.batch, shape.context_len, dtype=ctx.dtype, device=ctx.device,
                              memory_len=shape.memory_len)
