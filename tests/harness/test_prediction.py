@@ -7,7 +7,12 @@ import pytest
 import torch
 
 import zoo
-from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, weight_bytes_read
+from zoo.analysis.counts import (
+    cache_bytes,
+    encoder_flops,
+    forward_flops,
+    weight_bytes_read,
+)
 from zoo.analysis.devices import gpu_peaks
 from zoo.harness.phases.base import phases_for
 from zoo.harness.phases.decode import Decode

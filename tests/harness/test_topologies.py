@@ -9,8 +9,8 @@ import pytest
 
 import zoo
 from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, topology
-from zoo.harness.sweep.executors import InlineExecutor
 from zoo.harness.run import make_config, measure_in_subprocess
+from zoo.harness.sweep.executors import InlineExecutor
 
 SMALL = ["n_layers=1", "d_model=32", "attention.n_heads=2", "attention.head_dim=16", "ffn.hidden=64", "vocab_size=128",
          "max_seq_len=64"]

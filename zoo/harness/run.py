@@ -25,7 +25,6 @@ from zoo.harness.environment import (
 )
 from zoo.harness.measure import probe_for
 from zoo.harness.phases.base import (
-    Phase,
     RunContext,
     phases_for,
     registered_phases,
