@@ -13,9 +13,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CacheBytes",
-    "Measurement",
     "ModelSpec",
     "ParamCount",
+    "Row",
     "bench",
     "build",
     "cache_bytes",
@@ -43,9 +43,9 @@ __all__ = [
 
 # Heavy modules (torch) load on first use, so `import zoo` and `zoo --help` stay quick.
 _LAZY = {
-    "Measurement": ("zoo.harness.run", "Measurement"),
+    "Row": ("zoo.harness.row", "Row"),
     "ModelSpec": ("zoo.specs.model", "ModelSpec"),
-    "bench": ("zoo.harness.families", "bench"),
+    "bench": ("zoo.harness.run", "bench"),
     "flops_per_token": ("zoo.analysis.counts", "flops_per_token"),
     "ParamCount": ("zoo.analysis.counts", "ParamCount"),
     "build": ("zoo.model.build", "build"),
@@ -108,8 +108,8 @@ if TYPE_CHECKING:
         state_bytes,
         weight_bytes,
     )
-    from zoo.harness.families import bench
-    from zoo.harness.run import Measurement
+    from zoo.harness.row import Row
+    from zoo.harness.run import bench
     from zoo.harness.sweep.run import compare, sweep
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained

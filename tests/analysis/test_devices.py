@@ -1,9 +1,8 @@
 import pytest
 import torch
 
-import zoo
 from zoo.errors import BenchError
-from zoo.analysis.devices import GPUS, gpu, matches_device, roofline
+from zoo.analysis.devices import GPUS, device_peaks, gpu, gpu_peaks, matches_device, step_roofline
 
 
 def test_the_table_covers_the_required_gpus_with_sources():
@@ -28,45 +27,19 @@ def test_device_names_map_to_rows():
     assert not matches_device(GPUS["a100-80gb"], "NVIDIA A100 80GB PCIe")
 
 
-def test_decode_roofline_is_bandwidth_over_bytes_read():
-    spec = zoo.spec("qwen3-0.6b")
-    line = roofline(spec, "h100-sxm", batch_size=1, prompt_len=1024, gen_len=2, dtype=torch.bfloat16)
-    read = zoo.count_params(spec).active * 2 + zoo.kv_cache_bytes(spec, 1, 1025, dtype="bfloat16")
-    assert line.decode_bound == "memory"
-    assert line.decode_tokens_per_s == pytest.approx(3350e9 / read)
-    assert line.prefill_bound == "compute"
-    from zoo.analysis.counts import forward_flops
-
-    # prefill runs the LM head on the last row only (as zoo.model.generation.prefill does)
-    assert line.prefill_tokens_per_s == pytest.approx(1024 / (forward_flops(spec, 1024, 1024, last_only=True) / 989.4e12))
+def test_device_peaks_are_the_spec_sheet_of_a_known_board_and_none_elsewhere():
+    peaks = device_peaks("cuda", "NVIDIA H100 80GB HBM3")
+    assert peaks is not None and peaks.source == "spec sheet h100-sxm" and peaks.bandwidth == 3350e9
+    assert peaks.peak_flops(torch.bfloat16) == pytest.approx(989.4e12) and peaks.peak_flops(torch.float32) == pytest.approx(66.9e12)
+    assert device_peaks("cuda", "NVIDIA L40S") is None  # not in the table
+    assert device_peaks("cpu", "Intel(R) Xeon(R) Processor") is None  # no host probe yet
 
 
-def test_encoder_roofline_reads_its_weights_once_per_forward():
-    """bert-base at batch 1 x 128 tokens on an H100: memory-bound, the weights the forward
-    multiplies with (the untied token table is a lookup) read once."""
-    from zoo.analysis.devices import encoder_roofline
-
-    spec = zoo.spec("bert-base-uncased")
-    line = encoder_roofline(spec, "h100-sxm", batch_size=1, prompt_len=128, gen_len=16, dtype=torch.bfloat16)
-    count = zoo.count_params(spec)
-    assert line.encoder_bound == "memory" and line.decode_tokens_per_s is None
-    assert line.encoder_tokens_per_s == pytest.approx(128 * 3350e9 / ((count.total - count.embedding) * 2))
-    big = encoder_roofline(spec, "h100-sxm", batch_size=64, prompt_len=512, gen_len=16, dtype=torch.bfloat16)
-    from zoo.analysis.counts import forward_flops
-
-    assert big.encoder_bound == "compute"
-    assert big.encoder_tokens_per_s == pytest.approx(64 * 512 / (forward_flops(spec, 512, 512, 64) / 989.4e12))
-
-
-def test_encoder_decoder_roofline_reads_cross_kv_every_decode_step():
-    from zoo.analysis.counts import cache_bytes, encoder_flops, weight_bytes_read
-    from zoo.analysis.devices import encoder_roofline
-
-    spec = zoo.spec("t5-small")
-    line = encoder_roofline(spec, "h100-sxm", batch_size=8, prompt_len=512, gen_len=64, dtype=torch.bfloat16)
-    decode_read = weight_bytes_read(spec, 8, "bfloat16") + cache_bytes(spec, 8, 33, 512, "bfloat16").total
-    assert line.decode_bound == "memory" and line.decode_tokens_per_s == pytest.approx(8 * 3350e9 / decode_read)
-    assert cache_bytes(spec, 8, 33, 512, "bfloat16").memory > cache_bytes(spec, 8, 33, 512, "bfloat16").token
-    assert line.encoder_bound == "compute"
-    assert line.encoder_tokens_per_s == pytest.approx(8 * 512 / (encoder_flops(spec, 512, 8) / 989.4e12))
-    assert line.bound == f"encoder: compute, decoder prefill: {line.decoder_prefill_bound}, decode: memory"
+def test_a_step_is_bound_by_the_slower_of_compute_and_memory():
+    peaks = gpu_peaks("l4")  # 121 TFLOP/s bf16, 300 GB/s
+    memory = step_roofline(1e9, 3e9, 1, peaks, torch.bfloat16)
+    assert memory["bound"] == "memory" and memory["seconds"] == pytest.approx(0.01) and memory["tokens_per_s"] == pytest.approx(100)
+    compute = step_roofline(121e12, 1, 8, peaks, torch.bfloat16)
+    assert compute["bound"] == "compute" and compute["tokens_per_s"] == pytest.approx(8)
+    assert step_roofline(1e9, 3e9, 1, None, torch.bfloat16) == {"flops": 10**9, "bytes": 3 * 10**9, "seconds": None,
+                                                                 "tokens_per_s": None, "bound": None}

@@ -13,7 +13,9 @@ from zoo.analysis.counts import (
     matmul_params,
     weight_bytes_read,
 )
-from zoo.analysis.devices import encoder_roofline
+from zoo.analysis.devices import gpu_peaks
+from zoo.harness.phases.decode import Decode
+from zoo.harness.run_config import make_config
 from zoo.components.attention import bidirectional_keys_seen
 from zoo.model.build import as_spec, build
 from zoo.specs.interfaces import visible_keys
@@ -44,8 +46,9 @@ def test_t5_small_decode_roofline_reads_decoder_weights_self_and_cross_kv():
     # K/V of 128 memory tokens (6 layers x 2 x 512 each); at 3.35 TB/s, memory-bound
     weights = 6 * (6 * 512 * 512 + 2 * 512 * 2048 + 3 * 512) + 512 + 32128 * 512 + 32 * 8  # + relative buckets
     kv = 6 * 2 * 512 * (1 + 64) + 6 * 2 * 512 * 128
-    line = encoder_roofline("t5-small", "h100-sxm", batch_size=1, prompt_len=128, gen_len=128, dtype=torch.bfloat16)
-    assert abs(line.decode_tokens_per_s - 3.35e12 / (2 * (weights + kv))) < 1e-6 * line.decode_tokens_per_s
+    config = make_config(prompt_len=128, gen_len=128, dtype="bfloat16")
+    line = Decode().predict(as_spec("t5-small"), config, gpu_peaks("h100-sxm"), torch.bfloat16)
+    assert abs(line["tokens_per_s"] - 3.35e12 / (2 * (weights + kv))) < 1e-6 * line["tokens_per_s"]
 
 
 def test_a_recurrent_state_is_read_and_written_back_each_decode_step():

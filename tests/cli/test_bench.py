@@ -32,7 +32,8 @@ def test_bench_prints_a_table_with_every_field(tiny_file, capsys):
     for label in ("params total", "weight bytes", "KV bytes per token", "state bytes per sequence",
                   "KV + state bytes at context 12", "peak memory, prefill",
                   "peak memory, decode", "prefill tokens/s", "decode tokens/s", "time to first token", "SDPA backend",
-                  "compile", "threads", "zoo commit", "bfloat16"):
+                  "compile", "threads", "zoo commit", "bfloat16", "of 1 repeats",
+                  "inter-token latency p50 / p90 / p99 (over 3 steps)"):  # gen 4: 3 decode steps x 1 repeat
         assert label in out, label
 
 
@@ -67,13 +68,13 @@ def test_bench_an_encoder_and_an_encoder_decoder(capsys):
     sets = [f"{k}={v}" for k, v in small.items()]
     assert main(["bench", "--arch", "bert-base-uncased", *sum((["--set", s] for s in sets), []), *base]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["family"] == "encoder" and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
+    assert out["topology"] == "encoder" and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
     seq2seq = sets + ["encoder.n_layers=1", "cross_attention.n_heads=2", "cross_attention.n_kv_heads=2",
                       "cross_attention.head_dim=16"]
     assert main(["bench", "--arch", "transformer-base", *sum((["--set", s] for s in seq2seq), []), *base,
                  "--gen-len", "3"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["family"] == "encoder-decoder" and out["decode_tokens_per_s"] > 0
+    assert out["topology"] == "encoder-decoder" and out["decode_tokens_per_s"] > 0
     assert out["self_kv_bytes"] == 3 * 2 * 32 * 4 and out["cross_kv_bytes"] == 8 * 2 * 32 * 4
 
 
@@ -87,8 +88,8 @@ def test_decoder_options_on_an_encoder_are_one_line_exit_2(option, field, capsys
 
 
 def test_bench_predicts_an_encoder_decoder_roofline(capsys):
-    """--predict on an encoder-decoder: encoder, decoder prefill and decode rooflines, from
-    zoo.analysis.devices.encoder_roofline (the figures themselves: tests/harness/test_hardware.py)."""
+    """--predict on an encoder-decoder: encoder, prefill (the start token) and decode rooflines,
+    one per phase (the figures themselves: tests/harness/test_prediction.py)."""
     sets = ["n_layers=1", "d_model=32", "attention.n_heads=2", "ffn.hidden=64", "vocab_size=128", "encoder.n_layers=1",
             "cross_attention.n_heads=2"]
     argv = ["bench", "--arch", "transformer-base", *sum((["--set", s] for s in sets), []), "--device", "cpu",
@@ -99,4 +100,4 @@ def test_bench_predicts_an_encoder_decoder_roofline(capsys):
     assert out["predicted_encoder_tokens_per_s"] > 0 and out["predicted_decode_tokens_per_s"] > 0
     assert out["predicted_bound"].startswith("encoder: ") and "decode: " in out["predicted_bound"]
     assert main(argv) == 0
-    assert "roofline on h100-sxm: decoder prefill tokens/s" in capsys.readouterr().out
+    assert "roofline on h100-sxm: prefill tokens/s" in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """`zoo bench` on encoders and encoder-decoders: --weights of a checkpoint goes to its
-family's benchmark (as --arch does), and every family's row is appended to the results log."""
+topology's phases (as --arch does), and every topology's row is appended to the results log."""
 
 import csv
 import json
@@ -41,11 +41,11 @@ def test_weights_of_an_encoder_run_the_encoder_bench(bert_dir, loads, tmp_path, 
     folder, n_params = bert_dir
     assert main(["bench", "--weights", str(folder), *RUN, "--results-dir", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["family"] == "encoder" and out["arch"] == str(folder) and out["params_total"] == n_params
+    assert out["topology"] == "encoder" and out["arch"] == str(folder) and out["params_total"] == n_params
     assert out["weight_bytes"] == 4 * n_params and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
     assert loads == [str(folder)]  # the checkpoint's weights were measured, not random ones
     row = next(csv.DictReader((tmp_path / "bench.csv").open()))
-    assert row["family"] == "encoder" and row["gen_len"] == ""  # an encoder decodes nothing
+    assert row["topology"] == "encoder" and row["gen_len"] == ""  # an encoder decodes nothing
 
 
 def test_weights_of_an_encoder_decoder_and_both_rows_logged(t5_dir, loads, tmp_path, capsys):  # type: ignore[no-untyped-def]
@@ -56,7 +56,7 @@ def test_weights_of_an_encoder_decoder_and_both_rows_logged(t5_dir, loads, tmp_p
     assert main(["bench", "--weights", str(folder), *RUN, "--gen-len", "3", "--results-dir", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     spec = checkpoint_spec(folder)
-    assert out["family"] == "encoder-decoder" and out["params_total"] == n_params and loads == [str(folder)]
+    assert out["topology"] == "encoder-decoder" and out["params_total"] == n_params and loads == [str(folder)]
     assert out["self_kv_bytes"] == cache_bytes(spec, 1, 3, dtype=torch.float32).token > 0
     assert out["cross_kv_bytes"] == cache_bytes(spec, 1, 1, 8, dtype=torch.float32).memory > 0
     decoder = tmp_path / "gpt2.yaml"
@@ -64,15 +64,15 @@ def test_weights_of_an_encoder_decoder_and_both_rows_logged(t5_dir, loads, tmp_p
     assert main(["bench", "--spec", str(decoder), *RUN, "--gen-len", "3", "--results-dir", str(tmp_path)]) == 0
     capsys.readouterr()
     rows = [json.loads(line) for line in (tmp_path / "bench.jsonl").read_text().splitlines()]
-    assert [r.get("family") for r in rows] == ["encoder-decoder", None]  # a decoder row as before: no family
+    assert [r["topology"] for r in rows] == ["encoder-decoder", "decoder"]
     table = list(csv.DictReader((tmp_path / "bench.csv").open()))
-    assert [r["family"] for r in table] == ["encoder-decoder", "decoder"]
+    assert [r["topology"] for r in table] == ["encoder-decoder", "decoder"]
     assert float(table[0]["encoder_tokens_per_s"]) > 0 and table[1]["encoder_tokens_per_s"] == ""
     header = (tmp_path / "bench.md").read_text().splitlines()[0]
-    assert "| family |" in header and "| encoder_tokens_per_s |" in header and "| cross_kv_bytes |" in header
+    assert "| topology |" in header and "| encoder_tokens_per_s |" in header and "| cross_kv_bytes |" in header
 
 
-def test_an_encoder_row_with_no_save_is_not_logged_and_a_bad_family_is_one_line(tmp_path, capsys):  # type: ignore[no-untyped-def]
+def test_an_encoder_row_with_no_save_is_not_logged_and_a_bad_topology_is_one_line(tmp_path, capsys):  # type: ignore[no-untyped-def]
     encoder = tmp_path / "bert.yaml"
     encoder.write_text(tiny_spec("bert-base-uncased").to_yaml())
     assert main(["bench", "--spec", str(encoder), *RUN, "--no-save", "--results-dir", str(tmp_path)]) == 0
@@ -81,4 +81,4 @@ def test_an_encoder_row_with_no_save_is_not_logged_and_a_bad_family_is_one_line(
     capsys.readouterr()
     assert main(["bench", "--spec", str(encoder), *RUN, "--results-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "row 1 has family 'diffusion'" in err and "encoder-decoder" in err and "\n" not in err
+    assert "row 1 has topology 'diffusion'" in err and "encoder-decoder" in err and "\n" not in err

@@ -28,7 +28,7 @@ def _show(arch: str, capsys) -> tuple[dict, dict]:  # type: ignore[no-untyped-de
 ])
 def test_encoder_decoder_figures_equal_the_analysis(arch, per_token_bf16, max_seq_len, capsys):  # type: ignore[no-untyped-def]
     as_json, as_yaml = _show(arch, capsys)
-    assert as_json == as_yaml and as_json["family"] == "encoder-decoder"
+    assert as_json == as_yaml and as_json["topology"] == "encoder-decoder"
     count = count_params(arch)
     assert as_json["params"] == {"total": count.total, "active": count.active, "embedding": count.embedding,
                                  "unembedding": count.unembedding, "by_component": count.by_component}

@@ -40,7 +40,7 @@ SMALL = {"n_layers": 1, "d_model": 32, "attention.n_heads": 2, "attention.head_d
          "vocab_size": 128, "max_seq_len": 64}
 
 
-def test_each_family_counts_its_own_cache():
+def test_each_topology_counts_its_own_cache():
     """An encoder keeps no cache; an encoder-decoder self K/V at gen_len and cross K/V at
     prompt_len; both count the weights and their forward's activations."""
     bert = zoo.spec("bert-base-uncased").override(SMALL)
@@ -55,11 +55,11 @@ def test_each_family_counts_its_own_cache():
 
 def test_zoo_bench_refuses_an_encoder_that_cannot_fit_in_one_line(monkeypatch, capsys, tmp_path):
     from zoo.cli import main
-    from zoo.harness.phases import encode as encoder_bench
+    from zoo.harness.source import ModelSource
 
     monkeypatch.setattr(memory_check, "free_bytes", lambda device: 10 * 2**20)
     built = []
-    monkeypatch.setattr(encoder_bench, "build", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(ModelSource, "load", lambda *a, **k: built.append(1))
     spec = tmp_path / "bert.yaml"
     spec.write_text(zoo.spec("bert-base-uncased").override(SMALL).to_yaml())
     code = main(["bench", "--spec", str(spec), "--device", "cpu", "--dtype", "float32", "--batch-size", "4096",

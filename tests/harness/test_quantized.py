@@ -1,4 +1,4 @@
-"""A quantized run: the Measurement's bytes from the layout, fidelity and perplexity columns,
+"""A quantized run: the Row's bytes from the layout, fidelity and perplexity columns,
 and `zoo compare --vary weights_dtype=...` rows."""
 
 from __future__ import annotations

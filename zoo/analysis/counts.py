@@ -111,10 +111,10 @@ def _meta_model(spec_json: str) -> ZooModel:
 
 on_registry_change(_meta_model.cache_clear)  # a kind a plugin replaced builds another module
 
-Family = Literal["decoder", "encoder", "encoder-decoder"]  # the one list of model families
+Topology = Literal["decoder", "encoder", "encoder-decoder"]  # the one list of model topologies
 
 
-def model_family(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> Family:
+def topology(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> Topology:
     """``encoder-decoder`` (two stacks), ``decoder`` (generates: causal self-mixers and a
     head giving logits) or ``encoder`` (a forward only: no cache). The one place deciding it."""
     model = _model_for(spec)

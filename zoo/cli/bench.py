@@ -53,74 +53,32 @@ def run_bench(args: argparse.Namespace) -> int:
 
     from zoo.harness.run import bench, make_config
 
-    config = make_config(
+    options = dict(
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
         repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
         predict=args.predict, threads=args.threads, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
         weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
     )
+    make_config(**options)  # a bad option is one line before anything is read or measured
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
     if not args.no_save:  # an unwritable folder or damaged log fails now, not after the run
         from zoo.harness.report.tables import check_results
 
         check_results(args.results_dir, args.results_name)
-    from zoo.harness.families import family_of_run
-
-    family, run_spec = family_of_run(spec, config)  # --weights: the checkpoint's family, as --arch
-    if family == "decoder":
-        with progress_bar(Console(stderr=True), "bench") as update:
-            measurement = bench(spec, config, progress=update)
-        table = measurement_table
-    else:
-        from zoo.harness.phases.encode import bench_encoder
-
-        measurement = bench_encoder(run_spec, config, gen_len_given=args.gen_len is not None)
-        table = encoder_table
+    with progress_bar(Console(stderr=True), "bench") as update:
+        row = bench(spec, progress=update, **options)
     saved = None
-    if not args.no_save:  # every family's row goes to the same log (zoo.harness.report.tables)
+    if not args.no_save:  # every topology's row goes to the same log (zoo.harness.report.tables)
         from zoo.harness.report.tables import append_result
 
-        saved = append_result(measurement, args.results_dir, args.results_name)
+        saved = append_result(row, args.results_dir, args.results_name)
     if args.format == "json":
-        print_json(measurement.model_dump(mode="json"))
+        print_json(row.model_dump(mode="json"))
     else:
-        print_table(table(measurement), args.format)
+        print_table(row_table(row), args.format)
     if saved:
         sys.stderr.write(f"zoo: appended to {saved['jsonl']} (rendered: {saved['csv']}, {saved['md']})\n")  # unwrapped
     return 0
-
-
-def encoder_table(m) -> TableData:  # type: ignore[no-untyped-def]
-    """An EncoderMeasurement as a two-column table."""
-    c, e = m.config, m.environment
-    rows = [
-        ("run", f"batch {c.batch_size} · length {m.seq_len} · {c.repeats} repeats after {c.warmup} warm-up"),
-        ("params total", f"{m.params_total:,}"),
-        ("weight bytes", _bytes(m.weight_bytes)),
-        ("encoder tokens/s (median (min–max))",
-         f"{_rate(m.encoder_tokens_per_s)} ({_rate(m.encoder_tokens_per_s_min)}–{_rate(m.encoder_tokens_per_s_max)})"),
-        ("encoder time", f"{m.encoder_time_s * 1000:,.1f} ms"),
-        ("encoder FLOPs per forward", f"{m.encoder_flops:,}"),
-        ("peak memory", _bytes(m.peak_bytes)),
-        ("memory measured as", m.memory_method),
-    ]
-    if m.family == "encoder-decoder":
-        rows += [
-            ("decoder prefill tokens/s (start token)", _rate(m.decoder_prefill_tokens_per_s)),
-            ("decode tokens/s", _rate(m.decode_tokens_per_s)),
-            (f"self KV bytes at {c.gen_len} tokens", _bytes(m.self_kv_bytes)),
-            (f"cross KV bytes of {m.seq_len} encoder tokens", _bytes(m.cross_kv_bytes)),
-        ]
-    if m.predicted_gpu:
-        rows += [(f"roofline on {m.predicted_gpu}: encoder tokens/s", _rate(m.predicted_encoder_tokens_per_s))]
-        if m.family == "encoder-decoder":
-            rows += [(f"roofline on {m.predicted_gpu}: decoder prefill tokens/s", _rate(m.predicted_decoder_prefill_tokens_per_s)),
-                     (f"roofline on {m.predicted_gpu}: decode tokens/s", _rate(m.predicted_decode_tokens_per_s))]
-        rows += [("roofline bound", m.predicted_bound),
-                 ("achieved fraction, encoder", "-" if m.encoder_roofline_fraction is None else f"{m.encoder_roofline_fraction:.1%}")]
-    rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
-             ("threads", str(e.threads)), ("torch", e.torch_version), ("zoo commit", e.zoo_commit or "-")]
-    return TableData(f"zoo bench: {m.arch} ({m.family})", ["measure", "value"], [[n, v] for n, v in rows], right={"value"})
 
 
 def _bytes(n: int | None) -> str:
@@ -131,6 +89,65 @@ def _bytes(n: int | None) -> str:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
+
+
+def _spread(median: float | None, low: float | None, high: float | None) -> str:
+    return f"{_rate(median)} ({_rate(low)}–{_rate(high)})"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def _run_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    c = m.config
+    if m.topology == "decoder":
+        shape = f"batch {c.batch_size} · prompt {c.prompt_len} · gen {c.gen_len}"
+    elif m.topology == "encoder":
+        shape = f"batch {c.batch_size} · length {m.seq_len}"
+    else:
+        shape = f"batch {c.batch_size} · length {m.seq_len} · gen {c.gen_len}"
+    return [("run", f"{shape} · {c.repeats} repeats after {c.warmup} warm-up")]
+
+
+def _model_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    rows = [("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
+            ("weights dtype", m.weights_dtype), ("weight bytes", _bytes(m.weight_bytes))]
+    if m.kv_bytes is not None:
+        rows += [("KV bytes per token", f"{m.kv_bytes_per_token:,}"), ("state bytes per sequence", _bytes(m.state_bytes))]
+        if m.cross_kv_bytes is not None:
+            rows += [(f"self KV bytes at {m.context_len} tokens", _bytes(m.self_kv_bytes)),
+                     (f"cross KV bytes of {m.memory_len} encoder tokens", _bytes(m.cross_kv_bytes))]
+        rows.append((f"KV + state bytes at context {m.context_len}", _bytes(m.kv_bytes)))
+    return rows
+
+
+def _memory_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    peaks = [("peak memory, encoder", m.encoder_peak_bytes), ("peak memory, prefill", m.prefill_peak_bytes),
+             ("peak memory, decode", m.decode_peak_bytes)]
+    return [*((name, _bytes(value)) for name, value in peaks if value is not None), ("memory measured as", m.memory_method)]
+
+
+def _phase_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    rows = []
+    if m.encoder_tokens_per_s is not None:
+        rows += [("encoder tokens/s (median (min–max))",
+                  _spread(m.encoder_tokens_per_s, m.encoder_tokens_per_s_min, m.encoder_tokens_per_s_max)),
+                 ("encoder time", _ms(m.encoder_time_s)), ("encoder FLOPs per forward", f"{m.encoder_flops:,}")]
+    if m.prefill_tokens_per_s is not None:
+        what = "" if m.topology == "decoder" else " (start token)"
+        rows.append((f"prefill tokens/s{what} (median (min–max))",
+                     _spread(m.prefill_tokens_per_s, m.prefill_tokens_per_s_min, m.prefill_tokens_per_s_max)))
+    if m.decode_tokens_per_s is not None:
+        rows += [("decode tokens/s (median (min–max))",
+                  _spread(m.decode_tokens_per_s, m.decode_tokens_per_s_min, m.decode_tokens_per_s_max)),
+                 (f"time to first token (median (min–max) of {m.config.repeats} repeats)",
+                  f"{_ms(m.time_to_first_token_s)} ({_ms(m.ttft_min_s)}–{_ms(m.ttft_max_s)})"),
+                 (f"inter-token latency p50 / p90 / p99 (over {m.itl_steps} steps)",
+                  f"{_ms(m.itl_p50_s)} / {_ms(m.itl_p90_s)} / {_ms(m.itl_p99_s)}"),
+                 ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
+                 ("bytes read per decode step", _bytes(m.decode_bytes_per_step))]
+    return rows
 
 
 def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -145,42 +162,31 @@ def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     return rows
 
 
-def measurement_table(m) -> TableData:  # type: ignore[no-untyped-def]
-    """Every field of a Measurement as a two-column table, grouped."""
-    c, e = m.config, m.environment
-    rows = [
-        ("run", f"batch {c.batch_size} · prompt {c.prompt_len} · gen {c.gen_len} · {c.repeats} repeats after {c.warmup} warm-up"),
-        ("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
-        ("weights dtype", m.weights_dtype),
-        ("weight bytes", _bytes(m.weight_bytes)),
-        ("KV bytes per token", f"{m.kv_bytes_per_token:,}"),
-        ("state bytes per sequence", _bytes(m.state_bytes)),
-        (f"KV + state bytes at context {m.context_len}", _bytes(m.kv_bytes)),
-        ("peak memory, prefill", _bytes(m.prefill_peak_bytes)),
-        ("peak memory, decode", _bytes(m.decode_peak_bytes)),
-        ("memory measured as", m.memory_method),
-        ("prefill tokens/s (median (min–max))", f"{_rate(m.prefill_tokens_per_s)} ({_rate(m.prefill_tokens_per_s_min)}–{_rate(m.prefill_tokens_per_s_max)})"),
-        ("decode tokens/s (median (min–max))", f"{_rate(m.decode_tokens_per_s)} ({_rate(m.decode_tokens_per_s_min)}–{_rate(m.decode_tokens_per_s_max)})"),
-        ("time to first token", f"{m.time_to_first_token_s * 1000:,.1f} ms"),
-        ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
-        ("bytes read per decode step", _bytes(m.decode_bytes_per_step)),
-    ]
-    rows += _fidelity_rows(m)
+RATES = (("encoder", "encoder"), ("prefill", "prefill"), ("decode", "decode"))  # (row prefix, label)
+
+
+def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    rows = []
     if m.predicted_gpu:
-        rows += [
-            (f"roofline on {m.predicted_gpu}: prefill tokens/s", _rate(m.predicted_prefill_tokens_per_s)),
-            (f"roofline on {m.predicted_gpu}: decode tokens/s", _rate(m.predicted_decode_tokens_per_s)),
-            ("roofline bound", m.predicted_bound),
-            ("achieved fraction, prefill / decode",
-             "-" if m.prefill_roofline_fraction is None else f"{m.prefill_roofline_fraction:.1%} / {m.decode_roofline_fraction:.1%}"),
-        ]
-    rows += [
-        ("device", f"{e.device} ({e.device_name})"),
-        ("dtype", e.dtype),
-        ("SDPA backend", e.sdpa_backend),
-        ("compile", e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"),
-        ("threads", str(e.threads)),
-        ("torch", e.torch_version),
-        ("zoo commit", e.zoo_commit or "-"),
-    ]
-    return TableData(f"zoo bench: {m.arch}", ["measure", "value"], [[n, v] for n, v in rows], right={"value"})
+        rows += [(f"roofline on {m.predicted_gpu}: {label} tokens/s", _rate(getattr(m, f"predicted_{prefix}_tokens_per_s")))
+                 for prefix, label in RATES if getattr(m, f"predicted_{prefix}_tokens_per_s") is not None]
+        rows.append(("roofline bound", m.predicted_bound))
+    fractions = [(label, getattr(m, f"{prefix}_roofline_fraction")) for prefix, label in RATES
+                 if getattr(m, f"{prefix}_tokens_per_s") is not None]
+    if m.roofline_source or m.predicted_gpu:
+        text = " / ".join("-" if f is None else f"{f:.1%}" for _, f in fractions)
+        where = f" ({m.roofline_source})" if m.roofline_source else " (no peaks known for this device)"
+        rows.append((f"achieved fraction, {' / '.join(label for label, _ in fractions)}{where}", text))
+    return rows
+
+
+def row_table(m) -> TableData:  # type: ignore[no-untyped-def]
+    """A Row as a two-column table: what ran, the model, each phase, the roofline, the environment."""
+    e = m.environment
+    rows = [*_run_rows(m), *_model_rows(m), *_memory_rows(m), *_phase_rows(m), *_fidelity_rows(m), *_roofline_rows(m)]
+    compile_text = e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"
+    rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
+             ("compile", compile_text), ("threads", str(e.threads)), ("torch", e.torch_version),
+             ("zoo commit", e.zoo_commit or "-")]
+    title = f"zoo bench: {m.arch}" + ("" if m.topology == "decoder" else f" ({m.topology})")
+    return TableData(title, ["measure", "value"], [[n, v] for n, v in rows], right={"value"})

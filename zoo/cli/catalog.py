@@ -73,7 +73,7 @@ def build_catalog() -> dict[str, Any]:
     import sys
 
     import zoo
-    from zoo.analysis.counts import model_family
+    from zoo.analysis.counts import topology
     from zoo.errors import PluginError
     from zoo.specs.registry import FAMILIES, get_registry
 
@@ -88,13 +88,13 @@ def build_catalog() -> dict[str, Any]:
             broken = True
             continue
         count = zoo.count_params(spec)
-        family = model_family(spec)
+        kind = topology(spec)
         rows.append({
             "name": name,
-            "family": family,
+            "topology": kind,
             "params": count.total,
             "active": count.active,  # an encoder-only model keeps no cache: no KV bytes (None)
-            "kv_bytes_per_token_bf16": None if family == "encoder" else zoo.kv_bytes_per_token(spec),
+            "kv_bytes_per_token_bf16": None if kind == "encoder" else zoo.kv_bytes_per_token(spec),
             "plugin": registry.architectures[name].plugin,
         })
     catalog = {"architectures": rows, "components": {family: registry.kinds(family) for family in FAMILIES}}

@@ -241,12 +241,12 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
             sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
 
 
-TABLE_COLUMNS = ("family", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
+TABLE_COLUMNS = ("topology", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
                  "kv_bytes_vs_baseline", "measured_n_layers", "encoder_tokens_per_s", "encoder_tokens_per_s_vs_baseline",
-                 "prefill_tokens_per_s", "decoder_prefill_tokens_per_s", "decode_tokens_per_s",
+                 "prefill_tokens_per_s", "decode_tokens_per_s",
                  "decode_tokens_per_s_vs_baseline", "decode_peak_bytes", "peak_bytes",
                  "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
-SHOWN_WHEN_VARYING = ("weight_bytes", "family")  # same in every row (most comparisons): left out
+SHOWN_WHEN_VARYING = ("weight_bytes", "topology")  # same in every row (most comparisons): left out
 KV_COLUMNS = ("kv_bytes_per_token", "cross_kv_bytes_per_token", "kv_bytes")
 
 

@@ -41,8 +41,8 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(document)
         return 0
     architectures = TableData(
-        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "family", "from"],
-        [[r["name"], r["params"], r["active"], _or_none(r["kv_bytes_per_token_bf16"]), r.get("family"), r["plugin"]]
+        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "topology", "from"],
+        [[r["name"], r["params"], r["active"], _or_none(r["kv_bytes_per_token_bf16"]), r.get("topology"), r["plugin"]]
          for r in document["architectures"]],
     )
     components = TableData("components", ["family", "kinds"],
@@ -68,12 +68,12 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     encoder-decoder's self K/V grow per generated token and its cross K/V per encoder token
     (the cache at max_seq_len holds both at that length)."""
     import zoo
-    from zoo.analysis.counts import cache_bytes, model_family
+    from zoo.analysis.counts import cache_bytes, topology
 
     count = zoo.count_params(spec)
-    family = model_family(spec)
+    kind = topology(spec)
     summary = {
-        "family": family,
+        "topology": kind,
         "params": {
             "total": count.total,
             "active": count.active,
@@ -82,17 +82,17 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
             "by_component": count.by_component,
         },
     }
-    if family == "encoder":
+    if kind == "encoder":
         return {**summary, "cache": NO_CACHE, "kv_bytes_per_token": None, "state_bytes_per_sequence": None,
                 "kv_cache_bytes_at_max_seq_len_bf16": None}
     per = {dtype: cache_bytes(spec, 1, 1, 1, dtype=dtype) for dtype in DTYPES}
     summary["kv_bytes_per_token"] = {dtype: per[dtype].token for dtype in DTYPES}
-    if family == "encoder-decoder":
+    if kind == "encoder-decoder":
         summary["cross_kv_bytes_per_encoder_token"] = {dtype: per[dtype].memory for dtype in DTYPES}
     summary["state_bytes_per_sequence"] = {dtype: per[dtype].sequence for dtype in DTYPES}
-    memory = spec.max_seq_len if family == "encoder-decoder" else 0
+    memory = spec.max_seq_len if kind == "encoder-decoder" else 0
     summary["kv_cache_bytes_at_max_seq_len_bf16"] = cache_bytes(spec, 1, spec.max_seq_len, memory, "bfloat16").total
-    if family == "encoder-decoder":  # the figure above is not max_seq_len x the per-token bytes: say what it holds
+    if kind == "encoder-decoder":  # the figure above is not max_seq_len x the per-token bytes: say what it holds
         summary["kv_cache_at_max_seq_len_holds"] = (f"self K/V of {spec.max_seq_len} decoder tokens + "
                                                     f"cross K/V of {spec.max_seq_len} encoder tokens")
     return summary

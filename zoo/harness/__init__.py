@@ -1,1 +1,1 @@
-"""The harness: one run -> Measurement, device probes, GPU rooflines, result files."""
+"""The harness: one run of phases -> one Row, device probes, GPU rooflines, result files."""

@@ -1,7 +1,6 @@
 """A benchmark in a fresh Python process, spoken to in JSON: the parent writes one request
-on the child's stdin and reads the child's last stdout line as the reply. Sweeps isolate
-points this way (``zoo.harness.families``) and ``zoo.harness.run.run_in_subprocess`` runs one
-decoder bench so; both share this transport, so a failure reads the same from either.
+on the child's stdin and reads the child's last stdout line as the reply (the one transport:
+``zoo.harness.run.measure_in_subprocess``, which sweeps with ``isolation="interpreter"`` use).
 
 A ZooError in the child comes back as ``{"error": message}`` and is raised here as a
 BenchError with that message; a crash (out of memory, a signal) is a BenchError with the tail
@@ -20,7 +19,7 @@ from zoo.errors import BenchError, ZooError
 
 
 def run_child(module: str, request: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
-    """The reply of ``python -m module`` to ``request``: a dict holding ``measurement``."""
+    """The reply of ``python -m module`` to ``request``: a dict holding the ``row``."""
     try:
         done = subprocess.run([sys.executable, "-m", module], input=json.dumps(request), capture_output=True,
                               text=True, timeout=timeout)
@@ -28,7 +27,7 @@ def run_child(module: str, request: Mapping[str, Any], timeout: float | None = N
         raise BenchError(f"run: the benchmark subprocess exceeded its timeout of {timeout} s") from None
     lines = done.stdout.strip().splitlines()
     reply = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
-    if done.returncode == 0 and "measurement" in reply:
+    if done.returncode == 0 and "row" in reply:
         return reply
     if "error" in reply:
         raise BenchError(reply["error"])

@@ -14,8 +14,8 @@ in the point's row as ``contexts``):
   (``zoo.analysis.counts.decode_bytes_per_step``), from the measured contexts (else the point's own
   run): the roofline's memory term at the bandwidth this device achieved, so measured and
   predicted points are of one model on one device.
-  Predicted without timing (``analysis_only``): the roofline
-  (``zoo.analysis.devices.roofline``) of the full-size model on ``config.predict``
+  Predicted without timing (``analysis_only``): the decode phase's roofline
+  (``zoo.harness.phases.decode.Decode.predict``) of the full-size model on ``config.predict``
   (default ``h100-sxm``).
 
 ``context_frame`` is the long table (one row per variant and context), with ratios to the
@@ -59,7 +59,7 @@ def context_curve(
     """The point's record at each of ``plan.contexts`` (see the module docstring)."""
     from zoo.harness.environment import pick_device
 
-    if analysis.get("family", "decoder") != "decoder":
+    if analysis["topology"] != "decoder":
         return [_no_decode_record(spec, analysis, n) for n in plan.contexts]
     limit = measure_limit(plan.measure_up_to, pick_device(config.device).type)
     records = [memory_record(spec, config, analysis, n) for n in plan.contexts]
@@ -79,7 +79,7 @@ def context_curve(
 
 
 class StepTimeModel:
-    """Seconds per decode step against the bytes it reads (``Measurement.decode_bytes_per_step``),
+    """Seconds per decode step against the bytes it reads (the row's ``decode_bytes_per_step``),
     from this device's runs: the roofline's memory term at the bandwidth this device achieved.
 
     By default time is proportional to bytes, scaled from the largest measured context (one
@@ -138,7 +138,7 @@ def _no_decode_record(spec: Any, analysis: Mapping[str, Any], context: int) -> d
         "cache_token_bytes": None, "cache_sequence_bytes": None, "memory_bytes": None, "memory_source": None,
         "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
         "prefill_tokens_per_s": None, "measured_peak_bytes": None,
-        "note": f"contexts are for decoders; {spec.name} is an {analysis['family']} (see its bench columns)",
+        "note": f"contexts are for decoders; {spec.name} is an {analysis['topology']} (see its bench columns)",
     }
 
 
@@ -173,7 +173,9 @@ def _predict_at(
 ) -> None:
     """From this device's step-time model, else (no run) the GPU roofline of the full model."""
     from zoo.analysis.counts import decode_bytes_per_step
-    from zoo.analysis.devices import roofline
+    from zoo.analysis.devices import gpu_peaks
+    from zoo.harness.phases.decode import Decode
+    from zoo.harness.run_config import make_config
 
     context, gen, dtype = record["context"], config.gen_len, analysis["dtype"]
     at = max(1, context - gen + gen // 2)  # the decode midpoint, as the harness reports its bytes
@@ -185,10 +187,9 @@ def _predict_at(
             record["decode_tokens_per_s"], record["decode_basis"] = model.predict(nbytes)
             return
         gpu = config.predict or DEFAULT_PREDICT_GPU
-        line = roofline(spec, gpu, batch_size=config.batch_size, prompt_len=max(1, context - gen), gen_len=gen,
-                        dtype=_torch_dtype(dtype), weights_dtype=config.weights_dtype,
-                        group_size=config.weights_group_size)
-        record["decode_tokens_per_s"] = line.decode_tokens_per_s
+        at_context = make_config(**{**config.model_dump(), "prompt_len": max(1, context - gen)})
+        line = Decode().predict(spec, at_context, gpu_peaks(gpu), _torch_dtype(dtype))
+        record["decode_tokens_per_s"] = line["tokens_per_s"]
         record["decode_basis"] = f"roofline {gpu}, {_layers(spec.n_layers)}"
     except ZooError as exc:
         record["decode_basis"] = f"no prediction: {exc}".replace("\n", " ")

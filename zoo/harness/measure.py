@@ -152,5 +152,35 @@ class HostProbe(Probe):
             result.peak_bytes = sampler.stop() if sampler else _status_kib("VmHWM") * 1024
 
 
+class StepClock:
+    """Times of each step of a loop without distorting it: on CUDA an event recorded after
+    each step and one synchronisation at the end (``seconds``); on the host ``perf_counter``
+    per step (on MPS after a synchronisation, as its work is queued like CUDA's)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self._marks: list = []  # type: ignore[type-arg]
+        self.mark()
+
+    def mark(self) -> None:
+        """The end of a step (and the start of the next)."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._marks.append(event)
+            return
+        if self.device.type == "mps":
+            torch.mps.synchronize()
+        self._marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """The duration of each step marked."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return [a.elapsed_time(b) / 1000.0 for a, b in zip(self._marks, self._marks[1:])]
+        return [b - a for a, b in zip(self._marks, self._marks[1:])]
+
+
 def probe_for(device: torch.device) -> Probe:
     return CudaProbe(device) if device.type == "cuda" else HostProbe(device)

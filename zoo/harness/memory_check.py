@@ -5,7 +5,7 @@ traceback (or the kernel's OOM killer). Before building anything, ``check_fits``
 weights (exact, from the meta-device count), the cache (exact, from each module's
 ``state_layout``) and an estimate of the activations of the run's forward, and refuses a run
 whose total is more than the device has free, naming each figure. What the cache and the
-forward are depends on the model's family (``NEEDS``): a decoder's K/V at prompt + gen tokens
+forward are depends on the model's topology (``NEEDS``): a decoder's K/V at prompt + gen tokens
 and its prefill; no cache and one forward of the batch for an encoder; self K/V at gen_len
 plus cross K/V at prompt_len, and the encoder's forward, for an encoder-decoder.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.analysis.counts import Family
+from zoo.analysis.counts import Topology
 from zoo.errors import BenchError
 from zoo.specs.model import ModelSpec
 
@@ -78,20 +78,20 @@ def _encoder_decoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len:
     return Need(kv, activations, note)
 
 
-NEEDS: dict[Family, Callable[[ModelSpec, int, int, int, torch.dtype], Need]] = {
+NEEDS: dict[Topology, Callable[[ModelSpec, int, int, int, torch.dtype], Need]] = {
     "decoder": _decoder, "encoder": _encoder, "encoder-decoder": _encoder_decoder,
 }
 
 
 def _need(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype) -> tuple[int, Need]:
-    from zoo.analysis.counts import count_params, model_family
+    from zoo.analysis.counts import count_params, topology
 
     weights = count_params(spec).total * dtype.itemsize
-    return weights, NEEDS[model_family(spec)](spec, batch_size, prompt_len, gen_len, dtype)
+    return weights, NEEDS[topology(spec)](spec, batch_size, prompt_len, gen_len, dtype)
 
 
 def needed_bytes(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype) -> dict[str, int]:
-    """Weights, cache and an activation estimate of the spec's family's run, in bytes."""
+    """Weights, cache and an activation estimate of the spec's topology's run, in bytes."""
     weights, need = _need(spec, batch_size, prompt_len, gen_len, dtype)
     return {"weights": weights, "kv": need.kv, "activations": need.activations}
 
@@ -109,7 +109,7 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def check_fits(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype, device: torch.device) -> None:
-    """Raise a one-line BenchError when the run (of the spec's family: ``NEEDS``) needs more
+    """Raise a one-line BenchError when the run (of the spec's topology: ``NEEDS``) needs more
     memory than is free."""
     weights, need = _need(spec, batch_size, prompt_len, gen_len, dtype)
     total = weights + need.kv + need.activations

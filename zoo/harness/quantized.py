@@ -2,7 +2,7 @@
 
 Before quantizing, the unquantized model gives the reference: its logits on the fixed
 fidelity prompts and, with ``eval_text``, its perplexity. After, the same again on the
-quantized model; the Measurement carries both (zoo/quant/fidelity.py has the definitions).
+quantized model; the row carries both (the ``weights`` phase) (zoo/quant/fidelity.py has the definitions).
 Runs without quantized weights report perplexity only, when a text is given.
 """
 

@@ -1,42 +1,43 @@
-"""One benchmark run: build (or load) a model, time prefill and decode, return a Measurement.
+"""One run: resolve the model source -> check it fits -> build or load once -> each phase
+that applies -> one ``Row``. ``zoo.bench``, ``zoo bench`` and every sweep point run this.
 
-The run's parts live in files of their own: its options (``run_config.py``: BenchConfig),
-the timed rounds (``timed_rounds.py``: warm-up, then ``repeats`` rounds of prefill and
-decode) and the record (``measurement.py``: Measurement, the roofline beside it); they are
-re-exported here, where callers have always found them. ``run_in_subprocess`` does the same
-run in a fresh interpreter and returns the Measurement parsed from its JSON (sweeps isolate
-each point this way).
+The phases (``zoo.harness.phases``: encode, prefill, decode, weights, and any phase defined
+later) are found by registration, never listed here; an option no applicable phase reads,
+given for a model it means nothing to (``gen_len`` of an encoder), is one BenchError.
+``measure_in_subprocess`` does the same run in a fresh interpreter (``child_run``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import torch
 
 from zoo.errors import BenchError
 from zoo.harness.child_run import child_main, run_child
-from zoo.harness.environment import pick_device
-from zoo.harness.measurement import Measurement, build_measurement, with_prediction
+from zoo.harness.environment import (
+    Environment,
+    device_name,
+    pick_device,
+    zoo_git_commit,
+)
+from zoo.harness.measure import probe_for
+from zoo.harness.phases.base import (
+    RunContext,
+    phases_for,
+    registered_phases,
+    run_phase,
+)
+from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
-from zoo.harness.phases.timed_rounds import timed_rounds
-from zoo.model.build import resolve_dtype
+from zoo.harness.shape import check_shape, run_shape
+from zoo.harness.source import ModelSource, resolve_source, run_dtype
 from zoo.specs.model import ModelSpec
 
-__all__ = ["BenchConfig", "Measurement", "Progress", "bench", "make_config", "run_in_subprocess", "with_prediction"]
-
-
-def _load_model(spec: ModelSpec | None, config: BenchConfig, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    if config.weights is None:
-        if spec is None:
-            raise BenchError("give a spec (an architecture) or weights to benchmark")
-        import zoo
-
-        return zoo.build(spec, device=device, dtype=dtype, seed=config.seed)
-    from zoo.hub.loading import from_pretrained
-
-    return from_pretrained(config.weights, device=device, dtype=dtype)
+__all__ = ["BenchConfig", "Progress", "Row", "bench", "make_config", "measure", "measure_in_subprocess"]
+GRID_SHARED = frozenset({"gen_len"})  # a grid's gen_len is every row's: an encoder's row runs without it
 
 
 def bench(
@@ -45,68 +46,112 @@ def bench(
     *,
     progress: Progress | None = None,
     **options: Any,
-) -> Measurement:
-    """Measure one spec (or ``weights=``) as ``config`` / keyword options say; see BenchConfig."""
-    from zoo.model.build import as_spec
-    from zoo.quant import run_dtype
+) -> Row:
+    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec) or ``weights=``
+    a checkpoint. Keyword options are BenchConfig fields; one given for a model none of whose
+    phases reads it is refused (``gen_len`` of an encoder)."""
+    merged = make_config(**{**(config.model_dump() if config else {}), **options})
+    given = {k for k, v in options.items() if v is not None and v is not False}
+    defaults = BenchConfig()
+    given |= {k for k in BenchConfig.model_fields if getattr(merged, k) != getattr(defaults, k)} - GRID_SHARED
+    return run(resolve_source(spec, merged), merged, given, progress)
 
-    if config is None:
-        config = make_config(**options)
-    elif options:
-        config = make_config(**{**config.model_dump(), **options})
-    model_spec = as_spec(spec) if spec is not None else None
+
+def measure(spec: ModelSpec, config: BenchConfig) -> Row:
+    """A sweep point's run (the executors' ``measure``)."""
+    return bench(spec, config)
+
+
+def _refuse_unread(source: ModelSource, given: Collection[str]) -> None:
+    """An option that only phases not applying to this topology read, given anyway, is a
+    one-line error (an encoder's ``gen_len``)."""
+    readers: dict[str, list[str]] = {}
+    read_here = set()
+    for cls in registered_phases().values():
+        for option in cls.options:
+            readers.setdefault(option, []).append(cls.name)
+        if source.topology in cls.topologies:
+            read_here.update(cls.options)
+    for option in sorted(given):
+        if option in readers and option not in read_here:
+            flag = "--" + option.replace("_", "-")
+            raise BenchError(f"{option}: read by the {', '.join(sorted(readers[option]))} phase; {source.spec.name} is an "
+                             f"{source.topology} and runs none of them (allowed: without {flag})")
+
+
+def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), progress: Progress | None = None) -> Row:
+    """The run of ``source`` as ``config`` says (module docstring)."""
+    from zoo.harness.analysis_columns import analysis_columns
+    from zoo.harness.memory_check import check_fits
+    from zoo.harness.prediction import prediction_columns
+
+    spec, topology = source.spec, source.topology
     device = pick_device(config.device)
-    dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
-    if model_spec is not None:
-        _check_run(model_spec, config)
-    if model_spec is not None:  # refuse what cannot fit before allocating anything
-        from zoo.harness.memory_check import check_fits
-
-        check_fits(model_spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)
+    dtype = run_dtype(config, device)
+    check_shape(spec, topology, config)
+    phases = phases_for(topology, config)
+    _refuse_unread(source, given)
+    name = device_name(device)
+    prediction_columns(spec, config, phases, dtype, device, name)  # what cannot be predicted fails before the run
+    check_fits(spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)  # before allocating
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    report = progress or (lambda what, done, total: None)
-    report("build", 0, 1 + config.warmup + config.repeats)
-    model = _load_model(model_spec, config, device, dtype).eval()
-    model_spec = model.spec  # type: ignore[assignment]
-    assert model_spec is not None
-    from zoo.harness.quantized import prepare_weights
-
-    model, fidelity_fields = prepare_weights(model, config, model_spec.max_seq_len, model_spec.vocab_size)
-    _check_run(model_spec, config, predict=False)
-    timings = timed_rounds(model, config, device, dtype, report)
-    measurement = build_measurement(model, model_spec, config, timings, device, dtype, fidelity_fields)
-    if config.predict:
-        measurement = with_prediction(measurement, model_spec, config.predict, dtype)
-    return measurement
-
-
-def _check_run(spec: ModelSpec, config: BenchConfig, predict: bool = True) -> None:
-    """The run fits the model's context; a roofline asked for can be had (before the run)."""
-    context = config.prompt_len + config.gen_len
-    if context > spec.max_seq_len:
-        raise BenchError(
-            f"prompt_len + gen_len = {context} exceeds max_seq_len={spec.max_seq_len} of {spec.name}; "
-            f"allowed: at most {spec.max_seq_len}"
-        )
-    if predict and config.predict:
-        from zoo.analysis.counts import flops_per_token
-
-        flops_per_token(spec, context)
+    ticks = _ticker(progress, 1 + config.warmup + config.repeats * len(phases))
+    ticks("build")
+    model = source.load(device, dtype, config.seed)
+    ctx = RunContext(model, model.spec or spec, topology, config, run_shape(topology, config), device, dtype,
+                     probe_for(device), ticks)
+    measured: dict[str, Any] = {}
+    for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
+        measured.update(run_phase(phase, ctx))
+    ticks("done")
+    peaks = [measured.get(f) for f in ("encoder_peak_bytes", "prefill_peak_bytes", "decode_peak_bytes")]
+    environment = Environment(
+        torch_version=torch.__version__, python_version=_python(), device=str(device), device_name=name,
+        dtype=str(dtype).removeprefix("torch."), sdpa_backend=ctx.environment.get("sdpa_backend", "none"),
+        compile_mode=ctx.environment.get("compile_mode", "none"), threads=torch.get_num_threads(),
+        zoo_commit=zoo_git_commit(),
+    )
+    analysis = {k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype).items() if k in Row.model_fields}
+    return Row(
+        **analysis, config=config, phases=[p.name for p in phases], **measured,
+        memory_method=ctx.probe.memory_method, peak_bytes=max((p for p in peaks if p is not None), default=None),
+        **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured),
+        environment=environment, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
 
 
-# ---- a run in a fresh process ---------------------------------------------------------------
-def run_in_subprocess(spec: ModelSpec | None, config: BenchConfig, timeout: float | None = None) -> Measurement:
-    """Run ``bench(spec, config)`` in a new Python process; the Measurement comes back as JSON
-    (``zoo.harness.child_run``: a ZooError in the child is a BenchError here with its message,
-    a crash a BenchError with the tail of its stderr)."""
+def _ticker(progress: Progress | None, total: int) -> Any:
+    """``ticks(what)``: one step of the run done, reported as ``progress(what, done, total)``."""
+    done = 0
+
+    def tick(what: str) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(what, min(done, total), total)
+        done += 1
+
+    return tick
+
+
+def _python() -> str:
+    import sys
+
+    return sys.version.split()[0]
+
+
+# ---- a run in a fresh interpreter ------------------------------------------------------------
+def measure_in_subprocess(spec: ModelSpec | None, config: BenchConfig, timeout: float | None = None) -> Row:
+    """``bench(spec, config)`` in a new Python process (``isolation="interpreter"``); the Row
+    comes back as JSON (``child_run``: a ZooError in the child is a BenchError here with its
+    message, a crash a BenchError with the tail of its stderr)."""
     request = {"spec": spec.to_dict() if spec is not None else None, "config": config.model_dump()}
-    return Measurement.model_validate(run_child("zoo.harness.run", request, timeout)["measurement"])
+    return Row.model_validate(run_child("zoo.harness.run", request, timeout)["row"])
 
 
 def _child_bench(request: dict[str, Any]) -> dict[str, Any]:
     spec = ModelSpec.model_validate(request["spec"]) if request.get("spec") is not None else None
-    return {"measurement": bench(spec, BenchConfig.model_validate(request["config"])).model_dump(mode="json")}
+    return {"row": bench(spec, BenchConfig.model_validate(request["config"])).model_dump(mode="json")}
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ APPENDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from zoo.harness.report.tables import append_result
-    from zoo.harness.run import Measurement
-    row = Measurement.model_validate_json(Path(sys.argv[1]).read_text())
+    from zoo.harness.row import Row
+    row = Row.model_validate_json(Path(sys.argv[1]).read_text())
     start = Path(sys.argv[2])
     while not start.exists():
         time.sleep(0.01)

@@ -1,7 +1,7 @@
 """Result files: rows appended to ``results/<name>.jsonl``, re-rendered as CSV and Markdown.
 
-The JSON-lines file is the record (one measurement per line, nested as measured: a decoder's
-``Measurement`` or, naming its ``family``, an encoder's ``EncoderMeasurement``), appended
+The JSON-lines file is the record (one ``zoo.harness.row.Row`` per line, nested as measured,
+every topology alike; lines logged before that schema are read as it), appended
 one whole line at a time under the log's lock (``results_log``), so concurrent benches keep
 every row; the CSV and Markdown files are renderings of all its rows, flattened, rewritten
 (whole: temp file + ``os.replace``) under the same lock after each append. Every existing
@@ -13,16 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from zoo.files.atomic import write_text_atomic
 from zoo.errors import BenchError
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
-from zoo.harness.families import RESULTS
-from zoo.harness.run import Measurement
 from zoo.harness.report.cells import format_cell, values_key
-
-Result = BaseModel  # a Measurement (decoder-only) or an EncoderMeasurement (encoder, encoder-decoder)
+from zoo.harness.row import Row, renamed_legacy
 
 DEFAULT_RESULTS_DIR = Path("results")
 DEFAULT_NAME = "bench"
@@ -31,12 +26,11 @@ DEFAULT_NAME = "bench"
 SUMMARY_COLUMNS = (
     "timestamp", "arch", "device_name", "threads", "dtype", "weights_dtype", "batch_size", "prompt_len", "gen_len",
     "compile_mode", "params_total", "weight_bytes", "kv_bytes", "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s",
-    "prefill_peak_bytes", "decode_peak_bytes", "fidelity_kl", "predicted_gpu", "predicted_decode_tokens_per_s",
+    "itl_p50_s", "itl_p99_s", "prefill_peak_bytes", "decode_peak_bytes", "fidelity_kl", "predicted_gpu", "predicted_decode_tokens_per_s",
     "zoo_commit",
 )
 # Added after kv_bytes when the log holds encoder rows (empty in decoder rows: not measured there).
-ENCODER_SUMMARY_COLUMNS = ("encoder_tokens_per_s", "decoder_prefill_tokens_per_s", "self_kv_bytes", "cross_kv_bytes",
-                           "peak_bytes")
+ENCODER_SUMMARY_COLUMNS = ("encoder_tokens_per_s", "self_kv_bytes", "cross_kv_bytes", "peak_bytes")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -50,20 +44,24 @@ def read_rows(path: Path) -> list[dict]:
     return read_log(Path(path))
 
 
-def _measurements(rows: list[dict], path: Path) -> list[Result]:
-    """Each row as its family's result type: an encoder row names its ``family``, a decoder
-    row (``Measurement``, also every row logged before encoders were) has none."""
+def _measurements(rows: list[dict], path: Path) -> list[Row]:
+    """Each logged row as a Row (a row logged before topologies were named is a decoder's,
+    or names its ``family``: ``Row`` reads both)."""
+    from typing import get_args
+
     from pydantic import ValidationError
 
+    from zoo.analysis.counts import Topology
+
+    allowed = get_args(Topology)
     out = []
     for number, row in enumerate(rows, start=1):
-        family = row.get("family", "decoder")
-        kind = RESULTS.get(family) if isinstance(family, str) else None
-        if kind is None:
-            raise BenchError(f"{path}: row {number} has family {family!r} (allowed: {', '.join(RESULTS)}); "
+        kind = row.get("topology", row.get("family", "decoder"))
+        if kind not in allowed:
+            raise BenchError(f"{path}: row {number} has topology {kind!r} (allowed: {', '.join(allowed)}); "
                              "the results log is damaged (nothing was written)")
         try:
-            out.append(kind.model_validate(row))
+            out.append(Row.model_validate(row))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -81,35 +79,23 @@ def check_results(results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEF
     check_folder_writable(jsonl.parent)
 
 
-def _flat(measurement: Result) -> dict:
-    """The flat row with its family (a decoder's row has none of its own) right after arch."""
-    row = measurement.flat()  # type: ignore[attr-defined]
-    family = row.pop("family", "decoder")
-    out = {}
-    for key, value in row.items():
-        out[key] = value
-        if key == "arch":
-            out["family"] = family
-    return out
-
-
 def summary_columns(rows: Sequence[dict]) -> tuple[str, ...]:
-    """The Markdown columns: SUMMARY_COLUMNS, with the family and the encoder columns when
+    """The Markdown columns: SUMMARY_COLUMNS, with the topology and the encoder columns when
     the log holds an encoder or encoder-decoder row (a decoder-only log renders as before)."""
-    if all(row["family"] == "decoder" for row in rows):
+    if all(row["topology"] == "decoder" for row in rows):
         return SUMMARY_COLUMNS
     at = SUMMARY_COLUMNS.index("kv_bytes") + 1
-    return ("timestamp", "arch", "family", *SUMMARY_COLUMNS[2:at], *ENCODER_SUMMARY_COLUMNS, *SUMMARY_COLUMNS[at:])
+    return ("timestamp", "arch", "topology", *SUMMARY_COLUMNS[2:at], *ENCODER_SUMMARY_COLUMNS, *SUMMARY_COLUMNS[at:])
 
 
-def render_csv(measurements: Sequence[Result]) -> str:
+def render_csv(measurements: Sequence[Row]) -> str:
     import pandas as pd
 
-    return pd.DataFrame([_flat(m) for m in measurements]).to_csv(index=False)
+    return pd.DataFrame([m.flat() for m in measurements]).to_csv(index=False)
 
 
-def render_markdown(measurements: Sequence[Result]) -> str:
-    rows = [_flat(m) for m in measurements]
+def render_markdown(measurements: Sequence[Row]) -> str:
+    rows = [m.flat() for m in measurements]
     columns = summary_columns(rows)
     header = "| " + " | ".join(columns) + " |"
     rule = "|" + "---|" * len(columns)
@@ -123,12 +109,11 @@ def render_markdown(measurements: Sequence[Result]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def append_result(measurement: Result, results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME) -> dict[str, Path]:
+def append_result(measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME) -> dict[str, Path]:
     """Append one row to ``<dir>/<name>.jsonl`` and rewrite ``<name>.csv`` and ``<name>.md``.
 
-    ``measurement`` is a decoder's ``Measurement`` or an ``EncoderMeasurement``: one log holds
-    both (each row read back as its family's type). Returns the three paths. Rows already in
-    the file stay as they were.
+    One log holds rows of every topology. Returns the three paths. Rows already in the file
+    stay as they were.
     """
     directory = Path(results_dir)
     jsonl, csv, md = (directory / f"{name}.{ext}" for ext in ("jsonl", "csv", "md"))
@@ -143,21 +128,19 @@ def append_result(measurement: Result, results_dir: Path | str = DEFAULT_RESULTS
 
 # ---- sweep tables ------------------------------------------------------------------------------
 # Analysis of the full-size model, then the measurement (of the model cut to the plan's depth).
-# Encoders and encoder-decoders (zoo.harness.families) add their columns; a column a row's
-# family lacks is empty (an encoder's KV bytes: no cache), never 0.
-ANALYSIS_COLUMNS = ("arch", "family", "n_layers", "dtype", "params_total", "params_active", "weight_bytes",
+# A column a row's topology lacks is empty (an encoder's KV bytes: no cache), never 0.
+ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "params_total", "params_active", "weight_bytes",
                     "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "context_len", "memory_len",
                     "kv_bytes", "flops_per_token", "encoder_flops")
-MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "prefill_peak_bytes",
+MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "ttft_min_s", "ttft_max_s",
+                    "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_steps", "prefill_peak_bytes",
                     "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity",
-                    "encoder_tokens_per_s", "encoder_time_s", "decoder_prefill_tokens_per_s", "peak_bytes",
-                    "self_kv_bytes", "cross_kv_bytes")
+                    "encoder_tokens_per_s", "encoder_time_s", "peak_bytes", "self_kv_bytes", "cross_kv_bytes")
 MEASURED_CONTEXT = ("device_name", "threads")
 RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
                  "prefill_tokens_per_s", "decode_peak_bytes", "encoder_tokens_per_s")
-SWEEP_MARKDOWN = ("family", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
-                  "measured_n_layers", "encoder_tokens_per_s", "prefill_tokens_per_s", "decoder_prefill_tokens_per_s",
-                  "decode_tokens_per_s", "decode_peak_bytes", "peak_bytes", "kv_bytes_vs_baseline",
+SWEEP_MARKDOWN = ("topology", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
+                  "measured_n_layers", "encoder_tokens_per_s", "prefill_tokens_per_s", "decode_tokens_per_s", "itl_p50_s", "decode_peak_bytes", "peak_bytes", "kv_bytes_vs_baseline",
                   "params_total_vs_baseline", "encoder_tokens_per_s_vs_baseline", "decode_tokens_per_s_vs_baseline",
                   "status", "error")
 
@@ -179,8 +162,8 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
             value = row["values"].get(key)
             record[key] = format_value(value) if isinstance(value, dict) else value
         record["status"], record["error"] = row["status"], row.get("error")
-        analysis = row.get("analysis") or {}
-        measurement = row.get("measurement") or {}
+        analysis = renamed_legacy(row.get("analysis") or {})  # logs of older versions name columns as they did
+        measurement = renamed_legacy(row.get("measurement") or {})
         environment = measurement.get("environment") or {}
         for column in ANALYSIS_COLUMNS:
             record[column] = analysis.get(column)
@@ -201,8 +184,8 @@ def _column_of(row, column: str):  # type: ignore[no-untyped-def]
     if row is None:
         return None
     if column in ANALYSIS_COLUMNS:
-        return (row.get("analysis") or {}).get(column)
-    return (row.get("measurement") or {}).get(column)
+        return renamed_legacy(row.get("analysis") or {}).get(column)
+    return renamed_legacy(row.get("measurement") or {}).get(column)
 
 
 def sweep_markdown(frame, keys: Sequence[str]) -> str:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ Linux and macOS): a run still starts in a fresh process that shares no state wit
 or with other runs, so a crash, an out-of-memory kill or a hang (``timeout``) ends only that
 run, but it starts in about 0.3 s instead of the 3 s a new interpreter needs on a small CPU
 to import torch. ``isolation="interpreter"`` uses a new interpreter per run instead
-(``zoo.harness.families.measure_in_subprocess``), where forking is not available or not wanted.
+(``zoo.harness.run.measure_in_subprocess``), where forking is not available or not wanted.
 Rows reach ``on_row`` in the driver process only, in the order runs end.
 """
 
@@ -33,7 +33,7 @@ from zoo.harness.sweep.points import evaluate_point, make_row
 
 OnRow = Callable[[dict[str, Any]], None]
 Isolation = Literal["forkserver", "interpreter"]
-FORKSERVER_PRELOAD = ["zoo.harness.sweep.points", "zoo.harness.run", "zoo.harness.families", "zoo.analysis.counts", "zoo.model.generation", "torch._dynamo"]
+FORKSERVER_PRELOAD = ["zoo.harness.sweep.points", "zoo.harness.run", "zoo.analysis.counts", "zoo.model.generation", "torch._dynamo"]
 STDERR_TAIL_LINES = 3
 
 
@@ -46,7 +46,7 @@ class InlineExecutor:
     nothing to isolate; the whole grid of full-size models takes a second or so)."""
 
     def run(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from zoo.harness.families import measure
+        from zoo.harness.run import measure
 
         for point in points:
             on_row(evaluate_point(plan, point, None if plan.analysis_only else measure))
@@ -77,7 +77,7 @@ class LocalExecutor:
 
     # -- a new interpreter per run: the harness's own subprocess entry point ------------------
     def _run_interpreters(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from zoo.harness.families import measure_in_subprocess
+        from zoo.harness.run import measure_in_subprocess
 
         def measure(spec, config):  # type: ignore[no-untyped-def]
             return measure_in_subprocess(spec, config, timeout=self.timeout)
@@ -226,7 +226,7 @@ def _forked_run(plan_json: str, point_json: str, conn: Any, log_path: str) -> No
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    from zoo.harness.families import measure
+    from zoo.harness.run import measure
 
     plan = SweepPlan.model_validate_json(plan_json)
     point = SweepPoint.model_validate_json(point_json)

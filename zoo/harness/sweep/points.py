@@ -3,8 +3,8 @@ measurement of it (at the plan's reduced depth), or the error that stopped it.
 
 ``evaluate_point`` never raises for a point's own failure: a spec that cannot be built, a run
 that fails, become ``status: failed`` with the error, so the sweep goes on. The measurement
-is the harness's own benchmark of the model's family (``zoo.harness.families.measure``, or
-``measure_in_subprocess``): there is no second path.
+is the harness's one run (``zoo.harness.run.measure``, or ``measure_in_subprocess``): there is
+no second path.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.harness.sweep.grid import ARCH_KEY, SweepPlan, SweepPoint
 
-Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> Measurement or EncoderMeasurement
+Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> zoo.harness.row.Row
 
 
 def point_spec(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-def]
@@ -76,22 +76,19 @@ def _layers_within(overrides, n_layers: int) -> dict:  # type: ignore[no-untyped
 
 
 def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    """Exact figures of the full-size model, from zoo.analysis.counts (meta device, no memory), by
-    the model's family (``zoo.harness.families.ANALYSES``: columns a family lacks are None)."""
-    from zoo.analysis.counts import model_family
+    """Exact figures of the full-size model, from zoo.analysis.counts (meta device, no memory):
+    the row's analysis columns (``zoo.harness.analysis_columns``; columns a topology lacks are None)."""
+    from zoo.analysis.counts import topology
+    from zoo.harness.analysis_columns import analysis_columns
     from zoo.harness.environment import pick_device
-    from zoo.harness.families import ANALYSES
-    from zoo.model.build import resolve_dtype
-    from zoo.quant import run_dtype
+    from zoo.harness.source import run_dtype
 
-    device = pick_device(config.device)
-    dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
-    return ANALYSES[model_family(spec)](spec, config, dtype)
+    return analysis_columns(spec, config, topology(spec), run_dtype(config, pick_device(config.device)))
 
 
 def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) -> dict[str, Any]:
-    """The point's row. ``measure`` is None for analysis only, else ``families.measure`` or
-    ``families.measure_in_subprocess`` (which run the benchmark of the model's family)."""
+    """The point's row. ``measure`` is None for analysis only, else ``zoo.harness.run.measure``
+    or ``measure_in_subprocess`` (the one run, whatever the topology)."""
     start = time.perf_counter()
     analysis = measurement = None
     error = None

@@ -1,6 +1,6 @@
 """Points as Ray tasks: the same evaluation, on a cluster, rows gathered in the driver.
 
-Each task runs ``evaluate_point`` with the harness's ``families.measure`` in a Ray worker that serves
+Each task runs ``evaluate_point`` with the harness's one run (``zoo.harness.run.measure``) in a Ray worker that serves
 that one task and then exits (``max_calls=1``), so every run has a process of its own, as
 locally. A task asks for one GPU when the cluster has GPUs (and runs ``device=auto``, which
 then finds the GPU Ray assigned it), else one CPU. A worker that dies (out of memory, a
@@ -29,7 +29,7 @@ def _import_ray() -> Any:
 
 
 def _remote_evaluate(plan_json: str, point_json: str) -> dict[str, Any]:
-    from zoo.harness.families import measure
+    from zoo.harness.run import measure
     from zoo.harness.sweep.points import evaluate_point
 
     return evaluate_point(SweepPlan.model_validate_json(plan_json), SweepPoint.model_validate_json(point_json), measure)

@@ -1,0 +1,80 @@
+"""Each phase's roofline, against counts written here, and the achieved fraction on the device
+in hand (a known board's spec sheet; none on a CPU yet)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.analysis.counts import (
+    cache_bytes,
+    encoder_flops,
+    forward_flops,
+    weight_bytes_read,
+)
+from zoo.analysis.devices import gpu_peaks
+from zoo.harness.phases.base import phases_for
+from zoo.harness.phases.decode import Decode
+from zoo.harness.phases.encode import Encode
+from zoo.harness.phases.prefill import Prefill
+from zoo.harness.prediction import prediction_columns
+from zoo.harness.run import make_config
+
+H100 = gpu_peaks("h100-sxm")  # 989.4 TFLOP/s bf16, 3350 GB/s
+BF16 = torch.bfloat16
+
+
+def test_decode_roofline_is_bandwidth_over_bytes_read():
+    spec = zoo.spec("qwen3-0.6b")
+    config = make_config(prompt_len=1024, gen_len=2)
+    line = Decode().predict(spec, config, H100, BF16)
+    read = zoo.count_params(spec).active * 2 + zoo.kv_cache_bytes(spec, 1, 1025, dtype="bfloat16")
+    assert line["bound"] == "memory" and line["bytes"] == read
+    assert line["tokens_per_s"] == pytest.approx(3350e9 / read)
+    prefill = Prefill().predict(spec, config, H100, BF16)
+    assert prefill["bound"] == "compute"  # the LM head on the last row only, as zoo.model.generation.prefill does
+    assert prefill["tokens_per_s"] == pytest.approx(1024 / (forward_flops(spec, 1024, 1024, last_only=True) / 989.4e12))
+
+
+def test_encoder_roofline_reads_its_weights_once_per_forward():
+    """bert-base at batch 1 x 128 tokens: memory-bound, the weights the forward multiplies
+    with (the untied token table is a lookup) read once; at 64 x 512, compute-bound."""
+    spec = zoo.spec("bert-base-uncased")
+    line = Encode().predict(spec, make_config(prompt_len=128), H100, BF16)
+    count = zoo.count_params(spec)
+    assert line["bound"] == "memory"
+    assert line["tokens_per_s"] == pytest.approx(128 * 3350e9 / ((count.total - count.embedding) * 2))
+    big = Encode().predict(spec, make_config(batch_size=64, prompt_len=512), H100, BF16)
+    assert big["bound"] == "compute"
+    assert big["tokens_per_s"] == pytest.approx(64 * 512 / (forward_flops(spec, 512, 512, 64) / 989.4e12))
+
+
+def test_encoder_decoder_roofline_reads_cross_kv_every_decode_step():
+    spec = zoo.spec("t5-small")
+    config = make_config(batch_size=8, prompt_len=512, gen_len=64)
+    decode = Decode().predict(spec, config, H100, BF16)
+    read = weight_bytes_read(spec, 8, "bfloat16") + cache_bytes(spec, 8, 33, 512, "bfloat16").total  # midpoint 1 + 64 // 2
+    assert decode["bound"] == "memory" and decode["tokens_per_s"] == pytest.approx(8 * 3350e9 / read)
+    encode = Encode().predict(spec, config, H100, BF16)
+    assert encode["bound"] == "compute"
+    assert encode["tokens_per_s"] == pytest.approx(8 * 512 / (encoder_flops(spec, 512, 8) / 989.4e12))
+    columns = prediction_columns(spec, make_config(**{**config.model_dump(), "predict": "h100-sxm"}),
+                                 phases_for("encoder-decoder", config), BF16, torch.device("cpu"), "a CPU")
+    assert columns["predicted_bound"] == f"encoder: compute, prefill: {Prefill().predict(spec, config, H100, BF16)['bound']}, decode: memory"
+
+
+def test_fractions_divide_by_the_roofline_of_the_device_in_hand():
+    """Measured on an H100 (by name), whatever --predict names: the fraction is of the H100's
+    spec sheet; on the CPU there are no peaks, so no fraction."""
+    spec = zoo.spec("qwen3-0.6b")
+    config = make_config(prompt_len=128, gen_len=16, predict="l4")
+    phases = phases_for("decoder", config)
+    measured = {"prefill_tokens_per_s": 1000.0, "decode_tokens_per_s": 100.0}
+    on_h100 = prediction_columns(spec, config, phases, BF16, torch.device("cuda"), "NVIDIA H100 80GB HBM3", measured)
+    h100_decode = Decode().predict(spec, config, H100, BF16)["tokens_per_s"]
+    assert on_h100["roofline_source"] == "spec sheet h100-sxm" and on_h100["predicted_gpu"] == "l4"
+    assert on_h100["decode_roofline_fraction"] == pytest.approx(100.0 / h100_decode)
+    assert on_h100["predicted_decode_tokens_per_s"] == pytest.approx(Decode().predict(spec, config, gpu_peaks("l4"), BF16)["tokens_per_s"])
+    on_cpu = prediction_columns(spec, config, phases, BF16, torch.device("cpu"), "Intel(R) Xeon(R)", measured)
+    assert "roofline_source" not in on_cpu and "decode_roofline_fraction" not in on_cpu
