@@ -12,20 +12,28 @@ back to ``zoo.hub.names`` for the families defined there.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config import FAMILY_MODULES, family_module, plugin_families  # noqa: F401 - re-exported
 from zoo.hub import names
+from zoo.hub.family import ZooNames
 from zoo.hub.names import Rule, rename
 
-def tensor_rules(model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:
-    """Every zoo parameter's rule for this family; a parameter no rule covers is an error."""
+if TYPE_CHECKING:
+    from zoo.specs.model import ModelSpec
+
+def tensor_rules(
+    model_type: str, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str], spec: ModelSpec | None = None
+) -> list[Rule]:
+    """Every zoo parameter's rule for this family; a parameter no rule covers is an error.
+    ``spec``: the model's spec, handed to the family with the names (``ZooNames``)."""
     module = family_module(model_type)
     if module is None:
         return names.tensor_rules(model_type, zoo_shapes, hf_keys)
-    rules, renames = module.tensor_rules(list(zoo_shapes), hf_keys)
+    rules, renames = module.tensor_rules(ZooNames(list(zoo_shapes), spec), hf_keys)
     claimed = {n for rule in rules for n in rule.zoo}
     for name in zoo_shapes:
         if name in claimed:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from zoo.hub.names import Rule
     from zoo.specs.model import ModelSpec
 
-__all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "layer_selector", "missing_members"]
+__all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "ZooNames", "layer_selector", "missing_members"]
 
 
 @runtime_checkable
@@ -42,6 +42,8 @@ class CheckpointFamily(Protocol):
     - ``tensor_rules(zoo_names, hf_keys) -> (rules, renames)``: ``rules`` are
       ``zoo.hub.names.Rule`` for tensors that are split or reshaped (may be empty);
       ``renames`` are ``(regex on the zoo name, replacement)`` pairs for the rest.
+      ``zoo_names`` is a ``ZooNames``: its ``spec`` is the model's spec, for layouts that
+      depend on its numbers (BLOOM's fused qkv interleaves q, k and v head by head).
     """
 
     MODEL_TYPE: str
@@ -55,6 +57,22 @@ class CheckpointFamily(Protocol):
     def tensor_rules(
         self, zoo_names: Collection[str], hf_keys: Collection[str]
     ) -> tuple[list[Rule], list[tuple[str, str]]]: ...
+
+
+class ZooNames(tuple[str, ...]):
+    """A zoo model's tensor names, with the spec they belong to.
+
+    Names alone do not say how a fused checkpoint tensor splits when the split depends on
+    the head count (BLOOM's ``query_key_value`` rows are [heads, 3, head_dim]); ``spec``
+    carries it without changing the ``tensor_rules`` signature families already implement.
+    """
+
+    spec: ModelSpec | None
+
+    def __new__(cls, names: Collection[str], spec: ModelSpec | None = None) -> ZooNames:
+        new = super().__new__(cls, names)
+        new.spec = spec
+        return new
 
 
 FAMILY_MEMBERS: tuple[str, ...] = ("MODEL_TYPE", "ARCHITECTURE", "IGNORED", "read_config", "write_config", "tensor_rules")

@@ -91,7 +91,7 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
     located = {**located, **{name: located[old] for name, old in stored.items()}}
     # tied weights appear once, under embed.weight; persistent buffers are weights too
     params = {**dict(model.named_parameters()), **persistent_buffers(model)}
-    rules = tensor_rules(model_type, {n: p.shape for n, p in params.items()}, located.keys())
+    rules = tensor_rules(model_type, {n: p.shape for n, p in params.items()}, located.keys(), model.spec)
     used: set[str] = set()
     for rule in rules:
         for name in rule.hf:

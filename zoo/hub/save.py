@@ -184,7 +184,7 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
     first = next(iter(params.values()))
     config["dtype"] = str(first.dtype).removeprefix("torch.")
     tensors: dict[str, torch.Tensor] = {}
-    for rule in tensor_rules(config["model_type"], {n: p.shape for n, p in params.items()}, ()):
+    for rule in tensor_rules(config["model_type"], {n: p.shape for n, p in params.items()}, (), model.spec):
         with torch.no_grad():
             for name, tensor in zip(rule.hf, rule.save([params[n] for n in rule.zoo])):
                 tensors[name] = tensor
