@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.hub.config import FAMILY_MODULES, family_module, plugin_families  # noqa: F401 - re-exported
 from zoo.hub import names
+from zoo.hub.config import FAMILY_MODULES, family_module, plugin_families  # noqa: F401 - re-exported
 from zoo.hub.family import ZooNames
 from zoo.hub.names import Rule, rename
 

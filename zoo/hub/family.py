@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from zoo.hub.config_reader import ConfigReader, layer_selector
 
@@ -69,7 +69,7 @@ class ZooNames(tuple[str, ...]):
 
     spec: ModelSpec | None
 
-    def __new__(cls, names: Collection[str], spec: ModelSpec | None = None) -> ZooNames:
+    def __new__(cls, names: Collection[str], spec: ModelSpec | None = None) -> Self:
         new = super().__new__(cls, names)
         new.spec = spec
         return new

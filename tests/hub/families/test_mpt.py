@@ -23,8 +23,8 @@ from tests.hub.families.decoder_checkpoints import (
 
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(vocab_size=VOCAB, d_model=48, n_layers=2, n_heads=6, max_seq_len=64, pad_token_id=0,
-            attn_config={"clip_qkv": 0.5})
+TINY = {"vocab_size": VOCAB, "d_model": 48, "n_layers": 2, "n_heads": 6, "max_seq_len": 64, "pad_token_id": 0,
+        "attn_config": {"clip_qkv": 0.5}}
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def test_logits_match_transformers_with_padding(mpt) -> None:  # type: ignore[no
 
 def test_clip_qkv_clamps(mpt) -> None:  # type: ignore[no-untyped-def]
     """The tiny model's q/k/v outputs exceed 0.5, so the clamp changes the logits."""
-    hf_model, folder = mpt
+    folder = mpt[1]
     spec = zoo.ModelSpec.from_hf_config(folder / "config.json")
     assert spec.attention.clip_qkv == 0.5
     model = zoo.from_pretrained(folder, dtype="float32", progress=False)
