@@ -27,7 +27,7 @@ from zoo.hub.config_reader import (  # noqa: F401  (re-exported: the readers' ho
 )
 from zoo.hub.config_reader import layer_selector, rope_params  # noqa: F401
 from zoo.hub.families.recurrent import RECURRENT_FAMILIES
-from zoo.hub.families import bart, bloom, electra, modernbert, mpt, t5
+from zoo.hub.families import bart, bloom, deberta_v2, electra, modernbert, mpt, t5
 from zoo.specs.model import ModelSpec
 
 def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, default_sliding: bool) -> list[int]:
@@ -46,7 +46,7 @@ def _window_layers(reader: ConfigReader, n_layers: int, window: int | None, defa
 
 # the families that live in a module of their own (zoo.hub.dispatch dispatches their tensor names)
 FAMILY_MODULES: dict[str, ModuleType] = {
-    module.MODEL_TYPE: module for module in (modernbert, t5, bart, bloom, mpt, electra)
+    module.MODEL_TYPE: module for module in (modernbert, t5, bart, bloom, mpt, electra, deberta_v2)
 }
 
 # ---- families -------------------------------------------------------------------------------
