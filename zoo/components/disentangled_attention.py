@@ -25,7 +25,15 @@ from zoo.components.linear import Linear
 from zoo.components.masks import visible
 from zoo.errors import GenerationError, SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import (
+    BuildContext,
+    LayerState,
+    Memory,
+    Options,
+    Positions,
+    StateTensor,
+    TokenMixer,
+)
 
 PositionTerm = Literal["c2p", "p2c"]
 

@@ -63,7 +63,7 @@ class DisentangledPositions(Positional):
     @classmethod
     def layer_key(cls, options: Options, ctx: BuildContext) -> None:
         """One table per stack, whatever the layers' mixers."""
-        return None
+        return
 
     def reset_parameters(self) -> None:
         for table in (self.weight, self.absolute):

@@ -80,7 +80,9 @@ def test_save_pretrained_round_trip(tmp_path: Path) -> None:
 
 
 def test_log_buckets_match_transformers() -> None:
-    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+    from transformers.models.deberta_v2.modeling_deberta_v2 import (
+        make_log_bucket_position,
+    )
 
     from zoo.components.disentangled_position import log_bucket_position
 
