@@ -27,6 +27,10 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.bart",
     "zoo.archs.qwen3_next",
     "zoo.archs.mamba2",
+    "zoo.archs.bloom",
+    "zoo.archs.mpt",
+    "zoo.archs.electra",
+    "zoo.archs.deberta",
 )
 
 

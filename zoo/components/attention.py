@@ -51,6 +51,9 @@ class AttentionOptions(Options):
     output_gate: bool = Field(
         False, description="q_proj also gives each head a gate; the output times sigmoid(gate) (Qwen3-Next)"
     )
+    clip_qkv: float | None = Field(
+        None, gt=0, description="clamp the q, k and v projections' outputs to [-clip_qkv, clip_qkv] (MPT, OLMo)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +146,7 @@ class Attention(TokenMixer):
         d, hd = ctx.d_model, self.head_dim
         out_bias = options.bias if options.out_bias is None else options.out_bias
         self.output_gate = options.output_gate
+        self.clip_qkv = options.clip_qkv
         self.q_proj = Linear(d, self.n_heads * hd * (2 if options.output_gate else 1), bias=options.bias)
         self.k_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
         self.v_proj = Linear(d, self.n_kv_heads * hd, bias=options.bias)
@@ -189,6 +193,9 @@ class Attention(TokenMixer):
         if self.cross:
             return self._cross(x, state, memory)
         q_out, k_out, v_out = project(self, "qkv_proj", QKV, x)  # one product when fused
+        if self.clip_qkv is not None:  # MPT clamps its fused Wqkv output: the same as clamping each part
+            c = self.clip_qkv
+            q_out, k_out, v_out = q_out.clamp(-c, c), k_out.clamp(-c, c), v_out.clamp(-c, c)
         q, gate = self._split_query(q_out)  # (B, T, H, D), (B, T, H*D) | None
         k = k_out.view(B, T, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
         v = v_out.view(B, T, self.n_kv_heads, self.head_dim)

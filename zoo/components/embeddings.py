@@ -4,9 +4,10 @@ table and embedding norm (BERT: word + position + token type, then LayerNorm).""
 from __future__ import annotations
 
 import torch
-from pydantic import Field, NonNegativeInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 from torch import nn
 
+from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Embedding, Options, Positions
 
@@ -14,19 +15,26 @@ from zoo.specs.interfaces import BuildContext, Embedding, Options, Positions
 class TokenEmbeddingOptions(Options):
     type_vocab_size: NonNegativeInt = Field(0, description="token-type (segment) table size; 0: none (BERT: 2)")
     norm: bool = Field(False, description="a norm of the model's norm kind after the sum (BERT's LayerNorm)")
+    dim: PositiveInt | None = Field(
+        None, description="table width (ELECTRA's embedding_size); default d_model. Narrower: a Linear "
+        "projects the (normed) sum to d_model (ELECTRA's embeddings_project)"
+    )
 
 
 class TokenEmbedding(nn.Embedding, Embedding):
-    """x = scale * table[ids] (+ positions) (+ type_table[type_ids]), then the optional norm.
+    """x = scale * table[ids] (+ positions) (+ type_table[type_ids]), then the optional norm,
+    then the projection to d_model where the tables are narrower (``dim``).
 
-    State-dict names: ``weight``, ``token_type.weight``, ``norm.*``.
+    State-dict names: ``weight``, ``token_type.weight``, ``norm.*``, ``project.*``.
     """
 
     def __init__(self, options: TokenEmbeddingOptions, ctx: BuildContext) -> None:
-        super().__init__(ctx.vocab_size, ctx.d_model)
+        dim = options.dim or ctx.d_model
+        super().__init__(ctx.vocab_size, dim)
         self.scale = ctx.embedding_scale
-        self.token_type = nn.Embedding(options.type_vocab_size, ctx.d_model) if options.type_vocab_size else None
-        self.norm = ctx.make_norm(ctx.d_model) if options.norm else None
+        self.token_type = nn.Embedding(options.type_vocab_size, dim) if options.type_vocab_size else None
+        self.norm = ctx.make_norm(dim) if options.norm else None
+        self.project = Linear(dim, ctx.d_model, bias=True) if dim != ctx.d_model else None
         self.quantized_rows: nn.Module | None = None  # set by zoo.quant, which then drops ``weight``
 
     def forward(  # type: ignore[override]
@@ -38,8 +46,9 @@ class TokenEmbedding(nn.Embedding, Embedding):
         x = positions.positional.embed(x, positions.ids)
         if self.token_type is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
-            x = x + self.token_type(types)  # (B, T, d)
-        return x if self.norm is None else self.norm(x)
+            x = x + self.token_type(types)  # (B, T, dim)
+        x = x if self.norm is None else self.norm(x)
+        return x if self.project is None else self.project(x)  # (B, T, d)
 
 
     def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:

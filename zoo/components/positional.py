@@ -32,6 +32,7 @@ class LearnedOptions(Options):
     count_tokens: bool = Field(
         False, description="uncached calls number only real tokens; padding takes row offset - 1 (RoBERTa)"
     )
+    dim: int | None = Field(None, gt=0, description="table width; default d_model (ELECTRA: embedding_size)")
 
 
 class SinusoidalOptions(Options):
@@ -164,7 +165,7 @@ def build_none(options: NoPositionalOptions, ctx: BuildContext) -> Positional:
 def build_learned(options: LearnedOptions, ctx: BuildContext) -> Positional:
     """Learned absolute position embeddings (GPT-2)."""
     size = options.max_positions or ctx.max_seq_len + options.offset
-    return LearnedPositional(size, ctx.d_model, options.offset, options.count_tokens)
+    return LearnedPositional(size, options.dim or ctx.d_model, options.offset, options.count_tokens)
 
 
 def build_sinusoidal(options: SinusoidalOptions, ctx: BuildContext) -> Positional:

@@ -16,7 +16,7 @@ reader, so the registry can check a family while plugins load without an import 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from zoo.hub.config_reader import ConfigReader, layer_selector
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from zoo.hub.names import Rule
     from zoo.specs.model import ModelSpec
 
-__all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "layer_selector", "missing_members"]
+__all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector", "missing_members"]
 
 
 @runtime_checkable
@@ -50,6 +50,8 @@ class CheckpointFamily(Protocol):
       checkpoint's tensor names (empty when saving). ``rules`` are
       ``zoo.hub.names.Rule`` for tensors that are split or reshaped (may be empty);
       ``renames`` are ``(regex on the zoo name, replacement)`` pairs for the rest.
+      ``zoo_names`` is a ``ZooShapes``: its ``spec`` is the model's spec, for layouts that
+      depend on its numbers (BLOOM's fused qkv interleaves q, k and v head by head).
     """
 
     MODEL_TYPE: str
@@ -65,6 +67,17 @@ class CheckpointFamily(Protocol):
     ) -> tuple[list[Rule], list[tuple[str, str]]]: ...
 
 
+class ZooShapes(dict):  # type: ignore[type-arg]
+    """A zoo model's parameter names and shapes (``name -> torch.Size``), with the spec they
+    belong to: names and shapes alone do not say how a fused checkpoint tensor splits when
+    the split depends on the head count (BLOOM's ``query_key_value`` rows are
+    [heads, 3, head_dim])."""
+
+    def __init__(self, shapes: Mapping[str, Any], spec: ModelSpec) -> None:
+        super().__init__(shapes)
+        self.spec = spec
+
+
 FAMILY_MEMBERS: tuple[str, ...] = ("MODEL_TYPE", "ARCHITECTURE", "IGNORED", "read_config", "write_config", "tensor_rules")
 
 
@@ -73,11 +86,11 @@ def missing_members(family: object) -> list[str]:
     problems = [name for name in FAMILY_MEMBERS if not hasattr(family, name)]
     if problems:
         return problems
-    if not isinstance(getattr(family, "MODEL_TYPE"), str) or not getattr(family, "MODEL_TYPE"):
+    if not isinstance(family.MODEL_TYPE, str) or not family.MODEL_TYPE:
         problems.append("MODEL_TYPE (a non-empty string)")
-    if not isinstance(getattr(family, "ARCHITECTURE"), str):
+    if not isinstance(family.ARCHITECTURE, str):
         problems.append("ARCHITECTURE (a string)")
-    if not isinstance(getattr(family, "IGNORED"), re.Pattern):
+    if not isinstance(family.IGNORED, re.Pattern):
         problems.append("IGNORED (a compiled regular expression)")
     problems += [f"{name} (callable)" for name in FAMILY_MEMBERS[3:] if not callable(getattr(family, name))]
     return problems

@@ -19,6 +19,7 @@ from zoo.errors import CheckpointError
 from zoo.hub.config import checkpoint_family, spec_from_hf_config
 from zoo.hub.config_input import read_hf_config
 from zoo.hub.download import resolve_checkpoint
+from zoo.hub.family import ZooShapes
 from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model.build import ZooModel, build, init_buffers, persistent_buffers
@@ -92,7 +93,7 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
     # tied weights appear once, under embed.weight; persistent buffers are weights too
     params = {**dict(model.named_parameters()), **persistent_buffers(model)}
     family = checkpoint_family(model_type, str(folder / "config.json"))
-    rules = tensor_rules(family, {n: p.shape for n, p in params.items()}, located.keys())
+    rules = tensor_rules(family, ZooShapes({n: p.shape for n, p in params.items()}, model.spec), located.keys())
     used: set[str] = set()
     for rule in rules:
         for name in rule.hf:

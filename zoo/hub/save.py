@@ -18,6 +18,7 @@ from zoo.components.fused import unfused_parameters
 from zoo.errors import CheckpointError
 from zoo.files.atomic import write_text_atomic
 from zoo.hub.config import checkpoint_families, checkpoint_family, spec_from_hf_config
+from zoo.hub.family import ZooShapes
 from zoo.hub.names import tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model.build import ZooModel, persistent_buffers
@@ -70,7 +71,7 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
     config["dtype"] = str(first.dtype).removeprefix("torch.")
     tensors: dict[str, torch.Tensor] = {}
     family = checkpoint_family(config["model_type"], "model_type")
-    for rule in tensor_rules(family, {n: p.shape for n, p in params.items()}, ()):
+    for rule in tensor_rules(family, ZooShapes({n: p.shape for n, p in params.items()}, model.spec), ()):
         with torch.no_grad():
             for name, tensor in zip(rule.hf, rule.save([params[n] for n in rule.zoo])):
                 tensors[name] = tensor
