@@ -7,7 +7,6 @@ so the analysis cannot drift from what ``build`` creates.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,7 +18,6 @@ from zoo.errors import SpecError
 from zoo.specs.interfaces import FeedForward, Head, TokenMixer
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
 from zoo.specs.model import ModelSpec
-from zoo.specs.registry import on_registry_change
 
 
 @dataclass(frozen=True)
@@ -92,23 +90,15 @@ def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
 def _model_for(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
     if isinstance(spec, ZooModel):
         return spec
-    return _meta_model(as_spec(spec).to_json(indent=0))
+    model_spec = as_spec(spec)
+    return model_spec.derived("meta_model", lambda: build(model_spec, device="meta"))
 
 
 def meta_model(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
-    """The model a spec builds, on the meta device (cached by spec JSON): for inspecting
+    """The model a spec builds, on the meta device (made once per spec): for inspecting
     structure without allocating."""
     return _model_for(spec)
 
-
-@functools.lru_cache(maxsize=64)
-def _meta_model(spec_json: str) -> ZooModel:
-    import json
-
-    return build(ModelSpec.model_validate(json.loads(spec_json)), device="meta")
-
-
-on_registry_change(_meta_model.cache_clear)  # a kind a plugin replaced builds another module
 
 Family = Literal["decoder", "encoder", "encoder-decoder"]  # the one list of model families
 
@@ -226,7 +216,7 @@ def weight_bytes(
         return count_params(spec).total * _float_dtype(dtype, weights_dtype).itemsize
     from zoo.quant import stored_bytes
 
-    return stored_bytes(_quantized_meta_model(_spec_json(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
+    return stored_bytes(_quantized_meta_model(_model_spec(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
 
 
 def _float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
@@ -237,22 +227,18 @@ def _float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> 
     return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
 
 
-def _spec_json(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> str:
-    model_spec = spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
-    return model_spec.to_json(indent=0)
+def _model_spec(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ModelSpec:
+    return spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
 
 
-@functools.lru_cache(maxsize=32)
-def _quantized_meta_model(spec_json: str, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
-    import json
-
+def _quantized_meta_model(spec: ModelSpec, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
     from zoo.quant import quantize
 
-    model = build(ModelSpec.model_validate(json.loads(spec_json)), device="meta", dtype=dtype.removeprefix("torch."))
-    return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
+    def make() -> ZooModel:
+        model = build(spec, device="meta", dtype=dtype.removeprefix("torch."))
+        return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
 
-
-on_registry_change(_quantized_meta_model.cache_clear)
+    return spec.derived(f"quantized_meta_model:{dtype}:{weights_dtype}:{group_size}", make)
 
 
 def quantization_saving(
@@ -269,7 +255,7 @@ def quantization_saving(
     if normalize(weights_dtype) not in QUANTIZED:
         return 0
     torch_dtype = resolve_dtype(dtype)
-    model = _quantized_meta_model(_spec_json(spec), str(torch_dtype), weights_dtype, group_size)
+    model = _quantized_meta_model(_model_spec(spec), str(torch_dtype), weights_dtype, group_size)
     return sum(
         m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
     )
@@ -322,11 +308,8 @@ def forward_flops(
     window, or its state update); cross-attention sees ``memory_len`` keys.
     """
     model = _model_for(spec)
-    cross = {id(module) for module in model.cross_attention_modules}
-    mixing = sum(
-        int(module.score_flops(n_new, memory_len if id(module) in cross else context_len))
-        for _, module in model.stateful_modules()
-    )
+    mixing = sum(int(module.score_flops(n_new, context_len)) for module in model.attention_modules)
+    mixing += sum(int(module.score_flops(n_new, memory_len)) for module in model.cross_attention_modules)
     head = _head_matmul_params(model)
     head_rows = 1 if last_only else n_new
     # the encoder's layers (its embedding is the model's tied table, counted at the model level)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.specs.interfaces import LayerState, Memory, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import LayerState, Positions, StateTensor, TokenMixer
 
 
 class SequenceStateMixer(TokenMixer):
@@ -30,7 +30,7 @@ class SequenceStateMixer(TokenMixer):
         return {name: StateTensor(shape, per="sequence") for name, shape in self.state_shapes(batch_size).items()}
 
     def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
         leave the state untouched, so a left-padded row equals its unpadded run."""

@@ -47,13 +47,13 @@ SCALING_KEYS = {
 
 
 def _rope(positional: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.theta}
-    if positional.scaling is not None:
-        scaling = positional.scaling.model_dump(exclude_none=True)
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.options.theta}
+    if positional.options.scaling is not None:
+        scaling = positional.options.scaling.model_dump(exclude_none=True)
         kind = scaling.pop("type")
         out.update(rope_type=kind, **{k: v for k, v in scaling.items() if k in SCALING_KEYS[kind]})
-    if positional.partial_rotary_factor != 1.0:
-        out["partial_rotary_factor"] = positional.partial_rotary_factor
+    if positional.options.partial_rotary_factor != 1.0:
+        out["partial_rotary_factor"] = positional.options.partial_rotary_factor
     return out
 
 
@@ -62,7 +62,7 @@ def _integral(value: float) -> float | int:
 
 
 def _windows(spec: ModelSpec) -> tuple[list[str], int | None]:
-    windows = [layer.attention.window for layer in spec.layer_specs()]
+    windows = [layer.attention.options.window for layer in spec.layer_specs()]
     sizes = {w for w in windows if w}
     if len(sizes) > 1:
         raise CheckpointError(f"layers: windows {sorted(sizes)} differ between layers; HF configs hold one sliding_window")
@@ -75,13 +75,13 @@ def _bert_config(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     embedding = spec.part("embedding")
     config: dict[str, Any] = {
         "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "intermediate_size": ffn.hidden,
-        "hidden_act": ffn.activation, "max_position_embeddings": positional.max_positions or spec.max_seq_len,
-        "type_vocab_size": embedding.type_vocab_size, "layer_norm_eps": norm.eps,
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
+        "hidden_act": ffn.options.activation, "max_position_embeddings": positional.options.max_positions or spec.max_seq_len,
+        "type_vocab_size": embedding.options.type_vocab_size, "layer_norm_eps": norm.options.eps,
         "tie_word_embeddings": spec.tie_embeddings, "position_embedding_type": "absolute",
     }
     if model_type == "roberta":
-        config["pad_token_id"] = positional.offset - 1
+        config["pad_token_id"] = positional.options.offset - 1
     masked = spec.head.kind == "masked_lm"
     config["architectures"] = [(MASKED_LM_ARCHITECTURES if masked else ARCHITECTURES)[model_type]]
     return config
@@ -102,20 +102,20 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         return mamba_config(spec, model_type)
     if model_type == "gpt2":
         return {"model_type": "gpt2", "vocab_size": spec.vocab_size, "n_embd": spec.d_model, "n_layer": spec.n_layers,
-                "n_head": att.n_heads, "n_positions": spec.max_seq_len, "n_inner": ffn.hidden,
-                "activation_function": {"gelu_tanh": "gelu_new"}.get(ffn.activation, ffn.activation),
-                "layer_norm_epsilon": norm.eps, "tie_word_embeddings": spec.tie_embeddings,
-                "scale_attn_weights": att.scale is None}
+                "n_head": att.options.n_heads, "n_positions": spec.max_seq_len, "n_inner": ffn.options.hidden,
+                "activation_function": {"gelu_tanh": "gelu_new"}.get(ffn.options.activation, ffn.options.activation),
+                "layer_norm_epsilon": norm.options.eps, "tie_word_embeddings": spec.tie_embeddings,
+                "scale_attn_weights": att.options.scale is None}
     types, window = _windows(spec)
     config: dict[str, Any] = {
         "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads,
-        "head_dim": att.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": norm.eps,
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads,
+        "head_dim": att.options.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": norm.options.eps,
         "tie_word_embeddings": spec.tie_embeddings, "rope_parameters": _rope(base.positional),
         "hidden_act": "silu", "sliding_window": window,
     }
     if model_type in ("llama", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text"):
-        config["attention_bias"] = att.bias
+        config["attention_bias"] = att.options.bias
     if model_type in ("qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma3_text"):
         config["layer_types"] = types
     if model_type in ("qwen2", "qwen3", "qwen3_moe"):
@@ -125,20 +125,20 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     moe = next((layer.ffn for layer in spec.layer_specs() if layer.ffn.kind == "moe"), None)
     dense = next((layer.ffn for layer in spec.layer_specs() if layer.ffn.kind != "moe"), None)
     if dense is not None:
-        config["intermediate_size"] = dense.hidden
+        config["intermediate_size"] = dense.options.hidden
     if model_type == "mixtral" and moe is not None:
-        config.update(num_local_experts=moe.n_experts, num_experts_per_tok=moe.top_k, intermediate_size=moe.hidden)
+        config.update(num_local_experts=moe.options.n_experts, num_experts_per_tok=moe.options.top_k, intermediate_size=moe.options.hidden)
     if model_type == "qwen3_moe" and moe is not None:
-        config.update(num_experts=moe.n_experts, num_experts_per_tok=moe.top_k, moe_intermediate_size=moe.hidden,
-                      norm_topk_prob=moe.renormalize, decoder_sparse_step=1,
+        config.update(num_experts=moe.options.n_experts, num_experts_per_tok=moe.options.top_k, moe_intermediate_size=moe.options.hidden,
+                      norm_topk_prob=moe.options.renormalize, decoder_sparse_step=1,
                       mlp_only_layers=[layer.index for layer in spec.layer_specs() if layer.ffn.kind != "moe"])
     if model_type == "gpt_oss" and moe is not None:
-        config.update(num_local_experts=moe.n_experts, num_experts_per_tok=moe.top_k, intermediate_size=moe.hidden,
-                      swiglu_limit=moe.clamp_limit, swiglu_alpha=moe.alpha)
+        config.update(num_local_experts=moe.options.n_experts, num_experts_per_tok=moe.options.top_k, intermediate_size=moe.options.hidden,
+                      swiglu_limit=moe.options.clamp_limit, swiglu_alpha=moe.options.alpha)
     if model_type == "gemma3_text":
-        full = next((layer for layer in spec.layer_specs() if not layer.attention.window), base)
-        local = next((layer for layer in spec.layer_specs() if layer.attention.window), base)
-        config.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=_integral((att.scale or att.head_dim**-0.5) ** -2),
+        full = next((layer for layer in spec.layer_specs() if not layer.attention.options.window), base)
+        local = next((layer for layer in spec.layer_specs() if layer.attention.options.window), base)
+        config.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=_integral((att.options.scale or att.options.head_dim**-0.5) ** -2),
                       rope_parameters={"full_attention": _rope(full.positional), "sliding_attention": _rope(local.positional)},
                       final_logit_softcapping=None, attn_logit_softcapping=None, sliding_window=window or spec.max_seq_len)
         config.pop("hidden_act")

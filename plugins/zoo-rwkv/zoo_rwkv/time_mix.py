@@ -18,7 +18,7 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import BuildContext, LayerState, Options, Positions, StateTensor, TokenMixer
 from zoo.parts import Linear
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv
@@ -101,7 +101,6 @@ class TimeMix(TokenMixer):
 
     def forward(
         self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None,
-        memory: Memory | None = None,
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d). With a state, ``att_x`` and the WKV sums are read and
         written in place; tokens False in ``token_valid`` (left padding) change nothing."""

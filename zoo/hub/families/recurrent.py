@@ -128,9 +128,9 @@ RECURRENT_ARCHITECTURES = {"qwen3_next": "Qwen3NextForCausalLM", "mamba2": "Mamb
 
 
 def _rope(positional: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.theta}
-    if positional.partial_rotary_factor != 1.0:
-        out["partial_rotary_factor"] = positional.partial_rotary_factor
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.options.theta}
+    if positional.options.partial_rotary_factor != 1.0:
+        out["partial_rotary_factor"] = positional.options.partial_rotary_factor
     return out
 
 
@@ -147,20 +147,20 @@ def _qwen3_next_config(spec: ModelSpec) -> dict[str, Any]:
     config: dict[str, Any] = {
         "model_type": "qwen3_next", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
         "num_hidden_layers": spec.n_layers, "max_position_embeddings": spec.max_seq_len,
-        "tie_word_embeddings": spec.tie_embeddings, "rms_norm_eps": layers[0].norm.eps, "hidden_act": "silu",
-        "num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads, "head_dim": att.head_dim,
-        "attention_bias": att.bias, "rope_parameters": _rope(full.positional),
-        "linear_num_key_heads": net.n_k_heads, "linear_num_value_heads": net.n_v_heads,
-        "linear_key_head_dim": net.head_k_dim, "linear_value_head_dim": net.head_v_dim, "linear_conv_kernel_dim": net.conv_kernel,
+        "tie_word_embeddings": spec.tie_embeddings, "rms_norm_eps": layers[0].norm.options.eps, "hidden_act": "silu",
+        "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads, "head_dim": att.options.head_dim,
+        "attention_bias": att.options.bias, "rope_parameters": _rope(full.positional),
+        "linear_num_key_heads": net.options.n_k_heads, "linear_num_value_heads": net.options.n_v_heads,
+        "linear_key_head_dim": net.options.head_k_dim, "linear_value_head_dim": net.options.head_v_dim, "linear_conv_kernel_dim": net.options.conv_kernel,
         "layer_types": ["linear_attention" if layer.attention.kind == "gated_deltanet" else "full_attention" for layer in layers],
-        "num_experts": 0 if moe is None else moe.n_experts, "decoder_sparse_step": 1,
+        "num_experts": 0 if moe is None else moe.options.n_experts, "decoder_sparse_step": 1,
         "mlp_only_layers": [layer.index for layer in layers if layer.ffn.kind != "moe"] if moe is not None else [],
     }
     if moe is not None:
-        config.update(num_experts_per_tok=moe.top_k, moe_intermediate_size=moe.hidden, norm_topk_prob=moe.renormalize,
-                      shared_expert_intermediate_size=moe.shared_hidden)
+        config.update(num_experts_per_tok=moe.options.top_k, moe_intermediate_size=moe.options.hidden, norm_topk_prob=moe.options.renormalize,
+                      shared_expert_intermediate_size=moe.options.shared_hidden)
     if dense is not None:
-        config["intermediate_size"] = dense.hidden
+        config["intermediate_size"] = dense.options.hidden
     return config
 
 
@@ -176,13 +176,13 @@ def _mamba2_config(spec: ModelSpec) -> dict[str, Any]:
     config: dict[str, Any] = {
         "model_type": "mamba2", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
         "max_position_embeddings": spec.max_seq_len, "tie_word_embeddings": spec.tie_embeddings,
-        "num_heads": mixer.n_heads, "head_dim": mixer.head_dim, "expand": _ratio(mixer.n_heads * mixer.head_dim, spec.d_model),
-        "n_groups": mixer.n_groups, "state_size": mixer.state_size, "conv_kernel": mixer.conv_kernel,
-        "chunk_size": mixer.chunk_size, "use_bias": mixer.bias, "use_conv_bias": mixer.conv_bias,
-        "layer_norm_epsilon": layer.norm.eps, "hidden_act": "silu",
+        "num_heads": mixer.options.n_heads, "head_dim": mixer.options.head_dim, "expand": _ratio(mixer.options.n_heads * mixer.options.head_dim, spec.d_model),
+        "n_groups": mixer.options.n_groups, "state_size": mixer.options.state_size, "conv_kernel": mixer.options.conv_kernel,
+        "chunk_size": mixer.options.chunk_size, "use_bias": mixer.options.bias, "use_conv_bias": mixer.options.conv_bias,
+        "layer_norm_epsilon": layer.norm.options.eps, "hidden_act": "silu",
     }
-    if mixer.dt_min or mixer.dt_max is not None:  # (0, inf) is the default; inf as transformers 5 writes it
-        config["time_step_limit"] = [mixer.dt_min, {"__float__": "Infinity"} if mixer.dt_max is None else mixer.dt_max]
+    if mixer.options.dt_min or mixer.options.dt_max is not None:  # (0, inf) is the default; inf as transformers 5 writes it
+        config["time_step_limit"] = [mixer.options.dt_min, {"__float__": "Infinity"} if mixer.options.dt_max is None else mixer.options.dt_max]
     return config
 
 
