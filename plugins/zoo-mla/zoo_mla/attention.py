@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 from torch import nn
-from zoo.specs.interfaces import (
+from zoo.parts import (
     BuildContext,
     LayerState,
     Options,
