@@ -16,18 +16,8 @@ from pydantic import Field
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import (
-    NO_STATE,
-    Block,
-    BlockState,
-    BuildContext,
-    CrossMixer,
-    FeedForward,
-    Memory,
-    Options,
-    Positions,
-    TokenMixer,
-)
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Options, Positions, TokenMixer
+from zoo.specs.state import NO_STATE, BlockState, Memory
 
 
 class PreNormOptions(Options):

@@ -17,7 +17,8 @@ from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.linear import Linear
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, CrossMixer, LayerState, Memory, StateTensor
+from zoo.specs.interfaces import BuildContext, CrossMixer
+from zoo.specs.state import LayerState, Memory, StateTensor
 
 
 class CrossAttention(CrossMixer):

@@ -31,7 +31,8 @@ from torch import nn
 
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Positions, StateTensor
+from zoo.specs.interfaces import BuildContext, Positions
+from zoo.specs.state import LayerState, StateTensor
 
 STATE = ("mem", "z")
 

@@ -19,7 +19,8 @@ from pydantic import Field
 
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Positions, StateTensor
+from zoo.specs.interfaces import BuildContext, Positions
+from zoo.specs.state import LayerState, StateTensor
 
 CHUNK = 64
 STATE = ("kv", "k_sum")

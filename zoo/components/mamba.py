@@ -25,7 +25,8 @@ from torch import nn
 from zoo.components.linear import Linear
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
+from zoo.specs.state import LayerState, StateTensor
 
 
 class MambaOptions(Options):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from zoo.specs.interfaces import LayerState, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import Positions, TokenMixer
+
+from zoo.specs.state import LayerState, StateTensor
 
 
 class SequenceStateMixer(TokenMixer):

@@ -17,17 +17,8 @@ from torch import nn
 from zoo.errors import GenerationError, SpecError
 from zoo.model.sampling import check_seed
 from zoo.model.stack import build_component, build_layers, context, norm_factory, shared_positions
-from zoo.specs.interfaces import (
-    BlockState,
-    CrossMixer,
-    Embedding,
-    HoldsState,
-    Memory,
-    Positional,
-    Positions,
-    StateTensor,
-    TokenMixer,
-)
+from zoo.specs.interfaces import CrossMixer, Embedding, Positional, Positions, TokenMixer
+from zoo.specs.state import BlockState, HoldsState, Memory, StateTensor
 from zoo.specs.model import ModelSpec
 from zoo.specs.presets import preset
 

@@ -18,7 +18,8 @@ from torch import nn
 
 from zoo.errors import PluginError, SpecError
 from zoo.specs.components import LayerSpec, ResolvedComponent
-from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, HoldsState, Positional, Positions, TokenMixer
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Positional, Positions, TokenMixer
+from zoo.specs.state import HoldsState
 from zoo.specs.model import ModelSpec
 from zoo.specs.registry import get_registry
 

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError, model_validator
 
 from zoo.errors import SpecError, allowed, did_you_mean
-from zoo.files.safe_io import load_json, load_yaml, parse_scalar, read_text
+from zoo.files.safe_io import load_json, load_yaml, read_text
 from zoo.specs.components import (
     COMPONENT_FIELDS,
     DEFAULT_KINDS,
@@ -35,6 +35,7 @@ from zoo.specs.components import (
 )
 from zoo.specs.interfaces import TokenMixer
 from zoo.specs.layer_selectors import parse_layer_selector
+from zoo.specs.overrides import parse_updates, prune_layer_overrides, set_nested
 from zoo.specs.registry import get_registry, spec_reader
 from zoo.specs.strict_numbers import StrictNumbers
 
@@ -204,7 +205,7 @@ class ModelSpec(StrictNumbers):
         Setting ``X.kind`` swaps the component: options the new kind lacks are dropped and
         its defaults apply.
         """
-        pairs = _parse_updates(updates)
+        pairs = parse_updates(updates)
         data = self.model_dump()
         component_updates: dict[str, dict[str, Any]] = {}
         for dotted, value in pairs:
@@ -218,19 +219,19 @@ class ModelSpec(StrictNumbers):
                 if not rest:
                     component_updates[head] = {**component_updates.get(head, {}), **as_component_dict(value, head)}
                 else:
-                    _set_nested(component_updates.setdefault(head, {}), rest, value)
+                    set_nested(component_updates.setdefault(head, {}), rest, value)
             elif not rest:
                 data[head] = value
             else:
                 target = data.setdefault(head, {})
                 if not isinstance(target, dict):
                     raise SpecError(f"{dotted}: {head} is not a mapping; set it as a whole")
-                _set_nested(target, rest, value)
+                set_nested(target, rest, value)
         for slot, update in component_updates.items():
             old_kind = data[slot]["kind"]
             data[slot] = merge_component(slot, data[slot], update)
             if data[slot]["kind"] != old_kind and slot in COMPONENT_FIELDS:
-                data["layers"] = _prune_layer_overrides(data.get("layers") or {}, slot, data[slot]["kind"])
+                data["layers"] = prune_layer_overrides(data.get("layers") or {}, slot, data[slot]["kind"])
         return type(self)(**data)
 
     # ---- io -------------------------------------------------------------------------------
@@ -362,51 +363,3 @@ def _resolve_layer(
                 paths[slot] = f"layers.{key}.{slot}"
     resolved = {f: resolve_component(f, parts[f], paths[f], context) for f in COMPONENT_FIELDS}
     return LayerSpec(index=index, **resolved)
-
-
-def _prune_layer_overrides(
-    layers: Mapping[str, Mapping[str, Any]], slot: str, new_kind: str
-) -> dict[str, dict[str, Any]]:
-    """Per-layer overrides of a family whose kind was swapped keep only what the new kind has.
-
-    ``positional.kind=alibi`` on Gemma 3 drops the per-layer RoPE ``theta`` rather than
-    failing: the same rule as for the base component.
-    """
-    fields = set(get_registry().component(slot, new_kind).options.model_fields)
-    pruned: dict[str, dict[str, Any]] = {}
-    for key, override in layers.items():
-        override = dict(override)
-        part = override.get(slot)
-        if isinstance(part, Mapping) and "kind" not in part:
-            kept = {k: v for k, v in part.items() if k in fields}
-            if kept:
-                override[slot] = kept
-            else:
-                del override[slot]
-        if override:
-            pruned[key] = override
-    return pruned
-
-
-def _parse_updates(updates: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any]]:
-    if isinstance(updates, Mapping):
-        return [(str(k), v) for k, v in updates.items()]
-    if isinstance(updates, str):
-        updates = [updates]
-    pairs = []
-    for item in updates:
-        if "=" not in item:
-            raise SpecError(f"{item!r}: expected key=value, e.g. attention.n_kv_heads=1")
-        key, raw = item.split("=", 1)
-        pairs.append((key.strip(), parse_scalar(raw, SpecError, f"--set {key.strip()}")))
-    return pairs
-
-
-def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
-    for key in keys[:-1]:
-        nxt = target.get(key)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            target[key] = nxt
-        target = nxt
-    target[keys[-1]] = value

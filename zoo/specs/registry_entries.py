@@ -102,7 +102,8 @@ def checked_module(slot: str, kind: str, module: type | None, plugin: str) -> ty
     """The declared module class, after checking it subclasses the slot's base, implements
     every abstract member (``score_flops`` of a token mixer, ...) and declares its
     capabilities consistently (a ``stateful`` part declares its ``state_layout``)."""
-    from zoo.specs.interfaces import SLOT_BASES, HoldsState
+    from zoo.specs.interfaces import SLOT_BASES
+    from zoo.specs.state import HoldsState
 
     base = SLOT_BASES[slot]
     where = f"plugin {plugin!r}: {slot} kind {kind!r}"
