@@ -43,7 +43,7 @@ CORE_MODULES = (
     "zoo.specs.registry", "zoo.specs.registry_entries", "zoo.specs.plugins", "zoo.specs.hookspecs",
 )
 # what an out-of-tree plugin may import from zoo
-PUBLIC_MODULES = frozenset({"zoo", "zoo.specs.interfaces", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
+PUBLIC_MODULES = frozenset({"zoo", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
 
 
 @dataclass(frozen=True)

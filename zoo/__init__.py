@@ -84,7 +84,7 @@ def __getattr__(name: str) -> Any:
 
 def spec(name: str) -> ModelSpec:
     """The named architecture's ModelSpec (a preset, or one a plugin registered)."""
-    from zoo.archs import preset
+    from zoo.specs.presets import preset
 
     return preset(name)
 

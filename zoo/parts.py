@@ -1,8 +1,9 @@
-"""Stable building blocks for plugins: what out-of-tree components may import and subclass.
+"""The plugin-facing API: what out-of-tree parts import and subclass.
 
-Plugins use ``zoo.specs.interfaces`` (the base classes and shared types) and this module (reusable
-concrete parts); ``zoo.components.*`` is internal and may change. Names here keep their
-meaning across releases.
+The slot bases and the types they share (``zoo.specs.interfaces``, which defines them) and a
+few reusable concrete parts. Plugins import from here, ``zoo``, ``zoo.errors`` and
+``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
+``zoo.specs.*`` are internal and may change. Names here keep their meaning across releases.
 """
 
 from __future__ import annotations
@@ -12,17 +13,38 @@ from zoo.components.attention import Attention, AttentionOptions
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.linear import Linear
 from zoo.components.moe import MoE, MoEOptions
-from zoo.specs.interfaces import causal_keys_seen, visible_keys
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, Embedding, FeedForward, Head, Norm, Options, Part, Positional, Positions, Rotation, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.state import NO_STATE, BlockState, HoldsState, LayerState, Memory, StatePer, StateTensor
 
 __all__ = [
     "ACTIVATIONS",
     "MLP",
+    "NO_STATE",
     "Attention",
     "AttentionOptions",
+    "Block",
+    "BlockState",
+    "BuildContext",
+    "CrossMixer",
+    "Embedding",
+    "FeedForward",
     "GatedMLP",
+    "Head",
+    "HoldsState",
+    "LayerState",
     "Linear",
+    "Memory",
     "MoE",
     "MoEOptions",
+    "Norm",
+    "Options",
+    "Part",
+    "Positional",
+    "Positions",
+    "Rotation",
+    "StatePer",
+    "StateTensor",
+    "TokenMixer",
     "causal_keys_seen",
     "visible_keys",
 ]

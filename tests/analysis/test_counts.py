@@ -140,7 +140,8 @@ def test_prefill_counts_the_head_on_the_last_row_only():
 
 
 def test_a_mixer_without_score_flops_is_refused_when_its_plugin_registers():
-    from zoo.specs.interfaces import StateTensor, TokenMixer
+    from zoo.specs.interfaces import TokenMixer
+    from zoo.specs.state import StateTensor
     from zoo.specs.registry import Registry
 
     class NoFlops(TokenMixer):
@@ -152,7 +153,7 @@ def test_a_mixer_without_score_flops_is_refused_when_its_plugin_registers():
 
     with pytest.raises(zoo.errors.PluginError, match="attention kind 'nope'.*NoFlops does not implement score_flops"):
         Registry().register_component("attention", "nope", lambda o, c: NoFlops(), module=NoFlops, plugin="p")
-    with pytest.raises(zoo.errors.PluginError, match="module=.*must be a subclass of zoo.specs.interfaces.TokenMixer"):
+    with pytest.raises(zoo.errors.PluginError, match="module=.*must be a subclass of zoo.parts.TokenMixer"):
         Registry().register_component("attention", "nope", lambda o, c: None, module=torch.nn.Linear, plugin="p")
     with pytest.raises(zoo.errors.PluginError, match="declares no module class"):
         Registry().register_component("ffn", "nope", lambda o, c: None, plugin="p")

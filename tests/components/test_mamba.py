@@ -9,7 +9,7 @@ import torch
 
 from zoo.components.mamba import MambaMixer, MambaOptions
 from zoo.components.mamba_scan import chunk_length, selective_scan
-from zoo.specs.interfaces import LayerState
+from zoo.specs.state import LayerState
 
 D_MODEL, D_STATE, D_CONV = 32, 8, 4
 

@@ -38,7 +38,7 @@ def test_rope_scaling_and_rope_parameters_are_the_same() -> None:
     old = spec_from_hf_config({**base, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", **llama3}})
     new = spec_from_hf_config({**base, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, **llama3}})
     assert old.positional == new.positional
-    assert old.layer(0).positional.scaling.factor == 32.0
+    assert old.layer(0).positional.options.scaling.factor == 32.0
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
@@ -60,8 +60,8 @@ def test_gemma3_layer_types_and_two_rope_bases() -> None:
               "max_position_embeddings": 128, "sliding_window": 512, "query_pre_attn_scalar": 256,
               "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0}
     spec = spec_from_hf_config(config)
-    windows = [layer.attention.window for layer in spec.layer_specs()]
-    thetas = [layer.positional.theta for layer in spec.layer_specs()]
+    windows = [layer.attention.options.window for layer in spec.layer_specs()]
+    thetas = [layer.positional.options.theta for layer in spec.layer_specs()]
     assert windows == [512] * 5 + [None]
     assert thetas == [10000.0] * 5 + [1000000.0]
     assert spec.attention.scale == 256**-0.5

@@ -14,7 +14,8 @@ from torch import nn
 import zoo
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
+from zoo.specs.state import LayerState, Memory, StateTensor
 from zoo.specs.registry import reset_registry
 
 

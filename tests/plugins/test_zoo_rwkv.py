@@ -50,13 +50,16 @@ def test_the_plugin_imports_public_zoo_api_only():
                     assert name in PUBLIC, f"{path.name} imports {name}"
 
 
-def test_a_channel_mix_without_its_time_mix_is_a_spec_error():
+def test_the_channel_mix_owns_its_state_and_needs_a_block_that_feeds_it():
     spec = zoo.spec("rwkv-4-169m-pile").override({"d_model": 32, "n_layers": 1, "vocab_size": 40,
                                                   "attention.attention_hidden": 32, "ffn.hidden": 64})
     zoo.build(spec, seed=0)
-    with pytest.raises(zoo.errors.SpecError, match="ffn kind 'rwkv'.*attention kind 'rwkv'"):
-        zoo.build(spec.override({"attention": {"kind": "mha", "n_heads": 2}}), device="meta")
-    with pytest.raises(zoo.errors.SpecError, match="ffn kind 'rwkv'.*block kind 'rwkv'.*'pre_norm'"):
+    # with another mixer the channel mix still keeps its token shift: its own declared state
+    mixed = zoo.build(spec.override({"attention": {"kind": "mha", "n_heads": 2}}), device="meta")
+    paths = [path for path, _ in mixed.stateful_modules()]
+    assert paths == ["layers.0.attention", "layers.0.ffn"]
+    assert set(mixed.state_layout(1, 8)[1]) == {"ffn_x"}
+    with pytest.raises(zoo.errors.SpecError, match="ffn.kind: rwkv keeps state.*pre_norm block.*allowed block kinds: rwkv"):
         zoo.build(spec.override({"block": {"kind": "pre_norm"}}), device="meta")
 
 

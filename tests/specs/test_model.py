@@ -47,11 +47,11 @@ def test_kind_swap_works_on_every_preset():
 
 def test_per_layer_overrides_resolve_per_layer():
     oss = zoo.spec("gpt-oss-20b")
-    assert [oss.layer(i).attention.window for i in range(4)] == [128, None, 128, None]
+    assert [oss.layer(i).attention.options.window for i in range(4)] == [128, None, 128, None]
     gemma = zoo.spec("gemma-3-1b")
-    globals_ = [i for i in range(gemma.n_layers) if gemma.layer(i).attention.window is None]
+    globals_ = [i for i in range(gemma.n_layers) if gemma.layer(i).attention.options.window is None]
     assert globals_ == [5, 11, 17, 23]
-    assert gemma.layer(5).positional.theta == 1e6 and gemma.layer(4).positional.theta == 1e4
+    assert gemma.layer(5).positional.options.theta == 1e6 and gemma.layer(4).positional.options.theta == 1e4
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_an_option_that_follows_another_is_carried_along():
     four = bert.override(["attention.n_heads=4"])
     assert (four.attention.n_heads, four.attention.n_kv_heads) == (4, 4) and bert.attention.n_kv_heads == 12
     layered = zoo.spec("gpt2").override({"layers": {"0": {"attention": {"n_heads": 4}}}})
-    assert [(layered.layer(i).attention.n_heads, layered.layer(i).attention.n_kv_heads) for i in (0, 1)] == [(4, 4), (12, 12)]
+    assert [(layered.layer(i).attention.options.n_heads, layered.layer(i).attention.options.n_kv_heads) for i in (0, 1)] == [(4, 4), (12, 12)]
     cross = zoo.spec("transformer-base").override(["cross_attention.n_heads=2"])  # cross-attention: the same rule
     assert (cross.cross_attention.n_heads, cross.cross_attention.n_kv_heads) == (2, 2)
     with pytest.raises(SpecError, match="mha needs n_kv_heads == n_heads"):  # both given: no silent change

@@ -156,7 +156,7 @@ HOSTILE = {
                   "class Opts(pydantic.BaseModel):\n    eps: float = 1e-6\n"
                   "@zoo.hookimpl\ndef zoo_register_components(register):\n"
                   "    register('norm', 'plainnorm', build_rmsnorm, options=Opts)\n",
-                  "options of norm kind 'plainnorm' must be a subclass of zoo.specs.interfaces.Options"),
+                  "options of norm kind 'plainnorm' must be a subclass of zoo.parts.Options"),
     "badsig": ("import zoo\n@zoo.hookimpl\ndef zoo_register_components(register, extra):\n    pass\n",
                "its hooks do not match zoo's hookspecs"),
 }

@@ -30,8 +30,8 @@ def test_two_plugins_claiming_one_kind_name_both():
     assert registry.component("norm", "mine").plugin == "second"
 
 
-def test_unknown_family_is_a_plugin_error():
-    with pytest.raises(PluginError, match="unknown family 'normz'"):
+def test_unknown_slot_is_a_plugin_error():
+    with pytest.raises(PluginError, match="unknown slot 'normz'"):
         Registry().register_component("normz", "x", lambda: None)
 
 

@@ -7,7 +7,6 @@ so the analysis cannot drift from what ``build`` creates.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -15,12 +14,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from zoo.analysis.quantized import float_dtype, quantization_saving, quantized_meta_model, spec_json
+from zoo.analysis.quantized import float_dtype, quantization_saving, quantized_meta_model, spec_of
 from zoo.errors import SpecError
-from zoo.specs.interfaces import FeedForward, Head, TokenMixer
+from zoo.specs.interfaces import FeedForward, Head, Mixer
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
 from zoo.specs.model import ModelSpec
-from zoo.specs.registry import on_registry_change
 
 
 @dataclass(frozen=True)
@@ -93,23 +91,15 @@ def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
 def _model_for(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
     if isinstance(spec, ZooModel):
         return spec
-    return _meta_model(as_spec(spec).to_json(indent=0))
+    model_spec = as_spec(spec)
+    return model_spec.derived("meta_model", lambda: build(model_spec, device="meta"))
 
 
 def meta_model(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ZooModel:
-    """The model a spec builds, on the meta device (cached by spec JSON): for inspecting
+    """The model a spec builds, on the meta device (made once per spec): for inspecting
     structure without allocating."""
     return _model_for(spec)
 
-
-@functools.lru_cache(maxsize=64)
-def _meta_model(spec_json: str) -> ZooModel:
-    import json
-
-    return build(ModelSpec.model_validate(json.loads(spec_json)), device="meta")
-
-
-on_registry_change(_meta_model.cache_clear)  # a kind a plugin replaced builds another module
 
 Topology = Literal["decoder", "encoder", "encoder-decoder"]  # the one list of model topologies
 
@@ -225,7 +215,7 @@ def weight_bytes(
 
     if normalize(weights_dtype) not in QUANTIZED:
         return count_params(spec).total * float_dtype(dtype, weights_dtype).itemsize
-    return stored_bytes(quantized_meta_model(spec_json(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
+    return stored_bytes(quantized_meta_model(spec_of(spec), str(resolve_dtype(dtype)), weights_dtype, group_size))
 
 
 # ---- FLOPs and bytes per token (the roofline's inputs) -------------------------------------
@@ -234,8 +224,8 @@ def weight_bytes(
 _NON_MATMUL_FAMILIES = ("norm", "positional")
 
 
-def _mixers(module: nn.Module) -> list[TokenMixer]:
-    return [m for m in module.modules() if isinstance(m, TokenMixer)]
+def _mixers(module: nn.Module) -> list[Mixer]:
+    return [m for m in module.modules() if isinstance(m, Mixer)]
 
 
 def _not_per_token(module: nn.Module) -> int:
@@ -297,13 +287,11 @@ def forward_flops(
     minimum): model FLOPs (MFU) by default, executed FLOPs for the roofline.
     """
     model = _model_for(spec)
-    cross = {id(module) for module in model.cross_attention_modules}
-
-    def mixing(module: TokenMixer) -> int:
-        keys = memory_len if id(module) in cross else context_len
+    def mixing(module: Mixer, keys: int) -> int:
         return int(module.executed_score_flops(n_new, keys) if executed else module.score_flops(n_new, keys))
 
-    scores = sum(mixing(module) for _, module in model.stateful_modules())
+    scores = sum(mixing(module, context_len) for module in model.attention_modules)
+    scores += sum(mixing(module, memory_len) for module in model.cross_attention_modules)
     head, head_forward = _head_params(model)
     head_rows = 1 if last_only else n_new
     # the encoder's layers (its embedding is the model's tied table, counted at the model level)

@@ -3,8 +3,6 @@ it, and what its quantized layers save against the dense dtype (bytes held and r
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +10,6 @@ import torch
 
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
 from zoo.specs.model import ModelSpec
-from zoo.specs.registry import on_registry_change
 
 
 def float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
@@ -23,20 +20,19 @@ def float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> t
     return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
 
 
-def spec_json(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> str:
-    model_spec = spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
-    return model_spec.to_json(indent=0)
+def spec_of(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ModelSpec:
+    return spec.spec if isinstance(spec, ZooModel) else as_spec(spec)
 
 
-@functools.lru_cache(maxsize=32)
-def quantized_meta_model(spec_json: str, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
+def quantized_meta_model(spec: ModelSpec, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
+    """The meta model quantized the way a run quantizes it, made once per spec and setting."""
     from zoo.quant import quantize
 
-    model = build(ModelSpec.model_validate(json.loads(spec_json)), device="meta", dtype=dtype.removeprefix("torch."))
-    return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
+    def make() -> ZooModel:
+        model = build(spec, device="meta", dtype=dtype.removeprefix("torch."))
+        return quantize(model, weights_dtype, group_size)  # type: ignore[return-value]
 
-
-on_registry_change(quantized_meta_model.cache_clear)
+    return spec.derived(f"quantized_meta_model:{dtype}:{weights_dtype}:{group_size}", make)
 
 
 def quantization_saving(
@@ -53,7 +49,7 @@ def quantization_saving(
     if normalize(weights_dtype) not in QUANTIZED:
         return 0
     torch_dtype = resolve_dtype(dtype)
-    model = quantized_meta_model(spec_json(spec), str(torch_dtype), weights_dtype, group_size)
+    model = quantized_meta_model(spec_of(spec), str(torch_dtype), weights_dtype, group_size)
     return sum(
         m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
 
 from zoo.specs.hookspecs import hookimpl
 
@@ -32,30 +31,6 @@ FAMILY_MODULES: tuple[str, ...] = (
     "zoo.archs.electra",
     "zoo.archs.deberta",
 )
-
-
-def preset(name: str) -> Any:
-    """The ModelSpec registered under ``name`` (built-in or from a plugin)."""
-    from zoo.errors import PluginError, SpecError
-    from zoo.specs.model import ModelSpec
-    from zoo.specs.registry import get_registry
-
-    entry = get_registry().architecture(name)
-    source = entry.source
-    where = f"architecture {name!r} of plugin {entry.plugin!r}"
-    if callable(source) and not isinstance(source, ModelSpec):
-        try:
-            source = source()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # the plugin's bug: one error naming it, never a traceback
-            message = " ".join(str(exc).split())[:300]
-            raise PluginError(f"{where}: its factory raised {type(exc).__name__}: {message}") from None
-    try:
-        spec = ModelSpec.model_validate(source)
-    except SpecError as exc:
-        raise PluginError(f"{where} is not a valid spec: {exc}") from None
-    return spec if spec.name else spec.override({"name": name})
 
 
 @hookimpl

@@ -75,7 +75,8 @@ def build_catalog() -> dict[str, Any]:
     import zoo
     from zoo.analysis.counts import topology
     from zoo.errors import PluginError
-    from zoo.specs.registry import FAMILIES, get_registry
+    from zoo.specs.registry import get_registry
+    from zoo.specs.registry_entries import SLOTS
 
     registry = get_registry()
     rows = []
@@ -97,7 +98,7 @@ def build_catalog() -> dict[str, Any]:
             "kv_bytes_per_token_bf16": None if kind == "encoder" else zoo.kv_bytes_per_token(spec),
             "plugin": registry.architectures[name].plugin,
         })
-    catalog = {"architectures": rows, "components": {family: registry.kinds(family) for family in FAMILIES}}
+    catalog = {"architectures": rows, "components": {slot: registry.kinds(slot) for slot in SLOTS}}
     return {**catalog, "_cacheable": not registry.failures and not broken}
 
 

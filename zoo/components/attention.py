@@ -1,10 +1,11 @@
 """Softmax attention: MHA, GQA and MQA as one module with explicit head counts.
 
-Self-attention is causal (decoders) or bidirectional (``causal: false``, encoders); the
-same kinds built with ``ctx.role == "cross_attention"`` attend to the encoder's output.
-Options cover q/k/v/o biases, QK-norm, a sliding window, attention sinks (gpt-oss) and a
-scale override (Gemma's query_pre_attn_scalar). The state layout is declared here, so the
-KV-cache size the analysis reports is the one the cache allocates.
+Self-attention is causal (decoders) or bidirectional (``causal: false``, or any layer of an
+encoder stack); cross-attention to an encoder's output is its own part
+(``zoo.components.cross_attention``). Options cover q/k/v/o biases, QK-norm, a sliding
+window, attention sinks (gpt-oss) and a scale override (Gemma's query_pre_attn_scalar).
+The state layout is declared here, so the KV-cache size the analysis reports is the one
+the cache allocates.
 """
 
 from __future__ import annotations
@@ -19,20 +20,10 @@ from torch import nn
 
 from zoo.components.fused import project
 from zoo.components.linear import Linear
-from zoo.components.masks import visible
 from zoo.components.sdpa_kernels import varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
-from zoo.errors import GenerationError
-from zoo.specs.interfaces import (
-    BuildContext,
-    LayerState,
-    Memory,
-    Options,
-    Positions,
-    StateTensor,
-    TokenMixer,
-    causal_keys_seen,
-)
+from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.state import LayerState, StateTensor
 
 
 class AttentionOptions(Options):
@@ -127,17 +118,14 @@ QKV = ("q_proj", "k_proj", "v_proj")
 
 
 class Attention(TokenMixer):
-    """Grouped-query attention over torch's scaled_dot_product_attention.
+    """Grouped-query self-attention over torch's scaled_dot_product_attention, causal or
+    not; it keeps per-token K/V."""
 
-    Self-attention (causal or not) keeps per-token K/V; cross-attention (``role ==
-    "cross_attention"``) projects K/V from the encoder's memory once and keeps them per
-    memory token.
-    """
+    bidirectional: ClassVar[bool] = True
 
     def __init__(self, options: AttentionOptions, ctx: BuildContext) -> None:
         super().__init__()
-        self.cross = ctx.role == "cross_attention"
-        self.causal = options.causal and not self.cross
+        self.causal = options.causal and ctx.causal
         self.n_heads = options.n_heads
         self.n_kv_heads = options.kv_heads
         self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
@@ -155,22 +143,18 @@ class Attention(TokenMixer):
         self.k_norm = ctx.make_norm(hd) if options.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if options.sinks else None
 
-    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
-        """q, k and v read the same input in self-attention (``zoo.fuse_projections``);
-        cross-attention's k and v read the encoder's memory instead."""
-        return {} if self.cross else {"qkv_proj": QKV}
+    def reset_parameters(self) -> None:
+        """Sinks start at 0 (no extra mass in the softmax); the projections initialise themselves."""
+        if self.sinks is not None:
+            nn.init.zeros_(self.sinks)
 
-    def memory_param_count(self) -> int:
-        """Cross-attention's k and v project the memory once per prompt (weights and biases)."""
-        return sum(p.numel() for proj in (self.k_proj, self.v_proj) for p in proj.parameters()) if self.cross else 0
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """q, k and v read the same input (``zoo.fuse_projections``)."""
+        return {"qkv_proj": QKV}
 
     # ---- state ----------------------------------------------------------------------------
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """K and V: per token (a sliding window keeps a ring of at most ``window`` slots),
-        or per memory token for cross-attention."""
-        if self.cross:
-            shape = (batch_size, self.n_kv_heads, memory_len, self.head_dim)
-            return {"k": StateTensor(shape, per="memory"), "v": StateTensor(shape, per="memory")}
+        """K and V per token (a sliding window keeps a ring of at most ``window`` slots)."""
         length = min(max_len, self.window) if self.window else max_len
         shape = (batch_size, self.n_kv_heads, length, self.head_dim)
         return {"k": StateTensor(shape), "v": StateTensor(shape)}
@@ -186,12 +170,8 @@ class Attention(TokenMixer):
         return 4 * self.n_heads * self.head_dim * keys
 
     # ---- forward --------------------------------------------------------------------------
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         B, T, _ = x.shape
-        if self.cross:
-            return self._cross(x, state, memory)
         q_out, k_out, v_out = project(self, "qkv_proj", QKV, x)  # one product when fused
         if self.clip_qkv is not None:  # MPT clamps its fused Wqkv output: the same as clamping each part
             c = self.clip_qkv
@@ -211,10 +191,6 @@ class Attention(TokenMixer):
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self._output(out, gate)
 
-    def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D) of x."""
-        return self._split_query(self.q_proj(x))
-
     def _split_query(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q_proj's output (B, T, H*D or 2*H*D) as queries (B, T, H, D) and, with
         ``output_gate``, the gate (B, T, H*D): q_proj gives each head [query | gate], the
@@ -228,35 +204,6 @@ class Attention(TokenMixer):
     def _output(self, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
         """o_proj of the heads' output (B, T, H*D), gated by sigmoid(gate) when there is one."""
         return self.o_proj(out if gate is None else out * torch.sigmoid(gate))
-
-    def _cross(self, x: torch.Tensor, state: LayerState | None, memory: Memory | None) -> torch.Tensor:
-        """Attend to the encoder's memory: K/V from ``memory`` (written to the state when
-        there is one), or, in decode steps, from the state written at prefill."""
-        B, T, _ = x.shape
-        q, gate = self._query(x)  # (B, T, H, D)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-        q = q.transpose(1, 2)  # (B, H, T, D)
-        if memory is not None:
-            S = memory.hidden.shape[1]
-            k = self.k_proj(memory.hidden).view(B, S, self.n_kv_heads, self.head_dim)  # (B, S, Hkv, D)
-            if self.k_norm is not None:
-                k = self.k_norm(k)
-            k = k.transpose(1, 2)  # (B, Hkv, S, D)
-            v = self.v_proj(memory.hidden).view(B, S, self.n_kv_heads, self.head_dim).transpose(1, 2)
-            valid = memory.valid  # (B, S) | None
-            if state is not None:
-                state.tensors["k"][:, :, :S].copy_(k)
-                state.tensors["v"][:, :, :S].copy_(v)
-        elif state is not None:
-            k, v, valid = state.tensors["k"], state.tensors["v"], state.memory_valid  # (B, Hkv, M, D)
-        else:
-            raise GenerationError("memory: cross-attention needs the encoder output (model.encode(...)) or a cache holding it")
-        mask = None if valid is None else valid[:, None, None, :]  # (B, 1, 1, S)
-        out = F.scaled_dot_product_attention(
-            q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
-        )  # (B, H, T, D)
-        return self._output(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim), gate)
 
     def _attend_cached(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: LayerState
@@ -326,7 +273,7 @@ class Attention(TokenMixer):
             return F.scaled_dot_product_attention(
                 q, k, v, is_causal=T > 1, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
             )
-        mask = visible(query_time, key_time, self.window, key_valid, self.causal)  # (B|1, 1, T, S)
+        mask = visible_keys(query_time, key_time, self.window, key_valid, self.causal)  # (B|1, 1, T, S)
         if self.sinks is None:
             attn_mask: torch.Tensor = mask
             if bias is not None:
@@ -356,10 +303,7 @@ class Attention(TokenMixer):
 
     def extra_repr(self) -> str:
         return (f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}, "
-                f"causal={self.causal}, cross={self.cross}")
-
-
-CausalSelfAttention = Attention  # the name before encoders existed
+                f"causal={self.causal}")
 
 
 def bidirectional_keys_seen(length: int, half: int) -> int:

@@ -3,18 +3,21 @@ pre-norm, post-norm, parallel, sandwich.
 
 A block whose FFN kind is ``none`` gets ``ffn=None`` and has neither the FFN branch nor its
 norm (Mamba's block: x + mixer(norm(x))). Pre- and post-norm blocks take a cross-attention
-(encoder-decoder decoders) between the self-attention and the FFN; the others refuse one.
+(encoder-decoder decoders) between the self-attention and the FFN, and say so
+(``takes_cross_attention``); the model refuses one for the others.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from zoo.errors import SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import Block, BuildContext, FeedForward, LayerState, Memory, Options, Positions, TokenMixer
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Options, Positions, TokenMixer
+from zoo.specs.state import NO_STATE, BlockState, Memory
 
 
 class PreNormOptions(Options):
@@ -36,12 +39,14 @@ class SandwichOptions(Options):
 class PreNormBlock(Block):
     """x + attn(norm(x)), [x + cross(norm(x), memory)], then x + ffn(norm(x)) (GPT-2, Llama, T5)."""
 
+    takes_cross_attention: ClassVar[bool] = True
+
     def __init__(
         self,
         ctx: BuildContext,
         attention: TokenMixer,
         ffn: FeedForward | None,
-        cross_attention: TokenMixer | None = None,
+        cross_attention: CrossMixer | None = None,
         attn_norm: bool = True,
     ) -> None:
         super().__init__()
@@ -53,17 +58,12 @@ class PreNormBlock(Block):
         self.ffn = ffn
 
     def forward(
-        self,
-        x: torch.Tensor,
-        positions: Positions,
-        state: LayerState | None = None,
-        *,
-        memory: Memory | None = None,
-        cross_state: LayerState | None = None,
+        self, x: torch.Tensor, positions: Positions, state: BlockState | None = None, memory: Memory | None = None
     ) -> torch.Tensor:
-        x = x + self.attention(self.attn_norm(x), positions, state)  # (B, T, d)
+        state = state or NO_STATE
+        x = x + self.attention(self.attn_norm(x), positions, state.attention)  # (B, T, d)
         if self.cross_attention is not None and self.cross_norm is not None:
-            x = x + self.cross_attention(self.cross_norm(x), positions, cross_state, memory)
+            x = x + self.cross_attention(self.cross_norm(x), memory, state.cross_attention)
         if self.ffn is not None and self.ffn_norm is not None:
             x = x + self.ffn(self.ffn_norm(x))
         return x
@@ -73,8 +73,10 @@ class PostNormBlock(Block):
     """norm(x + attn(x)), [norm(x + cross(x, memory))], then norm(x + ffn(x)) (the original
     Transformer, BERT)."""
 
+    takes_cross_attention: ClassVar[bool] = True
+
     def __init__(
-        self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, cross_attention: TokenMixer | None = None
+        self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, cross_attention: CrossMixer | None = None
     ) -> None:
         super().__init__()
         self.attention = attention
@@ -85,17 +87,12 @@ class PostNormBlock(Block):
         self.ffn_norm = None if ffn is None else ctx.make_norm(ctx.d_model)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        positions: Positions,
-        state: LayerState | None = None,
-        *,
-        memory: Memory | None = None,
-        cross_state: LayerState | None = None,
+        self, x: torch.Tensor, positions: Positions, state: BlockState | None = None, memory: Memory | None = None
     ) -> torch.Tensor:
-        x = self.attn_norm(x + self.attention(x, positions, state))  # (B, T, d)
+        state = state or NO_STATE
+        x = self.attn_norm(x + self.attention(x, positions, state.attention))  # (B, T, d)
         if self.cross_attention is not None and self.cross_norm is not None:
-            x = self.cross_norm(x + self.cross_attention(x, positions, cross_state, memory))
+            x = self.cross_norm(x + self.cross_attention(x, memory, state.cross_attention))
         if self.ffn is not None and self.ffn_norm is not None:
             x = self.ffn_norm(x + self.ffn(x))
         return x
@@ -112,16 +109,11 @@ class ParallelBlock(Block):
         self.ffn = ffn
 
     def forward(
-        self,
-        x: torch.Tensor,
-        positions: Positions,
-        state: LayerState | None = None,
-        *,
-        memory: Memory | None = None,
-        cross_state: LayerState | None = None,
+        self, x: torch.Tensor, positions: Positions, state: BlockState | None = None, memory: Memory | None = None
     ) -> torch.Tensor:
+        state = state or NO_STATE
         h = self.attn_norm(x)  # (B, T, d)
-        out = x + self.attention(h, positions, state)
+        out = x + self.attention(h, positions, state.attention)
         if self.ffn is not None:
             out = out + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
         return out
@@ -140,28 +132,18 @@ class SandwichBlock(Block):
         self.post_ffn_norm = None if ffn is None else ctx.make_norm(ctx.d_model)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        positions: Positions,
-        state: LayerState | None = None,
-        *,
-        memory: Memory | None = None,
-        cross_state: LayerState | None = None,
+        self, x: torch.Tensor, positions: Positions, state: BlockState | None = None, memory: Memory | None = None
     ) -> torch.Tensor:
-        x = x + self.post_attn_norm(self.attention(self.attn_norm(x), positions, state))  # (B, T, d)
+        state = state or NO_STATE
+        x = x + self.post_attn_norm(self.attention(self.attn_norm(x), positions, state.attention))  # (B, T, d)
         if self.ffn is not None and self.ffn_norm is not None and self.post_ffn_norm is not None:
             x = x + self.post_ffn_norm(self.ffn(self.ffn_norm(x)))
         return x
 
 
-def _no_cross(kind: str, cross_attention: TokenMixer | None) -> None:
-    if cross_attention is not None:
-        raise SpecError(f"block.kind: {kind} blocks take no cross-attention; allowed with cross_attention: post_norm, pre_norm")
-
-
 def build_pre_norm(
     options: PreNormOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
-    cross_attention: TokenMixer | None = None,
+    cross_attention: CrossMixer | None = None,
 ) -> PreNormBlock:
     """Pre-norm residual block."""
     return PreNormBlock(ctx, attention, ffn, cross_attention, options.attn_norm)
@@ -169,27 +151,19 @@ def build_pre_norm(
 
 def build_post_norm(
     options: PostNormOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
-    cross_attention: TokenMixer | None = None,
+    cross_attention: CrossMixer | None = None,
 ) -> PostNormBlock:
     """Post-norm residual block."""
     return PostNormBlock(ctx, attention, ffn, cross_attention)
 
 
-def build_parallel(
-    options: ParallelOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
-    cross_attention: TokenMixer | None = None,
-) -> ParallelBlock:
+def build_parallel(options: ParallelOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> ParallelBlock:
     """Parallel attention and FFN branches."""
-    _no_cross("parallel", cross_attention)
     return ParallelBlock(ctx, attention, ffn, options.shared_norm)
 
 
-def build_sandwich(
-    options: SandwichOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
-    cross_attention: TokenMixer | None = None,
-) -> SandwichBlock:
+def build_sandwich(options: SandwichOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> SandwichBlock:
     """Sandwich norms around both branches (Gemma 3)."""
-    _no_cross("sandwich", cross_attention)
     return SandwichBlock(ctx, attention, ffn)
 
 

@@ -31,9 +31,9 @@ from pydantic import Field, PositiveInt
 from torch import nn
 
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
-from zoo.errors import SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
+from zoo.specs.interfaces import BuildContext, Positions
+from zoo.specs.state import LayerState, StateTensor
 
 STATE = ("mem", "z")
 
@@ -95,7 +95,7 @@ class InfiniAttention(FeatureStateMixer):
 
     # ---- forward --------------------------------------------------------------------------
     def forward(
-        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None, memory: Memory | None = None
+        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); with a state, M and z are updated and the ring written
         in place. Tokens marked False in ``token_valid`` (left padding) write nothing."""
@@ -211,9 +211,6 @@ class InfiniAttention(FeatureStateMixer):
 
 def build_infini_attention(options: InfiniAttentionOptions, ctx: BuildContext) -> InfiniAttention:
     """Infini-attention: local softmax per segment plus a compressive memory."""
-    if ctx.role == "cross_attention":
-        raise SpecError("cross_attention.kind: infini is a causal self-attention with a compressive memory; "
-                        "allowed: gqa, mha, mqa")
     return InfiniAttention(options, ctx)
 
 

@@ -19,9 +19,9 @@ import torch
 from pydantic import Field
 
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
-from zoo.errors import SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor
+from zoo.specs.interfaces import BuildContext, Positions
+from zoo.specs.state import LayerState, StateTensor
 
 CHUNK = 64
 STATE = ("kv", "k_sum")
@@ -50,7 +50,7 @@ class LinearAttention(FeatureStateMixer):
         return n_new * self.n_heads * (4 * self.head_dim * self.head_dim + 4 * self.head_dim)
 
     def forward(
-        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None, memory: Memory | None = None
+        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); with a state, ``kv`` and ``k_sum`` are read and updated in
         place. Tokens marked False in ``token_valid`` (left padding) add nothing to them."""
@@ -93,9 +93,6 @@ def _chunk(
 
 def build_linear_attention(options: LinearAttentionOptions, ctx: BuildContext) -> LinearAttention:
     """Causal linear attention (elu + 1 feature map, running key-value state)."""
-    if ctx.role == "cross_attention":
-        raise SpecError("cross_attention.kind: linear is a causal self-attention with a running state; "
-                        "allowed: gqa, mha, mqa")
     return LinearAttention(options, ctx)
 
 

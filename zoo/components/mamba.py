@@ -24,10 +24,10 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components.linear import Linear
-from zoo.errors import SpecError
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
+from zoo.specs.state import LayerState, StateTensor
 
 
 class MambaOptions(Options):
@@ -134,7 +134,7 @@ class MambaMixer(TokenMixer):
 
     # ---- forward --------------------------------------------------------------------------
     def forward(
-        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None, memory: Memory | None = None
+        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d). With a state, its conv window and recurrent state are
         read and updated in place; tokens marked False in ``token_valid`` (left padding)
@@ -179,9 +179,6 @@ def _weightless_rms(t: torch.Tensor, eps: float) -> torch.Tensor:
 
 def build_mamba(options: MambaOptions, ctx: BuildContext) -> MambaMixer:
     """Mamba (v1) selective-scan mixer."""
-    if ctx.role == "cross_attention":
-        raise SpecError("cross_attention.kind: mamba mixes a sequence with itself and cannot read an encoder's "
-                        "output; allowed: an attention kind (gqa, mha, mqa)")
     return MambaMixer(options, ctx)
 
 

@@ -105,8 +105,8 @@ def table_geometry(options: RelativeBucketsOptions, ctx: BuildContext) -> tuple[
     """What the table reads of its layer: the mixer's heads, and whether it is causal."""
     attention = ctx.layer.attention.options
     bidirectional = options.bidirectional
-    if bidirectional is None:  # an attention kind without the option (a plugin's) is causal
-        bidirectional = not bool(getattr(attention, "causal", True))
+    if bidirectional is None:  # an encoder stack's table; else the mixer's own causal option (a kind without one is causal)
+        bidirectional = not ctx.causal or not bool(getattr(attention, "causal", True))
     return int(attention.n_heads), bidirectional
 
 

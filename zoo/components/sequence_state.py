@@ -15,7 +15,9 @@ from typing import ClassVar
 
 import torch
 
-from zoo.specs.interfaces import LayerState, Memory, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import Positions, TokenMixer
+
+from zoo.specs.state import LayerState, StateTensor
 
 
 class SequenceStateMixer(TokenMixer):
@@ -40,7 +42,7 @@ class SequenceStateMixer(TokenMixer):
         }
 
     def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
         leave the state untouched, so a left-padded row equals its unpadded run."""

@@ -76,13 +76,13 @@ def write_bert_like(spec: ModelSpec, model_type: str, layout: BertLayout) -> dic
     config: dict[str, Any] = {
         "architectures": [layout.masked_architecture if masked else layout.base_architecture],
         "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "intermediate_size": ffn.hidden,
-        "hidden_act": ffn.activation, "max_position_embeddings": positional.max_positions or spec.max_seq_len,
-        "type_vocab_size": embedding.type_vocab_size, "layer_norm_eps": norm.eps,
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
+        "hidden_act": ffn.options.activation, "max_position_embeddings": positional.options.max_positions or spec.max_seq_len,
+        "type_vocab_size": embedding.options.type_vocab_size, "layer_norm_eps": norm.options.eps,
         "tie_word_embeddings": spec.tie_embeddings, "position_embedding_type": "absolute",
     }
     if layout.position_offset:
-        config["pad_token_id"] = positional.offset - 1
+        config["pad_token_id"] = positional.options.offset - 1
     return config
 
 

@@ -109,22 +109,22 @@ def experts(r: ConfigReader, spec: dict[str, Any], *, n_experts: int, hidden_key
 # ---- spec -> config.json --------------------------------------------------------------------
 def rope_config(positional: Any) -> dict[str, Any]:
     """transformers 5's rope_parameters for a rope component."""
-    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.theta}
-    if positional.scaling is not None:
-        scaling = positional.scaling.model_dump(exclude_none=True)
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.options.theta}
+    if positional.options.scaling is not None:
+        scaling = positional.options.scaling.model_dump(exclude_none=True)
         kind = scaling.pop("type")
         out.update(rope_type=kind, **{k: v for k, v in scaling.items() if k in SCALING_KEYS[kind]})
-    if positional.partial_rotary_factor != 1.0:
-        out["partial_rotary_factor"] = positional.partial_rotary_factor
+    if positional.options.partial_rotary_factor != 1.0:
+        out["partial_rotary_factor"] = positional.options.partial_rotary_factor
     return out
 
 
 def windows(spec: ModelSpec) -> tuple[list[str], int | None]:
     """(layer_types, the one sliding_window or None)."""
-    sizes = {layer.attention.window for layer in spec.layer_specs() if layer.attention.window}
+    sizes = {layer.attention.options.window for layer in spec.layer_specs() if layer.attention.options.window}
     if len(sizes) > 1:
         raise CheckpointError(f"layers: windows {sorted(sizes)} differ between layers; HF configs hold one sliding_window")
-    types = ["sliding_attention" if layer.attention.window else "full_attention" for layer in spec.layer_specs()]
+    types = ["sliding_attention" if layer.attention.options.window else "full_attention" for layer in spec.layer_specs()]
     return types, (sizes.pop() if sizes else None)
 
 
@@ -137,20 +137,20 @@ def write_llama_like(spec: ModelSpec, model_type: str, ffn_kinds: Collection[str
     _, window = windows(spec)
     config: dict[str, Any] = {
         "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads,
-        "head_dim": att.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": norm.eps,
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads,
+        "head_dim": att.options.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": norm.options.eps,
         "tie_word_embeddings": spec.tie_embeddings, "rope_parameters": rope_config(base.positional),
         "hidden_act": "silu", "sliding_window": window,
     }
-    dense = next((layer.ffn for layer in spec.layer_specs() if layer.ffn.kind != "moe"), None)
+    dense = next((layer.ffn.options for layer in spec.layer_specs() if layer.ffn.kind != "moe"), None)
     if dense is not None:
         config["intermediate_size"] = dense.hidden
     return config
 
 
 def moe_ffn(spec: ModelSpec) -> Any | None:
-    """The experts of the first MoE layer, None when no layer has experts."""
-    return next((layer.ffn for layer in spec.layer_specs() if layer.ffn.kind == "moe"), None)
+    """The options of the first MoE layer's experts, None when no layer has experts."""
+    return next((layer.ffn.options for layer in spec.layer_specs() if layer.ffn.kind == "moe"), None)
 
 
 # ---- tensor names ---------------------------------------------------------------------------

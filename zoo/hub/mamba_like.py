@@ -79,14 +79,14 @@ def write_mamba(spec: ModelSpec, model_type: str, falcon: bool) -> dict[str, Any
     mixer = base.attention
     config: dict[str, Any] = {
         "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "state_size": mixer.d_state, "conv_kernel": mixer.d_conv,
-        "expand": mixer.expand, "intermediate_size": mixer.expand * spec.d_model,
-        "time_step_rank": mixer.dt_rank or math.ceil(spec.d_model / 16), "use_bias": mixer.bias,
-        "use_conv_bias": mixer.conv_bias, "hidden_act": "silu", "layer_norm_epsilon": base.norm.eps,
+        "num_hidden_layers": spec.n_layers, "state_size": mixer.options.d_state, "conv_kernel": mixer.options.d_conv,
+        "expand": mixer.options.expand, "intermediate_size": mixer.options.expand * spec.d_model,
+        "time_step_rank": mixer.options.dt_rank or math.ceil(spec.d_model / 16), "use_bias": mixer.options.bias,
+        "use_conv_bias": mixer.options.conv_bias, "hidden_act": "silu", "layer_norm_epsilon": base.norm.options.eps,
         "tie_word_embeddings": spec.tie_embeddings, "residual_in_fp32": True,
     }
     if falcon:
-        config["mixer_rms_eps"] = mixer.bcdt_norm_eps
+        config["mixer_rms_eps"] = mixer.options.bcdt_norm_eps
     if spec.max_seq_len != MAMBA_CONTEXT:
         config["max_position_embeddings"] = spec.max_seq_len
     return config

@@ -15,10 +15,12 @@ import torch
 from torch import nn
 
 from zoo.errors import GenerationError, SpecError
-from zoo.specs.interfaces import Embedding, Memory, Positional, Positions, StateTensor, TokenMixer
-from zoo.specs.model import ModelSpec, resolve_component
-from zoo.model.stack import build_component, build_layers, context, norm_factory, shared_positions
 from zoo.model.sampling import check_seed
+from zoo.model.stack import build_component, build_layers, context, norm_factory, shared_positions
+from zoo.specs.interfaces import CrossMixer, Embedding, Positional, Positions, TokenMixer
+from zoo.specs.state import BlockState, HoldsState, Memory, StateTensor
+from zoo.specs.model import ModelSpec
+from zoo.specs.presets import preset
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -89,17 +91,17 @@ class ZooModel(nn.Module):
         first = spec.layer_specs()[0]
         self.embed = build_component(spec.part("embedding"), context(spec, first, "decoder"))
         encoder_spec = spec.encoder_spec()
-        cross = None if encoder_spec is None else resolve_component(
-            "attention", spec.cross_attention, "cross_attention", {"d_model": spec.d_model})
-        layers = build_layers(spec, "decoder", cross=cross)
+        layers = build_layers(spec, "decoder")
         self.positionals = layers.positionals
         self.layer_positional = layers.layer_positional
         self.input_positional = layers.input_positional
         self.layers = layers.blocks
-        # references into blocks, not registered twice: the stateful token mixers in cache
-        # order, and each block's (self, cross) index into them
-        self._stateful: list[tuple[str, TokenMixer]] = layers.mixers
+        # references into blocks, not registered twice: the parts that keep state in cache
+        # order, each block's {part: index into them}, and the self- and cross-mixers
+        self._stateful: list[tuple[str, HoldsState]] = layers.stateful
         self._states = layers.states
+        self._mixers: list[TokenMixer] = layers.mixers
+        self._cross: list[CrossMixer] = layers.cross
         self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
         self.lm_head = build_component(spec.part("head"), context(spec, first, "decoder"))
         self.encoder = None if encoder_spec is None else Encoder(encoder_spec)
@@ -112,20 +114,20 @@ class ZooModel(nn.Module):
             self.encoder.tie(self.embed)
 
     # ---- structure ------------------------------------------------------------------------
-    def stateful_modules(self) -> list[tuple[str, TokenMixer]]:
-        """(path, module) of every token mixer the cache keeps state for, in cache order:
-        each decoder layer's self-attention, then its cross-attention when it has one."""
+    def stateful_modules(self) -> list[tuple[str, HoldsState]]:
+        """(path, part) of every part the cache keeps state for, in cache order: each
+        decoder layer's self-attention, its cross-attention, then a stateful FFN."""
         return list(self._stateful)
 
     @property
     def attention_modules(self) -> list[TokenMixer]:
         """The blocks' self-attention mixers, layer by layer."""
-        return [self._stateful[i][1] for i, _ in self._states]
+        return list(self._mixers)
 
     @property
-    def cross_attention_modules(self) -> list[TokenMixer]:
+    def cross_attention_modules(self) -> list[CrossMixer]:
         """The blocks' cross-attention mixers (encoder-decoders), layer by layer."""
-        return [self._stateful[c][1] for _, c in self._states if c is not None]
+        return list(self._cross)
 
     @property
     def causal(self) -> bool:
@@ -139,12 +141,8 @@ class ZooModel(nn.Module):
         return self.causal and self.lm_head.logits
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> list[dict[str, StateTensor]]:
-        """What each stateful mixer keeps between calls, as it declares it (cache order)."""
+        """What each stateful part keeps between calls, as it declares it (cache order)."""
         return [module.state_layout(batch_size, max_len, memory_len) for _, module in self._stateful]
-
-    def cache_layout(self, batch_size: int, max_len: int) -> list[dict[str, StateTensor]]:
-        """Deprecated name of ``state_layout`` (no encoder memory)."""
-        return self.state_layout(batch_size, max_len)
 
     def positions_for(self, ids: torch.Tensor, key_valid: torch.Tensor | None = None) -> list[Positions]:
         """One Positions per distinct positional module; rotations computed once, shared."""
@@ -203,13 +201,10 @@ class ZooModel(nn.Module):
         if memory is not None and cache is not None:
             cache.set_memory(memory)
         for i, block in enumerate(self.layers):
-            own, cross = self._states[i]
-            state = None if cache is None else cache.layer(own, cache_time, claimed)
-            if cross is None:
-                x = block(x, shared[self.layer_positional[i]], state)  # (B, T, d)
-            else:
-                cross_state = None if cache is None else cache.layer(cross, cache_time, claimed)
-                x = block(x, shared[self.layer_positional[i]], state, memory=memory, cross_state=cross_state)
+            state = None
+            if cache is not None:
+                state = BlockState(**{part: cache.layer(j, cache_time, claimed) for part, j in self._states[i].items()})
+            x = block(x, shared[self.layer_positional[i]], state, memory)  # (B, T, d)
         if last_only:
             x = x[:, -1:]
         if self.final_norm is not None:
@@ -258,8 +253,6 @@ def as_spec(spec: ModelSpec | str | Mapping[str, Any]) -> ModelSpec:
     if isinstance(spec, ModelSpec):
         return spec
     if isinstance(spec, str):
-        from zoo.archs import preset
-
         return preset(spec)
     if isinstance(spec, Mapping):
         return ModelSpec.model_validate(spec)
@@ -276,10 +269,7 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
                 if bias is not None:
                     nn.init.zeros_(bias)
             elif hasattr(module, "reset_parameters") and module is not model:
-                module.reset_parameters()
-            sinks = getattr(module, "sinks", None)
-            if isinstance(sinks, nn.Parameter):
-                nn.init.zeros_(sinks)
+                module.reset_parameters()  # torch's convention: attention sinks start at 0
         for buffer in persistent_buffers(model).values():  # logits / router biases start at 0
             buffer.zero_()
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from zoo.errors import GenerationError
-from zoo.specs.interfaces import LayerState, Memory
+from zoo.specs.state import LayerState, Memory
 
 if TYPE_CHECKING:
     from zoo.model.build import ZooModel

@@ -19,7 +19,7 @@ from torch import nn
 
 from zoo.model.cache import KVCache
 from zoo.errors import GenerationError
-from zoo.specs.interfaces import Memory
+from zoo.specs.state import Memory
 from zoo.model.build import ZooModel
 from zoo.model.sampling import SamplingSettings, check_seed, sample
 

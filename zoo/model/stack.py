@@ -9,6 +9,7 @@ registration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,17 +17,23 @@ import torch
 from torch import nn
 
 from zoo.errors import PluginError, SpecError
-from zoo.specs.interfaces import BuildContext, Positional, Positions, TokenMixer
-from zoo.specs.model import LayerSpec, ModelSpec, ResolvedComponent
+from zoo.specs.components import LayerSpec, ResolvedComponent
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Positional, Positions, TokenMixer
+from zoo.specs.state import HoldsState
+from zoo.specs.model import ModelSpec
+from zoo.specs.registry import get_registry
+
+# the parts of a block that may keep state, in cache order within a layer
+STATEFUL_PARTS: tuple[str, ...] = ("attention", "cross_attention", "ffn")
 
 
-def tag(module: nn.Module, family: str) -> nn.Module:
-    """Mark a module with the family it was built for (for per-component counts)."""
-    module._zoo_family = family  # type: ignore[assignment]
+def tag(module: nn.Module, slot: str) -> nn.Module:
+    """Mark a module with the slot it was built for (for per-component counts)."""
+    module._zoo_family = slot  # type: ignore[assignment]
     return module
 
 
-def norm_factory(component: ResolvedComponent):  # type: ignore[no-untyped-def]
+def norm_factory(component: ResolvedComponent) -> Callable[[int], nn.Module]:
     def make_norm(dim: int) -> nn.Module:
         return tag(component.entry.factory(component.options, dim), "norm")
 
@@ -37,15 +44,16 @@ def build_component(component: ResolvedComponent, ctx: BuildContext, **modules: 
     """Build one component and check it is the class its plugin declared at registration."""
     entry = component.entry
     module = entry.factory(component.options, ctx, **modules)
-    if module is None and component.family == "ffn":
+    if module is None and component.slot == "ffn":
         return None  # no FFN branch (kind none)
-    declared = entry.module or nn.Module
+    declared = entry.module
     if not isinstance(module, declared):
         raise PluginError(
-            f"plugin {entry.plugin!r}: {component.family} kind {component.kind!r} built a "
+            f"plugin {entry.plugin!r}: {component.slot} kind {component.kind!r} built a "
             f"{type(module).__name__}, not the {declared.__name__} it declared at registration"
         )
-    return tag(module, component.family if component.family != "head" else "unembedding")
+    counted_as = {"head": "unembedding", "cross_attention": "attention"}.get(component.slot, component.slot)
+    return tag(module, counted_as)
 
 
 def context(spec: ModelSpec, layer: LayerSpec, role: str) -> BuildContext:
@@ -95,22 +103,26 @@ def input_positional(positionals: nn.ModuleList, first_layer: list[int]) -> int:
 
 @dataclass
 class Layers:
-    """A stack's modules. ``mixers``: (path, mixer) of the stateful ones, in cache order;
-    ``states[i]``: block i's (self, cross) indices into ``mixers``."""
+    """A stack's modules. ``stateful``: (path, part) of the parts that keep state, in cache
+    order; ``states[i]``: block i's {part name: index into ``stateful``}; ``mixers`` and
+    ``cross``: the blocks' self- and cross-attention, layer by layer (references)."""
 
     positionals: nn.ModuleList
     layer_positional: list[int]
     blocks: nn.ModuleList
     input_positional: int = 0  # index into positionals: the stack input's embed / position_ids
-    mixers: list[tuple[str, TokenMixer]] = field(default_factory=list)
-    states: list[tuple[int, int | None]] = field(default_factory=list)
+    stateful: list[tuple[str, HoldsState]] = field(default_factory=list)
+    states: list[dict[str, int]] = field(default_factory=list)
+    mixers: list[TokenMixer] = field(default_factory=list)
+    cross: list[CrossMixer] = field(default_factory=list)
 
 
-def build_layers(spec: ModelSpec, role: str, prefix: str = "", cross: ResolvedComponent | None = None) -> Layers:
-    """The blocks of ``spec`` (each with a cross-attention of kind ``cross`` when given)."""
+def build_layers(spec: ModelSpec, role: str, prefix: str = "") -> Layers:
+    """The blocks of ``spec`` (each with its cross-attention when the spec has one)."""
     built = Layers(nn.ModuleList(), [], nn.ModuleList())
     positional_index: dict[str, int] = {}
     first_layer: list[int] = []  # per positional module, the first layer that uses it
+    cross = spec.part("cross_attention") if role == "decoder" and spec.cross_attention is not None else None
     for layer in spec.layer_specs():
         ctx = context(spec, layer, role)
         key = positional_key(layer, ctx)
@@ -119,20 +131,44 @@ def build_layers(spec: ModelSpec, role: str, prefix: str = "", cross: ResolvedCo
             built.positionals.append(build_component(layer.positional, ctx))
             first_layer.append(layer.index)
         built.layer_positional.append(positional_index[key])
-        attention = build_component(layer.attention, ctx)
-        modules: dict[str, Any] = {"attention": attention, "ffn": build_component(layer.ffn, ctx)}
-        path = f"{prefix}layers.{layer.index}"
-        built.mixers.append((f"{path}.attention", attention))
-        cross_index = None
+        parts: dict[str, Any] = {"attention": build_component(layer.attention, ctx), "ffn": build_component(layer.ffn, ctx)}
         if cross is not None:
-            cross_ctx = context(spec, layer, "cross_attention")
-            modules["cross_attention"] = tag(build_component(cross, cross_ctx), "attention")
-            cross_index = len(built.mixers)
-            built.mixers.append((f"{path}.cross_attention", modules["cross_attention"]))
-        built.states.append((len(built.mixers) - 1 - (cross is not None), cross_index))
-        built.blocks.append(build_component(layer.block, ctx, **modules))
+            parts["cross_attention"] = build_component(cross, ctx)
+            built.cross.append(parts["cross_attention"])
+        built.mixers.append(parts["attention"])
+        check_block(layer, parts)
+        states: dict[str, int] = {}
+        for name in STATEFUL_PARTS:
+            part = parts.get(name)
+            if isinstance(part, HoldsState) and part.stateful:
+                states[name] = len(built.stateful)
+                built.stateful.append((f"{prefix}layers.{layer.index}.{name}", part))
+        built.states.append(states)
+        built.blocks.append(build_component(layer.block, ctx, **parts))
     built.input_positional = input_positional(built.positionals, first_layer)
     return built
+
+
+def check_block(layer: LayerSpec, parts: dict[str, Any]) -> None:
+    """The block kind declares what it wires: a cross-attention, a stateful FFN's state."""
+    block = layer.block.entry.module
+    assert issubclass(block, Block)  # checked when its plugin registered
+    registry = get_registry()
+    if "cross_attention" in parts and not block.takes_cross_attention:
+        able = [k for k in registry.kinds("block") if _declares(registry.component("block", k).module, "cross")]
+        raise SpecError(f"block.kind: {layer.block.kind} blocks take no cross-attention; allowed with "
+                        f"cross_attention: {', '.join(able)}")
+    ffn = parts.get("ffn")
+    if isinstance(ffn, FeedForward) and ffn.stateful and not block.feeds_ffn_state:
+        able = [k for k in registry.kinds("block") if _declares(registry.component("block", k).module, "ffn_state")]
+        raise SpecError(f"layers.{layer.index}.ffn.kind: {layer.ffn.kind} keeps state between calls, which a "
+                        f"{layer.block.kind} block does not pass it; allowed block kinds: {', '.join(able) or 'none'}")
+
+
+def _declares(block: type, capability: str) -> bool:
+    if not issubclass(block, Block):
+        return False
+    return block.takes_cross_attention if capability == "cross" else block.feeds_ffn_state
 
 
 def shared_positions(

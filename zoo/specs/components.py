@@ -15,13 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from zoo.files.safe_io import bounded_repr
 from zoo.errors import SpecError, allowed, did_you_mean
+from zoo.files.safe_io import bounded_repr
 from zoo.specs.interfaces import Options
 from zoo.specs.registry import ComponentEntry, get_registry
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")  # per layer
-MODEL_PARTS: dict[str, str] = {"embedding": "token", "head": "causal_lm"}  # one per model: default kind
+MODEL_PARTS: tuple[str, ...] = ("embedding", "head")  # one per model
+DEFAULT_KINDS: dict[str, str] = {"block": "pre_norm", "embedding": "token", "head": "causal_lm"}  # when a spec names none
 
 
 def format_validation_error(
@@ -61,15 +62,13 @@ class ComponentSpec(BaseModel):
 
 @dataclass(frozen=True)
 class ResolvedComponent:
-    """A component of one layer, options validated by its registered kind."""
+    """A component of one layer, options validated by its registered kind; its options
+    are read as ``component.options.<name>``."""
 
-    family: str
+    slot: str
     kind: str
     options: Options
     entry: ComponentEntry
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.options, name)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **self.options.model_dump()}
@@ -105,12 +104,12 @@ def as_component_dict(raw: Any, path: str) -> dict[str, Any]:
     raise SpecError(f"{path}: expected a mapping like {{kind: ..., ...}} or a kind name, got {raw!r}")
 
 
-def merge_component(family: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+def merge_component(slot: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """Apply an update to a component; a new kind keeps only the options it also has."""
     new_kind = update.get("kind")
     if new_kind is None or new_kind == base.get("kind"):
-        return deep_merge(_unfollowed(family, base, update), update)
-    entry = get_registry().component(family, str(new_kind), path=f"{family}.kind")
+        return deep_merge(_unfollowed(slot, base, update), update)
+    entry = get_registry().component(slot, str(new_kind), path=f"{slot}.kind")
     keep = set(entry.options.model_fields) - set(entry.options.reset_on_kind_change)
     carried = {k: v for k, v in base.items() if k in keep and k not in update}
     try:
@@ -123,31 +122,31 @@ def merge_component(family: str, base: Mapping[str, Any], update: Mapping[str, A
     return deep_merge(carried, update)
 
 
-def _unfollowed(family: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> Mapping[str, Any]:
+def _unfollowed(slot: str, base: Mapping[str, Any], update: Mapping[str, Any]) -> Mapping[str, Any]:
     """``base`` less the options that follow one the update sets (``Options.follows``), so
     the kind's default derives them again; unless the update sets them too."""
     kind = base.get("kind")
     registry = get_registry()
-    if kind is None or str(kind) not in registry.kinds(family):
+    if kind is None or str(kind) not in registry.kinds(slot):
         return base
-    follows = registry.component(family, str(kind), path=f"{family}.kind").options.follows
+    follows = registry.component(slot, str(kind), path=f"{slot}.kind").options.follows
     dropped = {option for option, leader in follows.items() if leader in update and option not in update}
     return {k: v for k, v in base.items() if k not in dropped} if dropped else base
 
 
 def resolve_component(
-    family: str, raw: Any, path: str, context: Mapping[str, Any]
+    slot: str, raw: Any, path: str, context: Mapping[str, Any]
 ) -> ResolvedComponent:
     data = as_component_dict(raw, path)
     kind = data.pop("kind", None)
     registry = get_registry()
     if kind is None:
-        raise SpecError(f"{path}.kind: required but missing; allowed: {allowed(registry.kinds(family))}")
-    entry = registry.component(family, str(kind), path=f"{path}.kind")
+        raise SpecError(f"{path}.kind: required but missing; allowed: {allowed(registry.kinds(slot))}")
+    entry = registry.component(slot, str(kind), path=f"{path}.kind")
     try:
         options = entry.options.model_validate(data, context=dict(context))
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, prefix=path, allowed_keys=entry.options.model_fields)) from None
     except (ValueError, TypeError) as exc:
         raise SpecError(f"{path}: {exc}") from None
-    return ResolvedComponent(family, str(kind), options, entry)
+    return ResolvedComponent(slot, str(kind), options, entry)

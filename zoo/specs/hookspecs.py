@@ -17,12 +17,13 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def zoo_register_components(register):  # type: ignore[no-untyped-def]
     """Register component kinds.
 
-    Call ``register(family, kind, factory, options=OptionsModel, module=ModuleClass)`` once
-    per kind, where family is one of zoo.specs.registry.FAMILIES. ``module`` is the class the
-    factory builds: it must subclass the family's base in zoo.specs.interfaces (TokenMixer,
-    FeedForward, Block, Positional; norms may omit it) and implement its abstract members,
-    checked here, at registration. ``override=True`` replaces an existing kind of that
-    family on purpose; otherwise a clash is an error naming both plugins.
+    Call ``register(slot, kind, factory, options=OptionsModel, module=ModuleClass)`` once
+    per kind, where slot is one of zoo.specs.registry_entries.SLOTS. ``module`` is the class
+    the factory builds: it must subclass the slot's base in zoo.parts (Norm, Positional,
+    TokenMixer, CrossMixer, FeedForward, Block, Embedding, Head), implement its abstract
+    members and declare its capabilities as bool ClassVars, checked here, at registration.
+    ``override=True`` replaces an existing kind of that slot on purpose; otherwise a clash
+    is an error naming both plugins.
     """
 
 

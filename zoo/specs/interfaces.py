@@ -1,25 +1,29 @@
-"""What each component family must provide, and the small types they share.
+"""What each component slot must provide, and the small types they share.
 
-Every family has a base class that its modules subclass; a plugin declares the class it
-builds when it registers (``register(family, kind, factory, options=..., module=Class)``)
-and the registry checks, at that moment, that the class subclasses the family's base and
-implements its abstract members. Nothing is discovered with ``getattr`` at run time.
+Every slot has a base class that its modules subclass; a plugin declares the class it
+builds when it registers (``register(slot, kind, factory, options=..., module=Class)``)
+and the registry checks, at that moment, that the class subclasses the slot's base,
+implements its abstract members and declares consistent capabilities (ClassVars: a mixer's
+``bidirectional``, a block's ``takes_cross_attention`` / ``feeds_ffn_state``, a part's
+``stateful``). Nothing is discovered with ``getattr`` at run time.
 
-Factories are called per family as follows (dependency injection: modules receive built
+Factories are called per slot as follows (dependency injection: modules receive built
 modules and plain numbers, never the whole config):
 
-- norm:       ``factory(options, dim) -> nn.Module`` with ``forward(x) -> x``.
+- norm:       ``factory(options, dim) -> Norm`` with ``forward(x) -> x``.
 - positional: ``factory(options, ctx) -> Positional``.
-- attention:  ``factory(options, ctx) -> TokenMixer`` (the token-mixing family: softmax
-  attention, cross-attention (``ctx.role == "cross_attention"``), and recurrent mixers).
-  ``forward(x (B, T, d), positions, state=None, memory=None) -> (B, T, d)``;
+- attention:  ``factory(options, ctx) -> TokenMixer`` (softmax attention and recurrent
+  mixers): ``forward(x (B, T, d), positions, state=None) -> (B, T, d)``;
   ``state_layout(batch_size, max_len, memory_len=0) -> dict[str, StateTensor]``;
   ``score_flops(n_new, context_len) -> int``; ``reset_state(state)``.
+- cross_attention: ``factory(options, ctx) -> CrossMixer`` (an encoder-decoder's decoder
+  reads the encoder output): ``forward(x, memory=None, state=None) -> x``.
 - ffn:        ``factory(options, ctx) -> FeedForward | None`` (None: the block has no FFN
-  branch); ``forward(x) -> x``; ``active_param_count() -> int``.
+  branch); ``forward(x) -> x`` (a ``stateful`` one: ``forward(x, state, valid)``);
+  ``active_param_count() -> int``.
 - block:      ``factory(options, ctx, attention=..., ffn=..., cross_attention=None) -> Block``
-  with ``forward(x, positions, state=None, *, memory=None, cross_state=None) -> x``; it
-  makes its norms with ``ctx.make_norm(dim)``.
+  with ``forward(x, positions, state=None, memory=None) -> x`` (``state``: a
+  ``BlockState``, each part's cache view); it makes its norms with ``ctx.make_norm(dim)``.
 - embedding:  ``factory(options, ctx) -> Embedding``; ``forward(input_ids, positions,
   token_type_ids=None) -> (B, T, d)``; its table is ``weight`` (V, d).
 - head:       ``factory(options, ctx) -> Head``; ``forward(x (B, T, d)) -> (B, T, out)``;
@@ -31,7 +35,6 @@ part of each head is rotated, as latent attention does): positional encodings re
 
 from __future__ import annotations
 
-import math
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,7 +44,9 @@ import torch
 from pydantic import ConfigDict
 from torch import nn
 
+from zoo.specs.state import BlockState, HoldsState, LayerState, Memory, StateTensor
 from zoo.specs.strict_numbers import StrictNumbers
+
 
 if TYPE_CHECKING:
     from zoo.specs.model import LayerSpec
@@ -65,6 +70,9 @@ class Options(StrictNumbers):
     follows: ClassVar[Mapping[str, str]] = {}
 
 
+Role = Literal["decoder", "encoder"]
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """What a factory may know about where its module goes."""
@@ -76,66 +84,21 @@ class BuildContext:
     max_seq_len: int
     layer: LayerSpec
     make_norm: Callable[[int], nn.Module]
-    role: str = "decoder"  # "decoder" | "encoder" (which stack), or "cross_attention"
+    role: Role = "decoder"  # which stack; an encoder's mixers are bidirectional whatever their options
     embedding_scale: float | None = None  # embedding: multiply token embeddings by this
     tie_embeddings: bool = True  # head: share the embedding table
     state_dtype: torch.dtype | None = torch.float32  # recurrent/SSM state tensors; None: the cache's dtype
 
-
-StatePer = Literal["token", "sequence", "memory"]
-
-
-@dataclass(frozen=True)
-class StateTensor:
-    """One tensor a token mixer keeps between calls, declared by its ``state_layout``.
-
-    ``per`` says how it grows: ``"token"`` has one slot per time step along one axis (K/V,
-    latents; a sliding window caps the slots), ``"sequence"`` is fixed per sequence
-    (a recurrent state, a convolution window), ``"memory"`` has one slot per encoder token
-    (cross-attention K/V, written once per prompt). ``dtype=None`` means the cache's dtype.
-    Cache bytes are summed from these declarations, so analysis and allocation cannot
-    disagree.
-    """
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype | None = None
-    per: StatePer = "token"
-
-    def nbytes(self, default_dtype: torch.dtype) -> int:
-        dtype = self.dtype or default_dtype
-        return math.prod(self.shape) * dtype.itemsize
+    @property
+    def causal(self) -> bool:
+        """Whether the stack may mask the future: False in an encoder stack, whose mixers
+        must then see every token (``TokenMixer.bidirectional``, checked by the spec)."""
+        return self.role == "decoder"
 
 
-CacheTensor = StateTensor  # deprecated alias (the name before recurrent state existed)
+class Part(nn.Module):
+    """Base of every built part of a model (the registry checks each declared class is one)."""
 
-
-@dataclass
-class Memory:
-    """The encoder output a cross-attention reads: hidden (B, S, d), valid (B, S) or None."""
-
-    hidden: torch.Tensor  # (B, S, d)
-    valid: torch.Tensor | None = None  # (B, S) bool, False at padding
-
-
-@dataclass
-class LayerState:
-    """One token mixer's view of the cache for one forward call.
-
-    ``tensors`` are the mixer's declared state tensors (written in place). ``time`` (T,) is
-    the cache slot of each token of this call; ``key_valid`` (B, max_len) is False at
-    padding slots; ``token_valid`` (B, T) is False for this call's padding tokens (a
-    recurrent mixer must not update its state on them); ``memory_valid`` (B, memory_len)
-    is False at encoder padding and at memory slots past the encoder's length. ``filled``:
-    eager calls only, the slots written so far (this call's included); None when compiled.
-    """
-
-    tensors: dict[str, torch.Tensor]
-    time: torch.Tensor  # (T,)
-    key_valid: torch.Tensor | None  # (B, max_len)
-    max_len: int
-    filled: int | None = None
-    token_valid: torch.Tensor | None = None  # (B, T)
-    memory_valid: torch.Tensor | None = None  # (B, memory_len)
 
 
 class Rotation(Protocol):
@@ -168,13 +131,14 @@ class Positions:
         return self.positional.score_bias(self.ids, key_positions, n_heads)
 
 
-class Positional(nn.Module):
+class Positional(Part):
     """Base of positional encodings: override whichever of the three hooks applies.
 
     A stack builds one module per distinct (positional spec, ``layer_key``) and every layer
     with that pair shares it (one table, one rotation per forward). The stack's input (the
     ``embed`` and ``position_ids`` hooks) is handled by the one module that overrides them.
     """
+
 
     @classmethod
     def layer_key(cls, options: Options, ctx: BuildContext) -> Any:
@@ -207,46 +171,15 @@ class Positional(nn.Module):
         return default
 
 
-class TokenMixer(nn.Module, metaclass=ABCMeta):
-    """Base of every ``attention``-family module: softmax attention, cross-attention, and
-    recurrent mixers (linear attention, state-space layers).
-
-    ``causal`` says whether a token sees only earlier tokens (decoders) or all of them
-    (encoders, cross-attention); models refuse to generate with non-causal self-mixers.
-    A mixer reads and writes its own state tensors, as it declared them in
-    ``state_layout``; the cache knows no mixer kind.
-    """
-
-    causal: bool = True
-
-    @abstractmethod
-    def forward(
-        self,
-        x: torch.Tensor,
-        positions: Positions,
-        state: LayerState | None = None,
-        memory: Memory | None = None,
-    ) -> torch.Tensor:
-        """x (B, T, d) -> (B, T, d). ``memory``: the encoder output (cross-attention only)."""
-
-    @abstractmethod
-    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """The tensors this mixer keeps between calls for ``batch_size`` sequences."""
+class Mixer(HoldsState, Part, metaclass=ABCMeta):
+    """What the analysis reads of every mixing module, self- or cross-attention: the FLOPs of
+    its mixing and which of its parameters run per token."""
 
     @abstractmethod
     def score_flops(self, n_new: int, context_len: int) -> int:
         """FLOPs of mixing beyond the projections (2 per multiply-add) for ``n_new`` queries
-        ending at ``context_len`` keys (for cross-attention: ``context_len`` memory tokens);
-        a recurrent mixer counts its state update, independent of the context."""
-
-    def reset_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Forget one cache's state before a new prompt: zero what is declared per sequence.
-
-        Per-token slots need nothing (they are masked by time until overwritten).
-        """
-        for name, declared in self.state_layout(1, 1, 1).items():
-            if declared.per == "sequence":
-                state[name].zero_()
+        ending at ``context_len`` keys; a recurrent mixer counts its state update,
+        independent of the context."""
 
     def fusable_projections(self) -> dict[str, tuple[str, ...]]:
         """Linears that read the same input and may run as one product
@@ -273,8 +206,58 @@ class TokenMixer(nn.Module, metaclass=ABCMeta):
         return 0
 
 
-class FeedForward(nn.Module):
-    """Base of ``ffn`` modules: ``forward(x (B, T, d)) -> (B, T, d)``."""
+class TokenMixer(Mixer):
+    """Base of every ``attention``-slot module: softmax attention and recurrent mixers
+    (linear attention, state-space layers).
+
+    ``causal`` (per instance) says whether a token sees only earlier tokens (decoders) or
+    all of them; models refuse to generate with non-causal self-mixers. ``bidirectional``
+    (declared per class) says whether the kind can run without a causal mask at all: an
+    encoder stack takes only such kinds (checked when the spec is validated). A mixer reads
+    and writes its own state tensors, as it declared them in ``state_layout``; the cache
+    knows no mixer kind.
+    """
+
+    stateful: ClassVar[bool] = True
+    bidirectional: ClassVar[bool] = False
+    causal: bool = True
+
+    @abstractmethod
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d)."""
+
+    @abstractmethod
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """The tensors this mixer keeps between calls for ``batch_size`` sequences."""
+
+class CrossMixer(Mixer):
+    """Base of ``cross_attention``-slot modules: an encoder-decoder's decoder reads the
+    encoder output (``memory``), keeping its K/V per memory token (``per="memory"``)."""
+
+    stateful: ClassVar[bool] = True
+
+    @abstractmethod
+    def forward(self, x: torch.Tensor, memory: Memory | None, state: LayerState | None = None) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d): ``memory`` is the encoder output, or None in a decode
+        step (the K/V written to ``state`` at prefill are read instead)."""
+
+    @abstractmethod
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """The K/V kept per encoder token for ``batch_size`` sequences."""
+
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """None: q reads the decoder, k and v the encoder's memory."""
+        return {}
+
+
+class FeedForward(HoldsState, Part):
+    """Base of ``ffn`` modules: ``forward(x (B, T, d)) -> (B, T, d)``.
+
+    A ``stateful`` one (RWKV's channel mix shifts tokens) declares its ``state_layout`` and
+    takes ``forward(x, state, valid)``; only blocks that declare ``feeds_ffn_state`` call
+    it so (checked when the model is built).
+    """
+
 
     def active_param_count(self) -> int:
         """Parameters one token touches; a mixture of experts counts only its top-k."""
@@ -286,19 +269,27 @@ class FeedForward(nn.Module):
         return {}
 
 
-class Block(nn.Module):
-    """Base of ``block`` modules: wires the norms, the mixer(s) and the FFN with residuals."""
+class Norm(Part):
+    """Base of ``norm`` modules: ``forward(x) -> x`` over the last dimension (declaring it is
+    optional: a norm promises no more than a plain module)."""
+
+
+
+class Block(Part):
+    """Base of ``block`` modules: wires the norms, the mixer(s) and the FFN with residuals.
+
+    ``takes_cross_attention``: the block can hold a cross-attention (encoder-decoder
+    decoders); ``feeds_ffn_state``: it passes its FFN the FFN's state (a stateful FFN
+    needs such a block). Both are declared per class and checked when a model is built.
+    """
+
+    takes_cross_attention: ClassVar[bool] = False
+    feeds_ffn_state: ClassVar[bool] = False
 
     def forward(
-        self,
-        x: torch.Tensor,
-        positions: Positions,
-        state: LayerState | None = None,
-        *,
-        memory: Memory | None = None,
-        cross_state: LayerState | None = None,
+        self, x: torch.Tensor, positions: Positions, state: BlockState | None = None, memory: Memory | None = None
     ) -> torch.Tensor:
-        """x (B, T, d) -> (B, T, d); ``memory`` and ``cross_state`` feed a cross-attention."""
+        """x (B, T, d) -> (B, T, d); ``memory`` feeds a cross-attention."""
         raise NotImplementedError
 
 
@@ -353,11 +344,12 @@ def causal_keys_seen(n_new: int, context_len: int, window: int | None) -> int:
     return prefix(context_len) - prefix(start)
 
 
-class Embedding(nn.Module, metaclass=ABCMeta):
+class Embedding(Part, metaclass=ABCMeta):
     """Base of ``embedding`` modules: token ids -> the first stack's input.
 
     ``weight`` (V, d) is the token table (a tied head shares it).
     """
+
 
     weight: torch.Tensor
 
@@ -368,7 +360,7 @@ class Embedding(nn.Module, metaclass=ABCMeta):
         """input_ids (B, T) -> (B, T, d), the positional encoding's ``embed`` applied."""
 
 
-class Head(nn.Module, metaclass=ABCMeta):
+class Head(Part, metaclass=ABCMeta):
     """Base of ``head`` modules: final hidden states (B, T, d) -> the model's output.
 
     ``logits``: the output is (B, T, vocab) scores over tokens (a model can generate or
@@ -393,11 +385,12 @@ class Head(nn.Module, metaclass=ABCMeta):
         return sum(p.numel() for p in self.parameters())
 
 
-# The base class each registry family's modules subclass (checked at registration).
-FAMILY_BASES: dict[str, type] = {
-    "norm": nn.Module,
+# The base class each registry slot's modules subclass (checked at registration).
+SLOT_BASES: dict[str, type[Part]] = {
+    "norm": Norm,
     "positional": Positional,
     "attention": TokenMixer,
+    "cross_attention": CrossMixer,
     "ffn": FeedForward,
     "block": Block,
     "embedding": Embedding,

@@ -8,18 +8,22 @@ selector ("0,2,4", "1-3", "0::2", "5::6"), merged over the base components for t
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import math
+from collections.abc import Callable
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError, model_validator
 
+from zoo.errors import SpecError, allowed, did_you_mean
+from zoo.files.safe_io import load_json, load_yaml, read_text
 from zoo.specs.components import (
     COMPONENT_FIELDS,
+    DEFAULT_KINDS,
     MODEL_PARTS,
     ComponentSpec,
     LayerSpec,
@@ -29,25 +33,13 @@ from zoo.specs.components import (
     merge_component,
     resolve_component,
 )
-from zoo.errors import SpecError, allowed, did_you_mean
+from zoo.specs.interfaces import TokenMixer
 from zoo.specs.layer_selectors import parse_layer_selector
-from zoo.specs.registry import get_registry, on_registry_change, spec_reader
-
-from zoo.files.safe_io import bounded_repr, load_json, load_yaml, parse_scalar, read_text
+from zoo.specs.overrides import parse_updates, prune_layer_overrides, set_nested
+from zoo.specs.registry import get_registry, spec_reader
 from zoo.specs.strict_numbers import StrictNumbers
 
-__all__ = [
-    "COMPONENT_FIELDS",
-    "MODEL_PARTS",
-    "ComponentSpec",
-    "LayerSpec",
-    "ModelSpec",
-    "ResolvedComponent",
-    "StackSpec",
-    "format_validation_error",
-    "merge_component",
-    "resolve_component",
-]
+T = TypeVar("T")
 # Analysis builds each layer as Python objects on the meta device (about 6 ms a layer), so the
 # depth is bounded: real models have at most a few hundred layers; 10**7 would take hours.
 MAX_LAYERS = 1024
@@ -89,9 +81,9 @@ class ModelSpec(StrictNumbers):
     positional: ComponentSpec
     attention: ComponentSpec
     ffn: ComponentSpec
-    block: ComponentSpec = ComponentSpec(kind="pre_norm")
-    embedding: ComponentSpec = ComponentSpec(kind="token")
-    head: ComponentSpec = ComponentSpec(kind="causal_lm")
+    block: ComponentSpec = ComponentSpec(kind=DEFAULT_KINDS["block"])
+    embedding: ComponentSpec = ComponentSpec(kind=DEFAULT_KINDS["embedding"])
+    head: ComponentSpec = ComponentSpec(kind=DEFAULT_KINDS["head"])
     final_norm: bool = Field(True, description="a norm after the last block (false: post-norm encoders, BERT)")
     encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
     cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
@@ -100,8 +92,10 @@ class ModelSpec(StrictNumbers):
         "float32", description="recurrent and SSM states: float32 (as transformers and the reference kernels keep "
         "them) or the cache's dtype; convolution windows and K/V always take the cache's dtype")
     layers: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="per-layer overrides: selector -> {family: {...}}"
+        default_factory=dict, description="per-layer overrides: selector -> {component: {...}}"
     )
+    # what this immutable spec resolves to (layers, parts, the encoder), each made once
+    _resolved: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -134,13 +128,11 @@ class ModelSpec(StrictNumbers):
         if isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > MAX_LAYERS:
             raise SpecError(f"n_layers: {n_layers:,} layers is more than zoo models and analyses (at most {MAX_LAYERS:,})")
         context = _context(data)
-        if "block" not in data:
-            data["block"] = {"kind": "pre_norm"}
-        for family in COMPONENT_FIELDS:
-            if family in data:
-                data[family] = resolve_component(family, data[family], family, context).to_dict()
-        for family, default_kind in MODEL_PARTS.items():
-            data[family] = resolve_component(family, data.get(family) or default_kind, family, context).to_dict()
+        for slot, default_kind in DEFAULT_KINDS.items():
+            data[slot] = data.get(slot) or default_kind
+        for slot in (*COMPONENT_FIELDS, *MODEL_PARTS):
+            if slot in data:
+                data[slot] = resolve_component(slot, data[slot], slot, context).to_dict()
         layers = data.get("layers") or {}
         if not isinstance(layers, Mapping):
             raise SpecError(f"layers: expected a mapping of layer selector -> overrides, got {layers!r}")
@@ -149,10 +141,10 @@ class ModelSpec(StrictNumbers):
         for key, override in layers.items():
             if not isinstance(override, Mapping):
                 raise SpecError(f"layers.{key}: expected a mapping of family -> options, got {override!r}")
-            for family in override:
-                if family not in COMPONENT_FIELDS:
+            for field in override:
+                if field not in COMPONENT_FIELDS:
                     raise SpecError(
-                        f"layers.{key}.{family}: unknown component{did_you_mean(str(family), COMPONENT_FIELDS)}; "
+                        f"layers.{key}.{field}: unknown component{did_you_mean(str(field), COMPONENT_FIELDS)}; "
                         f"allowed: {allowed(COMPONENT_FIELDS)}"
                     )
             normalised[str(key)] = {f: as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v) for f, v in override.items()}
@@ -171,8 +163,8 @@ class ModelSpec(StrictNumbers):
         return self.layer_specs()[index]
 
     def layer_specs(self) -> tuple[LayerSpec, ...]:
-        """Every layer's resolved components (cached by the spec's content)."""
-        return _layer_specs(self.to_json(indent=0))
+        """Every layer's resolved components, resolved once per spec."""
+        return self.derived("layers", lambda: _resolve_layers(self.model_dump()))
 
     def iter_layers(self) -> Iterable[LayerSpec]:
         return iter(self.layer_specs())
@@ -182,11 +174,25 @@ class ModelSpec(StrictNumbers):
         bidirectional attention, no head), or None for a single-stack model."""
         if self.encoder is None:
             return None
-        return _encoder_spec(self.model_dump())
+        return self.derived("encoder", lambda: _encoder_spec(self.model_dump()))
 
-    def part(self, family: str) -> ResolvedComponent:
-        """A model-level component (``embedding``, ``head``, or the base ``norm``), resolved."""
-        return resolve_component(family, getattr(self, family), family, _context(self.model_dump()))
+    def part(self, slot: str) -> ResolvedComponent:
+        """A model-level component (``embedding``, ``head``, the base ``norm``, or an
+        encoder-decoder's ``cross_attention``), resolved once per spec."""
+        raw = getattr(self, slot)
+        if raw is None:
+            raise SpecError(f"{slot}: this spec has none")
+        context = {"d_model": self.d_model, "max_seq_len": self.max_seq_len}
+        return self.derived(f"part:{slot}", lambda: resolve_component(slot, raw, slot, context))
+
+    def derived(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, kept on this spec under ``key``: the spec is immutable, so what is
+        derived from it (its resolved layers, the meta model the analysis counts) is made
+        once per spec, never keyed by its text nor cleared."""
+        if key not in self._resolved:
+            self._resolved[key] = make()
+        value: T = self._resolved[key]
+        return value
 
     @property
     def resolved_embedding_scale(self) -> float | None:
@@ -202,7 +208,7 @@ class ModelSpec(StrictNumbers):
         Setting ``X.kind`` swaps the component: options the new kind lacks are dropped and
         its defaults apply.
         """
-        pairs = _parse_updates(updates)
+        pairs = parse_updates(updates)
         data = self.model_dump()
         component_updates: dict[str, dict[str, Any]] = {}
         for dotted, value in pairs:
@@ -212,25 +218,24 @@ class ModelSpec(StrictNumbers):
                     f"{dotted}: unknown key{did_you_mean(head, type(self).model_fields)}; "
                     f"allowed: {allowed(type(self).model_fields)}"
                 )
-            if head in COMPONENT_FIELDS or head in MODEL_PARTS or (head in FAMILY_OF_FIELD and data.get(head)):
+            if head in COMPONENT_FIELDS or head in MODEL_PARTS or (head == "cross_attention" and data.get(head)):
                 if not rest:
                     component_updates[head] = {**component_updates.get(head, {}), **as_component_dict(value, head)}
                 else:
-                    _set_nested(component_updates.setdefault(head, {}), rest, value)
+                    set_nested(component_updates.setdefault(head, {}), rest, value)
             elif not rest:
                 data[head] = value
             else:
                 target = data.setdefault(head, {})
                 if not isinstance(target, dict):
                     raise SpecError(f"{dotted}: {head} is not a mapping; set it as a whole")
-                _set_nested(target, rest, value)
-        for family, update in component_updates.items():
-            old_kind = data[family]["kind"]
-            data[family] = merge_component(FAMILY_OF_FIELD.get(family, family), data[family], update)
-            if data[family]["kind"] != old_kind and family in COMPONENT_FIELDS:
-                data["layers"] = _prune_layer_overrides(data.get("layers") or {}, family, data[family]["kind"])
-        spec = type(self)(**data)
-        return spec
+                set_nested(target, rest, value)
+        for slot, update in component_updates.items():
+            old_kind = data[slot]["kind"]
+            data[slot] = merge_component(slot, data[slot], update)
+            if data[slot]["kind"] != old_kind and slot in COMPONENT_FIELDS:
+                data["layers"] = prune_layer_overrides(data.get("layers") or {}, slot, data[slot]["kind"])
+        return type(self)(**data)
 
     # ---- io -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -269,10 +274,6 @@ class ModelSpec(StrictNumbers):
         return spec
 
 
-# Component fields named other than their registry family (set: merged like the others).
-FAMILY_OF_FIELD: dict[str, str] = {"cross_attention": "attention"}
-
-
 def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:
     """The top-level fields with the encoder's overrides merged in (a spec of its own)."""
     encoder = dict(data["encoder"])
@@ -280,12 +281,10 @@ def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:
     out.update(n_layers=encoder["n_layers"], layers=encoder.get("layers") or {}, final_norm=encoder.get("final_norm", True))
     out["head"] = {"kind": "none"}
     out["name"] = f"{data.get('name') or 'model'}-encoder"
-    for family in COMPONENT_FIELDS:
-        update = encoder.get(family)
+    for slot in COMPONENT_FIELDS:
+        update = encoder.get(slot)
         if update:
-            out[family] = merge_component(family, as_component_dict(data[family], family), update)
-    attention = as_component_dict(out["attention"], "attention")
-    out["attention"] = {**attention, "causal": False}
+            out[slot] = merge_component(slot, as_component_dict(data[slot], slot), update)
     return out
 
 
@@ -302,27 +301,52 @@ def _check_encoder(data: Mapping[str, Any], context: Mapping[str, Any]) -> None:
                         "(an encoder-decoder needs both; a single-stack model neither)")
     if encoder is None:
         return
-    data["cross_attention"] = resolve_component("attention", cross, "cross_attention", context).to_dict()  # type: ignore[index]
+    data["cross_attention"] = resolve_component("cross_attention", cross, "cross_attention", context).to_dict()
     if isinstance(encoder, StackSpec):
         encoder = encoder.model_dump()
     if not isinstance(encoder, Mapping):
         raise SpecError(f"encoder: expected a mapping like {{n_layers: 6, ...}}, got {encoder!r}")
     try:
-        _encoder_spec({**data, "encoder": StackSpec(**encoder).model_dump()})
+        encoder_spec = _encoder_spec({**data, "encoder": StackSpec(**encoder).model_dump()})
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, prefix="encoder")) from None
     except SpecError as exc:
         raise SpecError(f"encoder: {exc}") from None
+    _check_bidirectional(encoder_spec)
 
 
-@functools.lru_cache(maxsize=256)
-def _layer_specs(spec_json: str) -> tuple[LayerSpec, ...]:
-    data = json.loads(spec_json)
+def _check_bidirectional(encoder: ModelSpec) -> None:
+    """An encoder's mixers see every token: each kind must declare it can
+    (``TokenMixer.bidirectional``); a recurrent scan cannot."""
+    for layer in encoder.layer_specs():
+        mixer = layer.attention.entry.module
+        if not (issubclass(mixer, TokenMixer) and mixer.bidirectional):
+            registry = get_registry()
+            able = [k for k in registry.kinds("attention") if _is_bidirectional(registry.component("attention", k).module)]
+            raise SpecError(
+                f"encoder.attention.kind: {layer.attention.kind} cannot be bidirectional (layer {layer.index} of the "
+                f"encoder, whose mixers see every token); allowed: {allowed(able)}"
+            )
+
+
+def _is_bidirectional(module: type) -> bool:
+    return issubclass(module, TokenMixer) and module.bidirectional
+
+
+def _resolve_layers(data: Mapping[str, Any]) -> tuple[LayerSpec, ...]:
+    """Every layer's components; layers under the same set of selectors are resolved once."""
+    n_layers = int(data["n_layers"])
     context = _context(data)
-    return tuple(_resolve_layer(data, data["layers"], i, context) for i in range(data["n_layers"]))
-
-
-on_registry_change(_layer_specs.cache_clear)  # resolved kinds go stale when plugins change
+    overrides: Mapping[str, Mapping[str, Any]] = data["layers"]
+    members = {key: set(parse_layer_selector(key, n_layers)) for key in overrides}
+    resolved: dict[tuple[str, ...], LayerSpec] = {}
+    layers = []
+    for index in range(n_layers):
+        group = tuple(key for key in overrides if index in members[key])
+        if group not in resolved:
+            resolved[group] = _resolve_layer(data, overrides, index, context)
+        layers.append(dataclasses.replace(resolved[group], index=index))
+    return tuple(layers)
 
 
 def _context(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -337,56 +361,8 @@ def _resolve_layer(
     paths = {f: f for f in COMPONENT_FIELDS}
     for key, override in overrides.items():
         if index in parse_layer_selector(key, n_layers):
-            for family, update in override.items():
-                parts[family] = merge_component(family, parts[family], update)
-                paths[family] = f"layers.{key}.{family}"
+            for slot, update in override.items():
+                parts[slot] = merge_component(slot, parts[slot], update)
+                paths[slot] = f"layers.{key}.{slot}"
     resolved = {f: resolve_component(f, parts[f], paths[f], context) for f in COMPONENT_FIELDS}
     return LayerSpec(index=index, **resolved)
-
-
-def _prune_layer_overrides(
-    layers: Mapping[str, Mapping[str, Any]], family: str, new_kind: str
-) -> dict[str, dict[str, Any]]:
-    """Per-layer overrides of a family whose kind was swapped keep only what the new kind has.
-
-    ``positional.kind=alibi`` on Gemma 3 drops the per-layer RoPE ``theta`` rather than
-    failing: the same rule as for the base component.
-    """
-    fields = set(get_registry().component(family, new_kind).options.model_fields)
-    pruned: dict[str, dict[str, Any]] = {}
-    for key, override in layers.items():
-        override = dict(override)
-        part = override.get(family)
-        if isinstance(part, Mapping) and "kind" not in part:
-            kept = {k: v for k, v in part.items() if k in fields}
-            if kept:
-                override[family] = kept
-            else:
-                del override[family]
-        if override:
-            pruned[key] = override
-    return pruned
-
-
-def _parse_updates(updates: Mapping[str, Any] | Iterable[str] | str) -> list[tuple[str, Any]]:
-    if isinstance(updates, Mapping):
-        return [(str(k), v) for k, v in updates.items()]
-    if isinstance(updates, str):
-        updates = [updates]
-    pairs = []
-    for item in updates:
-        if "=" not in item:
-            raise SpecError(f"{item!r}: expected key=value, e.g. attention.n_kv_heads=1")
-        key, raw = item.split("=", 1)
-        pairs.append((key.strip(), parse_scalar(raw, SpecError, f"--set {key.strip()}")))
-    return pairs
-
-
-def _set_nested(target: dict[str, Any], keys: list[str], value: Any) -> None:
-    for key in keys[:-1]:
-        nxt = target.get(key)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            target[key] = nxt
-        target = nxt
-    target[keys[-1]] = value

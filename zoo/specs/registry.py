@@ -23,9 +23,8 @@ from pydantic import BaseModel
 
 from zoo.specs import hookspecs
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
-from zoo.specs.plugins import ENTRY_POINT_GROUP, PluginFailure, load_entry_points  # noqa: F401 - re-exported
+from zoo.specs.plugins import PluginFailure, load_entry_points
 from zoo.specs.registry_entries import (
-    FAMILIES,
     ArchitectureEntry,
     CheckpointFormatEntry,
     ComponentEntry,
@@ -39,6 +38,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.components.positional",
     "zoo.components.relative_position",
     "zoo.components.attention",
+    "zoo.components.cross_attention",
     "zoo.components.ffn",
     "zoo.components.moe",
     "zoo.components.blocks",
@@ -69,7 +69,7 @@ class PluginInfo:
     version: str
     source: PluginSource
     distribution: str = ""  # the installed distribution declaring the entry point
-    components: tuple[tuple[str, str], ...] = ()  # (family, kind)
+    components: tuple[tuple[str, str], ...] = ()  # (slot, kind)
     architectures: tuple[str, ...] = ()
     checkpoint_formats: tuple[str, ...] = ()  # Hugging Face model_types
 
@@ -102,7 +102,7 @@ class Registry:
     # ---- registration -------------------------------------------------------------------
     def register_component(
         self,
-        family: str,
+        slot: str,
         kind: str,
         factory: Callable[..., Any],
         options: type[BaseModel] | None = None,
@@ -111,7 +111,7 @@ class Registry:
         plugin: str = "<direct>",
         module: type | None = None,
     ) -> None:
-        staged = _Staged(components=[component_entry(family, kind, factory, options, override, plugin, module)])
+        staged = _Staged(components=[component_entry(slot, kind, factory, options, override, plugin, module)])
         self._apply(staged)
 
     def register_architecture(
@@ -123,8 +123,8 @@ class Registry:
         """Check every registration against what is there, then apply them all (or none)."""
         components: dict[tuple[str, str], ComponentEntry] = {}
         for entry in staged.components:
-            key = (entry.family, entry.kind)
-            winner = self._resolve(f"{entry.family} kind {entry.kind!r}", self.components.get(key), entry)
+            key = (entry.slot, entry.kind)
+            winner = self._resolve(f"{entry.slot} kind {entry.kind!r}", self.components.get(key), entry)
             if winner is not None:
                 components[key] = winner
         architectures: dict[str, ArchitectureEntry] = {}
@@ -172,16 +172,16 @@ class Registry:
         return info.describe() if info is not None else repr(plugin)
 
     # ---- lookup ---------------------------------------------------------------------------
-    def kinds(self, family: str) -> list[str]:
-        return sorted(kind for fam, kind in self.components if fam == family)
+    def kinds(self, slot: str) -> list[str]:
+        return sorted(kind for registered, kind in self.components if registered == slot)
 
-    def component(self, family: str, kind: str, *, path: str | None = None) -> ComponentEntry:
-        entry = self.components.get((family, kind))
+    def component(self, slot: str, kind: str, *, path: str | None = None) -> ComponentEntry:
+        entry = self.components.get((slot, kind))
         if entry is None:
-            where = path or f"{family}.kind"
-            kinds = self.kinds(family)
+            where = path or f"{slot}.kind"
+            kinds = self.kinds(slot)
             raise SpecError(
-                f"{where}: unknown {family} kind {kind!r}{did_you_mean(str(kind), kinds)}; "
+                f"{where}: unknown {slot} kind {kind!r}{did_you_mean(str(kind), kinds)}; "
                 f"allowed: {allowed(kinds)}"
             )
         return entry
@@ -230,7 +230,7 @@ class Registry:
             self.plugins.pop(name, None)
             self.manager.unregister(plugin)
             raise
-        components = tuple((c.family, c.kind) for c in staged.components)
+        components = tuple((c.slot, c.kind) for c in staged.components)
         architectures = tuple(a.name for a in staged.architectures)
         formats = tuple(f.model_type for f in staged.formats)
         self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures, formats)
@@ -251,13 +251,16 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
     """Run one plugin's hooks with `register` callbacks that stage what it registers."""
     staged = _Staged()
 
-    def register_component(family, kind, factory, options=None, *, override=False, module=None):  # type: ignore[no-untyped-def]
-        staged.components.append(component_entry(family, kind, factory, options, override, name, module))
+    def register_component(
+        slot: str, kind: str, factory: Callable[..., Any], options: type[BaseModel] | None = None, *,
+        override: bool = False, module: type | None = None,
+    ) -> None:
+        staged.components.append(component_entry(slot, kind, factory, options, override, name, module))
 
-    def register_architecture(arch_name, source, *, override=False):  # type: ignore[no-untyped-def]
+    def register_architecture(arch_name: str, source: Any, *, override: bool = False) -> None:
         staged.architectures.append(architecture_entry(arch_name, source, override, name))
 
-    def register_format(family, *, override=False):  # type: ignore[no-untyped-def]
+    def register_format(family: Any, *, override: bool = False) -> None:
         staged.formats.append(checkpoint_format_entry(family, override, name))
 
     callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture,
@@ -285,7 +288,6 @@ _lock = threading.RLock()
 _registry: Registry | None = None
 _building: Registry | None = None  # returned to plugins that use zoo while being loaded
 _runtime_plugins: dict[str, object] = {}  # name -> plugin, re-applied when the registry rebuilds
-_listeners: list[Callable[[], None]] = []
 
 
 def get_registry() -> Registry:
@@ -346,7 +348,6 @@ def register_plugin(plugin: ModuleType | object | str, name: str | None = None) 
                 _runtime_plugins[name] = previous
                 _rebuild()
                 raise
-        _notify()
         return name
 
 
@@ -354,29 +355,19 @@ def reset_registry() -> None:
     """Forget the registry and run-time plugins; the next use rebuilds it.
 
     Call after installing a plugin distribution in a running process (and in tests).
+    Specs keep what they resolved when they were made (a spec is resolved once): make
+    them again to see a replaced kind.
     """
     global _registry
     with _lock:
         _registry = None
         _runtime_plugins.clear()
-        _notify()
-
-
-def on_registry_change(listener: Callable[[], None]) -> Callable[[], None]:
-    """Call ``listener`` whenever the registry is reset or replaced (to clear caches)."""
-    _listeners.append(listener)
-    return listener
 
 
 def _rebuild() -> None:
     global _registry
     _registry = None
     get_registry()
-
-
-def _notify() -> None:
-    for listener in _listeners:
-        listener()
 
 
 # ---- readers of checkpoint configs --------------------------------------------------------

@@ -1,7 +1,7 @@
-"""What one registration is, and its checks: a component kind (family, kind, factory,
+"""What one registration is, and its checks: a component kind (slot, kind, factory,
 options model, the module class it declares) or a named architecture.
 
-A wrong registration is the plugin's bug and a ``PluginError`` naming the plugin, family
+A wrong registration is the plugin's bug and a ``PluginError`` naming the plugin, slot
 and kind, raised when the plugin registers, before anything is built.
 """
 
@@ -10,29 +10,35 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from zoo.errors import PluginError, allowed, did_you_mean
 
-FAMILIES: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block", "embedding", "head")
-# families whose modules need no declared class (plain nn.Module is all they promise)
-OPTIONAL_MODULE_FAMILIES: frozenset[str] = frozenset({"norm"})
+if TYPE_CHECKING:
+    from torch import nn
+
+    from zoo.specs.interfaces import Options
+
+# the component slots a spec fills; a kind registers into one of them
+SLOTS: tuple[str, ...] = ("norm", "positional", "attention", "cross_attention", "ffn", "block", "embedding", "head")
+# slots whose modules need no declared class (a plain nn.Module is all they promise)
+OPTIONAL_MODULE_SLOTS: frozenset[str] = frozenset({"norm"})
 
 @dataclass(frozen=True)
 class ComponentEntry:
     """One registered kind: how to validate its options and how to build it."""
 
-    family: str
+    slot: str
     kind: str
     factory: Callable[..., Any]
-    options: type[BaseModel]
+    options: type[Options]
     plugin: str
+    module: type[nn.Module]  # the class the factory builds (its capabilities), checked at registration
     doc: str = ""
     override: bool = False  # registered with override=True
     replaces: str | None = None  # the plugin whose kind this one replaced
-    module: type | None = None  # the class the factory builds (its capabilities), checked at registration
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,7 @@ class ArchitectureEntry:
 
 
 def component_entry(
-    family: str,
+    slot: str,
     kind: str,
     factory: Callable[..., Any],
     options: type[BaseModel] | None,
@@ -54,53 +60,71 @@ def component_entry(
     module: type | None = None,
 ) -> ComponentEntry:
     """Validate one component registration (wrong arguments are the plugin's bug)."""
-    from zoo.specs.interfaces import Options  # torch: only once something registers
+    # torch loads only once something registers (``zoo --help`` never registers)
+    from zoo.specs.interfaces import Options
 
-    if family not in FAMILIES:
+    if slot not in SLOTS:
         raise PluginError(
-            f"plugin {plugin!r} registers unknown family {family!r}{did_you_mean(str(family), FAMILIES)}; "
-            f"allowed: {allowed(FAMILIES)}"
+            f"plugin {plugin!r} registers unknown slot {slot!r}{did_you_mean(str(slot), SLOTS)}; "
+            f"allowed: {allowed(SLOTS)}"
         )
     if not isinstance(kind, str) or not kind:
-        raise PluginError(f"plugin {plugin!r}: {family} kind must be a non-empty string, got {kind!r}")
+        raise PluginError(f"plugin {plugin!r}: {slot} kind must be a non-empty string, got {kind!r}")
     if not callable(factory):
-        raise PluginError(f"plugin {plugin!r}: factory of {family} kind {kind!r} is not callable: {factory!r}")
+        raise PluginError(f"plugin {plugin!r}: factory of {slot} kind {kind!r} is not callable: {factory!r}")
     options = Options if options is None else options
     if not (isinstance(options, type) and issubclass(options, Options)):
         raise PluginError(
-            f"plugin {plugin!r}: options of {family} kind {kind!r} must be a subclass of zoo.specs.interfaces.Options, "
+            f"plugin {plugin!r}: options of {slot} kind {kind!r} must be a subclass of zoo.parts.Options, "
             f"got {options!r}"
         )
     for option, leader in options.follows.items():  # an option tied to another: both must exist
         if option not in options.model_fields or leader not in options.model_fields:
             raise PluginError(
-                f"plugin {plugin!r}: {family} kind {kind!r} declares follows {{{option!r}: {leader!r}}}, "
+                f"plugin {plugin!r}: {slot} kind {kind!r} declares follows {{{option!r}: {leader!r}}}, "
                 f"but both must be options of {options.__name__}; allowed: {allowed(options.model_fields)}"
             )
-    module = checked_module(family, kind, module, plugin)
+    declared = checked_module(slot, kind, module, plugin)
     doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
-    return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override), module=module)
+    return ComponentEntry(slot, kind, factory, options, plugin, declared, doc, bool(override))
 
 
-def checked_module(family: str, kind: str, module: type | None, plugin: str) -> type:
-    """The declared module class, after checking it subclasses the family's base and
-    implements every abstract member (``score_flops`` of a token mixer, ...)."""
-    from zoo.specs.interfaces import FAMILY_BASES
+# capabilities a slot's base declares as ClassVars: each must stay a bool in a subclass
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "attention": ("stateful", "bidirectional"),
+    "cross_attention": ("stateful",),
+    "ffn": ("stateful",),
+    "block": ("takes_cross_attention", "feeds_ffn_state"),
+}
 
-    base = FAMILY_BASES[family]
-    where = f"plugin {plugin!r}: {family} kind {kind!r}"
+
+def checked_module(slot: str, kind: str, module: type | None, plugin: str) -> type[nn.Module]:
+    """The declared module class, after checking it subclasses the slot's base, implements
+    every abstract member (``score_flops`` of a token mixer, ...) and declares its
+    capabilities consistently (a ``stateful`` part declares its ``state_layout``)."""
+    from zoo.specs.interfaces import SLOT_BASES
+    from zoo.specs.state import HoldsState
+
+    base = SLOT_BASES[slot]
+    where = f"plugin {plugin!r}: {slot} kind {kind!r}"
     if module is None:
-        if family in OPTIONAL_MODULE_FAMILIES:
+        if slot in OPTIONAL_MODULE_SLOTS:
             return base
         raise PluginError(
             f"{where} declares no module class; pass module=YourClass (a subclass of "
-            f"zoo.specs.interfaces.{base.__name__}) so its capabilities are checked at registration"
+            f"zoo.parts.{base.__name__}) so its capabilities are checked at registration"
         )
     if not (isinstance(module, type) and issubclass(module, base)):
-        raise PluginError(f"{where}: module={module!r} must be a subclass of {base.__module__}.{base.__qualname__}")
-    missing = sorted(getattr(module, "__abstractmethods__", ()))
-    if inspect.isabstract(module) and missing:
+        raise PluginError(f"{where}: module={module!r} must be a subclass of zoo.parts.{base.__qualname__}")
+    missing = sorted(module.__abstractmethods__) if inspect.isabstract(module) else []
+    if missing:
         raise PluginError(f"{where}: {module.__name__} does not implement {', '.join(missing)} (required by {base.__name__})")
+    for capability in CAPABILITIES.get(slot, ()):
+        value = inspect.getattr_static(module, capability)
+        if not isinstance(value, bool):
+            raise PluginError(f"{where}: {module.__name__}.{capability} must be a bool ClassVar, got {value!r}")
+    if issubclass(module, HoldsState) and module.stateful and module.state_layout is HoldsState.state_layout:
+        raise PluginError(f"{where}: {module.__name__} declares stateful = True but no state_layout")
     return module
 
 

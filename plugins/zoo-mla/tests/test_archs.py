@@ -24,5 +24,5 @@ def test_kv_bytes_per_token_come_from_the_latent_layout():
 
 def test_layer_zero_is_dense_and_the_rest_are_moe():
     spec = zoo.spec("deepseek-v2-lite")
-    assert spec.layer(0).ffn.kind == "swiglu" and spec.layer(0).ffn.hidden == 10944
+    assert spec.layer(0).ffn.kind == "swiglu" and spec.layer(0).ffn.options.hidden == 10944
     assert {spec.layer(i).ffn.kind for i in range(1, 27)} == {"deepseek_moe"}

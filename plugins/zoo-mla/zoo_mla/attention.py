@@ -22,11 +22,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 from torch import nn
-from zoo.errors import SpecError
-from zoo.specs.interfaces import (
+from zoo.parts import (
     BuildContext,
     LayerState,
-    Memory,
     Options,
     Positions,
     StateTensor,
@@ -85,8 +83,6 @@ class MultiHeadLatentAttention(TokenMixer):
 
     def __init__(self, options: MLAOptions, ctx: BuildContext) -> None:
         super().__init__()
-        if ctx.role == "cross_attention":
-            raise SpecError("cross_attention.kind: mla is causal self-attention only; allowed: gqa, mha, mqa")
         d = ctx.d_model
         self.n_heads = H = options.n_heads
         self.nope_dim, self.rope_dim = options.qk_nope_head_dim, options.qk_rope_head_dim
@@ -120,7 +116,7 @@ class MultiHeadLatentAttention(TokenMixer):
 
     # ---- forward --------------------------------------------------------------------------
     def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None, memory: Memory | None = None
+        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
     ) -> torch.Tensor:
         cache = state
         B, T, _ = x.shape

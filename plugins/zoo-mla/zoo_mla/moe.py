@@ -20,8 +20,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from torch import nn
-from zoo.parts import MoE, MoEOptions
-from zoo.specs.interfaces import BuildContext, Options
+from zoo.parts import BuildContext, MoE, MoEOptions, Options
 
 
 class DeepSeekMoEOptions(Options):

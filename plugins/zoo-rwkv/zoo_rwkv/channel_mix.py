@@ -2,9 +2,9 @@
 
 transformers' ``RwkvFeedForward``: ``time_mix_key/receptance`` (1, 1, d), ``key`` (d -> H),
 ``value`` (H -> d), ``receptance`` (d -> d), all bias-free; sigmoid(r) · value(relu(key)²).
-It shifts tokens too, so it has a per-sequence state ``ffn_x`` (B, d): the FFN family's
-contract has no state, so the ``rwkv`` block asks its time mix to keep it and hands this
-module the mixer's state (``forward(x, state, valid)``).
+It shifts tokens too, so it owns a per-sequence state ``ffn_x`` (B, d), declared in its
+``state_layout`` like a mixer's; a block that declares ``feeds_ffn_state`` (``rwkv``)
+hands it its cache view (``forward(x, state, valid)``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.errors import SpecError
-from zoo.specs.interfaces import BuildContext, FeedForward, LayerState, Options
-from zoo.parts import Linear
+from typing import ClassVar
+
+from zoo.parts import BuildContext, FeedForward, LayerState, Linear, Options, StateTensor
 from zoo_rwkv.shift import mix, shift
 
 STATE_NAME = "ffn_x"
@@ -35,6 +35,8 @@ class ChannelMixOptions(Options):
 
 class ChannelMix(FeedForward):
     """x (B, T, d) -> sigmoid(receptance(x_r)) · value(relu(key(x_k))²) (B, T, d)."""
+
+    stateful: ClassVar[bool] = True
 
     def __init__(self, options: ChannelMixOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -58,12 +60,12 @@ class ChannelMix(FeedForward):
             self.time_mix_key.copy_(ratio**rest)
             self.time_mix_receptance.copy_(ratio**rest)
 
-    def state_shape(self) -> tuple[int, ...]:
-        """The per-sequence shape of ``ffn_x`` (the previous token's input), batch axis left out."""
-        return (self.d_model,)
+    def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
+        """``ffn_x`` (B, d), the previous token's input: fixed per sequence."""
+        return {STATE_NAME: StateTensor((batch_size, self.d_model), per="sequence")}
 
     def forward(self, x: torch.Tensor, state: LayerState | None = None, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, d) -> (B, T, d); ``state``: the time mix's cache view holding ``ffn_x``
+        """x (B, T, d) -> (B, T, d); ``state``: this module's cache view holding ``ffn_x``
         (read and written in place); ``valid`` (B, T): False at padding."""
         tensors = None if state is None else state.tensors
         shifted, last = shift(x, valid, None if tensors is None else tensors[STATE_NAME])
@@ -76,8 +78,4 @@ class ChannelMix(FeedForward):
 
 def build_channel_mix(options: ChannelMixOptions, ctx: BuildContext) -> ChannelMix:
     """RWKV-4 channel mixing (token shift, relu² FFN with a receptance gate)."""
-    block = ctx.layer.block.kind
-    if block != "rwkv":  # another block would call it without its state: decoding would shift wrongly
-        raise SpecError(f"layers.{ctx.layer_index}: ffn kind 'rwkv' keeps a token-shift state that only block "
-                        f"kind 'rwkv' passes it; got block kind {block!r}")
     return ChannelMix(options, ctx)

@@ -71,9 +71,9 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
                                   "holds RWKV blocks only")
     return {
         "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "attention_hidden_size": base.attention.attention_hidden,
-        "intermediate_size": base.ffn.hidden, "context_length": spec.max_seq_len, "layer_norm_epsilon": base.norm.eps,
-        "rescale_every": base.block.rescale_every, "tie_word_embeddings": spec.tie_embeddings,
+        "num_hidden_layers": spec.n_layers, "attention_hidden_size": base.attention.options.attention_hidden,
+        "intermediate_size": base.ffn.options.hidden, "context_length": spec.max_seq_len, "layer_norm_epsilon": base.norm.options.eps,
+        "rescale_every": base.block.options.rescale_every, "tie_word_embeddings": spec.tie_embeddings,
         "bos_token_id": None, "eos_token_id": None,  # the tokenizer's, not the spec's
     }
 

@@ -18,8 +18,7 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Options, Positions, StateTensor, TokenMixer
-from zoo.parts import Linear
+from zoo.parts import BuildContext, LayerState, Linear, Options, Positions, StateTensor, TokenMixer
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv
 
@@ -57,7 +56,6 @@ class TimeMix(TokenMixer):
         self.value = Linear(d, c, bias=False)
         self.receptance = Linear(d, c, bias=False)
         self.output = Linear(c, d, bias=False)
-        self.carried: dict[str, tuple[int, ...]] = {}  # name -> per-sequence shape, for the block's FFN
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -78,21 +76,13 @@ class TimeMix(TokenMixer):
             self.time_mix_value.copy_(ratio**rest + 0.3 * depth)
             self.time_mix_receptance.copy_(ratio ** (0.5 * rest))
 
-    def carry(self, name: str, shape: tuple[int, ...]) -> None:
-        """Keep one more per-sequence tensor (B, *shape) in this mixer's state (the channel
-        mix's token shift); reset with the rest."""
-        self.carried[name] = shape
-
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """``att_x`` (B, d) in the cache dtype, the WKV sums (B, C) in ``state_dtype`` (float32
+        """``att_x`` (B, d) in the cache dtype and the WKV sums (B, C) in ``state_dtype`` (float32
         unless the spec says ``cache``; the maths, time_decay and time_first included, is
-        float32 either way), and what the
-        block asked to carry: all fixed per sequence, whatever the context length."""
+        float32 either way): fixed per sequence, whatever the context length."""
         layout = {"att_x": StateTensor((batch_size, self.d_model), per="sequence")}
         for name in WKV_STATE:
             layout[name] = StateTensor((batch_size, self.channels), self.state_dtype, per="sequence")
-        for name, shape in self.carried.items():
-            layout[name] = StateTensor((batch_size, *shape), per="sequence")
         return layout
 
     def score_flops(self, n_new: int, context_len: int) -> int:
@@ -104,7 +94,6 @@ class TimeMix(TokenMixer):
 
     def forward(
         self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None,
-        memory: Memory | None = None,
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d). With a state, ``att_x`` and the WKV sums are read and
         written in place; tokens False in ``token_valid`` (left padding) change nothing."""

@@ -41,9 +41,9 @@ def test_spec_has_windows_and_global_rope_every_third(tmp_path: Path) -> None:
     save_hf_model("modernbert", "AutoModel", tmp_path)
     spec = zoo.ModelSpec.from_hf_config(tmp_path / "config.json")
     layers = spec.layer_specs()
-    assert [layer.attention.window for layer in layers] == [None, 8, 8, None]
-    assert [layer.positional.theta for layer in layers] == [1000.0, 50.0, 50.0, 1000.0]
-    assert not layers[0].attention.causal
+    assert [layer.attention.options.window for layer in layers] == [None, 8, 8, None]
+    assert [layer.positional.options.theta for layer in layers] == [1000.0, 50.0, 50.0, 1000.0]
+    assert not layers[0].attention.options.causal
 
 
 def test_save_pretrained_round_trip_through_transformers(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_transformers_4_config_as_published() -> None:
     }
     spec = zoo.ModelSpec.from_hf_config(config)
     preset = zoo.spec("modernbert-base")
-    assert spec.part("head").kind == "masked_lm" and not spec.part("head").transform_bias
+    assert spec.part("head").kind == "masked_lm" and not spec.part("head").options.transform_bias
     bare = spec.override({"head": {"kind": "none"}})
     assert [layer.attention.to_dict() for layer in bare.layer_specs()] == [layer.attention.to_dict() for layer in preset.layer_specs()]
     assert [layer.positional.to_dict() for layer in bare.layer_specs()] == [layer.positional.to_dict() for layer in preset.layer_specs()]

@@ -79,9 +79,9 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     return {
         "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "d_model": spec.d_model,
         "decoder_layers": spec.n_layers, "encoder_layers": spec.encoder.n_layers,
-        "decoder_attention_heads": dec.attention.n_heads, "encoder_attention_heads": enc.attention.n_heads,
-        "decoder_ffn_dim": dec.ffn.hidden, "encoder_ffn_dim": enc.ffn.hidden,
-        "activation_function": dec.ffn.activation, "max_position_embeddings": spec.max_seq_len,
+        "decoder_attention_heads": dec.attention.options.n_heads, "encoder_attention_heads": enc.attention.options.n_heads,
+        "decoder_ffn_dim": dec.ffn.options.hidden, "encoder_ffn_dim": enc.ffn.options.hidden,
+        "activation_function": dec.ffn.options.activation, "max_position_embeddings": spec.max_seq_len,
         "scale_embedding": spec.embedding_scale is not None, "tie_word_embeddings": spec.tie_embeddings,
         "is_encoder_decoder": True, "decoder_start_token_id": spec.decoder_start_token_id,
         "forced_eos_token_id": None,

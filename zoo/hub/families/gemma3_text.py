@@ -99,15 +99,15 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     base = layers[0]
     att = base.attention
     types, window = windows(spec)
-    full = next((layer for layer in layers if not layer.attention.window), base)
-    local = next((layer for layer in layers if layer.attention.window), base)
-    scalar = (att.scale or att.head_dim**-0.5) ** -2
+    full = next((layer for layer in layers if not layer.attention.options.window), base)
+    local = next((layer for layer in layers if layer.attention.options.window), base)
+    scalar = (att.options.scale or att.options.head_dim**-0.5) ** -2
     return {
         "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads,
-        "head_dim": att.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": base.norm.eps,
-        "tie_word_embeddings": spec.tie_embeddings, "attention_bias": att.bias, "layer_types": types,
-        "intermediate_size": base.ffn.hidden, "hidden_activation": "gelu_pytorch_tanh",
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads,
+        "head_dim": att.options.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": base.norm.options.eps,
+        "tie_word_embeddings": spec.tie_embeddings, "attention_bias": att.options.bias, "layer_types": types,
+        "intermediate_size": base.ffn.options.hidden, "hidden_activation": "gelu_pytorch_tanh",
         "query_pre_attn_scalar": round(scalar) if abs(scalar - round(scalar)) < 1e-6 * max(1.0, abs(scalar)) else scalar,
         "rope_parameters": {"full_attention": rope_config(full.positional), "sliding_attention": rope_config(local.positional)},
         "final_logit_softcapping": None, "attn_logit_softcapping": None, "sliding_window": window or spec.max_seq_len,

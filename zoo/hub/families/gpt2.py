@@ -68,10 +68,10 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     base = spec.layer(0)
     att, ffn = base.attention, base.ffn
     return {"model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "n_embd": spec.d_model, "n_layer": spec.n_layers,
-            "n_head": att.n_heads, "n_positions": spec.max_seq_len, "n_inner": ffn.hidden,
-            "activation_function": {"gelu_tanh": "gelu_new"}.get(ffn.activation, ffn.activation),
-            "layer_norm_epsilon": base.norm.eps, "tie_word_embeddings": spec.tie_embeddings,
-            "scale_attn_weights": att.scale is None}
+            "n_head": att.options.n_heads, "n_positions": spec.max_seq_len, "n_inner": ffn.options.hidden,
+            "activation_function": {"gelu_tanh": "gelu_new"}.get(ffn.options.activation, ffn.options.activation),
+            "layer_norm_epsilon": base.norm.options.eps, "tie_word_embeddings": spec.tie_embeddings,
+            "scale_attn_weights": att.options.scale is None}
 
 
 def tensor_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:

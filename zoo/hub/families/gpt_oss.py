@@ -65,7 +65,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     config = write_llama_like(spec, MODEL_TYPE, ffn_kinds=("moe",))
     types, _ = windows(spec)
     moe = moe_ffn(spec)
-    config.update(attention_bias=spec.layer(0).attention.bias, layer_types=types, num_local_experts=moe.n_experts,
+    config.update(attention_bias=spec.layer(0).attention.options.bias, layer_types=types, num_local_experts=moe.n_experts,
                   num_experts_per_tok=moe.top_k, intermediate_size=moe.hidden, swiglu_limit=moe.clamp_limit,
                   swiglu_alpha=moe.alpha)
     return config

@@ -37,7 +37,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The llama config.json computing what ``spec`` computes."""
     config = write_llama_like(spec, MODEL_TYPE)
     base = spec.layer(0)
-    config.update(attention_bias=base.attention.bias, mlp_bias=base.ffn.bias)
+    config.update(attention_bias=base.attention.options.bias, mlp_bias=base.ffn.options.bias)
     return config
 
 

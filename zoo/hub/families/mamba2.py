@@ -77,13 +77,13 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     config: dict[str, Any] = {
         "model_type": "mamba2", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
         "max_position_embeddings": spec.max_seq_len, "tie_word_embeddings": spec.tie_embeddings,
-        "num_heads": mixer.n_heads, "head_dim": mixer.head_dim, "expand": _ratio(mixer.n_heads * mixer.head_dim, spec.d_model),
-        "n_groups": mixer.n_groups, "state_size": mixer.state_size, "conv_kernel": mixer.conv_kernel,
-        "chunk_size": mixer.chunk_size, "use_bias": mixer.bias, "use_conv_bias": mixer.conv_bias,
-        "layer_norm_epsilon": layer.norm.eps, "hidden_act": "silu",
+        "num_heads": mixer.options.n_heads, "head_dim": mixer.options.head_dim, "expand": _ratio(mixer.options.n_heads * mixer.options.head_dim, spec.d_model),
+        "n_groups": mixer.options.n_groups, "state_size": mixer.options.state_size, "conv_kernel": mixer.options.conv_kernel,
+        "chunk_size": mixer.options.chunk_size, "use_bias": mixer.options.bias, "use_conv_bias": mixer.options.conv_bias,
+        "layer_norm_epsilon": layer.norm.options.eps, "hidden_act": "silu",
     }
-    if mixer.dt_min or mixer.dt_max is not None:  # (0, inf) is the default; inf as transformers 5 writes it
-        config["time_step_limit"] = [mixer.dt_min, {"__float__": "Infinity"} if mixer.dt_max is None else mixer.dt_max]
+    if mixer.options.dt_min or mixer.options.dt_max is not None:  # (0, inf) is the default; inf as transformers 5 writes it
+        config["time_step_limit"] = [mixer.options.dt_min, {"__float__": "Infinity"} if mixer.options.dt_max is None else mixer.options.dt_max]
     return config
 
 

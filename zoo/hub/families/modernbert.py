@@ -110,25 +110,25 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     layers = spec.layer_specs()
     base = layers[0]
     att, ffn, norm = base.attention, base.ffn, base.norm
-    windows = {layer.attention.window for layer in layers if layer.attention.window}
-    full = next((layer for layer in layers if not layer.attention.window), base)
-    local = next((layer for layer in layers if layer.attention.window), base)
+    windows = {layer.attention.options.window for layer in layers if layer.attention.options.window}
+    full = next((layer for layer in layers if not layer.attention.options.window), base)
+    local = next((layer for layer in layers if layer.attention.options.window), base)
     config: dict[str, Any] = {
         "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.n_heads, "intermediate_size": ffn.hidden,
-        "hidden_activation": ffn.activation, "max_position_embeddings": spec.max_seq_len, "norm_eps": norm.eps,
-        "norm_bias": norm.bias, "attention_bias": att.bias, "mlp_bias": ffn.bias,
-        "layer_types": ["sliding_attention" if layer.attention.window else "full_attention" for layer in layers],
+        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
+        "hidden_activation": ffn.options.activation, "max_position_embeddings": spec.max_seq_len, "norm_eps": norm.options.eps,
+        "norm_bias": norm.options.bias, "attention_bias": att.options.bias, "mlp_bias": ffn.options.bias,
+        "layer_types": ["sliding_attention" if layer.attention.options.window else "full_attention" for layer in layers],
         "local_attention": windows.pop() if len(windows) == 1 else 128,
-        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": full.positional.theta},
-                            "sliding_attention": {"rope_type": "default", "rope_theta": local.positional.theta}},
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": full.positional.options.theta},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": local.positional.options.theta}},
         "tie_word_embeddings": spec.tie_embeddings,
         # token ids are the tokenizer's, not the spec's: transformers' defaults (50283, ...)
         # would not even fit a smaller vocabulary
         **dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")),
     }
     if head.kind == "masked_lm":
-        config.update(classifier_activation=head.activation, classifier_bias=head.transform_bias, decoder_bias=True)
+        config.update(classifier_activation=head.options.activation, classifier_bias=head.options.transform_bias, decoder_bias=True)
     return {"architectures": [ARCHITECTURES[head.kind]], **config}
 
 

@@ -50,7 +50,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The qwen3_moe config.json computing what ``spec`` computes."""
     config = write_llama_like(spec, MODEL_TYPE, ffn_kinds=("moe", "swiglu"))
     types, window = windows(spec)
-    config.update(attention_bias=spec.layer(0).attention.bias, layer_types=types, use_sliding_window=window is not None)
+    config.update(attention_bias=spec.layer(0).attention.options.bias, layer_types=types, use_sliding_window=window is not None)
     moe = moe_ffn(spec)
     if moe is not None:
         config.update(num_experts=moe.n_experts, num_experts_per_tok=moe.top_k, moe_intermediate_size=moe.hidden,

@@ -105,9 +105,9 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
 
 
 def _rope(positional: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.theta}
-    if positional.partial_rotary_factor != 1.0:
-        out["partial_rotary_factor"] = positional.partial_rotary_factor
+    out: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.options.theta}
+    if positional.options.partial_rotary_factor != 1.0:
+        out["partial_rotary_factor"] = positional.options.partial_rotary_factor
     return out
 
 
@@ -118,16 +118,16 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     if "gated_deltanet" not in kinds or len(kinds) != 2:
         raise CheckpointError(f"spec {spec.name!r}: a qwen3_next config needs Gated DeltaNet and attention layers, got {sorted(kinds)}")
     full = next(layer for layer in layers if layer.attention.kind != "gated_deltanet")
-    net = next(layer.attention for layer in layers if layer.attention.kind == "gated_deltanet")
-    moe = next((layer.ffn for layer in layers if layer.ffn.kind == "moe"), None)
-    dense = next((layer.ffn for layer in layers if layer.ffn.kind != "moe"), None)
+    net = next(layer.attention.options for layer in layers if layer.attention.kind == "gated_deltanet")
+    moe = next((layer.ffn.options for layer in layers if layer.ffn.kind == "moe"), None)
+    dense = next((layer.ffn.options for layer in layers if layer.ffn.kind != "moe"), None)
     att = full.attention
     config: dict[str, Any] = {
         "model_type": "qwen3_next", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
         "num_hidden_layers": spec.n_layers, "max_position_embeddings": spec.max_seq_len,
-        "tie_word_embeddings": spec.tie_embeddings, "rms_norm_eps": layers[0].norm.eps, "hidden_act": "silu",
-        "num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads, "head_dim": att.head_dim,
-        "attention_bias": att.bias, "rope_parameters": _rope(full.positional),
+        "tie_word_embeddings": spec.tie_embeddings, "rms_norm_eps": layers[0].norm.options.eps, "hidden_act": "silu",
+        "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads, "head_dim": att.options.head_dim,
+        "attention_bias": att.options.bias, "rope_parameters": _rope(full.positional),
         "linear_num_key_heads": net.n_k_heads, "linear_num_value_heads": net.n_v_heads,
         "linear_key_head_dim": net.head_k_dim, "linear_value_head_dim": net.head_v_dim, "linear_conv_kernel_dim": net.conv_kernel,
         "layer_types": ["linear_attention" if layer.attention.kind == "gated_deltanet" else "full_attention" for layer in layers],

@@ -79,11 +79,11 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
         raise CheckpointError(f"ffn: {ffn.kind} ({activation}) has no t5 feed_forward_proj")
     return {
         "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "d_model": spec.d_model,
-        "d_kv": att.head_dim, "num_heads": att.n_heads, "d_ff": ffn.hidden, "num_layers": encoder.n_layers,
-        "num_decoder_layers": spec.n_layers, "relative_attention_num_buckets": positional.num_buckets,
-        "relative_attention_max_distance": positional.max_distance, "layer_norm_epsilon": base.norm.eps,
+        "d_kv": att.options.head_dim, "num_heads": att.options.n_heads, "d_ff": ffn.options.hidden, "num_layers": encoder.n_layers,
+        "num_decoder_layers": spec.n_layers, "relative_attention_num_buckets": positional.options.num_buckets,
+        "relative_attention_max_distance": positional.options.max_distance, "layer_norm_epsilon": base.norm.options.eps,
         "feed_forward_proj": proj, "tie_word_embeddings": spec.tie_embeddings,
-        "scale_decoder_outputs": spec.part("head").scale is not None, "is_encoder_decoder": True,
+        "scale_decoder_outputs": spec.part("head").options.scale is not None, "is_encoder_decoder": True,
         "n_positions": spec.max_seq_len, "decoder_start_token_id": spec.decoder_start_token_id,
     }
 
