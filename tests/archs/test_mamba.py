@@ -28,10 +28,11 @@ def test_mamba_130m_state_is_fixed_per_sequence():
     spec = zoo.spec("mamba-130m")
     per_layer = 1536 * 4 * 4 + 1536 * 16 * 4  # conv (1536, 4) and ssm (1536, 16), float32
     assert state_bytes(spec, dtype="float32") == 24 * per_layer == 2_949_120
-    assert state_bytes(spec, dtype="bfloat16") == 2_949_120  # declared float32 whatever the weights
+    # bf16 model: the conv window in the cache dtype, the SSM state float32 (transformers' cache: 2,654,208)
+    assert state_bytes(spec, dtype="bfloat16") == 24 * (1536 * 4 * 2 + 1536 * 16 * 4) == 2_654_208
     assert kv_bytes_per_token(spec) == 0
     at_128k = cache_bytes(spec, batch_size=2, context_len=131_072, dtype="bfloat16")
-    assert (at_128k.token, at_128k.sequence, at_128k.total) == (0, 2 * 2_949_120, 2 * 2_949_120)
+    assert (at_128k.token, at_128k.sequence, at_128k.total) == (0, 2 * 2_654_208, 2 * 2_654_208)
 
 
 def test_mamba_flops_do_not_grow_with_the_context():
@@ -52,7 +53,7 @@ def test_a_hybrid_from_layer_selectors_builds_runs_and_splits_its_cache():
     model = zoo.build(spec, seed=0).eval()
     out = zoo.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=4)
     assert out.shape == (1, 7)
-    mamba_state = 64 * 4 * 4 + 64 * 4 * 4  # conv (64, 4) and ssm (64, 4) per mamba layer, float32
+    mamba_state = 64 * 4 * 2 + 64 * 4 * 4  # conv (64, 4) in the bfloat16 cache, ssm (64, 4) float32, per mamba layer
     kv = 2 * 2 * 8 * 2  # K and V, 2 kv heads of 8, bfloat16, per gqa layer
     got = cache_bytes(spec, context_len=10)
     assert (got.sequence, got.token) == (2 * mamba_state, 2 * kv * 10)

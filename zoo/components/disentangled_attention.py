@@ -142,7 +142,7 @@ def build_disentangled_attention(options: DisentangledAttentionOptions, ctx: Bui
     if positional.kind != "disentangled":
         raise SpecError(f"positional.kind: {positional.kind!r}; attention.kind disentangled reads the relative "
                         "table of positional.kind disentangled")
-    span = positional.position_buckets or positional.max_relative_positions or ctx.max_seq_len
+    span = positional.options.position_buckets or positional.options.max_relative_positions or ctx.max_seq_len
     return DisentangledAttention(options, ctx, 2 * span)
 
 
