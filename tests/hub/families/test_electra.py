@@ -50,7 +50,7 @@ def _outputs(hf_model, model, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor
 def test_matches_transformers_with_padding(auto_class: str, tmp_path: Path) -> None:
     hf_model = _save(auto_class, tmp_path)
     model = zoo.from_pretrained(tmp_path, progress=False, dtype="float32")
-    assert model.spec.part("embedding").dim == 16
+    assert model.spec.part("embedding").options.dim == 16
     got, expected, real = _outputs(hf_model, model)
     assert got.shape == expected.shape
     assert (got[real] - expected[real]).abs().max().item() < 1e-4

@@ -94,7 +94,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
         "architectures": [ARCHITECTURES[head.kind]], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size,
         "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads,
         "intermediate_size": ffn.options.hidden, "hidden_act": ffn.options.activation, "max_position_embeddings": spec.max_seq_len,
-        "type_vocab_size": spec.part("embedding").type_vocab_size, "layer_norm_eps": base.norm.options.eps,
+        "type_vocab_size": spec.part("embedding").options.type_vocab_size, "layer_norm_eps": base.norm.options.eps,
         "relative_attention": True, "position_buckets": pos.options.position_buckets or -1,
         "max_relative_positions": pos.options.max_relative_positions or -1, "norm_rel_ebd": "layer_norm" if pos.options.norm else "none",
         "position_biased_input": pos.options.absolute, "pos_att_type": "|".join(att.options.pos_att_type),

@@ -68,7 +68,7 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
         "hidden_size": spec.d_model, "embedding_size": spec.part("embedding").options.dim or spec.d_model,
         "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
         "hidden_act": ffn.options.activation, "max_position_embeddings": base.positional.options.max_positions or spec.max_seq_len,
-        "type_vocab_size": spec.part("embedding").type_vocab_size, "layer_norm_eps": base.norm.options.eps,
+        "type_vocab_size": spec.part("embedding").options.type_vocab_size, "layer_norm_eps": base.norm.options.eps,
         "position_embedding_type": "absolute", "tie_word_embeddings": False, "pad_token_id": None,
     }
 
