@@ -1,0 +1,51 @@
+"""bench/gpu_table.py at tiny sizes on the CPU: every case of the GPU table runs through zoo
+bench's own code (or is skipped with its reason), so the script cannot rot before a GPU
+is at hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("gpu_table", BENCH / "gpu_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_table"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_whole_table_runs_at_tiny_sizes_and_saves_every_line(tmp_path, capsys):  # type: ignore[no-untyped-def]
+    table = _load()
+    assert table.main(["--tiny", "--cpu", "--out", str(tmp_path)]) == 0
+    lines = [json.loads(x) for x in (tmp_path / "gpu-cpu-tiny.jsonl").read_text().splitlines()]
+    assert [(x["model"], x["mode"]) for x in lines] == [(c.model, c.mode) for c in table.cases()]
+    for line in lines:
+        assert line["status"] == "ok" or line["status"].startswith("skipped: plugin"), line
+        if line["status"] == "ok":
+            assert line["tokens_per_s"] > 0, line
+    md = (tmp_path / "gpu-cpu-tiny.md").read_text()
+    assert "| llama-3.2-1b | decode b1 compiled |" in md and "| gpt-fast loop | decode b1 compiled |" in md
+    assert md in capsys.readouterr().out
+
+
+def test_a_case_past_the_budget_is_skipped_with_its_reason(tmp_path):  # type: ignore[no-untyped-def]
+    table = _load()
+    table.main(["--cpu", "--out", str(tmp_path), "--budget-s", "0", "--only", "qwen3-0.6b"])
+    lines = [json.loads(x) for x in (tmp_path / "gpu-cpu-tiny.jsonl").read_text().splitlines()]
+    assert lines and all(x["status"].startswith("skipped: needs ~") for x in lines)
+
+
+def test_help_does_not_run_the_table(capsys):  # type: ignore[no-untyped-def]
+    table = _load()
+    try:
+        table.main(["--help"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    assert "--budget-s" in capsys.readouterr().out
