@@ -1,0 +1,52 @@
+"""`zoo train`: train a small variant from scratch for a token budget; held-out loss, curve, checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+from zoo.cli.common import add_spec_arguments, load_spec
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train", help="train a variant from scratch on a text for a token budget")
+    add_spec_arguments(p)
+    p.add_argument("--text", required=True, metavar="FILE", help="training text; its last 10%% is held out")
+    p.add_argument("--tokens", type=int, required=True, help="training tokens (the step count is tokens / batch)")
+    p.add_argument("--tokenizer", metavar="tokenizer.json", help="a tokenizers file (default: UTF-8 bytes)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd", "adafactor"])
+    p.add_argument("--precision", default="float32", choices=["float32", "bf16-mixed"])
+    p.add_argument("--checkpointing", action="store_true", help="recompute each block in backward")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--out", metavar="DIR", help="loss.jsonl, loss.png, result.json and checkpoint.safetensors")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from zoo.errors import TrainingError
+    from zoo.training.config import TrainConfig
+    from zoo.training.run import train_variant
+
+    if args.resume and not args.out:
+        raise TrainingError("--resume: needs --out DIR holding the checkpoint")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    spec = load_spec(args)
+    config = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, optimizer=args.optimizer,
+                         precision=args.precision, checkpointing=args.checkpointing, compile=args.compile)
+    result = train_variant(spec, args.text, args.tokens, args.seed, config=config, tokenizer=args.tokenizer,
+                           out=args.out, resume=args.resume, checkpoint_every=args.checkpoint_every)
+    print(f"tokenizer: {result.tokenizer}  steps: {result.steps}  tokens: {result.tokens:,}")
+    print(f"held-out loss: {result.held_out_loss:.4f}  perplexity: {result.perplexity:.2f}  "
+          f"train tokens/s: {result.tokens_per_s:,.0f}")
+    if args.out:
+        print(f"wrote {args.out}/loss.jsonl, loss.png, result.json, checkpoint.safetensors")
+    return 0

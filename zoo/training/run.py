@@ -1,0 +1,137 @@
+"""A short training run from scratch for a fixed token budget: loss curve, held-out loss,
+tokens/s, a resumable safetensors checkpoint. What ``zoo train`` and compare's training
+columns run.
+
+Each step's batch comes from a generator seeded with (seed, step), so a resumed run draws the
+same batches as an uninterrupted one; on the CPU two runs with one seed are bit-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from zoo.errors import TrainingError
+from zoo.files.atomic import atomic_path, write_text_atomic
+from zoo.model.build import build
+from zoo.specs.model import ModelSpec
+from zoo.training.config import TrainConfig
+from zoo.training.data import held_out_rows, load_text, rows_at
+from zoo.training.step import Trainer
+
+
+@dataclass
+class TrainResult:
+    held_out_loss: float
+    perplexity: float
+    tokens_per_s: float
+    tokens: int
+    steps: int
+    tokenizer: str
+    curve: list[tuple[int, float]] = field(default_factory=list)  # (tokens seen, training loss)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _step_generator(seed: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def save_checkpoint(trainer: Trainer, step: int, curve: list[tuple[int, float]], out: Path) -> None:
+    """Weights and optimizer state in safetensors, the step and curve in JSON; never pickle."""
+    tensors = {f"model.{k}": v.contiguous() for k, v in trainer.model.state_dict().items()}
+    state = trainer.optimizer.state_dict()
+    for index, entry in state["state"].items():
+        for name, value in entry.items():
+            tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).clone()
+    with atomic_path(out / "checkpoint.safetensors") as tmp:
+        save_file(_unshared(tensors), str(tmp))
+    meta = {"step": step, "curve": curve, "param_groups": state["param_groups"], "schedule": trainer.schedule.state_dict()}
+    write_text_atomic(out / "checkpoint.json", json.dumps(meta))
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors sharing memory (tied weights): keep the first name's copy."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in tensors.items():
+        key = tensor.untyped_storage().data_ptr()
+        out[name] = tensor.clone() if key in seen else tensor
+        seen.add(key)
+    return out
+
+
+def load_checkpoint(trainer: Trainer, out: Path) -> tuple[int, list[tuple[int, float]]]:
+    """Restore weights, optimizer and schedule; the step reached and the curve so far."""
+    meta_path, weights_path = out / "checkpoint.json", out / "checkpoint.safetensors"
+    if not meta_path.is_file() or not weights_path.is_file():
+        raise TrainingError(f"--resume: no checkpoint in {out} (checkpoint.safetensors and checkpoint.json)")
+    tensors = load_file(str(weights_path))
+    model_state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    trainer.model.load_state_dict(model_state, strict=True)
+    trainer.model.tie_weights()
+    meta = json.loads(meta_path.read_text())
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    trainer.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    trainer.schedule.load_state_dict(meta["schedule"])
+    return int(meta["step"]), [tuple(p) for p in meta["curve"]]
+
+
+def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int = 0, *,
+                  config: TrainConfig | None = None, tokenizer: str | Path | None = None,
+                  out: str | Path | None = None, resume: bool = False, checkpoint_every: int = 0) -> TrainResult:
+    """Train ``spec`` from scratch on the first 90% of the text for ``tokens`` training tokens,
+    then evaluate the loss on the last 10%. ``out``: where the curve and checkpoint go."""
+    config = (config or TrainConfig()).model_copy(update={"seed": seed})
+    text = load_text(text_path, tokenizer)
+    if text.vocab_size > spec.vocab_size:
+        raise TrainingError(f"vocab_size: the spec has {spec.vocab_size} tokens, the tokenizer ({text.tokenizer}) "
+                            f"{text.vocab_size}; set vocab_size={text.vocab_size}")
+    trainer = Trainer(build(spec, seed=seed), config)
+    rows_len = trainer.objective.rows_len(config.seq_len)
+    per_step = config.batch_size * rows_len
+    steps = max(1, tokens // per_step)
+    out_dir = None if out is None else Path(out)
+    start, curve = (load_checkpoint(trainer, out_dir) if resume and out_dir is not None else (0, []))
+    elapsed, trained = 0.0, 0
+    for step in range(start, steps):
+        generator = _step_generator(seed, step)
+        batch = trainer.objective.batch(rows_at(text.train, config.batch_size, rows_len, generator), generator)
+        began = time.perf_counter()
+        result = trainer.step(batch)
+        elapsed += time.perf_counter() - began
+        trained += batch.tokens
+        curve.append(((step + 1) * per_step, result.loss))
+        if out_dir is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
+            save_checkpoint(trainer, step + 1, curve, out_dir)
+    held = held_out_rows(text.held_out, rows_len)
+    eval_batches = [trainer.objective.batch(held[i:i + config.batch_size], _step_generator(seed, -1 - i))
+                    for i in range(0, len(held), config.batch_size)]
+    loss = trainer.evaluate(eval_batches)
+    result = TrainResult(loss, math.exp(min(loss, 50.0)), trained / elapsed if elapsed else 0.0, steps * per_step,
+                         steps, text.tokenizer, curve)
+    if out_dir is not None:
+        save_checkpoint(trainer, steps, curve, out_dir)
+        _write_curve(out_dir, curve, result)
+    return result
+
+
+def _write_curve(out: Path, curve: list[tuple[int, float]], result: TrainResult) -> None:
+    from zoo.training.plots import plot_losses
+
+    lines = "".join(json.dumps({"tokens": t, "loss": loss}) + "\n" for t, loss in curve)
+    write_text_atomic(out / "loss.jsonl", lines)
+    summary = {k: v for k, v in result.as_dict().items() if k != "curve"}
+    write_text_atomic(out / "result.json", json.dumps(summary, indent=2) + "\n")
+    plot_losses({"train": curve}, out / "loss.png")
