@@ -97,13 +97,20 @@ def state_bytes_of(params: list[nn.Parameter], optimizer: str, momentum: float =
 
 
 class _WeightCopies(TorchDispatchMode):
-    """Records the storages of casts of parameters (autocast's bf16 weight copies)."""
+    """Records the storages of casts of parameters (autocast's bf16 weight copies).
+
+    It also gives ``_grouped_mm`` an output shape where torch's meta function refuses the
+    dtype (float32, which the CPU kernel runs): autograd records what it saves above this
+    level, so the saved bytes are the real ones.
+    """
 
     def __init__(self, params: set[int]) -> None:
         super().__init__()
         self.params, self.copies = params, set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._grouped_mm.default and args[0].dtype != torch.bfloat16:
+            return torch.empty(args[0].shape[0], args[1].shape[-1], dtype=args[0].dtype, device=args[0].device)
         out = func(*args, **(kwargs or {}))
         if func is torch.ops.aten._to_copy.default and _storage(args[0]) in self.params:
             self.copies.add(_storage(out))
