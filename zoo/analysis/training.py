@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +36,7 @@ from zoo.model.build import ZooModel, build, init_buffers
 from zoo.specs.model import ModelSpec
 
 OUTSIDE = "embedding+head+loss"  # activations saved outside any block
+Adapt = Callable[[nn.Module], object]  # changes a built model before a step (LoRA: wraps and freezes)
 
 
 def optimizer_state_elements(shape: tuple[int, ...], optimizer: str, momentum: float = 0.0) -> int:
@@ -169,10 +170,12 @@ def _part_labels(model: ZooModel) -> list[tuple[nn.Module, str, int]]:
     return parts
 
 
-def _fake_model(spec: ModelSpec, mode: FakeTensorMode) -> ZooModel:
+def _fake_model(spec: ModelSpec, mode: FakeTensorMode, adapt: Adapt | None = None) -> ZooModel:
     """Built on meta outside the fake mode (meta casts and fake tensors do not mix), then
     materialised as fake CPU tensors, so CPU kernels are dispatched and nothing allocated."""
     model = build(spec, device="meta")
+    if adapt is not None:
+        adapt(model)
     with mode:
         model.to_empty(device="cpu")
         model.tie_weights()
@@ -189,11 +192,12 @@ def _lm_loss(model: ZooModel, batch_size: int, seq_len: int) -> torch.Tensor:
 
 
 def activation_bytes(spec: ModelSpec, batch_size: int, seq_len: int, precision: str = "float32",
-                     attention: str = "fused") -> tuple[dict[str, int], list[int], int, int]:
+                     attention: str = "fused", adapt: Adapt | None = None) -> tuple[dict[str, int], list[int], int, int]:
     """(bytes by part kind, bytes per layer, bf16 weight-copy bytes, block-input bytes) that a
-    training forward saves for backward, traced on fake tensors."""
+    training forward saves for backward, traced on fake tensors. Frozen weights change what is
+    saved (a frozen projection's input is not kept for its weight's gradient)."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    model = _fake_model(spec, mode)
+    model = _fake_model(spec, mode, adapt)
     with mode:
         params = {_storage(p) for p in model.parameters()}
         saved, copies = _SavedBytes(params), _WeightCopies(params)
@@ -229,19 +233,20 @@ def activation_bytes(spec: ModelSpec, batch_size: int, seq_len: int, precision: 
 
 def training_memory(spec: ModelSpec, batch_size: int, seq_len: int, *, optimizer: str = "adamw",
                     momentum: float = 0.0, precision: str = "float32", checkpointing: bool = False,
-                    attention: str = "fused", trainable: set[str] | None = None) -> TrainingMemory:
+                    attention: str = "fused", adapt: Adapt | None = None) -> TrainingMemory:
     """Bytes of one training step of ``spec`` at (batch_size, seq_len), by part.
 
-    ``trainable``: names of the parameters trained (LoRA: the adapters); default all.
+    ``adapt``: applied to the built model first (``zoo.training.lora`` wraps and freezes it);
+    gradients and optimizer state are then counted for the parameters left trainable only.
     With ``checkpointing`` each block keeps only its input, and backward recomputes one block
     at a time, so the activations are the block inputs, the saves outside blocks, and the
     largest block's saves.
     """
     model = build(spec, device="meta")
-    params = [p for name, p in model.named_parameters() if trainable is None or name in trainable]
-    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
-    _, grads, state = state_bytes_of(params, optimizer, momentum)
-    by_kind, per_layer, copies, inputs = activation_bytes(spec, batch_size, seq_len, precision, attention)
+    if adapt is not None:
+        adapt(model)
+    weights, grads, state = state_bytes_of(list(model.parameters()), optimizer, momentum)
+    by_kind, per_layer, copies, inputs = activation_bytes(spec, batch_size, seq_len, precision, attention, adapt)
     activations = sum(by_kind.values())
     checkpointed = inputs + by_kind.get(OUTSIDE, 0) + max(per_layer, default=0)
     return TrainingMemory(weights, grads, state, 0, copies, activations, by_kind, per_layer, checkpointed, checkpointing)

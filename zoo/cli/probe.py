@@ -26,6 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--train-examples", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--jobs", type=int, default=1, help="variants trained at once, one process each (default 1)")
     p.add_argument("--out", metavar="DIR", help="write mqar-<name>.md, .jsonl and .png here")
     p.add_argument("--name", default="probe", help="file name stem under --out")
     p.set_defaults(func=run)
@@ -44,28 +45,45 @@ def variants(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
 
     from zoo.training.config import TrainConfig
     from zoo.training.mqar import MQARSetting
-    from zoo.training.probe import probe_variant
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     base = load_spec(args).override({"vocab_size": args.vocab, "max_seq_len": max(args.seq_len, 2)})
     config = TrainConfig(batch_size=args.batch_size, lr=args.lr, weight_decay=0.1, seed=args.seed)
+    tasks = [(label, base.override(sets) if sets else base,
+              MQARSetting(vocab_size=args.vocab, seq_len=args.seq_len, num_kv_pairs=int(pairs)))
+             for pairs in args.pairs.split(",") for label, sets in variants(args)]
     rows = []
-    for pairs in [int(p) for p in args.pairs.split(",")]:
-        setting = MQARSetting(vocab_size=args.vocab, seq_len=args.seq_len, num_kv_pairs=pairs)
-        for label, sets in variants(args):
-            result = probe_variant(label, base.override(sets) if sets else base, setting, config, args.steps,
-                                   n_train=args.train_examples)
-            rows.append(result.as_dict())
-            print(f"{label:>16} pairs={pairs:<3} state={result.state_bytes_per_sequence:>9,} B  "
-                  f"acc={result.accuracy:.3f}  loss={result.final_loss:.3f}  {result.seconds:.0f}s", flush=True)
+    with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn"), initializer=_threads,
+                             initargs=(args.threads,)) as pool:
+        futures = [pool.submit(_probe, label, spec, setting, config, args.steps, args.train_examples)
+                   for label, spec, setting in tasks]
+        for future in futures:  # in task order, so the table's rows are too
+            result = future.result()
+            rows.append(result)
+            print(f"{result['variant']:>16} pairs={result['num_kv_pairs']:<3} "
+                  f"state={result['state_bytes_per_sequence']:>9,} B  acc={result['accuracy']:.3f}  "
+                  f"loss={result['final_loss']:.3f}  {result['seconds']:.0f}s", flush=True)
             if args.out:
                 write(rows, Path(args.out), args.name)
     return 0
+
+
+def _threads(threads: int | None) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _probe(label, spec, setting, config, steps: int, n_train: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """One variant in a worker process (spawned: a fresh torch, its own threads)."""
+    from zoo.training.probe import probe_variant
+
+    return probe_variant(label, spec, setting, config, steps, n_train=n_train).as_dict()
 
 
 def write(rows: list[dict[str, object]], out: Path, name: str) -> None:

@@ -97,7 +97,7 @@ def measure_train_step(model: ZooModel, spec: ModelSpec, config: TrainConfig, de
         if i >= config.warmup:
             times.append(time.perf_counter() - start)
             losses.append(result.loss)
-    peak, probe = _peak(trainer, batch, device)
+    peak, probe = peak_step_memory(trainer, batch, device)
     tokens = batch.tokens
     rates = sorted(tokens / t for t in times)
     model_flops, hardware_flops = training_flops(spec, config.batch_size, config.seq_len, config.checkpointing)
@@ -122,7 +122,8 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _peak(trainer: Trainer, batch: Batch, device: torch.device) -> tuple[int, str]:
+def peak_step_memory(trainer: Trainer, batch: Batch, device: torch.device) -> tuple[int, str]:
+    """Peak bytes of a step and the probe that gave them (CUDA: the allocator's peak so far)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)), "torch.cuda.max_memory_allocated"
     params: list[nn.Parameter] = list(trainer.model.parameters())

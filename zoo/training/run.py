@@ -8,6 +8,7 @@ same batches as an uninterrupted one; on the CPU two runs with one seed are bit-
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -16,13 +17,18 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
+from zoo.analysis.training import training_memory
 from zoo.errors import TrainingError
 from zoo.files.atomic import atomic_path, write_text_atomic
-from zoo.model.build import build
+from zoo.model.build import ZooModel, build
 from zoo.specs.model import ModelSpec
 from zoo.training.config import TrainConfig
 from zoo.training.data import held_out_rows, load_text, rows_at
+from zoo.training.lora import LoraConfig, apply_lora, save_adapters, trainable_count
+from zoo.training.measure import peak_step_memory
+from zoo.training.qat import apply_qat
 from zoo.training.step import Trainer
 
 
@@ -35,6 +41,9 @@ class TrainResult:
     steps: int
     tokenizer: str
     curve: list[tuple[int, float]] = field(default_factory=list)  # (tokens seen, training loss)
+    trainable_params: int = 0
+    step_memory_measured: int = 0  # bytes: weights, grads, optimizer state as allocated + saved activations
+    step_memory_analysed: int = 0  # zoo.analysis.training.training_memory(...).total
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -44,9 +53,15 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
+def _frozen(model: nn.Module) -> set[str]:
+    return {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+
 def save_checkpoint(trainer: Trainer, step: int, curve: list[tuple[int, float]], out: Path) -> None:
-    """Weights and optimizer state in safetensors, the step and curve in JSON; never pickle."""
-    tensors = {f"model.{k}": v.contiguous() for k, v in trainer.model.state_dict().items()}
+    """Trained weights (not frozen ones: a LoRA run keeps its base checkpoint where it is) and
+    optimizer state in safetensors, the step and curve in JSON; never pickle."""
+    frozen = _frozen(trainer.model)
+    tensors = {f"model.{k}": v.contiguous() for k, v in trainer.model.state_dict().items() if k not in frozen}
     state = trainer.optimizer.state_dict()
     for index, entry in state["state"].items():
         for name, value in entry.items():
@@ -75,7 +90,10 @@ def load_checkpoint(trainer: Trainer, out: Path) -> tuple[int, list[tuple[int, f
         raise TrainingError(f"--resume: no checkpoint in {out} (checkpoint.safetensors and checkpoint.json)")
     tensors = load_file(str(weights_path))
     model_state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
-    trainer.model.load_state_dict(model_state, strict=True)
+    missing, unexpected = trainer.model.load_state_dict(model_state, strict=False)
+    if unexpected or set(missing) - _frozen(trainer.model):
+        raise TrainingError(f"--resume: {weights_path} does not fit this model; unexpected {unexpected[:3]}, "
+                            f"missing {sorted(set(missing) - _frozen(trainer.model))[:3]}")
     trainer.model.tie_weights()
     meta = json.loads(meta_path.read_text())
     state: dict[int, dict[str, torch.Tensor]] = {}
@@ -88,17 +106,45 @@ def load_checkpoint(trainer: Trainer, out: Path) -> tuple[int, list[tuple[int, f
     return int(meta["step"]), [tuple(p) for p in meta["curve"]]
 
 
+@dataclass(frozen=True)
+class FineTune:
+    """How a run departs from training every weight of a freshly built model: a loaded model
+    (``--weights``), LoRA adapters, fake-quantized weights (QAT)."""
+
+    model: ZooModel | None = None
+    lora: LoraConfig | None = None
+    qat: str | None = None
+    qat_group_size: int | None = None
+
+    def prepare(self, spec: ModelSpec, seed: int) -> ZooModel:
+        model = self.model if self.model is not None else build(spec, seed=seed)
+        if self.qat is not None:
+            apply_qat(model, self.qat, self.qat_group_size)
+        if self.lora is not None:
+            apply_lora(model, self.lora)
+        return model
+
+    def analysed_memory(self, spec: ModelSpec, config: TrainConfig) -> int:
+        """The analysis's total for this step (LoRA: adapters' gradients and state only)."""
+        adapt = None if self.lora is None else functools.partial(apply_lora, config=self.lora)
+        return training_memory(spec, config.batch_size, config.seq_len, optimizer=config.optimizer,
+                               momentum=config.momentum, precision=config.precision,
+                               checkpointing=config.checkpointing, adapt=adapt).total
+
+
 def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int = 0, *,
                   config: TrainConfig | None = None, tokenizer: str | Path | None = None,
-                  out: str | Path | None = None, resume: bool = False, checkpoint_every: int = 0) -> TrainResult:
-    """Train ``spec`` from scratch on the first 90% of the text for ``tokens`` training tokens,
-    then evaluate the loss on the last 10%. ``out``: where the curve and checkpoint go."""
-    config = (config or TrainConfig()).model_copy(update={"seed": seed})
+                  out: str | Path | None = None, resume: bool = False, checkpoint_every: int = 0,
+                  tune: FineTune | None = None) -> TrainResult:
+    """Train ``spec`` (from scratch, or ``tune.model``) on the first 90% of the text for
+    ``tokens`` training tokens, then evaluate the loss on the last 10%. ``out``: where the
+    curve, checkpoint (and LoRA adapters) go."""
+    config, tune = (config or TrainConfig()).model_copy(update={"seed": seed}), tune or FineTune()
     text = load_text(text_path, tokenizer)
     if text.vocab_size > spec.vocab_size:
         raise TrainingError(f"vocab_size: the spec has {spec.vocab_size} tokens, the tokenizer ({text.tokenizer}) "
                             f"{text.vocab_size}; set vocab_size={text.vocab_size}")
-    trainer = Trainer(build(spec, seed=seed), config)
+    trainer = Trainer(tune.prepare(spec, seed), config)
     rows_len = trainer.objective.rows_len(config.seq_len)
     per_step = config.batch_size * rows_len
     steps = max(1, tokens // per_step)
@@ -119,11 +165,15 @@ def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int
     eval_batches = [trainer.objective.batch(held[i:i + config.batch_size], _step_generator(seed, -1 - i))
                     for i in range(0, len(held), config.batch_size)]
     loss = trainer.evaluate(eval_batches)
+    measured, _ = peak_step_memory(trainer, eval_batches[0], trainer.device)
     result = TrainResult(loss, math.exp(min(loss, 50.0)), trained / elapsed if elapsed else 0.0, steps * per_step,
-                         steps, text.tokenizer, curve)
+                         steps, text.tokenizer, curve, trainable_count(trainer.model), measured,
+                         tune.analysed_memory(spec, config))
     if out_dir is not None:
         save_checkpoint(trainer, steps, curve, out_dir)
         _write_curve(out_dir, curve, result)
+        if tune.lora is not None:
+            save_adapters(trainer.model, tune.lora, out_dir)
     return result
 
 
