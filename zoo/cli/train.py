@@ -17,7 +17,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "targets among q,k,v,o,gate,up,down); writes adapters.safetensors and adapter_config.json")
     p.add_argument("--qat", choices=["int8", "int4"], help="quantization-aware training: fake-quantized weights "
                    "(zoo.quant's maths, straight-through gradient)")
-    p.add_argument("--qat-group-size", type=int, help="int4 group size (default: zoo.quant's, 32)")
+    p.add_argument("--ptq", choices=["int8", "int4"], help="also report the held-out loss with the trained weights "
+                   "quantized after training: run once with --qat X and once with --ptq X to compare on one budget")
+    p.add_argument("--qat-group-size", type=int, help="int4 group size of --qat/--ptq (default: zoo.quant's, 32)")
     p.add_argument("--text", required=True, metavar="FILE", help="training text; its last 10%% is held out")
     p.add_argument("--tokens", type=int, required=True, help="training tokens (the step count is tokens / batch)")
     p.add_argument("--tokenizer", metavar="tokenizer.json", help="a tokenizers file (default: UTF-8 bytes)")
@@ -44,11 +46,11 @@ def _spec_and_tune(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     lora = parse_lora(args.lora) if args.lora else None
     if args.weights is None:
-        return load_spec(args), FineTune(None, lora, args.qat, args.qat_group_size)
+        return load_spec(args), FineTune(None, lora, args.qat, args.qat_group_size, args.ptq)
     if args.arch or args.spec_file or args.hf_config or args.overrides:
         raise TrainingError("--weights: the checkpoint gives the model; drop --arch/--spec/--hf-config/--set")
     model = from_pretrained(args.weights, dtype="float32", progress=False)
-    return model.spec, FineTune(model, lora, args.qat, args.qat_group_size)
+    return model.spec, FineTune(model, lora, args.qat, args.qat_group_size, args.ptq)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"tokenizer: {result.tokenizer}  steps: {result.steps}  tokens: {result.tokens:,}  "
           f"trainable parameters: {result.trainable_params:,}")
     print(f"held-out loss: {result.held_out_loss:.4f}  perplexity: {result.perplexity:.2f}  "
-          f"train tokens/s: {result.tokens_per_s:,.0f}")
+          f"train tokens/s: {result.tokens_per_s:,.0f}" + (f"  (weights fake-quantized to {tune.qat})" if tune.qat else ""))
+    if result.held_out_loss_ptq is not None:
+        print(f"held-out loss with {tune.ptq} weights (post-training quantization): {result.held_out_loss_ptq:.4f}")
     print(f"step memory: measured {result.step_memory_measured / 2**20:.2f} MiB (CPU: weights, grads, optimizer "
           f"state + saved activations), analysed {result.step_memory_analysed / 2**20:.2f} MiB")
     if args.out:

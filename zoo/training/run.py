@@ -28,7 +28,7 @@ from zoo.training.config import TrainConfig
 from zoo.training.data import held_out_rows, load_text, rows_at
 from zoo.training.lora import LoraConfig, apply_lora, save_adapters, trainable_count
 from zoo.training.measure import peak_step_memory
-from zoo.training.qat import apply_qat
+from zoo.training.qat import apply_qat, remove_qat
 from zoo.training.step import Trainer
 
 
@@ -44,6 +44,7 @@ class TrainResult:
     trainable_params: int = 0
     step_memory_measured: int = 0  # bytes: weights, grads, optimizer state as allocated + saved activations
     step_memory_analysed: int = 0  # zoo.analysis.training.training_memory(...).total
+    held_out_loss_ptq: float | None = None  # with the weights quantized after training (FineTune.ptq)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -115,6 +116,7 @@ class FineTune:
     lora: LoraConfig | None = None
     qat: str | None = None
     qat_group_size: int | None = None
+    ptq: str | None = None  # also report the held-out loss with the trained weights quantized (int8/int4)
 
     def prepare(self, spec: ModelSpec, seed: int) -> ZooModel:
         model = self.model if self.model is not None else build(spec, seed=seed)
@@ -123,6 +125,16 @@ class FineTune:
         if self.lora is not None:
             apply_lora(model, self.lora)
         return model
+
+    def quantized_loss(self, trainer: Trainer, batches: list) -> float | None:  # type: ignore[type-arg]
+        """Held-out loss of the trained weights post-training-quantized (zoo.quant's maths)."""
+        if self.ptq is None:
+            return None
+        apply_qat(trainer.model, self.ptq, self.qat_group_size)
+        try:
+            return trainer.evaluate(batches)
+        finally:
+            remove_qat(trainer.model)
 
     def analysed_memory(self, spec: ModelSpec, config: TrainConfig) -> int:
         """The analysis's total for this step (LoRA: adapters' gradients and state only)."""
@@ -168,7 +180,7 @@ def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int
     measured, _ = peak_step_memory(trainer, eval_batches[0], trainer.device)
     result = TrainResult(loss, math.exp(min(loss, 50.0)), trained / elapsed if elapsed else 0.0, steps * per_step,
                          steps, text.tokenizer, curve, trainable_count(trainer.model), measured,
-                         tune.analysed_memory(spec, config))
+                         tune.analysed_memory(spec, config), tune.quantized_loss(trainer, eval_batches))
     if out_dir is not None:
         save_checkpoint(trainer, steps, curve, out_dir)
         _write_curve(out_dir, curve, result)
