@@ -64,7 +64,7 @@ def _hf_step(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], float]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         optimizer.step()
-        return float(loss)
+        return float(loss.detach())
 
     return step
 

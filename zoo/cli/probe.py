@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zoo.cli.common import add_spec_arguments, load_spec
+
+if TYPE_CHECKING:  # the CLI imports torch-heavy modules only when a command runs
+    from zoo.specs.model import ModelSpec
+    from zoo.training.config import TrainConfig
+    from zoo.training.mqar import MQARSetting
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -79,7 +85,8 @@ def _threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def _probe(label, spec, setting, config, steps: int, n_train: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _probe(label: str, spec: ModelSpec, setting: MQARSetting, config: TrainConfig, steps: int,
+           n_train: int) -> dict[str, object]:
     """One variant in a worker process (spawned: a fresh torch, its own threads)."""
     from zoo.training.probe import probe_variant
 
