@@ -43,6 +43,10 @@ class BenchError(ZooError):
     """A benchmark or sweep cannot run as asked (no such device, bad grid, ...)."""
 
 
+class TrainingError(ZooError):
+    """A training run cannot run as asked (no objective for the head, text too short, bad resume)."""
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """' (did you mean 'x'?)' when a close match exists, else ''."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)

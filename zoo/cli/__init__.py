@@ -21,6 +21,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.generate",
     "zoo.cli.bench",
     "zoo.cli.compare",
+    "zoo.cli.train",
+    "zoo.cli.probe",
 )
 
 

@@ -1,0 +1,148 @@
+"""A training step measured (tokens/s, step time, peak memory, MFU/HFU, loss) and predicted.
+
+``measure_train_step`` and ``predict_train_step`` are the two halves of the harness's
+``train_step`` phase: same inputs, comparable dicts. Peak memory on CUDA is the allocator's
+``max_memory_allocated``; the CPU allocator keeps no such statistic, so there the peak is
+the tensors' own bytes: weights, gradients and optimizer state as allocated, plus the bytes
+autograd saved for backward (a saved-tensors hook on a real step), and the probe says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from zoo.analysis.devices import GPUS, matches_device
+from zoo.analysis.training import state_bytes_of, training_flops, training_roofline
+from zoo.model.build import ZooModel
+from zoo.specs.model import ModelSpec
+from zoo.training.config import TrainConfig
+from zoo.training.objectives import Batch
+from zoo.training.optim import measured_state_bytes
+from zoo.training.step import Trainer, autocast_for
+
+MFU_FORMULA = "MFU = model FLOPs/step x steps/s / peak FLOP/s; HFU counts the recomputed forward too"
+
+
+def random_batch(trainer: Trainer, config: TrainConfig, generator: torch.Generator) -> Batch:
+    """Random token ids shaped for the trainer's objective, on its device."""
+    rows = torch.randint(trainer.model.spec.vocab_size, (config.batch_size, trainer.objective.rows_len(config.seq_len)),
+                         generator=generator)
+    batch = trainer.objective.batch(rows, generator)
+    move = {k: (v.to(trainer.device) if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
+    return Batch(**move)
+
+
+def saved_activation_bytes(trainer: Trainer, batch: Batch) -> int:
+    """Bytes of distinct storages autograd saves in one real forward (parameters excluded)."""
+    params = {p.untyped_storage()._cdata for p in trainer.model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage()._cdata
+        if key not in params:
+            seen.setdefault(key, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss, aux = trainer._forward_loss(batch)
+    del loss, aux
+    return sum(seen.values())
+
+
+def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
+    """Peak FLOP/s to divide by, and where it came from: the spec sheet of a known GPU,
+    otherwise a measured large matmul on this host (a host's peak is no spec-sheet number)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for board in GPUS.values():
+            if matches_device(board, name):
+                return board.peak_flops(dtype), f"{board.key} spec sheet ({board.source})"
+    n = 1024
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    a @ a
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(4):
+        a @ a
+    _sync(device)
+    return 4 * 2 * n**3 / (time.perf_counter() - start), f"measured {n}x{n} {dtype} matmul on {device.type}"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_train_step(model: ZooModel, spec: ModelSpec, config: TrainConfig, device: torch.device | str,
+                       dtype: torch.dtype | str | None = None) -> dict[str, Any]:
+    """Train ``model`` for ``config.warmup`` + ``config.steps`` steps on seeded random tokens."""
+    device = torch.device(device)
+    torch.manual_seed(config.seed)
+    trainer = Trainer(model, config)
+    generator = torch.Generator().manual_seed(config.seed)
+    batch = random_batch(trainer, config, generator)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times, losses = [], []
+    for i in range(config.warmup + config.steps):
+        _sync(device)
+        start = time.perf_counter()
+        result = trainer.step(batch)
+        _sync(device)
+        if i >= config.warmup:
+            times.append(time.perf_counter() - start)
+            losses.append(result.loss)
+    peak, probe = peak_step_memory(trainer, batch, device)
+    tokens = batch.tokens
+    rates = sorted(tokens / t for t in times)
+    model_flops, hardware_flops = training_flops(spec, config.batch_size, config.seq_len, config.checkpointing)
+    compute_dtype = torch.bfloat16 if config.precision == "bf16-mixed" else next(model.parameters()).dtype
+    peak_flops, peak_source = device_peak(device, compute_dtype)
+    step_p50 = statistics.median(times)
+    return {
+        "objective": trainer.objective.name, "optimizer": config.optimizer, "precision": config.precision,
+        "checkpointing": config.checkpointing, "compiled": config.compile,
+        "train_tokens_per_s": statistics.median(rates), "train_tokens_per_s_min": rates[0],
+        "train_tokens_per_s_max": rates[-1], "step_s_p50": step_p50, "step_s_p90": _quantile(times, 0.9),
+        "peak_memory_bytes": peak, "peak_memory_probe": probe,
+        "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops,
+        "mfu": model_flops / step_p50 / peak_flops, "hfu": hardware_flops / step_p50 / peak_flops,
+        "mfu_formula": MFU_FORMULA, "peak_flops": peak_flops, "peak_flops_source": peak_source,
+        "loss_first": losses[0], "loss_last": losses[-1],
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def peak_step_memory(trainer: Trainer, batch: Batch, device: torch.device) -> tuple[int, str]:
+    """Peak bytes of a step and the probe that gave them (CUDA: the allocator's peak so far)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "torch.cuda.max_memory_allocated"
+    params: list[nn.Parameter] = list(trainer.model.parameters())
+    weights, grads, _ = state_bytes_of(params, trainer.config.optimizer, trainer.config.momentum)
+    with autocast_for(device, trainer.config):
+        saved = saved_activation_bytes(trainer, batch)
+    state = measured_state_bytes(trainer.optimizer)
+    return weights + grads + state + saved, "cpu: weights+grads+optimizer state as allocated + saved_tensors_hooks bytes"
+
+
+def predict_train_step(spec: ModelSpec, config: TrainConfig, device_name: str, dtype: torch.dtype | str | None = None
+                       ) -> dict[str, Any]:
+    """The analysed memory breakdown and the training roofline on a named GPU (zoo.analysis.devices)."""
+    roof = training_roofline(spec, device_name, config.batch_size, config.seq_len, optimizer=config.optimizer,
+                             momentum=config.momentum, precision=config.precision,
+                             checkpointing=config.checkpointing)
+    return {
+        "gpu": roof.gpu, "predicted_step_s": roof.step_s, "predicted_train_tokens_per_s": roof.tokens_per_s,
+        "bound": roof.bound, "model_flops_per_step": roof.model_flops, "hardware_flops_per_step": roof.hardware_flops,
+        "bytes_moved_per_step": roof.bytes_moved, "memory": roof.memory.as_dict(), "fits": roof.fits,
+        "capacity_bytes": roof.capacity_bytes, "formula": roof.formula,
+    }
