@@ -133,8 +133,33 @@ def test_index_values_must_be_shard_names(saved, tmp_path, value):
 def test_a_shard_inside_the_folder_still_loads(saved, tmp_path):
     folder = _with_index(saved, tmp_path, lambda _: "shards/model.safetensors")
     (folder / "shards").mkdir()
-    (folder / "shards" / "model.safetensors").symlink_to(saved / "model.safetensors")  # as the hub cache links blobs
+    (folder / "shards" / "model.safetensors").write_bytes((saved / "model.safetensors").read_bytes())
     assert zoo.from_pretrained(folder, progress=False).spec.n_layers == 2
+
+
+def test_links_into_the_hub_caches_blobs_are_the_one_allowance(saved, tmp_path):
+    repo = tmp_path / "models--org--tiny"
+    snapshot, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for i, name in enumerate(("config.json", "model.safetensors")):
+        (blobs / f"blob{i}").write_bytes((saved / name).read_bytes())
+        (snapshot / name).symlink_to(f"../../blobs/blob{i}")  # as huggingface_hub lays out its cache
+    assert zoo.from_pretrained(snapshot, progress=False).spec.n_layers == 2
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_a_link_out_of_the_folder_is_refused_unread(saved, tmp_path, name):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    for other in ("config.json", "model.safetensors"):
+        (folder / other).write_bytes((saved / other).read_bytes())
+    (tmp_path / "secret").write_bytes((saved / name).read_bytes())
+    (folder / name).unlink()
+    (folder / name).symlink_to(tmp_path / "secret")
+    with pytest.raises(CheckpointError, match="link that leads outside its folder") as info:
+        zoo.from_pretrained(folder, progress=False)
+    assert "secret" not in str(info.value)
 
 
 # ---- config.json and generation_config.json ------------------------------------------------------

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+TOKENIZER_BYTES = 512 << 20  # a tokenizer.json larger than this is refused (real ones are up to ~35 MB)
+
 
 class Tokenizer(Protocol):
     """What the command needs of a ``tokenizers.Tokenizer``."""
@@ -64,11 +66,15 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         from zoo.hub.gguf.tokenizer import gguf_tokenizer
 
         return gguf_tokenizer(GGUFCheckpoint(folder))  # type: ignore[no-any-return]
+    from zoo.files.safe_io import inside, read_text
+
     path = folder / "tokenizer.json"
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path}: missing; zoo generate needs the checkpoint's tokenizer.json")
+    text = read_text(inside(folder, "tokenizer.json", CheckpointError, "tokenizer"), CheckpointError, "tokenizer",
+                     limit=TOKENIZER_BYTES)
     try:
-        return HFTokenizer.from_file(str(path))
+        return HFTokenizer.from_str(text)
     except Exception as exc:  # the tokenizers library raises plain Exceptions
         raise CheckpointError(f"{path}: not a readable tokenizer.json: {exc}") from None
 

@@ -17,6 +17,7 @@ import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config import read_hf_config, spec_from_hf_config
+from zoo.files.safe_io import inside
 from zoo.hub.download import resolve_checkpoint
 from zoo.hub.dispatch import ignored_tensor, tensor_rules
 from zoo.hub.names import legacy_aliases
@@ -32,14 +33,14 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
     """Checkpoint tensor name -> the (header-parsed) safetensors file holding it."""
     index = folder / INDEX_FILE
     if index.exists():
-        weight_map = read_weight_map(index)
+        weight_map = read_weight_map(inside(folder, INDEX_FILE, CheckpointError, "index file"))
         files: dict[str, SafetensorsFile] = {}
         for shard in sorted(set(weight_map.values())):
             path = shard_path(folder, shard, index)
             if not path.exists():
                 tensor = next(t for t, s in weight_map.items() if s == shard)
                 raise CheckpointError(f"{path}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)")
-            files[shard] = SafetensorsFile(path)
+            files[shard] = SafetensorsFile(inside(folder, shard, CheckpointError, "shard"))
         located: dict[str, SafetensorsFile] = {}
         for tensor, shard in weight_map.items():
             if tensor not in files[shard].tensors:
@@ -53,7 +54,7 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
         raise CheckpointError(f"{folder}: no safetensors weights{hint}")
     located = {}
     for shard in shards:
-        file = SafetensorsFile(shard)
+        file = SafetensorsFile(inside(folder, shard.name, CheckpointError, "safetensors file"))
         for tensor in file.tensors:
             located[tensor] = file
     return located

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
+from zoo.files.safe_io import inside
 from zoo.hub.gguf.names import IGNORED, gguf_rules
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.hub.gguf.spec import spec_from_gguf
@@ -29,7 +30,7 @@ def find_gguf(repo_or_dir: str | Path, gguf_file: str | None = None, revision: s
         if path.is_dir():
             if not (path / gguf_file).is_file():
                 raise CheckpointError(f"{path / gguf_file}: no such GGUF file")
-            return path / gguf_file
+            return inside(path, gguf_file, CheckpointError, "GGUF file")
         return _download(str(repo_or_dir), gguf_file, revision)
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -38,7 +39,7 @@ def find_gguf(repo_or_dir: str | Path, gguf_file: str | None = None, revision: s
     if path.is_dir() and not (path / "config.json").exists():
         found = sorted(path.glob("*.gguf"))
         if len(found) == 1:
-            return found[0]
+            return inside(path, found[0].name, CheckpointError, "GGUF file")
         if len(found) > 1:
             names = ", ".join(p.name for p in found)
             raise CheckpointError(f"{path}: holds several GGUF files ({names}); name one with gguf_file=")
