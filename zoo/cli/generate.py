@@ -51,7 +51,20 @@ def load_checkpoint(weights: str, revision: str | None, dtype: str, device: str,
     from zoo.hub.loading import from_pretrained
 
     path = find_gguf(weights, gguf_file, revision) or resolve_checkpoint(weights, revision=revision)
+    _check_fits(path, dtype, device)
     return from_pretrained(path, dtype=dtype, device=device), path
+
+
+def _check_fits(path: Path, dtype: str, device: str) -> None:
+    """The weights (and one short run) fit in free memory, judged from the checkpoint's spec
+    before a byte is allocated: a config with hidden_size 10**12 is one line, not a traceback."""
+    import torch
+
+    from zoo.harness.memory_check import check_fits
+    from zoo.hub.loading import checkpoint_spec
+    from zoo.model.build import resolve_dtype
+
+    check_fits(checkpoint_spec(path), 1, 1, 2, resolve_dtype(dtype), torch.device(device))
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:
@@ -116,8 +129,13 @@ def _checked_options(args: argparse.Namespace) -> str:
 
     if not args.prompt.strip():
         raise GenerationError("prompt: empty; give some text to continue, e.g. zoo generate --weights DIR \"Once upon a time\"")
-    if args.threads is not None and args.threads < 1:
-        raise GenerationError(f"--threads: {args.threads}; allowed: 1 or more")
+    if args.threads is not None:
+        from zoo.harness.run_config import check_threads
+
+        try:
+            check_threads(args.threads, "--threads")
+        except ValueError as exc:
+            raise GenerationError(str(exc)) from None
     import torch
 
     from zoo.harness.environment import pick_device

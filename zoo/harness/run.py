@@ -59,10 +59,15 @@ def bench(
     dtype = resolve_dtype(run_dtype(config.weights_dtype, config.dtype, "bfloat16" if device.type == "cuda" else "float32"))
     if model_spec is not None:
         _check_run(model_spec, config)
-    if model_spec is not None:  # refuse what cannot fit before allocating anything
+    fit_spec = model_spec
+    if fit_spec is None and config.weights:  # a checkpoint's spec, read without loading a weight
+        from zoo.hub.loading import checkpoint_spec
+
+        fit_spec = checkpoint_spec(config.weights)
+    if fit_spec is not None:  # refuse what cannot fit before allocating anything
         from zoo.harness.memory_check import check_fits
 
-        check_fits(model_spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)
+        check_fits(fit_spec, config.batch_size, config.prompt_len, config.gen_len, dtype, device)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     report = progress or (lambda what, done, total: None)

@@ -7,6 +7,7 @@ this module imports no torch (checking ``weights_dtype`` does, through ``zoo.qua
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,11 @@ class BenchConfig(StrictNumbers):
     weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
     eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
 
+    @field_validator("threads")
+    @classmethod
+    def _check_threads(cls, value: int | None) -> int | None:
+        return check_threads(value, "threads")
+
     @field_validator("weights_dtype")
     @classmethod
     def _check_weights_dtype(cls, value: str | None) -> str | None:
@@ -63,6 +69,14 @@ class BenchConfig(StrictNumbers):
 
             gpu(self.predict)
         return self
+
+
+def check_threads(value: int | None, name: str) -> int | None:
+    """CPU threads are bounded by the machine: more threads than cores only contend."""
+    cores = os.cpu_count() or 1
+    if value is not None and not 1 <= value <= cores:
+        raise ValueError(f"{name}: {value:,}; allowed: 1 to {cores} (this machine's CPU cores)")
+    return value
 
 
 def make_config(**options: Any) -> BenchConfig:

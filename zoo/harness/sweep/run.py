@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.errors import BenchError
 from zoo.harness.sweep.executors import Executor, InlineExecutor, check_executor_options, make_executor
-from zoo.harness.sweep.grid import SweepPlan, load_plan, plan_from_options
+from zoo.harness.sweep.grid import MAX_POINTS, SweepPlan, load_plan, plan_from_options
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked
 
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ def compare(
     progress: Progress | None = None,
     contexts: Sequence[int | str] | str | None = None,
     measure_up_to: int | str | None = None,
+    max_points: int = MAX_POINTS,
     **run_options: Any,
 ) -> pd.DataFrame:
     """Variants of one model side by side, as a DataFrame (one row per variant).
@@ -147,7 +148,7 @@ def compare(
     spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
     plan = plan_from_options(
         arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
-        name=name, run=run_options, depth=depth, analysis_only=not measure,
+        name=name, run=run_options, depth=depth, analysis_only=not measure, max_points=max_points,
         **_context_fields(contexts, measure_up_to, "contexts", "measure_up_to"),
     )
     chosen = executor if not isinstance(executor, str) else (
