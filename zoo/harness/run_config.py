@@ -11,7 +11,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from zoo.errors import BenchError
 from zoo.specs.strict_numbers import StrictNumbers

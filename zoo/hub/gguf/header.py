@@ -14,6 +14,7 @@ Every lie is one ``CheckpointError`` naming the file, the field and the value.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,7 +194,7 @@ def _place(cur: _Cursor, infos: list[Any], data_start: int, alignment: int) -> d
                                   f"({cur.size - data_start:,} bytes of tensor data)")
         tensors[name] = TensorInfo(name, shape, type_id, data_start + offset, nbytes)
     ordered = sorted(tensors.values(), key=lambda t: t.start)
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in itertools.pairwise(ordered):
         if after.start < before.start + before.nbytes:
             raise cur.fail(f"tensor {after.name!r}", f"its bytes overlap tensor {before.name!r}'s "
                                                      "(a file whose tensors share data)")

@@ -108,6 +108,9 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
     g = GGUFCheckpoint(path)
     spec, config = spec_from_gguf(g, name=name)
     g.check_types()  # an unreadable type fails before any memory is allocated
+    from zoo.hub.loading import check_weights_fit
+
+    check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
     load_gguf_weights(model, g, config["num_attention_heads"], config["num_key_value_heads"], progress=progress)
     model.tie_weights()
