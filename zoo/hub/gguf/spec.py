@@ -33,11 +33,12 @@ def _f32(value: float) -> float:
 def _base(g: GGUFCheckpoint) -> dict[str, Any]:
     """The keys every llama-like architecture shares."""
     d, heads = g.integer(g.arch("embedding_length"), low=1), g.integer(g.arch("attention.head_count"), low=1)
+    vocab, _ = _embedding(g, d)
     config: dict[str, Any] = {
-        "hidden_size": d, "num_hidden_layers": g.integer(g.arch("block_count"), low=1, high=MAX_LAYERS),
+        "hidden_size": d, "num_hidden_layers": _block_count(g),
         "num_attention_heads": heads, "num_key_value_heads": _kv_heads(g, heads),
         "head_dim": g.integer(g.arch("attention.key_length"), max(d // heads, 1), low=1),
-        "vocab_size": g.shape("token_embd.weight")[0],
+        "vocab_size": vocab,
         "max_position_embeddings": g.integer(g.arch("context_length"), low=1),
         "rms_norm_eps": _f32(g.number(g.arch("attention.layer_norm_rms_epsilon"), 1e-6, low=0.0, high=1.0)),
         "tie_word_embeddings": not g.has_tensor("output.weight"),
@@ -50,6 +51,26 @@ def _base(g: GGUFCheckpoint) -> dict[str, Any]:
                               f"{config['head_dim']}; zoo's attention uses one head size")
     config["rope_parameters"] = _rope(g, g.number(g.arch("rope.freq_base"), 10000.0, low=1e-6))
     return config
+
+
+def _embedding(g: GGUFCheckpoint, d: int) -> tuple[int, int]:
+    """(vocab, width) of token_embd.weight, which must be d_model wide: sizes the file's
+    tensors do not bear out are refused before anything is built from them."""
+    shape = g.shape("token_embd.weight")
+    if len(shape) != 2 or shape[1] != d:
+        raise CheckpointError(f"{g.path}: {g.arch('embedding_length')}: {d}, but tensor 'token_embd.weight' has "
+                              f"shape {list(shape)}; allowed: [vocab, {d}]")
+    return shape[0], shape[1]
+
+
+def _block_count(g: GGUFCheckpoint) -> int:
+    """The layer count, checked against the blocks the file holds tensors for (``blk.N.*``)."""
+    n = g.integer(g.arch("block_count"), low=1, high=MAX_LAYERS)
+    held = {name.split(".")[1] for name in g.tensors if name.startswith("blk.") and name.count(".") >= 2}
+    if held != {str(i) for i in range(n)}:
+        raise CheckpointError(f"{g.path}: {g.arch('block_count')}: {n}, but the file holds tensors for "
+                              f"{len(held)} blocks; allowed: blk.0 to blk.{n - 1}, each present")
+    return n
 
 
 def _kv_heads(g: GGUFCheckpoint, heads: int) -> int:
@@ -68,18 +89,18 @@ def _rope(g: GGUFCheckpoint, theta: float) -> dict[str, Any]:
     params: dict[str, Any] = {"rope_type": "default", "rope_theta": theta}
     if kind == "none":
         return params
+    if kind not in ("linear", "yarn"):
+        raise CheckpointError(f"{g.path}: {g.arch('rope.scaling.type')}: {kind!r} is not supported; "
+                              "allowed: none, linear, yarn")
     factor = g.number(g.arch("rope.scaling.factor"), low=1e-6, high=1e6)
     if kind == "linear":
         return {**params, "rope_type": "linear", "factor": factor}
-    if kind == "yarn":
-        params.update(rope_type="yarn", factor=factor,
-                      original_max_position_embeddings=g.integer(g.arch("rope.scaling.original_context_length"), low=1))
-        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if g.arch(f"rope.scaling.{key}") in g.metadata:
-                params[name] = g.number(g.arch(f"rope.scaling.{key}"))
-        return params
-    raise CheckpointError(f"{g.path}: {g.architecture}.rope.scaling.type: {kind!r} is not supported; "
-                          "allowed: none, linear, yarn")
+    params.update(rope_type="yarn", factor=factor,  # yarn, the only other kind
+                  original_max_position_embeddings=g.integer(g.arch("rope.scaling.original_context_length"), low=1))
+    for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+        if g.arch(f"rope.scaling.{key}") in g.metadata:
+            params[name] = g.number(g.arch(f"rope.scaling.{key}"))
+    return params
 
 
 def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
