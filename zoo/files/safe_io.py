@@ -77,6 +77,16 @@ def open_regular(path: str | Path, error: ErrorType, what: str = "file") -> int:
     return fd
 
 
+def check_readable(path: str | Path, error: ErrorType, what: str = "file", limit: int = MAX_FILE_BYTES) -> None:
+    """Fail now, before any work, unless ``path`` is a regular file of at most ``limit`` bytes
+    (an option naming a file read only at the end of a run: ``--eval-text``)."""
+    fd = open_regular(path, error, what)
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    if size > limit:
+        raise error(f"{path}: {what} of {size:,} bytes is larger than zoo reads (at most {limit:,} bytes)")
+
+
 def read_bytes(path: str | Path, error: ErrorType, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (checked before reading, and
     again while reading: a file that grows, or lies about its size, stops at the limit)."""

@@ -57,6 +57,16 @@ class BenchConfig(StrictNumbers):
     def _check_threads(cls, value: int | None) -> int | None:
         return check_threads(value, "threads")
 
+    @field_validator("eval_text")
+    @classmethod
+    def _check_eval_text(cls, value: str | None) -> str | None:
+        if value is not None:  # read at the end of the run: refused before it starts
+            from zoo.files.safe_io import check_readable
+            from zoo.quant.fidelity import EVAL_MAX_BYTES
+
+            check_readable(value, BenchError, "eval_text file", EVAL_MAX_BYTES)
+        return value
+
     @field_validator("weights_dtype")
     @classmethod
     def _check_weights_dtype(cls, value: str | None) -> str | None:

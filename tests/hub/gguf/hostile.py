@@ -64,7 +64,7 @@ def llama_meta(**changes: tuple[int, Any] | None) -> Meta:
     replace a key's (type, value) or drop it (None)."""
     meta: dict[str, tuple[int, Any]] = {
         "general.architecture": (STRING, "llama"), "general.name": (STRING, "tiny"),
-        "llama.block_count": (U32, 1), "llama.context_length": (U32, 32), "llama.embedding_length": (U32, D),
+        "llama.block_count": (U32, 1), "llama.context_length": (U32, 128), "llama.embedding_length": (U32, D),
         "llama.feed_forward_length": (U32, FF), "llama.attention.head_count": (U32, HEADS),
         "llama.attention.head_count_kv": (U32, HEADS), "llama.attention.layer_norm_rms_epsilon": (F32, 1e-5),
         "llama.rope.freq_base": (F32, 10000.0),

@@ -33,7 +33,7 @@ def find_gguf(repo_or_dir: str | Path, gguf_file: str | None = None, revision: s
             return inside(path, gguf_file, CheckpointError, "GGUF file")
         return _download(str(repo_or_dir), gguf_file, revision)
     if path.suffix == ".gguf":
-        if not path.is_file():
+        if not path.exists():  # a FIFO or folder so named is refused by the reader, saying what it is
             raise CheckpointError(f"{path}: no such GGUF file")
         return path
     if path.is_dir() and not (path / "config.json").exists():
