@@ -15,20 +15,15 @@ from pathlib import Path
 
 import torch
 
-from zoo.errors import BenchError, CheckpointError
+from zoo.errors import CheckpointError
 from zoo.files.safe_io import inside
 from zoo.hub.config import read_hf_config, spec_from_hf_config
 from zoo.hub.dispatch import ignored_tensor, tensor_rules
 from zoo.hub.download import resolve_checkpoint
+from zoo.hub.fits import check_weights_fit
 from zoo.hub.names import legacy_aliases
 from zoo.hub.safetensors_io import SafetensorsFile
-from zoo.model.build import (
-    ZooModel,
-    build,
-    init_buffers,
-    persistent_buffers,
-    resolve_dtype,
-)
+from zoo.model.build import ZooModel, build, init_buffers, persistent_buffers
 from zoo.specs.model import ModelSpec
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -190,18 +185,6 @@ def from_pretrained(
     init_buffers(model)
     model.hf_model_type = model_type  # type: ignore[assignment]
     return model.eval()
-
-
-def check_weights_fit(spec: ModelSpec, dtype: str | torch.dtype | None, device: str | torch.device | None) -> None:
-    """The model (and one token's run) fits in free memory, judged from the spec before a byte
-    is allocated: a config.json with hidden_size 10**12 beside valid weights is one line."""
-    from zoo.harness.memory_check import check_fits
-
-    target = torch.device(device) if device is not None else torch.device("cpu")
-    try:
-        check_fits(spec, 1, 1, 2, resolve_dtype(dtype), target)
-    except BenchError as exc:
-        raise CheckpointError(f"{spec.source or spec.name}: {exc}") from None
 
 
 def checkpoint_spec(repo_or_dir: str | Path, *, revision: str | None = None, gguf_file: str | None = None) -> ModelSpec:

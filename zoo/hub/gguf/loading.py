@@ -17,6 +17,7 @@ import torch
 
 from zoo.errors import CheckpointError
 from zoo.files.safe_io import inside
+from zoo.hub.fits import check_weights_fit
 from zoo.hub.gguf.names import IGNORED, gguf_rules
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.hub.gguf.spec import spec_from_gguf
@@ -108,8 +109,6 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
     g = GGUFCheckpoint(path)
     spec, config = spec_from_gguf(g, name=name)
     g.check_types()  # an unreadable type fails before any memory is allocated
-    from zoo.hub.loading import check_weights_fit
-
     check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
     load_gguf_weights(model, g, config["num_attention_heads"], config["num_key_value_heads"], progress=progress)
