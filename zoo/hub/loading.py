@@ -18,8 +18,8 @@ import torch
 from zoo.errors import CheckpointError
 from zoo.files.safe_io import inside
 from zoo.hub.config import read_hf_config, spec_from_hf_config
-from zoo.hub.dispatch import ignored_tensor, tensor_rules
 from zoo.hub.download import resolve_checkpoint
+from zoo.hub.dispatch import ignored_tensor, tensor_rules
 from zoo.hub.fits import check_weights_fit
 from zoo.hub.names import legacy_aliases
 from zoo.hub.safetensors_io import SafetensorsFile
