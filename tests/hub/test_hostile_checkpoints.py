@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.errors import CheckpointError
+from zoo.errors import CheckpointError, ZooError
 from zoo.hub.config import eos_token_ids, spec_from_hf_config
 from zoo.hub.safetensors_io import SafetensorsFile
 
@@ -209,3 +209,21 @@ def test_garbage_generation_config(tmp_path, content, message):
 def test_good_generation_config(tmp_path):
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
     assert eos_token_ids(tmp_path) == [1, 2]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(["vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                                                "num_key_value_heads", "head_dim", "max_position_embeddings",
+                                                "rope_theta", "rms_norm_eps", "tie_word_embeddings"]),
+                               json_values | st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**63, 10**12, -1]), max_size=2))
+def test_config_values_beside_real_weights_load_or_raise_one_zoo_error(saved, tmp_path_factory, changes):
+    """A tampered config.json beside valid weights: loads, or one ZooError (the memory check
+    refuses sizes that cannot fit before anything is allocated)."""
+    folder = tmp_path_factory.mktemp("tampered")
+    (folder / "model.safetensors").write_bytes((saved / "model.safetensors").read_bytes())
+    config = json.loads((saved / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    try:
+        zoo.from_pretrained(folder, progress=False)
+    except ZooError as exc:
+        assert "\n" not in str(exc) and "leads outside" not in str(exc)
