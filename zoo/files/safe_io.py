@@ -54,10 +54,12 @@ def inside(folder: str | Path, name: str | Path, error: ErrorType, what: str = "
     target = (Path(folder) / name).resolve()
     if target == base or base in target.parents:
         return target
-    if base.parent.name == "snapshots" and base.parent.parent.name.startswith(("models--", "datasets--")):
-        blobs = base.parent.parent / "blobs"
-        if blobs in target.parents:
-            return target
+    for snapshot in (base, *base.parents):  # the folder may be a snapshot's subfolder
+        repo = snapshot.parent.parent
+        if snapshot.parent.name == "snapshots" and repo.name.startswith(("models--", "datasets--")):
+            if repo / "blobs" in target.parents:
+                return target
+            break
     raise error(f"{Path(folder) / name}: {what} is a link that leads outside its folder {folder}; zoo reads "
                 "checkpoint files only inside their folder (the Hugging Face cache's snapshot links excepted)")
 
