@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import zoo
 from tests.hub.gguf.hostile import (
-    ARRAY, BOOL, F32, F64, I32, I64, STRING, U8, U32, U64, gguf_bytes, llama_meta, llama_tensors, tiny_llama, write,
+    ARRAY, BOOL, F32, F64, I32, I64, STRING, TOKENS, U8, U32, U64, gguf_bytes, llama_meta, llama_tensors, tiny_llama, write,
 )
 from zoo.errors import CheckpointError, ZooError
 from zoo.hub.gguf.reader import GGUFCheckpoint
@@ -85,6 +85,9 @@ def test_a_huge_honest_token_type_array_is_refused_quickly(tmp_path: Path) -> No
     ({"general.alignment": (U32, 3)}, ("general.alignment", "power of two")),
     ({"llama.rope.scaling.type": (STRING, "magic")}, ("rope.scaling.type", "'magic'")),
     ({"split.count": (U32, 3)}, ("split.count",)),
+    ({"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.merges": (ARRAY, (STRING, ["zz qq"]))}, ("out of vocabulary",)),
+    ({"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.merges": (ARRAY, (STRING, ["ab"]))}, ("merges", "space")),
+    ({"tokenizer.ggml.tokens": (ARRAY, (STRING, [*TOKENS[:-1], "x" * 20_000]))}, ("tokenizer.ggml.tokens", "too long")),
 ])
 def test_one_bad_metadata_value_is_one_line(tmp_path: Path, change: dict[str, Any], words: tuple[str, ...]) -> None:
     refused(tiny_llama(tmp_path / "m.gguf", **change), *words)

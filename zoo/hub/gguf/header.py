@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from zoo.errors import CheckpointError
+from zoo.files.safe_io import bounded_repr
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -67,6 +68,8 @@ class _Cursor:
         self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
 
     def fail(self, where: str, what: str) -> CheckpointError:
+        if not where.isprintable() or len(where) > 120:  # a key from the file: shown escaped and short
+            where = bounded_repr(where)
         return CheckpointError(f"{self.path}: {where}: {what}")
 
     def left(self) -> int:
@@ -118,7 +121,8 @@ def read_header(buf: Any, path: Path) -> Header:
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 30:
-        raise cur.fail("general.alignment", f"{alignment!r}; allowed: a power of two")
+        shown = f"an array of {len(alignment):,} items" if isinstance(alignment, (list, np.ndarray)) else bounded_repr(alignment)
+        raise cur.fail("general.alignment", f"{shown}; allowed: a power of two")
     data_start = -(-cur.pos // alignment) * alignment
     return Header(metadata, _place(cur, infos, data_start, alignment))
 

@@ -35,7 +35,7 @@ PRE_TOKENIZERS: dict[str, str] = {
     "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2, "gpt-4o": _O200K,
 }
 CONTROL, USER_DEFINED = 3, 4
-MAX_PIECE_CHARS = 1 << 24  # characters of all pieces: merges are rebuilt by trying every split of each
+MAX_SPLIT_WORK = 1 << 28  # merges are rebuilt by trying every split of each piece; real vocabularies need ~10**7
 
 
 def _special_tokens(g: GGUFCheckpoint, tokens: list[str]) -> list[Any]:
@@ -79,8 +79,10 @@ def _sentencepiece_bpe(g: GGUFCheckpoint, tokens: list[str]) -> Any:
     if len(scores) != len(tokens):
         raise CheckpointError(f"{g.path}: tokenizer.ggml.scores: {len(scores):,} scores for {len(tokens):,} tokens; "
                               "allowed: one score per token")
-    if sum(len(t) for t in tokens) > MAX_PIECE_CHARS:
-        raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: more than {MAX_PIECE_CHARS:,} characters in all")
+    work = sum(len(t) * len(t) for t in tokens)  # each split of a piece copies it: quadratic in its length
+    if work > MAX_SPLIT_WORK:
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: pieces too long to rebuild merges from "
+                              f"(sum of squared lengths {work:,}; at most {MAX_SPLIT_WORK:,})")
     vocab = {token: i for i, token in enumerate(tokens)}
     merges = []
     for token, score in zip(tokens, scores.tolist()):  # every split of a piece into two pieces is a merge
@@ -114,7 +116,13 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: a token appears twice; allowed: distinct tokens")
     if kind not in BUILDERS:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.model: {kind!r} is not supported; allowed: {allowed(BUILDERS)}")
-    tokenizer = BUILDERS[kind](g, tokens)
+    try:
+        tokenizer = BUILDERS[kind](g, tokens)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # the tokenizers library raises plain Exceptions (a merge of unknown tokens)
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.*: not a tokenizer the tokenizers library builds: "
+                              f"{str(exc).splitlines()[0][:200]}") from None
     tokenizer.add_special_tokens(_special_tokens(g, tokens))
     bos = g.token_id("tokenizer.ggml.bos_token_id", len(tokens))
     if bos is not None and g.flag("tokenizer.ggml.add_bos_token", kind == "llama"):
