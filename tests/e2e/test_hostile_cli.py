@@ -26,7 +26,18 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 import zoo
 from tests.conftest import tiny_spec
 from tests.hub.gguf.hostile import (
-    ARRAY, F32, I64, STRING, U8, U32, U64, gguf_bytes, llama_meta, llama_tensors, tiny_llama, write,
+    ARRAY,
+    F32,
+    I64,
+    STRING,
+    U8,
+    U32,
+    U64,
+    gguf_bytes,
+    llama_meta,
+    llama_tensors,
+    tiny_llama,
+    write,
 )
 from zoo.cli import main
 
@@ -91,7 +102,7 @@ def zoo_process(*args: str, cwd: Path | None = None) -> str:
     """The installed command under the caps: exit 2, one error line, which is returned."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([ZOO, *args], capture_output=True, text=True, env=env, cwd=cwd, preexec_fn=_caps,
-                            timeout=120, stdin=subprocess.DEVNULL)
+                            timeout=120, stdin=subprocess.DEVNULL, check=False)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("zoo: error: "), result
     assert SECRET not in result.stdout + result.stderr

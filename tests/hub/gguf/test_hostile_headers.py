@@ -16,7 +16,22 @@ from hypothesis import strategies as st
 
 import zoo
 from tests.hub.gguf.hostile import (
-    ARRAY, BOOL, F32, F64, I32, I64, STRING, TOKENS, U8, U32, U64, gguf_bytes, llama_meta, llama_tensors, tiny_llama, write,
+    ARRAY,
+    BOOL,
+    F32,
+    F64,
+    I32,
+    I64,
+    STRING,
+    TOKENS,
+    U8,
+    U32,
+    U64,
+    gguf_bytes,
+    llama_meta,
+    llama_tensors,
+    tiny_llama,
+    write,
 )
 from zoo.errors import CheckpointError, ZooError
 from zoo.hub.gguf.reader import GGUFCheckpoint

@@ -120,7 +120,7 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
         tokenizer = BUILDERS[kind](g, tokens)
     except CheckpointError:
         raise
-    except Exception as exc:  # the tokenizers library raises plain Exceptions (a merge of unknown tokens)
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions (a merge of unknown tokens)
         raise CheckpointError(f"{g.path}: tokenizer.ggml.*: not a tokenizer the tokenizers library builds: "
                               f"{str(exc).splitlines()[0][:200]}") from None
     tokenizer.add_special_tokens(_special_tokens(g, tokens))
