@@ -70,16 +70,22 @@ def _run_staged(plan: SweepPlan, points: list[Any], executor: Executor | None, l
     then all of them replace the earlier save at once (``zoo.files.atomic.staged_folder``)."""
     from zoo.files.atomic import staged_folder
 
-    with locked(log, wait=False):  # one writer per name: a second is refused, as for a sweep
-        check_folder_writable(log.parent)
-        with staged_folder(log.parent, plan.name) as stage:
-            rows: list[dict[str, Any]] = []
-            with locked(stage / log.name) as fd:
-                frame = _run_points(plan, points, rows, executor, fd, progress)
-            if render:
-                from zoo.harness.report.tables import render_sweep
+    existed = log.exists()
+    try:
+        with locked(log, wait=False):  # one writer per name: a second is refused, as for a sweep
+            check_folder_writable(log.parent)
+            with staged_folder(log.parent, plan.name) as stage:
+                rows: list[dict[str, Any]] = []
+                with locked(stage / log.name) as fd:
+                    frame = _run_points(plan, points, rows, executor, fd, progress)
+                if render:
+                    from zoo.harness.report.tables import render_sweep
 
-                render_sweep(frame, rows, stage / plan.name)
+                    render_sweep(frame, rows, stage / plan.name)
+    except BaseException:
+        if not existed and log.is_file() and log.stat().st_size == 0:
+            log.unlink()  # the empty log the lock created: an interrupted first save leaves nothing
+        raise
     return frame
 
 
