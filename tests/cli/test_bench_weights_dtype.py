@@ -42,7 +42,7 @@ def test_int4_with_eval_text_as_json(spec_file, tmp_path):
     (["--weights-dtype", "int3"], "weights_dtype: 'int3' is not a weights dtype"),
     (["--weights-dtype", "int4", "--weights-group-size", "48"], "weights_group_size: 48 is not supported"),
     (["--weights-dtype", "float32", "--dtype", "bfloat16"], "contradicts dtype"),
-    (["--weights-dtype", "int8", "--eval-text", "/nonexistent/file.txt"], "eval_text: cannot read"),
+    (["--weights-dtype", "int8", "--eval-text", "/nonexistent/file.txt"], "cannot read eval_text file"),
 ])
 def test_bad_values_are_one_line_and_exit_2(spec_file, args, message):
     done = _zoo("bench", "--spec", str(spec_file), *args, *RUN)

@@ -119,3 +119,45 @@ def test_spec_mapping_fuzz(data):
         ModelSpec.model_validate({**base, **{k: v for k, v in data.items() if "." not in k}})
     except SpecError:
         pass
+
+
+# ---- confinement and size bounds -----------------------------------------------------------
+def test_inside_follows_links_only_within_the_folder_or_into_hub_blobs(tmp_path):
+    from zoo.files.safe_io import inside
+
+    repo = tmp_path / "models--org--name"
+    snapshot, blobs = repo / "snapshots" / "rev" / "sub", repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    (blobs / "b").write_text("{}")
+    (snapshot / "config.json").symlink_to(blobs / "b")
+    (snapshot / "local.json").write_text("{}")
+    (snapshot / "alias.json").symlink_to("local.json")
+    (tmp_path / "secret.json").write_text("{}")
+    (snapshot / "out.json").symlink_to(tmp_path / "secret.json")
+    assert inside(snapshot, "config.json", SpecError) == (blobs / "b").resolve()
+    assert inside(snapshot, "alias.json", SpecError) == (snapshot / "local.json").resolve()
+    with pytest.raises(SpecError, match="leads outside its folder") as info:
+        inside(snapshot, "out.json", SpecError)
+    assert "secret" not in str(info.value)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "x.json").symlink_to(blobs / "b")  # blobs are allowed only from a snapshot
+    with pytest.raises(SpecError, match="leads outside"):
+        inside(plain, "x.json", SpecError)
+
+
+def test_files_read_whole_are_bounded_by_size(tmp_path):
+    from zoo.files.safe_io import check_readable, read_bytes
+
+    path = tmp_path / "big"
+    with open(path, "wb") as handle:
+        handle.truncate(1 << 40)  # sparse: refused by its size, never read
+    with pytest.raises(SpecError, match="larger than zoo reads"):
+        read_bytes(path, SpecError)
+    with pytest.raises(SpecError, match="larger than zoo reads"):
+        check_readable(path, SpecError, limit=10)
+    with pytest.raises(SpecError, match="a device"):
+        read_bytes("/dev/zero", SpecError)
+    (tmp_path / "small").write_bytes(b"abc")
+    assert read_bytes(tmp_path / "small", SpecError, limit=3) == b"abc"

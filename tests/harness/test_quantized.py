@@ -49,7 +49,7 @@ def test_bad_weights_options_are_bench_errors(options, message):
 
 
 def test_eval_text_must_be_readable(tmp_path):
-    with pytest.raises(BenchError, match="eval_text: cannot read"):
+    with pytest.raises(BenchError, match="cannot read eval_text file"):
         zoo.bench(_spec(), **{**RUN, "eval_text": str(tmp_path / "absent.txt")})
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.errors import CheckpointError
+from zoo.errors import CheckpointError, ZooError
 from zoo.hub.config import eos_token_ids, spec_from_hf_config
 from zoo.hub.safetensors_io import SafetensorsFile
 
@@ -133,8 +133,33 @@ def test_index_values_must_be_shard_names(saved, tmp_path, value):
 def test_a_shard_inside_the_folder_still_loads(saved, tmp_path):
     folder = _with_index(saved, tmp_path, lambda _: "shards/model.safetensors")
     (folder / "shards").mkdir()
-    (folder / "shards" / "model.safetensors").symlink_to(saved / "model.safetensors")  # as the hub cache links blobs
+    (folder / "shards" / "model.safetensors").write_bytes((saved / "model.safetensors").read_bytes())
     assert zoo.from_pretrained(folder, progress=False).spec.n_layers == 2
+
+
+def test_links_into_the_hub_caches_blobs_are_the_one_allowance(saved, tmp_path):
+    repo = tmp_path / "models--org--tiny"
+    snapshot, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for i, name in enumerate(("config.json", "model.safetensors")):
+        (blobs / f"blob{i}").write_bytes((saved / name).read_bytes())
+        (snapshot / name).symlink_to(f"../../blobs/blob{i}")  # as huggingface_hub lays out its cache
+    assert zoo.from_pretrained(snapshot, progress=False).spec.n_layers == 2
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_a_link_out_of_the_folder_is_refused_unread(saved, tmp_path, name):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    for other in ("config.json", "model.safetensors"):
+        (folder / other).write_bytes((saved / other).read_bytes())
+    (tmp_path / "secret").write_bytes((saved / name).read_bytes())
+    (folder / name).unlink()
+    (folder / name).symlink_to(tmp_path / "secret")
+    with pytest.raises(CheckpointError, match="link that leads outside its folder") as info:
+        zoo.from_pretrained(folder, progress=False)
+    assert "secret" not in str(info.value)
 
 
 # ---- config.json and generation_config.json ------------------------------------------------------
@@ -184,3 +209,21 @@ def test_garbage_generation_config(tmp_path, content, message):
 def test_good_generation_config(tmp_path):
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
     assert eos_token_ids(tmp_path) == [1, 2]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(["vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                                                "num_key_value_heads", "head_dim", "max_position_embeddings",
+                                                "rope_theta", "rms_norm_eps", "tie_word_embeddings"]),
+                               json_values | st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**63, 10**12, -1]), max_size=2))
+def test_config_values_beside_real_weights_load_or_raise_one_zoo_error(saved, tmp_path_factory, changes):
+    """A tampered config.json beside valid weights: loads, or one ZooError (the memory check
+    refuses sizes that cannot fit before anything is allocated)."""
+    folder = tmp_path_factory.mktemp("tampered")
+    (folder / "model.safetensors").write_bytes((saved / "model.safetensors").read_bytes())
+    config = json.loads((saved / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    try:
+        zoo.from_pretrained(folder, progress=False)
+    except ZooError as exc:
+        assert "\n" not in str(exc) and "leads outside" not in str(exc)

@@ -20,6 +20,7 @@ COMPARE_NOTE = (
 )
 CONTEXTS_HELP = ("context lengths (k = 1024), e.g. 4k,8k,16k,32k,64k,128k: memory and decode tokens/s per variant "
                  "at each, one row per variant and context; decode measured up to --measure-up-to, predicted beyond")
+MAX_POINTS_HELP = "refuse a grid of more points than this (default: 1000; each point is a run)"
 MEASURE_UP_TO_HELP = "measure decode at contexts up to this (e.g. 8k), predict beyond (default: 4k on CPU, 32k on CUDA)"
 
 
@@ -42,6 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--predict", metavar="GPU", help="the roofline GPU for --analysis-only context predictions and "
                    "each run's estimate: h100-sxm (default for --contexts), h100-pcie, h200, a100-80gb, l4, rtx-4090")
     _add_run_options(p)
+    p.add_argument("--max-points", type=int, metavar="N", help=MAX_POINTS_HELP)
     p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)")
     p.add_argument("--results-dir", default="results", help="where --save writes (default: results/)")
     _add_output_options(p)
@@ -63,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--timeout", type=float, help="seconds a run may take before it is killed and recorded as failed")
     s.add_argument("--contexts", metavar="LIST", help=CONTEXTS_HELP + " (replaces the file's contexts)")
     s.add_argument("--measure-up-to", metavar="N", help=MEASURE_UP_TO_HELP)
+    s.add_argument("--max-points", type=int, metavar="N", help=MAX_POINTS_HELP + " (replaces the file's max_points)")
     _add_output_options(s)
     s.set_defaults(func=run_sweep)
 
@@ -120,6 +123,7 @@ def run_compare(args: argparse.Namespace) -> int:
             spec if spec is not None else args.arch, args.vary, attention=args.attention, set=args.overrides,
             baseline=args.baseline, measure=not args.analysis_only, depth=_depth(args.depth), jobs=args.jobs,
             results_dir=args.results_dir if args.save else None, name=args.save or "compare",
+            **({} if args.max_points is None else {"max_points": args.max_points}),
             progress=_row_progress(update), **_context_options(args), **run,
         )
     print_frame(frame, "zoo compare: " + (args.arch or args.spec_file), args.format)
@@ -137,7 +141,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from zoo.harness.sweep.run import sweep
 
     options = _context_options(args)  # a bad --contexts fails before the file is read
-    plan = load_plan(args.file)
+    plan = load_plan(args.file, max_points=args.max_points)
     log = Path(args.results_dir) / f"{plan.name}.jsonl"
     measured = 0
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+TOKENIZER_BYTES = 512 << 20  # a tokenizer.json larger than this is refused (real ones are up to ~35 MB)
+
 
 class Tokenizer(Protocol):
     """What the command needs of a ``tokenizers.Tokenizer``."""
@@ -49,7 +51,7 @@ def load_checkpoint(weights: str, revision: str | None, dtype: str, device: str,
     from zoo.hub.loading import from_pretrained
 
     path = find_gguf(weights, gguf_file, revision) or resolve_checkpoint(weights, revision=revision)
-    return from_pretrained(path, dtype=dtype, device=device), path
+    return from_pretrained(path, dtype=dtype, device=device), path  # checks the weights fit first
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:
@@ -64,11 +66,15 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         from zoo.hub.gguf.tokenizer import gguf_tokenizer
 
         return gguf_tokenizer(GGUFCheckpoint(folder))  # type: ignore[no-any-return]
+    from zoo.files.safe_io import inside, read_text
+
     path = folder / "tokenizer.json"
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path}: missing; zoo generate needs the checkpoint's tokenizer.json")
+    text = read_text(inside(folder, "tokenizer.json", CheckpointError, "tokenizer"), CheckpointError, "tokenizer",
+                     limit=TOKENIZER_BYTES)
     try:
-        return HFTokenizer.from_file(str(path))
+        return HFTokenizer.from_str(text)
     except Exception as exc:  # the tokenizers library raises plain Exceptions
         raise CheckpointError(f"{path}: not a readable tokenizer.json: {exc}") from None
 
@@ -110,8 +116,13 @@ def _checked_options(args: argparse.Namespace) -> str:
 
     if not args.prompt.strip():
         raise GenerationError("prompt: empty; give some text to continue, e.g. zoo generate --weights DIR \"Once upon a time\"")
-    if args.threads is not None and args.threads < 1:
-        raise GenerationError(f"--threads: {args.threads}; allowed: 1 or more")
+    if args.threads is not None:
+        from zoo.harness.run_config import check_threads
+
+        try:
+            check_threads(args.threads, "--threads")
+        except ValueError as exc:
+            raise GenerationError(str(exc)) from None
     import torch
 
     from zoo.harness.environment import pick_device

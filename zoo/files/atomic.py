@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,3 +61,36 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def staged_folder(dest: str | Path, prefix: str) -> Iterator[Path]:
+    """A hidden folder beside ``dest`` to write a set of files into; when the block ends
+    normally every file in it replaces its namesake in ``dest`` (``publish``), and on any
+    failure or interruption the folder is removed and ``dest`` is as it was: a set of files
+    (a results log, its tables and plots) is replaced whole, or not at all."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=dest, prefix=f".{prefix}.staging-"))
+    try:
+        yield stage
+        publish(stage, dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def publish(stage: Path, dest: Path) -> None:
+    """Move every file of ``stage`` into ``dest`` (same file system: renames), with SIGINT
+    and SIGTERM held back meanwhile so Ctrl-C cannot stop the set half replaced."""
+    files = sorted(p for p in stage.rglob("*") if p.is_file())
+    held = {signal.SIGINT, signal.SIGTERM}
+    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if main else None
+    try:
+        for path in files:
+            target = dest / path.relative_to(stage)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -3,8 +3,11 @@
 Everything zoo reads from a user (spec files, sweep files, checkpoint JSON, ``--set``
 values) goes through here, so the same limits hold everywhere:
 
-- only regular files are opened (a FIFO named ``model.safetensors`` would block forever):
-  the file is opened non-blocking and checked with ``fstat`` before a byte is read;
+- only regular files are opened (a FIFO named ``model.safetensors`` would block forever,
+  ``/dev/zero`` never ends): the file is opened non-blocking and checked with ``fstat``
+  before a byte is read, and a file read whole is bounded in size (``MAX_FILE_BYTES``);
+- a file found inside a checkpoint folder must resolve inside it (``inside``): a
+  ``config.json`` linked to ``../secret.json`` is refused without reading it;
 - text must be UTF-8, else one error naming the file and the byte offset;
 - YAML is read by a safe loader that refuses duplicate keys, nesting deeper than
   ``MAX_DEPTH`` and aliases that expand beyond ``MAX_NODES`` nodes (a 615-byte "billion
@@ -30,6 +33,7 @@ from zoo.errors import ZooError
 
 MAX_DEPTH = 64  # nesting of mappings/lists; specs need about 4
 MAX_NODES = 100_000  # scalars + collections once aliases are expanded; a large spec has a few hundred
+MAX_FILE_BYTES = 64 << 20  # a file read whole (spec, sweep, config, index); tokenizers and logs pass more
 
 ErrorType = Callable[[str], ZooError]
 
@@ -42,6 +46,24 @@ def bounded_repr(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def inside(folder: str | Path, name: str | Path, error: ErrorType, what: str = "file") -> Path:
+    """``folder / name`` resolved, refused unless it lies inside ``folder`` once every link is
+    followed. The one allowance is the Hugging Face cache, whose ``snapshots/<revision>``
+    files link into the repo's ``blobs/``. The message never names where a link leads."""
+    base = Path(folder).resolve()
+    target = (Path(folder) / name).resolve()
+    if target == base or base in target.parents:
+        return target
+    for snapshot in (base, *base.parents):  # the folder may be a snapshot's subfolder
+        repo = snapshot.parent.parent
+        if snapshot.parent.name == "snapshots" and repo.name.startswith(("models--", "datasets--")):
+            if repo / "blobs" in target.parents:
+                return target
+            break
+    raise error(f"{Path(folder) / name}: {what} is a link that leads outside its folder {folder}; zoo reads "
+                "checkpoint files only inside their folder (the Hugging Face cache's snapshot links excepted)")
+
+
 def open_regular(path: str | Path, error: ErrorType, what: str = "file") -> int:
     """A read-only descriptor of ``path``, refused unless it is a regular file."""
     try:
@@ -51,23 +73,41 @@ def open_regular(path: str | Path, error: ErrorType, what: str = "file") -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
         raise error(f"{path}: cannot read {what}: it is {kind}; only regular files are read")
     return fd
 
 
-def read_bytes(path: str | Path, error: ErrorType, what: str = "file") -> bytes:
+def check_readable(path: str | Path, error: ErrorType, what: str = "file", limit: int = MAX_FILE_BYTES) -> None:
+    """Fail now, before any work, unless ``path`` is a regular file of at most ``limit`` bytes
+    (an option naming a file read only at the end of a run: ``--eval-text``)."""
+    fd = open_regular(path, error, what)
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    if size > limit:
+        raise error(f"{path}: {what} of {size:,} bytes is larger than zoo reads (at most {limit:,} bytes)")
+
+
+def read_bytes(path: str | Path, error: ErrorType, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (checked before reading, and
+    again while reading: a file that grows, or lies about its size, stops at the limit)."""
     fd = open_regular(path, error, what)
     try:
         with os.fdopen(fd, "rb") as handle:
-            return handle.read()
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(limit + 1) if size <= limit else b""
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
+    if size > limit or len(data) > limit:
+        raise error(f"{path}: {what} of {max(size, len(data)):,} bytes is larger than zoo reads "
+                    f"(at most {limit:,} bytes)")
+    return data
 
 
-def read_text(path: str | Path, error: ErrorType, what: str = "file") -> str:
+def read_text(path: str | Path, error: ErrorType, what: str = "file", limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of a regular file; bad bytes are one error naming the offset."""
-    data = read_bytes(path, error, what)
+    data = read_bytes(path, error, what, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

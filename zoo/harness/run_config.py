@@ -7,10 +7,17 @@ this module imports no torch (checking ``weights_dtype`` does, through ``zoo.qua
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from zoo.errors import BenchError
 from zoo.specs.strict_numbers import StrictNumbers
@@ -45,6 +52,21 @@ class BenchConfig(StrictNumbers):
     weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
     eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
 
+    @field_validator("threads")
+    @classmethod
+    def _check_threads(cls, value: int | None) -> int | None:
+        return check_threads(value, "threads")
+
+    @field_validator("eval_text")
+    @classmethod
+    def _check_eval_text(cls, value: str | None) -> str | None:
+        if value is not None:  # read at the end of the run: refused before it starts
+            from zoo.files.safe_io import check_readable
+            from zoo.quant.fidelity import EVAL_MAX_BYTES
+
+            check_readable(value, BenchError, "eval_text file", EVAL_MAX_BYTES)
+        return value
+
     @field_validator("weights_dtype")
     @classmethod
     def _check_weights_dtype(cls, value: str | None) -> str | None:
@@ -63,6 +85,14 @@ class BenchConfig(StrictNumbers):
 
             gpu(self.predict)
         return self
+
+
+def check_threads(value: int | None, name: str) -> int | None:
+    """CPU threads are bounded by the machine: more threads than cores only contend."""
+    cores = os.cpu_count() or 1
+    if value is not None and not 1 <= value <= cores:
+        raise ValueError(f"{name}: {value:,}; allowed: 1 to {cores} (this machine's CPU cores)")
+    return value
 
 
 def make_config(**options: Any) -> BenchConfig:

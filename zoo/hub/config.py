@@ -90,13 +90,14 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
 def eos_token_ids(folder: Path) -> list[int]:
     """End-of-sequence ids from generation_config.json, else config.json (an id or a list);
     a file that is not JSON, or an id that is not a non-negative integer, is a CheckpointError."""
-    from zoo.files.safe_io import load_json, read_text
+    from zoo.files.safe_io import inside, load_json, read_text
 
     for name in ("generation_config.json", "config.json"):
         path = Path(folder) / name
         if not path.exists():
             continue
-        data = load_json(read_text(path, CheckpointError, name), CheckpointError, str(path))
+        real = inside(folder, name, CheckpointError, name)
+        data = load_json(read_text(real, CheckpointError, name), CheckpointError, str(path))
         if not isinstance(data, dict):
             raise CheckpointError(f"{path}: expected a JSON object")
         value = data.get("eos_token_id")

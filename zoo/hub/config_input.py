@@ -36,14 +36,15 @@ def read_hf_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     """The config dict and a name for messages (a file, a folder holding config.json, or a dict)."""
     if isinstance(config, Mapping):
         return dict(config), "config"
-    from zoo.files.safe_io import load_json, read_text
+    from zoo.files.safe_io import inside, load_json, read_text
 
     path = Path(config)
     if path.is_dir():
         path = path / "config.json"
     if not path.exists():
         raise CheckpointError(f"{path}: no such config file")
-    data = load_json(read_text(path, CheckpointError, "config file"), CheckpointError, str(path))
+    real = inside(path.parent, path.name, CheckpointError, "config file")
+    data = load_json(read_text(real, CheckpointError, "config file"), CheckpointError, str(path))
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data, str(path)

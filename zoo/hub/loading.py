@@ -16,10 +16,12 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
+from zoo.files.safe_io import inside
 from zoo.hub.config import checkpoint_family, spec_from_hf_config
 from zoo.hub.config_input import read_hf_config
 from zoo.hub.download import resolve_checkpoint
 from zoo.hub.family import ZooShapes
+from zoo.hub.fits import check_weights_fit
 from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model.build import ZooModel, build, init_buffers, persistent_buffers
@@ -33,14 +35,14 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
     """Checkpoint tensor name -> the (header-parsed) safetensors file holding it."""
     index = folder / INDEX_FILE
     if index.exists():
-        weight_map = read_weight_map(index)
+        weight_map = read_weight_map(inside(folder, INDEX_FILE, CheckpointError, "index file"))
         files: dict[str, SafetensorsFile] = {}
         for shard in sorted(set(weight_map.values())):
             path = shard_path(folder, shard, index)
             if not path.exists():
                 tensor = next(t for t, s in weight_map.items() if s == shard)
                 raise CheckpointError(f"{path}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)")
-            files[shard] = SafetensorsFile(path)
+            files[shard] = SafetensorsFile(inside(folder, shard, CheckpointError, "shard"))
         located: dict[str, SafetensorsFile] = {}
         for tensor, shard in weight_map.items():
             if tensor not in files[shard].tensors:
@@ -54,7 +56,7 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
         raise CheckpointError(f"{folder}: no safetensors weights{hint}")
     located = {}
     for shard in shards:
-        file = SafetensorsFile(shard)
+        file = SafetensorsFile(inside(folder, shard.name, CheckpointError, "safetensors file"))
         for tensor in file.tensors:
             located[tensor] = file
     return located
@@ -177,6 +179,7 @@ def from_pretrained(
     folder = resolve_checkpoint(repo_or_dir, revision=revision)
     config, _ = read_hf_config(folder / "config.json")
     spec = spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))
+    check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
     model_type = str(config["model_type"])
     load_weights(model, folder, model_type, progress=progress)

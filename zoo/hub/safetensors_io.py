@@ -10,7 +10,6 @@ the weights to the process's resident memory.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -89,12 +88,11 @@ class SafetensorsFile:
                 raw = handle.read(header_len)
         except OSError as exc:
             raise CheckpointError(f"{self.path}: cannot read ({exc.strerror})") from None
-        try:
-            header = json.loads(raw.decode("utf-8"))
-            if not isinstance(header, dict):
-                raise ValueError("not an object")
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise self._fail(f"corrupt safetensors header ({str(exc)[:200]})") from None
+        from zoo.files.safe_io import load_json
+
+        header = load_json(raw, CheckpointError, f"{self.path}: corrupt safetensors header")  # duplicate keys refused
+        if not isinstance(header, dict):
+            raise self._fail("corrupt safetensors header (not a JSON object)")
         self._data_start = 8 + header_len
         data_size = size - self._data_start
         metadata = header.pop("__metadata__", None) or {}

@@ -22,6 +22,7 @@ FIDELITY_PROMPT_LEN = 32
 FIDELITY_SEED = 1234
 EVAL_WINDOW = 256  # perplexity: the text is scored in windows of this many tokens
 EVAL_MAX_TOKENS = 2048  # and at most this many (keeps a CPU run short)
+EVAL_MAX_BYTES = 16 << 20  # an --eval-text file larger than this is refused (it is cut to EVAL_MAX_TOKENS anyway)
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,19 @@ def compare_logits(reference: torch.Tensor, quantized: torch.Tensor) -> Fidelity
 def text_tokens(path: str | Path, vocab_size: int, tokenizer_file: Path | None = None) -> torch.Tensor:
     """Token ids (N,) of a text file: the checkpoint's ``tokenizer.json`` when there is one,
     else the UTF-8 bytes (random weights have no tokenizer; bytes fit every real vocabulary)."""
+    from zoo.files.safe_io import inside, read_text
+
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BenchError(f"eval_text: cannot read {file} as UTF-8 text ({exc})") from None
+    text = read_text(file, BenchError, "eval_text file", limit=EVAL_MAX_BYTES)
     if tokenizer_file is not None and tokenizer_file.is_file():
         from tokenizers import Tokenizer
 
-        ids = Tokenizer.from_file(str(tokenizer_file)).encode(text).ids
+        real = inside(tokenizer_file.parent, tokenizer_file.name, BenchError, "tokenizer")
+        try:
+            tokenizer = Tokenizer.from_str(read_text(real, BenchError, "tokenizer", limit=512 << 20))
+        except Exception as exc:  # the tokenizers library raises plain Exceptions
+            raise BenchError(f"{tokenizer_file}: not a readable tokenizer.json: {str(exc)[:200]}") from None
+        ids = tokenizer.encode(text).ids
     else:
         if vocab_size < 256:
             raise BenchError(f"eval_text: byte tokens need a vocabulary of at least 256; the model has {vocab_size}")

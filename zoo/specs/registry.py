@@ -280,7 +280,21 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
         raise PluginError(
             f"plugin {name!r} implements no zoo hook; mark {' or '.join(HOOK_NAMES)} with @zoo.hookimpl"
         )
+    _refuse_twice(staged, name)
     return staged
+
+
+def _refuse_twice(staged: _Staged, name: str) -> None:
+    """A plugin that registers one name twice is broken (which one would it mean?): refused
+    whole, so it is reported and skipped like a plugin that fails to import."""
+    keys = [*(f"{c.family} kind {c.kind!r}" for c in staged.components),
+            *(f"architecture {a.name!r}" for a in staged.architectures),
+            *(f"checkpoint format {f.model_type!r}" for f in staged.formats)]
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            raise PluginError(f"plugin {name!r}: registers {key} twice; register each name once")
+        seen.add(key)
 
 
 # ---- the process-wide registry ----------------------------------------------------------

@@ -4,7 +4,9 @@ pydantic's lax mode reads ``true`` as 1 for an ``int`` field (so ``--set vocab_s
 gave a vocabulary of one token) and accepts ``inf``/``nan`` for floats, which then become
 ``null`` or bare ``NaN`` in JSON. ``StrictNumbers`` is a base for models built from user
 input: ``allow_inf_nan=False`` refuses non-finite floats with the value in the message, and
-a validator refuses a boolean for any field that takes numbers but not booleans.
+a validator refuses a boolean for any field that takes numbers but not booleans, and an
+integer past ``MAX_INT`` for one that states no bound of its own (``vocab_size: 2**63``
+otherwise reached torch's C++ size arithmetic and overflowed there).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import types
 import typing
 from typing import Any
 
+import annotated_types
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+
+MAX_INT = 2**31 - 1  # every integer of a spec or run: a product of two fits int64; the memory check (Python ints) does the rest
 
 
 def _parts(annotation: Any) -> list[Any]:
@@ -33,11 +39,22 @@ def takes_bool_wrongly(annotation: Any) -> bool:
     return any(p in (int, float) for p in parts)
 
 
+def _own_bound(field: FieldInfo) -> bool:
+    """The field states its own upper bound (a seed takes up to 2**64 - 1)."""
+    return any(isinstance(m, (annotated_types.Le, annotated_types.Lt)) for m in field.metadata)
+
+
 def refuse_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    if isinstance(value, bool) and info.field_name is not None:
-        field = model.model_fields.get(info.field_name)
-        if field is not None and takes_bool_wrongly(field.annotation):
-            raise ValueError(f"expected a number, not the boolean {str(value).lower()}")
+    if info.field_name is None:
+        return value
+    field = model.model_fields.get(info.field_name)
+    if field is None or not takes_bool_wrongly(field.annotation):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, not the boolean {str(value).lower()}")
+    if isinstance(value, int) and abs(value) > MAX_INT and not _own_bound(field):
+        raise ValueError(f"{value:,} is out of range; allowed: at most {MAX_INT:,} (so every size zoo computes "
+                         "from it fits a 64-bit integer)")
     return value
 
 

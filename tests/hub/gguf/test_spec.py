@@ -14,7 +14,7 @@ from zoo.hub.gguf.spec import _llama3_rope
 
 
 def _recovered(factors: torch.Tensor, dim: int) -> dict:  # type: ignore[type-arg]
-    g = SimpleNamespace(tensor=lambda name: factors, path="model.gguf")
+    g = SimpleNamespace(tensor=lambda name: factors, shape=lambda name: tuple(factors.shape), path="model.gguf")
     config = {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}, "head_dim": dim}
     _llama3_rope(g, config)  # type: ignore[arg-type]
     return config["rope_parameters"]

@@ -222,8 +222,15 @@ def _tail(log: Path) -> str:
 
 
 def _forked_run(plan_json: str, point_json: str, conn: Any, log_path: str) -> None:
-    """In the forked process: output to its log file, evaluate, send the row back."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """In the forked process: output to its log file, evaluate, send the row back. Ctrl-C (sent
+    to the whole process group) ends it quietly, and a run starting while the sweep cleans up
+    after one (its log folder gone) exits without a word: the sweep reports, not its runs."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        os._exit(1)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     from zoo.harness.run import measure

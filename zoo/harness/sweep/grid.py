@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
@@ -28,6 +29,7 @@ from zoo.errors import BenchError, SpecError, allowed, did_you_mean
 
 ATTENTION_PRESETS = ("mha", "gqa", "mqa")  # --attention a,b is --vary attention.kind=a,b
 ARCH_KEY = "arch"
+MAX_POINTS = 1000  # points of one grid unless raised: each is a run of its own process
 COMPONENT_FAMILIES = ("norm", "positional", "attention", "ffn", "block")
 
 
@@ -59,6 +61,7 @@ class SweepPlan(BaseModel):
     analysis_only: bool = False
     contexts: list[int] = Field(default_factory=list, description="context lengths for memory and decode tokens/s (4k = 4096)")
     measure_up_to: int | None = Field(None, ge=1, description="contexts above this are predicted, not measured")
+    max_points: int = Field(MAX_POINTS, ge=1, le=2**31 - 1, description="refuse a grid of more points than this")
 
     @field_validator("contexts", mode="before")
     @classmethod
@@ -81,8 +84,21 @@ class SweepPlan(BaseModel):
             keys += [k for k in extra if k not in keys]
         return keys
 
+    def size(self) -> int:
+        """Points of the grid and the extra points, counted without building them."""
+        return math.prod(len(v) if isinstance(v, list) else 1 for v in self.vary.values()) * bool(self.vary) + len(self.points)
+
+    def check_size(self) -> None:
+        """A grid past ``max_points`` is refused before one point is built (three axes of 1,000
+        values are 10**9 points)."""
+        if self.size() > self.max_points:
+            shape = " x ".join(f"{len(v):,}" if isinstance(v, list) else "1" for v in self.vary.values()) or "0"
+            raise BenchError(f"vary: the grid has {self.size():,} points (axes of {shape} values, {len(self.points):,} extra points); "
+                             f"allowed: at most {self.max_points:,} (raise it with --max-points or max_points)")
+
     def expand(self) -> list[SweepPoint]:
         """The grid's points in order (first axis slowest), then the extra points."""
+        self.check_size()
         combos: list[dict[str, Any]] = []
         if self.vary:
             axes = list(self.vary.items())
@@ -188,6 +204,7 @@ def check_plan(plan: SweepPlan) -> None:
     for key, values in plan.vary.items():
         if not isinstance(values, list) or not values:
             raise BenchError(f"vary.{key}: the grid is empty; give a list of at least one value")
+    plan.check_size()
     if not plan.vary and not plan.points:
         raise BenchError("the grid is empty: give at least one axis (--vary KEY=V1,V2 or --attention) or point")
     archs = [plan.arch] if plan.arch else []
@@ -283,8 +300,9 @@ def _check_key(key: str, where: str, kinds: Mapping[str, set[str]], registry: An
 
 
 # ---- TOML sweep files --------------------------------------------------------------------------
-def load_plan(path: str | Path) -> SweepPlan:
-    """A SweepPlan from a TOML file (format in docs/architecture.md, example bench/sweeps/)."""
+def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
+    """A SweepPlan from a TOML file (format in docs/architecture.md, example bench/sweeps/);
+    ``max_points`` replaces the file's bound on the grid's size."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -303,6 +321,8 @@ def load_plan(path: str | Path) -> SweepPlan:
         raise BenchError(f"{path}: not valid TOML: nested too deep") from None
     check_depth(data, BenchError, str(path))
     data.setdefault("name", path.stem)
+    if max_points is not None:
+        data["max_points"] = max_points
     if isinstance(data.get("depth"), str):
         if data["depth"] != "full":
             raise BenchError(f"{path}: depth: expected a number of layers or \"full\", got {data['depth']!r}")
@@ -358,6 +378,12 @@ def plan_from_options(
         spec_dict = (spec if isinstance(spec, ModelSpec) else ModelSpec.model_validate(spec)).to_dict()
     plan_fields = {k: v for k, v in fields.items() if k in SweepPlan.model_fields}
     run = {**plan_fields.pop("run", {}), **{k: v for k, v in fields.items() if k not in SweepPlan.model_fields}}
-    plan = SweepPlan(arch=arch, spec=spec_dict, vary=axes, set=fixed, baseline=reference, run=run, **plan_fields)
+    from pydantic import ValidationError
+
+    try:
+        plan = SweepPlan(arch=arch, spec=spec_dict, vary=axes, set=fixed, baseline=reference, run=run, **plan_fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BenchError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
     check_plan(plan)
     return plan

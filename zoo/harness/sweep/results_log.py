@@ -19,11 +19,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from zoo.errors import BenchError
+
+MAX_LOG_BYTES = 1 << 30  # a results log larger than this is refused rather than read (about a million rows)
 
 try:
     import fcntl
@@ -41,9 +44,12 @@ def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as exc:
         raise BenchError(f"{path}: cannot write results there ({exc.strerror or exc}); choose another --results-dir") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a link to /dev/zero would be read forever
+        os.close(fd)
+        raise BenchError(f"{path}: the results log is not a regular file; choose another name or --results-dir")
     try:
         if fcntl is not None:
             try:
@@ -69,6 +75,8 @@ def check_folder_writable(folder: Path) -> None:
 
 
 def _read_fd(fd: int) -> bytes:
+    if os.fstat(fd).st_size > MAX_LOG_BYTES:
+        raise BenchError(f"the results log is larger than zoo reads (at most {MAX_LOG_BYTES:,} bytes); start a new one")
     os.lseek(fd, 0, os.SEEK_SET)
     chunks = []
     while chunk := os.read(fd, 1 << 20):
@@ -111,7 +119,7 @@ def read_log(path: Path) -> list[dict[str, Any]]:
         return []
     from zoo.files.safe_io import read_bytes
 
-    return parse_rows(read_bytes(path, BenchError, "results log"), path)
+    return parse_rows(read_bytes(path, BenchError, "results log", limit=MAX_LOG_BYTES), path)
 
 
 def read_locked(fd: int, path: Path) -> list[dict[str, Any]]:

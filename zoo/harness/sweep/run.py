@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.errors import BenchError
 from zoo.harness.sweep.executors import Executor, InlineExecutor, check_executor_options, make_executor
-from zoo.harness.sweep.grid import SweepPlan, load_plan, plan_from_options
+from zoo.harness.sweep.grid import MAX_POINTS, SweepPlan, load_plan, plan_from_options
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked
 
 if TYPE_CHECKING:
@@ -34,12 +34,17 @@ def run_plan(
     overwrite: bool = False,
     progress: Progress | None = None,
     render: bool = True,
+    staged: bool = False,
 ) -> pd.DataFrame:
-    """Run every point not yet logged; return the table of all the plan's rows."""
+    """Run every point not yet logged; return the table of all the plan's rows. ``staged``
+    (``zoo compare --save``): the log, tables and plots are written aside and replace the
+    earlier save only once all are complete."""
     points = plan.expand()
     if results_dir is None:
         return _run_points(plan, points, [], executor, None, progress)
     log = Path(results_dir) / f"{plan.name}.jsonl"
+    if staged:
+        return _run_staged(plan, points, executor, log, progress, render)
     with locked(log, wait=False) as fd:  # one sweep per log: a second is refused, not duplicated
         logged = read_locked(fd, log)
         if logged and not (resume or overwrite):
@@ -56,6 +61,31 @@ def run_plan(
             from zoo.harness.report.tables import render_sweep
 
             render_sweep(frame, rows, log.with_name(plan.name))
+    return frame
+
+
+def _run_staged(plan: SweepPlan, points: list[Any], executor: Executor | None, log: Path,
+                progress: Progress | None, render: bool) -> pd.DataFrame:
+    """Every point into a fresh log in a staging folder beside ``log``; renderings there too;
+    then all of them replace the earlier save at once (``zoo.files.atomic.staged_folder``)."""
+    from zoo.files.atomic import staged_folder
+
+    existed = log.exists()
+    try:
+        with locked(log, wait=False):  # one writer per name: a second is refused, as for a sweep
+            check_folder_writable(log.parent)
+            with staged_folder(log.parent, plan.name) as stage:
+                rows: list[dict[str, Any]] = []
+                with locked(stage / log.name) as fd:
+                    frame = _run_points(plan, points, rows, executor, fd, progress)
+                if render:
+                    from zoo.harness.report.tables import render_sweep
+
+                    render_sweep(frame, rows, stage / plan.name)
+    except BaseException:
+        if not existed and log.is_file() and log.stat().st_size == 0:
+            log.unlink()  # the empty log the lock created: an interrupted first save leaves nothing
+        raise
     return frame
 
 
@@ -124,6 +154,7 @@ def compare(
     progress: Progress | None = None,
     contexts: Sequence[int | str] | str | None = None,
     measure_up_to: int | str | None = None,
+    max_points: int = MAX_POINTS,
     **run_options: Any,
 ) -> pd.DataFrame:
     """Variants of one model side by side, as a DataFrame (one row per variant).
@@ -147,13 +178,13 @@ def compare(
     spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
     plan = plan_from_options(
         arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
-        name=name, run=run_options, depth=depth, analysis_only=not measure,
+        name=name, run=run_options, depth=depth, analysis_only=not measure, max_points=max_points,
         **_context_fields(contexts, measure_up_to, "contexts", "measure_up_to"),
     )
     chosen = executor if not isinstance(executor, str) else (
         InlineExecutor() if not measure else make_executor(executor, jobs=jobs, timeout=timeout)
     )
-    return run_plan(plan, chosen, results_dir, overwrite=results_dir is not None, progress=progress)
+    return run_plan(plan, chosen, results_dir, overwrite=results_dir is not None, staged=True, progress=progress)
 
 
 def sweep(

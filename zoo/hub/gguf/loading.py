@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
+from zoo.files.safe_io import inside
+from zoo.hub.fits import check_weights_fit
 from zoo.hub.gguf.names import IGNORED, gguf_rules
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.hub.gguf.spec import spec_from_gguf
@@ -29,16 +31,16 @@ def find_gguf(repo_or_dir: str | Path, gguf_file: str | None = None, revision: s
         if path.is_dir():
             if not (path / gguf_file).is_file():
                 raise CheckpointError(f"{path / gguf_file}: no such GGUF file")
-            return path / gguf_file
+            return inside(path, gguf_file, CheckpointError, "GGUF file")
         return _download(str(repo_or_dir), gguf_file, revision)
     if path.suffix == ".gguf":
-        if not path.is_file():
+        if not path.exists():  # a FIFO or folder so named is refused by the reader, saying what it is
             raise CheckpointError(f"{path}: no such GGUF file")
         return path
     if path.is_dir() and not (path / "config.json").exists():
         found = sorted(path.glob("*.gguf"))
         if len(found) == 1:
-            return found[0]
+            return inside(path, found[0].name, CheckpointError, "GGUF file")
         if len(found) > 1:
             names = ", ".join(p.name for p in found)
             raise CheckpointError(f"{path}: holds several GGUF files ({names}); name one with gguf_file=")
@@ -107,6 +109,7 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
     g = GGUFCheckpoint(path)
     spec, config = spec_from_gguf(g, name=name)
     g.check_types()  # an unreadable type fails before any memory is allocated
+    check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
     load_gguf_weights(model, g, config["num_attention_heads"], config["num_key_value_heads"], progress=progress)
     model.tie_weights()

@@ -13,9 +13,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
+
 from zoo.errors import CheckpointError, allowed
 from zoo.hub.config import spec_from_hf_config
-from zoo.hub.gguf.reader import GGUFCheckpoint
+from zoo.hub.gguf.reader import MAX_INT, GGUFCheckpoint
+from zoo.specs.model import MAX_LAYERS
 
 if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
     from zoo.specs.model import ModelSpec
@@ -28,46 +32,75 @@ def _f32(value: float) -> float:
 
 def _base(g: GGUFCheckpoint) -> dict[str, Any]:
     """The keys every llama-like architecture shares."""
-    d, heads = int(g.need("embedding_length")), int(g.need("attention.head_count"))
-    kv = g.arch_key("attention.head_count_kv", heads)
-    if isinstance(kv, list):  # per-layer counts: zoo takes one count for every layer
-        if len(set(kv)) != 1:
-            raise CheckpointError(f"{g.path}: {g.architecture}.attention.head_count_kv: per-layer counts {kv} are not supported")
-        kv = kv[0]
+    d, heads = g.integer(g.arch("embedding_length"), low=1), g.integer(g.arch("attention.head_count"), low=1)
+    vocab, _ = _embedding(g, d)
     config: dict[str, Any] = {
-        "hidden_size": d, "num_hidden_layers": int(g.need("block_count")), "num_attention_heads": heads,
-        "num_key_value_heads": int(kv), "head_dim": int(g.arch_key("attention.key_length", d // heads)),
-        "vocab_size": g.shape("token_embd.weight")[0], "max_position_embeddings": int(g.need("context_length")),
-        "rms_norm_eps": _f32(g.arch_key("attention.layer_norm_rms_epsilon", 1e-6)),
-        "tie_word_embeddings": "output.weight" not in g.tensors,
+        "hidden_size": d, "num_hidden_layers": _block_count(g),
+        "num_attention_heads": heads, "num_key_value_heads": _kv_heads(g, heads),
+        "head_dim": g.integer(g.arch("attention.key_length"), max(d // heads, 1), low=1),
+        "vocab_size": vocab,
+        "max_position_embeddings": g.integer(g.arch("context_length"), low=1),
+        "rms_norm_eps": _f32(g.number(g.arch("attention.layer_norm_rms_epsilon"), 1e-6, low=0.0, high=1.0)),
+        "tie_word_embeddings": not g.has_tensor("output.weight"),
     }
-    if g.arch_key("feed_forward_length") is not None:
-        config["intermediate_size"] = int(g.arch_key("feed_forward_length"))
-    value = g.arch_key("attention.value_length")
-    if value is not None and int(value) != config["head_dim"]:
+    if g.arch("feed_forward_length") in g.metadata:
+        config["intermediate_size"] = g.integer(g.arch("feed_forward_length"), low=1)
+    value = g.integer(g.arch("attention.value_length"), None, low=1)
+    if value is not None and value != config["head_dim"]:
         raise CheckpointError(f"{g.path}: {g.architecture}.attention.value_length: {value} differs from key_length "
                               f"{config['head_dim']}; zoo's attention uses one head size")
-    config["rope_parameters"] = _rope(g, float(g.arch_key("rope.freq_base", 10000.0)))
+    config["rope_parameters"] = _rope(g, g.number(g.arch("rope.freq_base"), 10000.0, low=1e-6))
     return config
 
 
+def _embedding(g: GGUFCheckpoint, d: int) -> tuple[int, int]:
+    """(vocab, width) of token_embd.weight, which must be d_model wide: sizes the file's
+    tensors do not bear out are refused before anything is built from them."""
+    shape = g.shape("token_embd.weight")
+    if len(shape) != 2 or shape[1] != d:
+        raise CheckpointError(f"{g.path}: {g.arch('embedding_length')}: {d}, but tensor 'token_embd.weight' has "
+                              f"shape {list(shape)}; allowed: [vocab, {d}]")
+    return shape[0], shape[1]
+
+
+def _block_count(g: GGUFCheckpoint) -> int:
+    """The layer count, checked against the blocks the file holds tensors for (``blk.N.*``)."""
+    n = g.integer(g.arch("block_count"), low=1, high=MAX_LAYERS)
+    held = {name.split(".")[1] for name in g.tensors if name.startswith("blk.") and name.count(".") >= 2}
+    if held != {str(i) for i in range(n)}:
+        raise CheckpointError(f"{g.path}: {g.arch('block_count')}: {n}, but the file holds tensors for "
+                              f"{len(held)} blocks; allowed: blk.0 to blk.{n - 1}, each present")
+    return n
+
+
+def _kv_heads(g: GGUFCheckpoint, heads: int) -> int:
+    """K/V heads: one count, or per-layer counts that are all equal (zoo takes one for every layer)."""
+    key = g.arch("attention.head_count_kv")
+    if isinstance(g.metadata.get(key), np.ndarray):
+        counts = g.numbers(key, integers=True)
+        if len(counts) == 0 or len(set(counts.tolist())) != 1 or not 1 <= int(counts[0]) <= MAX_INT:
+            raise CheckpointError(f"{g.path}: {key}: per-layer counts that differ (or are out of range) are not supported")
+        return int(counts[0])
+    return g.integer(key, heads, low=1)
+
+
 def _rope(g: GGUFCheckpoint, theta: float) -> dict[str, Any]:
-    kind = g.arch_key("rope.scaling.type", "none")
+    kind = g.text(g.arch("rope.scaling.type"), "none")
     params: dict[str, Any] = {"rope_type": "default", "rope_theta": theta}
     if kind == "none":
         return params
-    factor = float(g.need("rope.scaling.factor"))
+    if kind not in ("linear", "yarn"):
+        raise CheckpointError(f"{g.path}: {g.arch('rope.scaling.type')}: {kind!r} is not supported; "
+                              "allowed: none, linear, yarn")
+    factor = g.number(g.arch("rope.scaling.factor"), low=1e-6, high=1e6)
     if kind == "linear":
         return {**params, "rope_type": "linear", "factor": factor}
-    if kind == "yarn":
-        params.update(rope_type="yarn", factor=factor,
-                      original_max_position_embeddings=int(g.need("rope.scaling.original_context_length")))
-        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if g.arch_key(f"rope.scaling.{key}") is not None:
-                params[name] = float(g.arch_key(f"rope.scaling.{key}"))
-        return params
-    raise CheckpointError(f"{g.path}: {g.architecture}.rope.scaling.type: {kind!r} is not supported; "
-                          "allowed: none, linear, yarn")
+    params.update(rope_type="yarn", factor=factor,  # yarn, the only other kind
+                  original_max_position_embeddings=g.integer(g.arch("rope.scaling.original_context_length"), low=1))
+    for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+        if g.arch(f"rope.scaling.{key}") in g.metadata:
+            params[name] = g.number(g.arch(f"rope.scaling.{key}"))
+    return params
 
 
 def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
@@ -76,8 +109,13 @@ def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
     with low_freq_factor 1 (the formula only sees their ratios) and check they reproduce it."""
     from zoo.components.rope import RopeScaling, rope_frequencies
 
-    divisors = g.tensor("rope_freqs.weight").double()  # (head_dim/2,)
     theta, dim = config["rope_parameters"]["rope_theta"], config["head_dim"]
+    if g.shape("rope_freqs.weight") != (dim // 2,):
+        raise CheckpointError(f"{g.path}: tensor 'rope_freqs.weight': shape {list(g.shape('rope_freqs.weight'))}; "
+                              f"allowed: [{dim // 2}] (head_dim / 2)")
+    divisors = g.tensor("rope_freqs.weight").double()  # (head_dim/2,)
+    if not (torch.isfinite(divisors).all() and (divisors > 0).all()):
+        raise CheckpointError(f"{g.path}: tensor 'rope_freqs.weight': holds values that are not finite and positive")
     plain, _ = rope_frequencies(dim, theta, None)
     wavelen = (2 * math.pi / plain.double()).tolist()
     factor = float(divisors.max())
@@ -111,21 +149,21 @@ def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
 def _llama(g: GGUFCheckpoint) -> dict[str, Any]:
     """llama covers Llama, Mistral (llama.cpp converts it to llama) and Mixtral (experts)."""
     config = {**_base(g), "model_type": "llama"}
-    if "rope_freqs.weight" in g.tensors:
+    if g.has_tensor("rope_freqs.weight"):
         _llama3_rope(g, config)
-    if g.arch_key("attention.sliding_window") is not None:
-        config.update(model_type="mistral", sliding_window=int(g.arch_key("attention.sliding_window")))
-    if g.arch_key("expert_count"):
-        config.update(model_type="mixtral", num_local_experts=int(g.arch_key("expert_count")),
-                      num_experts_per_tok=int(g.need("expert_used_count")))
+    if g.arch("attention.sliding_window") in g.metadata:
+        config.update(model_type="mistral", sliding_window=g.integer(g.arch("attention.sliding_window"), low=1))
+    if g.integer(g.arch("expert_count"), 0):
+        config.update(model_type="mixtral", num_local_experts=g.integer(g.arch("expert_count"), low=1),
+                      num_experts_per_tok=g.integer(g.arch("expert_used_count"), low=1))
     return config
 
 
 def _qwen3moe(g: GGUFCheckpoint) -> dict[str, Any]:
-    config = {**_base(g), "model_type": "qwen3_moe", "num_experts": int(g.need("expert_count")),
-              "num_experts_per_tok": int(g.need("expert_used_count")),
-              "moe_intermediate_size": int(g.need("expert_feed_forward_length")),
-              "norm_topk_prob": bool(g.arch_key("expert_weights_norm", True))}
+    config = {**_base(g), "model_type": "qwen3_moe", "num_experts": g.integer(g.arch("expert_count"), low=1),
+              "num_experts_per_tok": g.integer(g.arch("expert_used_count"), low=1),
+              "moe_intermediate_size": g.integer(g.arch("expert_feed_forward_length"), low=1),
+              "norm_topk_prob": g.flag(g.arch("expert_weights_norm"), True)}
     config.setdefault("intermediate_size", config["moe_intermediate_size"])
     return config
 
@@ -135,26 +173,31 @@ def _gemma3(g: GGUFCheckpoint) -> dict[str, Any]:
     and the 27B model (62 layers) scales queries by d_model / heads instead of head_dim."""
     config = {**_base(g), "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh"}
     n_layers = config["num_hidden_layers"]
-    pattern = g.arch_key("attention.sliding_window_pattern", 6)
-    if isinstance(pattern, list):  # one flag per layer: true = sliding window
-        types = ["sliding_attention" if flag else "full_attention" for flag in pattern]
+    key = g.arch("attention.sliding_window_pattern")
+    if isinstance(g.metadata.get(key), np.ndarray):  # one flag per layer: true = sliding window
+        flags = g.numbers(key, integers=True).tolist()
+        if len(flags) != n_layers:
+            raise CheckpointError(f"{g.path}: {key}: {len(flags):,} flags for {n_layers} layers")
+        types = ["sliding_attention" if flag else "full_attention" for flag in flags]
     else:
-        types = ["full_attention" if (i + 1) % int(pattern) == 0 else "sliding_attention" for i in range(n_layers)]
+        pattern = g.integer(key, 6, low=1)
+        types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
     scalar = config["hidden_size"] // config["num_attention_heads"] if n_layers == 62 else config["head_dim"]
-    config.update(layer_types=types, sliding_window=int(g.need("attention.sliding_window")),
-                  rope_local_base_freq=float(g.arch_key("rope.freq_base_swa", 10000.0)), query_pre_attn_scalar=scalar)
-    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
-        if g.arch_key(key) is not None:
-            config[key] = g.arch_key(key)  # refused by the config mapping, naming the key
+    config.update(layer_types=types, sliding_window=g.integer(g.arch("attention.sliding_window"), low=1),
+                  rope_local_base_freq=g.number(g.arch("rope.freq_base_swa"), 10000.0, low=1e-6),
+                  query_pre_attn_scalar=scalar)
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if g.arch(name) in g.metadata:
+            config[name] = g.number(g.arch(name))  # refused by the config mapping, naming the key
     return config
 
 
 def _gpt_oss(g: GGUFCheckpoint) -> dict[str, Any]:
     """gpt-oss alternates windowed (even) and full (odd) layers, as llama.cpp hard-codes."""
-    config = {**_base(g), "model_type": "gpt_oss", "num_local_experts": int(g.need("expert_count")),
-              "num_experts_per_tok": int(g.need("expert_used_count")),
-              "intermediate_size": int(g.need("expert_feed_forward_length")), "attention_bias": True,
-              "sliding_window": int(g.need("attention.sliding_window"))}
+    config = {**_base(g), "model_type": "gpt_oss", "num_local_experts": g.integer(g.arch("expert_count"), low=1),
+              "num_experts_per_tok": g.integer(g.arch("expert_used_count"), low=1),
+              "intermediate_size": g.integer(g.arch("expert_feed_forward_length"), low=1), "attention_bias": True,
+              "sliding_window": g.integer(g.arch("attention.sliding_window"), low=1)}
     config["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
                              for i in range(config["num_hidden_layers"])]
     if config["rope_parameters"]["rope_type"] == "yarn":
@@ -183,5 +226,5 @@ def hf_config_from_gguf(g: GGUFCheckpoint) -> dict[str, Any]:
 def spec_from_gguf(g: GGUFCheckpoint, name: str | None = None) -> tuple[ModelSpec, dict[str, Any]]:
     """The ModelSpec of a GGUF file and the Hugging Face config it stands for."""
     config = hf_config_from_gguf(g)
-    spec = spec_from_hf_config(config, name=name or str(g.metadata.get("general.name") or g.path.stem))
+    spec = spec_from_hf_config(config, name=name or g.text("general.name", "") or g.path.stem)
     return spec.model_copy(update={"source": str(g.path)}), config

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from zoo.errors import CheckpointError, allowed
 from zoo.hub.gguf.reader import GGUFCheckpoint
 
@@ -33,23 +35,31 @@ PRE_TOKENIZERS: dict[str, str] = {
     "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2, "gpt-4o": _O200K,
 }
 CONTROL, USER_DEFINED = 3, 4
+MAX_SPLIT_WORK = 1 << 28  # merges are rebuilt by trying every split of each piece; real vocabularies need ~10**7
 
 
 def _special_tokens(g: GGUFCheckpoint, tokens: list[str]) -> list[Any]:
     from tokenizers import AddedToken
 
-    types = g.metadata.get("tokenizer.ggml.token_type") or []
-    return [AddedToken(tokens[i], special=t == CONTROL, normalized=False)
-            for i, t in enumerate(types) if t in (CONTROL, USER_DEFINED)]
+    types = g.numbers("tokenizer.ggml.token_type", None, integers=True)
+    if types is None:
+        return []
+    if len(types) != len(tokens):
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.token_type: {len(types):,} types for {len(tokens):,} tokens; "
+                              "allowed: one type per token")
+    special = np.flatnonzero((types == CONTROL) | (types == USER_DEFINED)).tolist()  # no loop over the vocabulary
+    return [AddedToken(tokens[i], special=bool(types[i] == CONTROL), normalized=False) for i in special]
 
 
 def _byte_level_bpe(g: GGUFCheckpoint, tokens: list[str]) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    pre = str(g.metadata.get("tokenizer.ggml.pre", "default"))
+    pre = g.text("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.pre: {pre!r} is not supported; allowed: {allowed(PRE_TOKENIZERS)}")
-    merges = [tuple(m.split(" ", 1)) for m in g.metadata.get("tokenizer.ggml.merges") or []]
+    merges = [tuple(m.split(" ", 1)) for m in g.strings("tokenizer.ggml.merges", [])]
+    if any(len(m) != 2 for m in merges):
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.merges: an entry without a space; allowed: 'left right' pairs")
     vocab = {token: i for i, token in enumerate(tokens)}
     tokenizer = Tokenizer(models.BPE(vocab, merges, ignore_merges=pre in ("llama-bpe", "llama3")))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -63,18 +73,27 @@ def _byte_level_bpe(g: GGUFCheckpoint, tokens: list[str]) -> Any:
 def _sentencepiece_bpe(g: GGUFCheckpoint, tokens: list[str]) -> Any:
     from tokenizers import Tokenizer, decoders, models, normalizers
 
-    scores = g.metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    scores = g.numbers("tokenizer.ggml.scores", None)
+    if scores is None:
+        scores = np.zeros(len(tokens))
+    if len(scores) != len(tokens):
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.scores: {len(scores):,} scores for {len(tokens):,} tokens; "
+                              "allowed: one score per token")
+    work = sum(len(t) * len(t) for t in tokens)  # each split of a piece copies it: quadratic in its length
+    if work > MAX_SPLIT_WORK:
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: pieces too long to rebuild merges from "
+                              f"(sum of squared lengths {work:,}; at most {MAX_SPLIT_WORK:,})")
     vocab = {token: i for i, token in enumerate(tokens)}
     merges = []
-    for token, score in zip(tokens, scores):  # every split of a piece into two pieces is a merge
+    for token, score in zip(tokens, scores.tolist()):  # every split of a piece into two pieces is a merge
         for cut in range(1, len(token)):
             if token[:cut] in vocab and token[cut:] in vocab:
                 merges.append((score, vocab[token[:cut]], vocab[token[cut:]], token[:cut], token[cut:]))
     merges.sort(key=lambda m: (-m[0], m[1], m[2]))
-    unk = g.metadata.get("tokenizer.ggml.unknown_token_id")
+    unk = g.token_id("tokenizer.ggml.unknown_token_id", len(tokens))
     tokenizer = Tokenizer(models.BPE(vocab, [(a, b) for *_, a, b in merges], byte_fallback=True, fuse_unk=True,
                                      unk_token=tokens[unk] if unk is not None else None))
-    prefix = bool(g.metadata.get("tokenizer.ggml.add_space_prefix", True))
+    prefix = g.flag("tokenizer.ggml.add_space_prefix", True)
     steps = [normalizers.Prepend("▁")] if prefix else []
     tokenizer.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
     decode = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
@@ -89,16 +108,24 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
     """A ``tokenizers.Tokenizer`` equal to the one the GGUF describes."""
     from tokenizers import processors
 
-    kind = g.metadata.get("tokenizer.ggml.model")
-    tokens = g.metadata.get("tokenizer.ggml.tokens")
+    kind = g.text("tokenizer.ggml.model", None)
+    tokens = g.strings("tokenizer.ggml.tokens", [])
     if kind is None or not tokens:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.model: missing; this GGUF holds no tokenizer")
+    if len(set(tokens)) != len(tokens):
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: a token appears twice; allowed: distinct tokens")
     if kind not in BUILDERS:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.model: {kind!r} is not supported; allowed: {allowed(BUILDERS)}")
-    tokenizer = BUILDERS[kind](g, tokens)
+    try:
+        tokenizer = BUILDERS[kind](g, tokens)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions (a merge of unknown tokens)
+        raise CheckpointError(f"{g.path}: tokenizer.ggml.*: not a tokenizer the tokenizers library builds: "
+                              f"{str(exc).splitlines()[0][:200]}") from None
     tokenizer.add_special_tokens(_special_tokens(g, tokens))
-    bos = g.metadata.get("tokenizer.ggml.bos_token_id")
-    if bos is not None and g.metadata.get("tokenizer.ggml.add_bos_token", kind == "llama"):
+    bos = g.token_id("tokenizer.ggml.bos_token_id", len(tokens))
+    if bos is not None and g.flag("tokenizer.ggml.add_bos_token", kind == "llama"):
         tokenizer.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)])
     return tokenizer
 
@@ -106,5 +133,6 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
 def gguf_eos_ids(g: GGUFCheckpoint) -> list[int]:
     """End-of-generation ids: EOS, end-of-turn and end-of-message where the GGUF names them."""
     keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
-    ids = [int(g.metadata[k]) for k in keys if g.metadata.get(k) is not None]
+    vocab = len(g.strings("tokenizer.ggml.tokens", [])) or g.shape("token_embd.weight")[0]
+    ids = [i for i in (g.token_id(k, vocab) for k in keys) if i is not None]
     return list(dict.fromkeys(ids))
