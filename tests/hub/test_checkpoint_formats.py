@@ -113,7 +113,7 @@ def test_every_built_in_family_is_reached_through_the_registry():
     builtin = {t for t, entry in formats.items() if entry.plugin == "zoo.hub.families"}
     assert {"gpt2", "llama", "mistral", "phi3", "bert", "roberta", "mamba2", "qwen3_next", "t5"} <= builtin
     for model_type in builtin:
-        assert formats[model_type].family.__name__ == f"zoo.hub.families.{model_type}"
+        assert formats[model_type].family.__name__ == f"zoo.hub.families.{model_type.replace('-', '_')}"
         assert isinstance(formats[model_type].family, CheckpointFamily)
 
 

@@ -288,8 +288,7 @@ def _refuse_twice(staged: _Staged, name: str) -> None:
     """A plugin that registers one name twice is broken (which one would it mean?): refused
     whole, so it is reported and skipped like a plugin that fails to import."""
     keys = [*(f"{c.slot} kind {c.kind!r}" for c in staged.components),
-            *(f"architecture {a.name!r}" for a in staged.architectures),
-            *(f"checkpoint format {f.model_type!r}" for f in staged.formats)]
+            *(f"architecture {a.name!r}" for a in staged.architectures)]  # formats: PluginConflictError above
     seen: set[str] = set()
     for key in keys:
         if key in seen:

@@ -21,6 +21,7 @@ import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
+from zoo.hub.config_writer import require
 from zoo.hub.family import ZooShapes
 from zoo.hub.names import Pairs, Rule
 
@@ -63,6 +64,7 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
 
 def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The bloom config.json computing what ``spec`` computes (checked by reading it back)."""
+    require(spec, MODEL_TYPE, attention=("mha",), positional=("alibi",), ffn=("mlp",), norm=("layernorm",))
     att = spec.layer(0).attention
     return {
         "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size,

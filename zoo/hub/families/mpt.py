@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from zoo.errors import CheckpointError
 from zoo.hub.config_keys import BASE_CHECKS, is_neutral
 from zoo.hub.config_reader import ConfigReader
+from zoo.hub.config_writer import require
 from zoo.hub.names import Rule, split_rows
 
 if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
@@ -96,6 +97,7 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
 
 def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The mpt config.json computing what ``spec`` computes (checked by reading it back)."""
+    require(spec, MODEL_TYPE, attention=("mha",), positional=("alibi",), ffn=("mlp",), norm=("layernorm",))
     base = spec.layer(0)
     att = base.attention
     if att.kind != "mha":
