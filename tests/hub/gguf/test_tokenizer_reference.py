@@ -9,11 +9,12 @@ one by one, then GPT-2's regex).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from zoo.hub.gguf.pretokenizers import GPT2, PRE_TOKENIZERS
 from zoo.hub.gguf.reader import GGUFCheckpoint
@@ -51,10 +52,7 @@ def _byte_level_vocab() -> tuple[list[str], list[str]]:
     trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<|endoftext|>", "<think>", "</think>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tokenizer.train_from_iterator(CORPUS, trainer)
-    data = tokenizer.to_str()
-    import json
-
-    model = json.loads(data)["model"]
+    model = json.loads(tokenizer.to_str())["model"]
     tokens = sorted(model["vocab"], key=model["vocab"].get)
     return tokens, [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
 
@@ -108,7 +106,6 @@ def test_digit_splitting_pre_tokenizers_equal_their_tokenizer_json(pre: str, tmp
 
 
 def test_every_named_pre_tokenizer_builds_and_round_trips(tmp_path: Path) -> None:
-    tokens, merges = _byte_level_vocab()
     for pre in PRE_TOKENIZERS:
         tokenizer = gguf_tokenizer(GGUFCheckpoint(_byte_level_gguf(tmp_path / "t.gguf", pre)))
         for text in SAMPLES:
