@@ -1,0 +1,123 @@
+"""A checkpoint's text side: its own tokenizer, the ids that end generation, its chat template.
+
+From a folder (``tokenizer.json``, ``tokenizer_config.json``, ``generation_config.json``,
+``config.json``, ``chat_template.jinja``) or a GGUF file (``tokenizer.ggml.*`` and
+``tokenizer.chat_template`` metadata). Everything here reads metadata only, so a command
+checks it before a single weight is read: a checkpoint whose tokenizer zoo cannot build
+fails in milliseconds, not after loading.
+
+Chat templates render as transformers renders them (``apply_chat_template``): jinja2's
+immutable sandbox (a template is data from the checkpoint, never code with access to
+Python), ``trim_blocks``/``lstrip_blocks``, ``raise_exception``, a ``tojson`` that keeps
+non-ASCII text, ``strftime_now``, the special tokens by name, ``add_generation_prompt``.
+The rendered text already holds the template's BOS, so it is encoded without adding one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from zoo.errors import CheckpointError
+from zoo.files.safe_io import load_json, read_text
+
+
+@dataclass
+class CheckpointText:
+    """The tokenizer (a ``tokenizers.Tokenizer``), the ids ending a reply, the chat template
+    (None when the checkpoint has none) and the special tokens spelled out (``bos_token``...)."""
+
+    tokenizer: Any
+    eos_ids: list[int]
+    chat_template: str | None = None
+    special_tokens: dict[str, str] = field(default_factory=dict)
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Token ids of ``messages`` rendered by the checkpoint's template, ready for a reply."""
+        return list(self.tokenizer.encode(render_chat(self, messages), add_special_tokens=False).ids)
+
+
+def _tokenizer_json(folder: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; zoo needs the checkpoint's tokenizer.json for text")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises plain Exceptions
+        raise CheckpointError(f"{path}: not a readable tokenizer.json: {exc}") from None
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token in tokenizer_config.json: a string or an AddedToken dict."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _folder_text(folder: Path) -> CheckpointText:
+    from zoo.hub.config import eos_token_ids
+
+    tokenizer = _tokenizer_json(folder)
+    config_path = folder / "tokenizer_config.json"
+    config = load_json(read_text(config_path, CheckpointError), CheckpointError, str(config_path)) \
+        if config_path.is_file() else {}
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_path}: expected a JSON object")
+    special = {name: text for name in ("bos_token", "eos_token", "unk_token", "pad_token")
+               if (text := _token_text(config.get(name))) is not None}
+    ids = eos_token_ids(folder)
+    eos = tokenizer.token_to_id(special["eos_token"]) if "eos_token" in special else None
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: the default one
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        template = read_text(jinja, CheckpointError)
+    return CheckpointText(tokenizer, list(dict.fromkeys(ids + ([eos] if eos is not None else []))),
+                          template if isinstance(template, str) else None, special)
+
+
+def _gguf_text(path: Path) -> CheckpointText:
+    from zoo.hub.gguf.reader import GGUFCheckpoint
+    from zoo.hub.gguf.tokenizer import gguf_chat_template, gguf_eos_ids, gguf_special_tokens, gguf_tokenizer
+
+    g = GGUFCheckpoint(path)
+    return CheckpointText(gguf_tokenizer(g), gguf_eos_ids(g), gguf_chat_template(g), gguf_special_tokens(g))
+
+
+def checkpoint_text(path: str | Path) -> CheckpointText:
+    """The text side of a checkpoint folder or GGUF file (metadata only; no weight is read)."""
+    path = Path(path)
+    return _gguf_text(path) if path.suffix == ".gguf" and path.is_file() else _folder_text(path)
+
+
+def render_chat(text: CheckpointText, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    """``messages`` ([{"role": ..., "content": ...}]) through the checkpoint's chat template."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    if text.chat_template is None:
+        raise CheckpointError("chat_template: this checkpoint has none (tokenizer_config.json chat_template, "
+                              "chat_template.jinja or GGUF tokenizer.chat_template); give a plain prompt instead")
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
+    try:
+        return env.from_string(text.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                          **text.special_tokens)
+    except jinja2.exceptions.TemplateError as exc:
+        raise CheckpointError(f"chat_template: {exc}") from None
