@@ -93,6 +93,10 @@ def test_chat_applies_the_template_and_stops_at_its_end_of_turn(checkpoint, caps
     stop = WORDS[reply[3]]
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": stop}))
     assert main(["generate", "--weights", str(folder), "--chat", "--system", "w7", "w5 w9", *SAMPLING]) == 0
+    messages = [{"role": "system", "content": "w7"}, {"role": "user", "content": "w5 w9"}]
+    cut = reply.index(reply[3])
+    assert zoo.chat(model, messages, weights=folder, max_new_tokens=6, temperature=3.0, seed=1) == " ".join(
+        WORDS[t] for t in reply[:cut])
     # the reply only (decoded after the rendered prompt, as it streams), not the template's text
     assert capsys.readouterr().out == "".join(" " + WORDS[t] for t in reply[: reply.index(reply[3])]) + "\n"
 
@@ -117,3 +121,9 @@ def test_an_encoder_fails_before_the_prompt_is_printed(checkpoint, monkeypatch, 
     assert main(["generate", "--weights", str(folder), "w5 w9"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "cannot generate" in out.err
+
+
+def test_zoo_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("zoo 0.")

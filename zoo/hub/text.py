@@ -84,7 +84,12 @@ def _folder_text(folder: Path) -> CheckpointText:
 
 def _gguf_text(path: Path) -> CheckpointText:
     from zoo.hub.gguf.reader import GGUFCheckpoint
-    from zoo.hub.gguf.tokenizer import gguf_chat_template, gguf_eos_ids, gguf_special_tokens, gguf_tokenizer
+    from zoo.hub.gguf.tokenizer import (
+        gguf_chat_template,
+        gguf_eos_ids,
+        gguf_special_tokens,
+        gguf_tokenizer,
+    )
 
     g = GGUFCheckpoint(path)
     return CheckpointText(gguf_tokenizer(g), gguf_eos_ids(g), gguf_chat_template(g), gguf_special_tokens(g))
@@ -121,3 +126,20 @@ def render_chat(text: CheckpointText, messages: list[dict[str, Any]], add_genera
                                                           **text.special_tokens)
     except jinja2.exceptions.TemplateError as exc:
         raise CheckpointError(f"chat_template: {exc}") from None
+
+
+def chat(model: Any, messages: list[dict[str, Any]], weights: str | Path, max_new_tokens: int = 256,
+         **sampling: Any) -> str:
+    """The model's reply to ``messages``, through the chat template and tokenizer of the
+    checkpoint at ``weights`` (the folder or GGUF the model came from), stopping at its end of
+    turn. ``sampling``: ``generate``'s ``temperature``, ``top_k``, ``top_p``, ``seed``."""
+    import torch
+
+    from zoo.model.generation import generate
+
+    text = checkpoint_text(weights)
+    prompt = text.encode_chat(messages)
+    out = generate(model, torch.tensor([prompt]), max_new_tokens, eos_token_id=text.eos_ids or None, **sampling)
+    reply = out[0, len(prompt):].tolist()
+    end = next((i for i, token in enumerate(reply) if token in text.eos_ids), len(reply))
+    return str(text.tokenizer.decode(reply[:end], skip_special_tokens=True))
