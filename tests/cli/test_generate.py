@@ -26,7 +26,7 @@ def checkpoint(tmp_path, monkeypatch):
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     model = grid_model("gqa", None, False, False, "rope", "swiglu")
     monkeypatch.setattr(generate_cli, "resolve", lambda weights, revision, gguf_file=None: tmp_path)
-    monkeypatch.setattr(zoo.hub.loading, "from_pretrained", lambda path, dtype, device: model)
+    monkeypatch.setattr(zoo.hub.loading, "from_pretrained", lambda path, dtype, device, dequantize: model)
     return tmp_path, model
 
 
@@ -117,7 +117,7 @@ def test_an_encoder_fails_before_the_prompt_is_printed(checkpoint, monkeypatch, 
     folder, _ = checkpoint
     encoder = zoo.build(zoo.spec("bert-base-uncased").model_copy(update={"vocab_size": VOCAB, "n_layers": 1, "d_model": 32,
                                                                   "n_heads": 2, "max_seq_len": 64}), init=False)
-    monkeypatch.setattr(zoo.hub.loading, "from_pretrained", lambda path, dtype, device: encoder)
+    monkeypatch.setattr(zoo.hub.loading, "from_pretrained", lambda path, dtype, device, dequantize: encoder)
     assert main(["generate", "--weights", str(folder), "w5 w9"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "cannot generate" in out.err

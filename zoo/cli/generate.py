@@ -10,10 +10,9 @@ import argparse
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any, Protocol
 
-from zoo.hub.text import CheckpointText, checkpoint_text
+from zoo.hub.text import CheckpointText, checkpoint_text, resolve
 
 
 class Tokenizer(Protocol):
@@ -43,17 +42,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=None, help="sample among the tokens holding this probability mass")
     p.add_argument("--seed", type=int, default=None, help="seed for repeatable sampling")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    p.add_argument("--dequantize", action="store_true",
+                   help="a GGUF's 4- and 8-bit matrices as floats of --dtype, not packed int4 / int8 layers")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is steadiest on a shared CPU)")
     p.set_defaults(func=run_generate)
-
-
-def resolve(weights: str, revision: str | None, gguf_file: str | None = None) -> Path:
-    """The folder (or GGUF file) meant by ``--weights`` (zoo.hub resolves repo ids)."""
-    from zoo.hub.download import resolve_checkpoint
-    from zoo.hub.gguf.loading import find_gguf
-
-    return find_gguf(weights, gguf_file, revision) or resolve_checkpoint(weights, revision=revision)
 
 
 def text_pieces(tokenizer: Tokenizer, tokens: Iterable[int], context: list[int] | None = None) -> Iterator[str]:
@@ -113,7 +106,7 @@ def run_generate(args: argparse.Namespace) -> int:
     path = resolve(args.weights, args.revision, args.gguf_file)
     text = checkpoint_text(path)  # tokenizer and chat template: checked before a weight is read
     prompt_ids = _prompt_ids(args, text)
-    model = from_pretrained(path, dtype=args.dtype, device=device)  # shows its own bar, on a terminal only
+    model = from_pretrained(path, dtype=args.dtype, device=device, dequantize=args.dequantize)  # shows its own bar, on a terminal only
     check_generates(model)  # an encoder fails here, before anything is printed
     eos = text.eos_ids
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)

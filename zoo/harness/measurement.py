@@ -82,6 +82,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
 
 
+def _loaded_layout(model: torch.nn.Module) -> str | None:
+    """A checkpoint's own storage when it says more than the dtype (a GGUF: "Q4_1 -> int4 x168; ...")."""
+    from zoo.model.build import ZooModel
+
+    return model.weights_layout if isinstance(model, ZooModel) else None
+
+
 def _median_spread(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
@@ -109,7 +116,8 @@ def build_measurement(
     return Measurement(
         arch=spec.name, config=config, params_total=count.total, params_active=count.active,
         params_embedding=count.embedding, params_unembedding=count.unembedding,
-        weight_bytes=stored_bytes(model), weights_dtype=normalize(config.weights_dtype) or _dtype_name(dtype),
+        weight_bytes=stored_bytes(model),
+        weights_dtype=normalize(config.weights_dtype) or _loaded_layout(model) or _dtype_name(dtype),
         kv_bytes_per_token=kv_bytes_per_token(spec, dtype=dtype), state_bytes=state_bytes(spec, dtype=dtype),
         kv_bytes=t.cache_bytes, context_len=P + G,
         prefill_peak_bytes=t.prefill_peak, decode_peak_bytes=t.decode_peak, memory_method=t.memory_method,

@@ -95,6 +95,15 @@ def _gguf_text(path: Path) -> CheckpointText:
     return CheckpointText(gguf_tokenizer(g), gguf_eos_ids(g), gguf_chat_template(g), gguf_special_tokens(g))
 
 
+def resolve(weights: str | Path, revision: str | None = None, gguf_file: str | None = None) -> Path:
+    """The folder (or GGUF file) meant by ``weights``: a path, or a hub repo id resolved by
+    zoo.hub (only config, tokenizer and weight files are downloaded)."""
+    from zoo.hub.download import resolve_checkpoint
+    from zoo.hub.gguf.loading import find_gguf
+
+    return find_gguf(weights, gguf_file, revision) or resolve_checkpoint(str(weights), revision=revision)
+
+
 def checkpoint_text(path: str | Path) -> CheckpointText:
     """The text side of a checkpoint folder or GGUF file (metadata only; no weight is read)."""
     path = Path(path)

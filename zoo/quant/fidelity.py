@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -53,18 +54,16 @@ def compare_logits(reference: torch.Tensor, quantized: torch.Tensor) -> Fidelity
     return Fidelity(max_logit_error=float((quantized - reference).abs().max()), kl_divergence=float(kl.mean()))
 
 
-def text_tokens(path: str | Path, vocab_size: int, tokenizer_file: Path | None = None) -> torch.Tensor:
-    """Token ids (N,) of a text file: the checkpoint's ``tokenizer.json`` when there is one,
-    else the UTF-8 bytes (random weights have no tokenizer; bytes fit every real vocabulary)."""
+def text_tokens(path: str | Path, vocab_size: int, tokenizer: Any | None = None) -> torch.Tensor:
+    """Token ids (N,) of a text file: through the checkpoint's own tokenizer (a
+    ``tokenizers.Tokenizer``), or for random weights, which have none, the UTF-8 bytes."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchError(f"eval_text: cannot read {file} as UTF-8 text ({exc})") from None
-    if tokenizer_file is not None and tokenizer_file.is_file():
-        from tokenizers import Tokenizer
-
-        ids = Tokenizer.from_file(str(tokenizer_file)).encode(text).ids
+    if tokenizer is not None:
+        ids = tokenizer.encode(text).ids
     else:
         if vocab_size < 256:
             raise BenchError(f"eval_text: byte tokens need a vocabulary of at least 256; the model has {vocab_size}")

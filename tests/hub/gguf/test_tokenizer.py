@@ -147,3 +147,35 @@ def test_zoo_generate_uses_the_ggufs_tokenizer_and_eos(tmp_path: Path, capsys: p
     path = write_gguf(tmp_path / "eos.gguf", hf_model, vocab=bpe_vocab(reference, eos=stop))
     assert main(["generate", "--weights", str(path), prompt, "--max-new-tokens", "8", "--device", "cpu"]) == 0
     assert capsys.readouterr().out == prompt + _printed(reference, ids, greedy[: greedy.index(stop)]) + "\n"
+
+
+def test_eval_text_uses_the_ggufs_tokenizer(tmp_path: Path) -> None:
+    import math
+
+    reference = trained_bpe()
+    hf_model = tiny_model_with_vocab(reference.get_vocab_size())
+    path = write_gguf_file(tmp_path / "eval.gguf", hf_model, bpe_vocab(reference))
+    text = "hello world, the quick brown fox jumps over the lazy dog"
+    (tmp_path / "eval.txt").write_text(text)
+    ids = torch.tensor([reference.encode(text).ids])
+    with torch.no_grad():
+        expected = math.exp(float(hf_model(ids, labels=ids).loss))
+    run = {"weights": str(path), "eval_text": str(tmp_path / "eval.txt"), "device": "cpu", "dtype": "float32",
+           "prompt_len": 4, "gen_len": 2, "repeats": 1, "threads": 1}
+    assert zoo.bench(None, **run).eval_perplexity == pytest.approx(expected, rel=1e-4)
+
+
+def test_eval_text_on_a_checkpoint_without_tokenizer_is_an_error(tmp_path: Path) -> None:
+    hf_model = tiny_model_with_vocab(300)
+    path = write_gguf_file(tmp_path / "bare.gguf", hf_model, None)
+    (tmp_path / "eval.txt").write_text("some text to score")
+    run = {"weights": str(path), "eval_text": str(tmp_path / "eval.txt"), "device": "cpu", "dtype": "float32",
+           "prompt_len": 4, "gen_len": 2, "repeats": 1, "threads": 1}
+    with pytest.raises(zoo.errors.CheckpointError, match="holds no tokenizer"):
+        zoo.bench(None, **run)
+
+
+def write_gguf_file(path: Path, hf_model: Any, vocab: Any) -> Path:
+    from tests.hub.gguf_files import write_gguf
+
+    return write_gguf(path, hf_model, vocab=vocab)
