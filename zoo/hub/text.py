@@ -152,3 +152,28 @@ def chat(model: Any, messages: list[dict[str, Any]], weights: str | Path, max_ne
     reply = out[0, len(prompt):].tolist()
     end = next((i for i, token in enumerate(reply) if token in text.eos_ids), len(reply))
     return str(text.tokenizer.decode(reply[:end], skip_special_tokens=True))
+
+
+def tokenizer_files(source: Path) -> dict[str, str]:
+    """The files that carry a GGUF's text side into a safetensors folder: tokenizer.json,
+    tokenizer_config.json (special tokens, chat template, BOS policy) and
+    generation_config.json (bos and the end-of-generation ids); {} for any other source,
+    whose own files a user copies."""
+    from zoo.hub.gguf.reader import GGUFCheckpoint
+
+    if source.suffix != ".gguf" or not source.is_file():
+        return {}
+    g = GGUFCheckpoint(source)
+    text = _gguf_text(source)
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", **text.special_tokens}
+    if text.chat_template is not None:
+        config["chat_template"] = text.chat_template
+    add_bos = g.metadata.get("tokenizer.ggml.add_bos_token")
+    if add_bos is not None:
+        config["add_bos_token"] = bool(add_bos)
+    generation: dict[str, Any] = {"eos_token_id": text.eos_ids}
+    bos = g.metadata.get("tokenizer.ggml.bos_token_id")
+    if bos is not None:
+        generation["bos_token_id"] = int(bos)
+    return {"tokenizer.json": text.tokenizer.to_str(), "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+            "generation_config.json": json.dumps(generation, indent=2) + "\n"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,6 +107,7 @@ class ZooModel(nn.Module):
         # how loaded weights are held when a checkpoint says more than the dtype (a GGUF's
         # "Q4_1 -> int4 x168; the rest float32"); None for built or float checkpoints
         self.weights_layout: str | None = None
+        self.checkpoint: Path | None = None  # the folder or GGUF file the weights came from (from_pretrained)
         self.tie_weights()
 
     def tie_weights(self) -> None:

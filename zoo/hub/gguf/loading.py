@@ -126,4 +126,5 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
     init_buffers(model)
     model.hf_model_type = config["model_type"]  # type: ignore[assignment]
     model.weights_layout = describe(g, model)
+    model.checkpoint = Path(path)
     return model.eval()
