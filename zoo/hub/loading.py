@@ -183,6 +183,7 @@ def from_pretrained(
     model.tie_weights()
     init_buffers(model)
     model.hf_model_type = model_type  # type: ignore[assignment]
+    model.checkpoint = folder
     return model.eval()
 
 

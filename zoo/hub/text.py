@@ -137,16 +137,21 @@ def render_chat(text: CheckpointText, messages: list[dict[str, Any]], add_genera
         raise CheckpointError(f"chat_template: {exc}") from None
 
 
-def chat(model: Any, messages: list[dict[str, Any]], weights: str | Path, max_new_tokens: int = 256,
+def chat(model: Any, messages: list[dict[str, Any]], weights: str | Path | None = None, max_new_tokens: int = 256,
          **sampling: Any) -> str:
     """The model's reply to ``messages``, through the chat template and tokenizer of the
-    checkpoint at ``weights`` (the folder or GGUF the model came from), stopping at its end of
-    turn. ``sampling``: ``generate``'s ``temperature``, ``top_k``, ``top_p``, ``seed``."""
+    checkpoint at ``weights`` (default: the folder or GGUF ``from_pretrained`` loaded it from),
+    stopping at its end of turn. ``sampling``: ``generate``'s ``temperature``, ``top_k``,
+    ``top_p``, ``seed``."""
     import torch
 
     from zoo.model.generation import generate
 
-    text = checkpoint_text(weights)
+    source = weights if weights is not None else model.checkpoint
+    if source is None:
+        raise CheckpointError("weights: this model was not loaded from a checkpoint; name the folder or GGUF whose "
+                              "tokenizer and chat template to use")
+    text = checkpoint_text(source)
     prompt = text.encode_chat(messages)
     out = generate(model, torch.tensor([prompt]), max_new_tokens, eos_token_id=text.eos_ids or None, **sampling)
     reply = out[0, len(prompt):].tolist()

@@ -80,3 +80,23 @@ def test_q4_weight_bytes_are_the_packed_bytes(tmp_path: Path) -> None:
     dense = sum(m.dense_bytes(torch.bfloat16) for m in packed.modules() if isinstance(m, Int4Linear))
     assert linear == dense // 4 + dense // 16  # 4 bits per weight, a bf16 scale and zero per 32 weights
     assert stored_bytes(packed) < stored_bytes(floats) * 0.5
+
+
+def test_zoo_show_weights_names_the_files_types_and_layouts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from zoo.cli import main
+
+    hf_model = tiny_qwen3()
+    path = write_gguf(tmp_path / "q4.gguf", hf_model, gguf_tensors(hf_model), encode=encoder("Q4_K", {}))
+    assert main(["show", "--weights", str(path), "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    checkpoint = shown["analysis"]["checkpoint"]
+    assert checkpoint["format"] == "gguf" and checkpoint["tensor_types"] == {"Q4_K": 9, "F32": 5}  # 7 linears, head, table; 5 norms
+    assert checkpoint["linear_layers_load_as"]["Q4_K"] == "int4"
+    assert shown["analysis"]["params"]["total"] == sum(p.numel() for p in hf_model.parameters())
+    assert main(["show", "--hf-config", str(path), "--format", "json"]) == 0  # metadata, not a UTF-8 JSON file
+    assert json.loads(capsys.readouterr().out)["spec"] == shown["spec"]
+    hf_model.save_pretrained(tmp_path / "hf")
+    assert main(["show", "--weights", str(tmp_path / "hf"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["analysis"]["checkpoint"]["format"] == "safetensors"
