@@ -34,7 +34,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_format_arguments(p, formats=("yaml", "json"), default="yaml")
     p.set_defaults(func=run_show)
 
-    p = subparsers.add_parser("schema", help="JSON Schema of ModelSpec (for editors)")
+    p = subparsers.add_parser(
+        "schema", help="JSON Schema of ModelSpec (for editors)",
+        description="Print the JSON Schema of ModelSpec on stdout: point an editor's YAML/JSON language server at "
+        "it for completion and checking of spec files (`zoo schema > zoo-spec.schema.json`).",
+    )
     p.set_defaults(func=run_schema)
 
 
