@@ -133,8 +133,8 @@ def _spec_and_checkpoint(args: argparse.Namespace) -> tuple[Any, dict[str, Any] 
         return load_spec(args), None
     if args.arch or args.spec_file or args.hf_config:
         raise SpecError("--weights: give it alone, not with an architecture name, --spec or --hf-config")
+    spec = checkpoint_spec(args.weights)  # named as from_pretrained names it
     path = resolve(args.weights)
-    spec = checkpoint_spec(path)
     return (spec.override(args.overrides) if args.overrides else spec), checkpoint_summary(path)
 
 
