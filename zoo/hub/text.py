@@ -163,12 +163,14 @@ def tokenizer_files(source: Path) -> dict[str, str]:
     """The files that carry a GGUF's text side into a safetensors folder: tokenizer.json,
     tokenizer_config.json (special tokens, chat template, BOS policy) and
     generation_config.json (bos and the end-of-generation ids); {} for any other source,
-    whose own files a user copies."""
+    whose own files a user copies, or for a GGUF without a tokenizer."""
     from zoo.hub.gguf.reader import GGUFCheckpoint
 
     if source.suffix != ".gguf" or not source.is_file():
         return {}
     g = GGUFCheckpoint(source)
+    if g.metadata.get("tokenizer.ggml.model") is None:  # weights only: nothing more to carry
+        return {}
     text = _gguf_text(source)
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", **text.special_tokens}
     if text.chat_template is not None:

@@ -96,6 +96,8 @@ def place_quantized(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], 
     placed: set[str] = set()
     for rule in rules:
         path, _, leaf = rule.zoo.rpartition(".")
+        if rule.gguf not in g.tensors:  # the float loader names it
+            continue
         if leaf != "weight" or layout(g.type_name(rule.gguf)) is None or len(g.shape(rule.gguf)) != 2:
             continue
         parent_path, _, child = path.rpartition(".")
