@@ -19,6 +19,7 @@ __all__ = [
     "bench",
     "build",
     "cache_bytes",
+    "chat",
     "compare",
     "count_params",
     "cross_kv_bytes",
@@ -46,6 +47,7 @@ _LAZY = {
     "Row": ("zoo.harness.row", "Row"),
     "ModelSpec": ("zoo.specs.model", "ModelSpec"),
     "bench": ("zoo.harness.run", "bench"),
+    "chat": ("zoo.hub.text", "chat"),
     "flops_per_token": ("zoo.analysis.counts", "flops_per_token"),
     "ParamCount": ("zoo.analysis.counts", "ParamCount"),
     "build": ("zoo.model.build", "build"),
@@ -113,6 +115,7 @@ if TYPE_CHECKING:
     from zoo.harness.sweep.run import compare, sweep
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
+    from zoo.hub.text import chat
     from zoo.model.generation import generate
     from zoo.components.fused import fuse_projections
     from zoo.model.sentence import embed

@@ -34,9 +34,20 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, through the package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zoo")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="zoo", description="Assemble transformer LMs from parts and measure them.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"zoo {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).add_parser(subparsers)

@@ -34,6 +34,10 @@ def load_spec(args: argparse.Namespace) -> ModelSpec:
         raise SpecError("give exactly one of an architecture name, --spec FILE or --hf-config FILE")
     if args.spec_file:
         spec = ModelSpec.from_file(args.spec_file)
+    elif args.hf_config and str(args.hf_config).endswith(".gguf"):  # metadata, not JSON
+        from zoo.hub.loading import checkpoint_spec
+
+        spec = checkpoint_spec(args.hf_config)
     elif args.hf_config:
         spec = ModelSpec.from_hf_config(args.hf_config)
     else:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from zoo.cli.common import add_spec_arguments, load_spec
 from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
@@ -26,10 +29,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--spec also reads (the analysis is ignored).",
     )
     add_spec_arguments(p, positional_arch=True)
+    p.add_argument("--weights", metavar="PATH", help="a checkpoint: a folder with config.json, a GGUF file or a hub "
+                   "repo id; its spec and how its weights are stored, read from metadata (no weight is loaded)")
     add_format_arguments(p, formats=("yaml", "json"), default="yaml")
     p.set_defaults(func=run_show)
 
-    p = subparsers.add_parser("schema", help="JSON Schema of ModelSpec (for editors)")
+    p = subparsers.add_parser(
+        "schema", help="JSON Schema of ModelSpec (for editors)",
+        description="Print the JSON Schema of ModelSpec on stdout: point an editor's YAML/JSON language server at "
+        "it for completion and checking of spec files (`zoo schema > zoo-spec.schema.json`).",
+    )
     p.set_defaults(func=run_schema)
 
 
@@ -98,11 +107,44 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     return summary
 
 
+def checkpoint_summary(path: Path) -> dict[str, Any]:
+    """How a checkpoint stores its weights: the file's format, bytes and tensor types, and the
+    layout each type loads into (a GGUF's linear layers: int4 / int8 packed, else float)."""
+    if path.suffix == ".gguf":
+        from zoo.hub.gguf.quantized import layout
+        from zoo.hub.gguf.reader import GGUFCheckpoint
+
+        g = GGUFCheckpoint(path)
+        types = Counter(g.type_name(name) for name in g.tensors)
+        return {"file": str(path), "format": "gguf", "bytes": path.stat().st_size,
+                "tensor_types": dict(types.most_common()),
+                "linear_layers_load_as": {t: layout(t) or "float (the run's dtype)" for t in types}}
+    files = sorted(path.glob("*.safetensors"))
+    return {"file": str(path), "format": "safetensors", "bytes": sum(f.stat().st_size for f in files),
+            "files": [f.name for f in files]}
+
+
+def _spec_and_checkpoint(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    from zoo.errors import SpecError
+    from zoo.hub.loading import checkpoint_spec
+    from zoo.hub.text import resolve
+
+    if not args.weights:
+        return load_spec(args), None
+    if args.arch or args.spec_file or args.hf_config:
+        raise SpecError("--weights: give it alone, not with an architecture name, --spec or --hf-config")
+    spec = checkpoint_spec(args.weights)  # named as from_pretrained names it
+    path = resolve(args.weights)
+    return (spec.override(args.overrides) if args.overrides else spec), checkpoint_summary(path)
+
+
 def run_show(args: argparse.Namespace) -> int:
     import yaml
 
-    spec = load_spec(args)
+    spec, checkpoint = _spec_and_checkpoint(args)
     summary = analysis_summary(spec)
+    if checkpoint is not None:
+        summary["checkpoint"] = checkpoint
     if args.format == "json":
         print_json({"spec": spec.to_dict(), "analysis": summary})
         return 0

@@ -8,7 +8,6 @@ Runs without quantized weights report perplexity only, when a text is given.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,11 +16,14 @@ from torch import nn
 from zoo.quant import QUANTIZED, normalize, quantize
 
 
-def _tokenizer_file(weights: str | None) -> Path | None:
+def _checkpoint_tokenizer(weights: str | None) -> Any:
+    """The checkpoint's own tokenizer (tokenizer.json, or a GGUF's), None for random weights;
+    a checkpoint without one is a CheckpointError, never silently bytes as token ids."""
     if weights is None:
         return None
-    candidate = Path(weights) / "tokenizer.json"
-    return candidate if candidate.is_file() else None
+    from zoo.hub.text import checkpoint_text, resolve
+
+    return checkpoint_text(resolve(weights, None)).tokenizer
 
 
 def prepare_weights(model: nn.Module, config: Any, max_len: int, vocab_size: int) -> tuple[nn.Module, dict[str, Any]]:
@@ -32,7 +34,7 @@ def prepare_weights(model: nn.Module, config: Any, max_len: int, vocab_size: int
     device = next(model.parameters()).device
     tokens = None
     if config.eval_text is not None:
-        tokens = fidelity.text_tokens(config.eval_text, vocab_size, _tokenizer_file(config.weights))
+        tokens = fidelity.text_tokens(config.eval_text, vocab_size, _checkpoint_tokenizer(config.weights))
     fields: dict[str, Any] = {}
     if not quantized:
         if tokens is not None:

@@ -113,12 +113,24 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         zoo_commit=zoo_git_commit(),
     )
     analysis = {k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype).items() if k in Row.model_fields}
+    analysis.update(_held_weights(ctx.model))
     return Row(
         **analysis, config=config, phases=[p.name for p in phases], **measured,
         memory_method=ctx.probe.memory_method, peak_bytes=max((p for p in peaks if p is not None), default=None),
         **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured),
         environment=environment, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _held_weights(model: torch.nn.Module) -> dict[str, Any]:
+    """A loaded checkpoint that keeps its own storage (a GGUF's packed blocks, AWQ/GPTQ) is
+    reported as held: its layout ("Q4_1 -> int4 x168; the rest bfloat16") and the bytes of
+    what the model holds, not the analysis of the spec in the run's dtype."""
+    from zoo.model.build import ZooModel
+    from zoo.quant import stored_bytes
+
+    layout = model.weights_layout if isinstance(model, ZooModel) else None
+    return {} if layout is None else {"weights_dtype": layout, "weight_bytes": stored_bytes(model)}
 
 
 def _ticker(progress: Progress | None, total: int) -> Any:

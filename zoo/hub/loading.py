@@ -164,9 +164,11 @@ def from_pretrained(
     revision: str | None = None,
     progress: bool = True,
     gguf_file: str | None = None,
+    dequantize: bool = False,
 ) -> ZooModel:
     """A ZooModel with a Hugging Face checkpoint's weights (a local folder or a hub repo id),
     or a GGUF file's (a ``.gguf`` path, a folder holding one, or a repo id with ``gguf_file``).
+    A GGUF's 4- and 8-bit matrices stay packed (int4 / int8 layers) unless ``dequantize``.
 
     ``dtype`` defaults to float32, ``device`` to the CPU. The spec is ``model.spec`` and the
     checkpoint's family ``model.hf_model_type`` (``save_pretrained`` writes it back).
@@ -175,7 +177,7 @@ def from_pretrained(
 
     gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
     if gguf_path is not None:
-        return from_gguf(gguf_path, dtype=dtype, device=device, progress=progress)
+        return from_gguf(gguf_path, dtype=dtype, device=device, progress=progress, dequantize=dequantize)
     folder = resolve_checkpoint(repo_or_dir, revision=revision)
     config, _ = read_hf_config(folder / "config.json")
     spec = spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))
@@ -186,6 +188,7 @@ def from_pretrained(
     model.tie_weights()
     init_buffers(model)
     model.hf_model_type = model_type  # type: ignore[assignment]
+    model.checkpoint = folder
     return model.eval()
 
 

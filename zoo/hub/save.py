@@ -62,7 +62,14 @@ def matching_config(spec: ModelSpec, model_type: str | None) -> dict[str, Any]:
 
 
 def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None = None) -> Path:
-    """Write ``model.safetensors`` and ``config.json`` (files replaced whole) into ``out_dir``."""
+    """Write ``model.safetensors`` and ``config.json`` (files replaced whole) into ``out_dir``;
+    a model loaded from a GGUF also gets the file's tokenizer, chat template and bos/eos ids."""
+    from zoo.hub.text import tokenizer_files
+    from zoo.quant.linear import QuantizedLinear
+
+    if any(isinstance(m, QuantizedLinear) for m in model.modules()):
+        raise CheckpointError("save_pretrained: the model holds packed int4/int8 layers (a GGUF loaded quantized); "
+                              "load it with dequantize=True to write safetensors")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = matching_config(model.spec, model_type or getattr(model, "hf_model_type", None))
@@ -75,6 +82,11 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
         with torch.no_grad():
             for name, tensor in zip(rule.hf, rule.save([params[n] for n in rule.zoo])):
                 tensors[name] = tensor
+    text = tokenizer_files(model.checkpoint) if model.checkpoint is not None else {}
+    if "generation_config.json" in text:  # the GGUF's ids, also where transformers' config has them
+        config.update({k: v for k, v in json.loads(text["generation_config.json"]).items()})
     write_safetensors(tensors, out / "model.safetensors", metadata={"format": "pt"})
     write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
+    for name, content in text.items():
+        write_text_atomic(out / name, content)
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,21 +55,14 @@ def compare_logits(reference: torch.Tensor, quantized: torch.Tensor) -> Fidelity
     return Fidelity(max_logit_error=float((quantized - reference).abs().max()), kl_divergence=float(kl.mean()))
 
 
-def text_tokens(path: str | Path, vocab_size: int, tokenizer_file: Path | None = None) -> torch.Tensor:
-    """Token ids (N,) of a text file: the checkpoint's ``tokenizer.json`` when there is one,
-    else the UTF-8 bytes (random weights have no tokenizer; bytes fit every real vocabulary)."""
-    from zoo.files.safe_io import inside, read_text
+def text_tokens(path: str | Path, vocab_size: int, tokenizer: Any | None = None) -> torch.Tensor:
+    """Token ids (N,) of a text file: through the checkpoint's own tokenizer (a
+    ``tokenizers.Tokenizer``), or for random weights, which have none, the UTF-8 bytes."""
+    from zoo.files.safe_io import read_text
 
     file = Path(path)
     text = read_text(file, BenchError, "eval_text file", limit=EVAL_MAX_BYTES)
-    if tokenizer_file is not None and tokenizer_file.is_file():
-        from tokenizers import Tokenizer
-
-        real = inside(tokenizer_file.parent, tokenizer_file.name, BenchError, "tokenizer")
-        try:
-            tokenizer = Tokenizer.from_str(read_text(real, BenchError, "tokenizer", limit=512 << 20))
-        except Exception as exc:  # the tokenizers library raises plain Exceptions
-            raise BenchError(f"{tokenizer_file}: not a readable tokenizer.json: {str(exc)[:200]}") from None
+    if tokenizer is not None:
         ids = tokenizer.encode(text).ids
     else:
         if vocab_size < 256:

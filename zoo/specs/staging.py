@@ -31,8 +31,9 @@ except ModuleNotFoundError:  # Python 3.10
 from zoo.specs.plugins import ENTRY_POINT_GROUP
 
 
-def stage_plugin(root: Path) -> None:
-    """Stage the plugin distribution whose ``pyproject.toml`` is in ``root``."""
+def stage_plugin(root: str | Path) -> None:
+    """Stage the plugin distribution whose ``pyproject.toml`` is in ``root`` (a path or a str)."""
+    root = Path(root)
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     name, version = project["name"], project["version"]
     entry_points: dict[str, str] = project["entry-points"][ENTRY_POINT_GROUP]

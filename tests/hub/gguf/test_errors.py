@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +20,14 @@ from zoo.errors import CheckpointError
 
 gguf = pytest.importorskip("gguf")
 ZOO = str(Path(sys.executable).parent / "zoo")
+
+
+def tiny_vocab(w: Any) -> None:
+    """A tokenizer, so that `zoo generate` gets past its tokenizer check to the model's."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(["a", "b"])
+    w.add_token_merges([])
 
 
 def _zoo_generate(path: Path) -> subprocess.CompletedProcess[str]:
@@ -36,6 +45,7 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_unknown_architecture_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "mamba.gguf"
     w = gguf.GGUFWriter(str(path), "mamba")
+    tiny_vocab(w)
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
     w.write_header_to_file()
@@ -48,18 +58,18 @@ def test_unknown_architecture_is_one_line(tmp_path: Path) -> None:
 
 def test_unreadable_quantization_type_is_one_line_naming_type_and_tensor(tmp_path: Path) -> None:
     model = tiny_qwen3()
-    q2k = gguf.GGMLQuantizationType.Q2_K
-    block, size = gguf.GGML_QUANT_SIZES[q2k]
+    q8k = gguf.GGMLQuantizationType.Q8_K  # llama.cpp's activation type: gguf-py cannot dequantize it
+    block, size = gguf.GGML_QUANT_SIZES[q8k]
 
     def encode(name: str, value: torch.Tensor):  # type: ignore[no-untyped-def]
         if name == "blk.0.ffn_up.weight":
             rows, cols = value.shape
-            return np.zeros((rows, cols // block * size), dtype=np.uint8), q2k
+            return np.zeros((rows, cols // block * size), dtype=np.uint8), q8k
         return value.numpy(), gguf.GGMLQuantizationType.F32
 
-    path = write_gguf(tmp_path / "q2k.gguf", model, gguf_tensors(model), encode=encode)
+    path = write_gguf(tmp_path / "q8k.gguf", model, gguf_tensors(model), encode=encode, vocab=tiny_vocab)
     line = _one_line(_zoo_generate(path))
-    assert "tensor 'blk.0.ffn_up.weight' has quantization type Q2_K, which zoo cannot read" in line
+    assert "tensor 'blk.0.ffn_up.weight' has quantization type Q8_K, which zoo cannot read" in line
 
 
 def test_not_a_gguf_file_is_one_line(tmp_path: Path) -> None:

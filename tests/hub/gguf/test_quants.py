@@ -1,8 +1,8 @@
 """Quantized GGUF tensors: zoo's logits from the GGUF equal its logits (and transformers') from
 the same dequantized weights saved the Hugging Face way.
 
-The ``gguf`` library quantizes F16, BF16, Q8_0, Q4_0, Q4_1 and MXFP4; its K-quants (Q4_K, Q5_K, Q6_K)
-are dequantize-only, so those blocks are random bytes with their float16 scales set to sane
+The ``gguf`` library quantizes F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, TQ2_0 and MXFP4; its
+K-quants (Q2_K..Q6_K) and IQ types are dequantize-only, so those blocks are random bytes with their float16 scales set to sane
 values. Matrices are quantized, norms stay F32 (as llama.cpp leaves 1-D tensors).
 """
 
@@ -21,8 +21,12 @@ import zoo
 from tests.hub.gguf_files import RENAMES, gguf_tensors, write_gguf
 
 gguf = pytest.importorskip("gguf")
-QUANTIZED_BY_LIBRARY = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "MXFP4"]  # MXFP4: gpt-oss experts
-K_QUANTS = {"Q4_K": ((0, 1e-4), (2, 1e-4)), "Q5_K": ((0, 1e-4), (2, 1e-4)), "Q6_K": ((208, 2e-5),)}
+QUANTIZED_BY_LIBRARY = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4"]  # MXFP4: gpt-oss
+# dequantize-only types: random blocks with their float16 scales (byte offset, value) set sane
+K_QUANTS = {"Q4_K": ((0, 1e-4), (2, 1e-4)), "Q5_K": ((0, 1e-4), (2, 1e-4)), "Q6_K": ((208, 2e-5),),
+            "Q2_K": ((80, 1e-4), (82, 1e-4)), "Q3_K": ((108, 1e-4),), "IQ2_XXS": ((0, 1e-4),),
+            "IQ2_XS": ((0, 1e-4),), "IQ2_S": ((0, 1e-4),), "IQ3_XXS": ((0, 1e-4),), "IQ3_S": ((0, 1e-4),),
+            "IQ1_S": ((0, 1e-4),), "IQ4_NL": ((0, 1e-4),), "IQ4_XS": ((0, 1e-4),)}
 VOCAB = 128
 
 
@@ -81,7 +85,7 @@ def test_quantized_gguf_matches_the_dequantized_weights_loaded_the_hf_way(kind: 
     hf_model.load_state_dict({_hf_name(g, names): t for g, t in dequantized.items()})
     hf_model.save_pretrained(tmp_path / "hf")
 
-    model = zoo.from_pretrained(path, progress=False)
+    model = zoo.from_pretrained(path, progress=False, dequantize=True)  # packed layouts: test_stays_quantized.py
     reference = zoo.from_pretrained(tmp_path / "hf", progress=False)
     ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -16,6 +16,7 @@ from zoo.cli import main
 from zoo.cli.generate import text_pieces
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.hub.gguf.tokenizer import gguf_eos_ids, gguf_tokenizer
+from zoo.quant.linear import Int8Linear
 
 gguf = pytest.importorskip("gguf")
 CORPUS = ["the quick brown fox jumps over the lazy dog", "hello world, hello zoo! 12345 tokens",
@@ -147,3 +148,60 @@ def test_zoo_generate_uses_the_ggufs_tokenizer_and_eos(tmp_path: Path, capsys: p
     path = write_gguf(tmp_path / "eos.gguf", hf_model, vocab=bpe_vocab(reference, eos=stop))
     assert main(["generate", "--weights", str(path), prompt, "--max-new-tokens", "8", "--device", "cpu"]) == 0
     assert capsys.readouterr().out == prompt + _printed(reference, ids, greedy[: greedy.index(stop)]) + "\n"
+
+
+def test_eval_text_uses_the_ggufs_tokenizer(tmp_path: Path) -> None:
+    import math
+
+    reference = trained_bpe()
+    hf_model = tiny_model_with_vocab(reference.get_vocab_size())
+    path = write_gguf_file(tmp_path / "eval.gguf", hf_model, bpe_vocab(reference))
+    text = "hello world, the quick brown fox jumps over the lazy dog"
+    (tmp_path / "eval.txt").write_text(text)
+    ids = torch.tensor([reference.encode(text).ids])
+    with torch.no_grad():
+        expected = math.exp(float(hf_model(ids, labels=ids).loss))
+    run = {"weights": str(path), "eval_text": str(tmp_path / "eval.txt"), "device": "cpu", "dtype": "float32",
+           "prompt_len": 4, "gen_len": 2, "repeats": 1, "threads": 1}
+    assert zoo.bench(None, **run).eval_perplexity == pytest.approx(expected, rel=1e-4)
+
+
+def test_eval_text_on_a_checkpoint_without_tokenizer_is_an_error(tmp_path: Path) -> None:
+    hf_model = tiny_model_with_vocab(300)
+    path = write_gguf_file(tmp_path / "bare.gguf", hf_model, None)
+    (tmp_path / "eval.txt").write_text("some text to score")
+    run = {"weights": str(path), "eval_text": str(tmp_path / "eval.txt"), "device": "cpu", "dtype": "float32",
+           "prompt_len": 4, "gen_len": 2, "repeats": 1, "threads": 1}
+    with pytest.raises(zoo.errors.CheckpointError, match="holds no tokenizer"):
+        zoo.bench(None, **run)
+
+
+def write_gguf_file(path: Path, hf_model: Any, vocab: Any) -> Path:
+    from tests.hub.gguf_files import write_gguf
+
+    return write_gguf(path, hf_model, vocab=vocab)
+
+
+def test_save_pretrained_of_a_gguf_keeps_its_tokenizer_template_and_ids(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    reference = trained_bpe()
+    hf_model = tiny_model_with_vocab(reference.get_vocab_size())
+    end = reference.token_to_id("<|endoftext|>")
+    template = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
+
+    def vocab(w: Any) -> None:
+        bpe_vocab(reference)(w)
+        w.add_chat_template(template)
+
+    path = write_gguf_file(tmp_path / "chat.gguf", hf_model, vocab)
+    packed = zoo.from_pretrained(path, progress=False)
+    packed.layers[0].attention.q_proj = Int8Linear(torch.ones(32, 32), None, torch.float32)  # as a Q8_0 file loads
+    with pytest.raises(zoo.errors.CheckpointError, match="load it with dequantize=True"):
+        zoo.save_pretrained(packed, tmp_path / "no")
+    out = zoo.save_pretrained(zoo.from_pretrained(path, progress=False, dequantize=True), tmp_path / "saved")
+    config = json.loads((out / "config.json").read_text())
+    assert config["eos_token_id"] == [end] and config["bos_token_id"] == end
+    saved = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert saved.chat_template == template and saved.eos_token == "<|endoftext|>"
+    for text in TEXTS:
+        assert saved.encode(text) == gguf_tokenizer(GGUFCheckpoint(path)).encode(text).ids

@@ -18,10 +18,12 @@ import torch
 from zoo.errors import CheckpointError
 from zoo.files.safe_io import inside
 from zoo.hub.fits import check_weights_fit
-from zoo.hub.gguf.names import IGNORED, gguf_rules
+from zoo.hub.gguf.names import IGNORED, GGUFRule, gguf_rules
+from zoo.hub.gguf.quantized import describe, materialize, place_quantized
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.hub.gguf.spec import spec_from_gguf
 from zoo.model.build import ZooModel, build, init_buffers
+from zoo.quant.linear import QuantizedLinear
 
 
 def find_gguf(repo_or_dir: str | Path, gguf_file: str | None = None, revision: str | None = None) -> Path | None:
@@ -65,16 +67,18 @@ def _download(repo_id: str, filename: str, revision: str | None) -> Path:
         raise CheckpointError(f"{repo_id}/{filename}: cannot download from the Hugging Face hub: {exc}") from None
 
 
-def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, n_heads: int, n_kv_heads: int, progress: bool = False) -> None:
-    """Dequantize every GGUF tensor into its zoo parameter, one tensor at a time."""
+def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, rules: list[GGUFRule], placed: set[str] = frozenset(),
+                      progress: bool = False) -> None:
+    """Dequantize every GGUF tensor into its zoo parameter, one tensor at a time; ``placed``:
+    zoo parameters already loaded in a packed layout (zoo/hub/gguf/quantized.py)."""
     params = dict(model.named_parameters())
-    rules = gguf_rules(g.architecture, list(params), n_heads, n_kv_heads)
     for rule in rules:
         if rule.gguf not in g.tensors:
             raise CheckpointError(f"{g.path}: missing tensor {rule.gguf!r} (needed for zoo parameter {rule.zoo!r})")
+    todo = [rule for rule in rules if rule.zoo not in placed]
     with contextlib.ExitStack() as stack, torch.no_grad():
-        advance = _progress(stack, progress, len(rules), f"dequantizing {g.path.name}")
-        for rule in rules:
+        advance = _progress(stack, progress, len(todo), f"loading {g.path.name}")
+        for rule in todo:
             advance()
             dest = params[rule.zoo]
             if g.shape(rule.gguf) != tuple(dest.shape):
@@ -104,15 +108,26 @@ def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, label: str
 
 
 def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
-              name: str | None = None, progress: bool = False) -> ZooModel:
-    """A ZooModel with the (dequantized) weights of one GGUF file."""
+              name: str | None = None, progress: bool = False, dequantize: bool = False) -> ZooModel:
+    """A ZooModel with the weights of one GGUF file: 4- and 8-bit matrices in zoo's packed
+    int4 / int8 layouts (zoo/hub/gguf/quantized.py), or with ``dequantize`` every tensor as
+    floats of ``dtype``. ``model.weights_layout`` says which."""
     g = GGUFCheckpoint(path)
     spec, config = spec_from_gguf(g, name=name)
     g.check_types()  # an unreadable type fails before any memory is allocated
     check_weights_fit(spec, dtype, device)
-    model = build(spec, device=device, dtype=dtype, init=False)
-    load_gguf_weights(model, g, config["num_attention_heads"], config["num_key_value_heads"], progress=progress)
-    model.tie_weights()
+    target = torch.device(device) if device is not None else torch.device("cpu")
+    model = build(spec, device="meta", dtype=dtype)
+    rules = gguf_rules(g.architecture, [n for n, _ in model.named_parameters()], config["num_attention_heads"],
+                       config["num_key_value_heads"])
+    float_dtype = next(p.dtype for p in model.parameters())
+    placed = set() if dequantize else place_quantized(model, g, rules, float_dtype, target)
+    materialize(model, target)
+    if not isinstance(model.lm_head, QuantizedLinear):
+        model.tie_weights()
+    load_gguf_weights(model, g, rules, placed, progress=progress)
     init_buffers(model)
     model.hf_model_type = config["model_type"]  # type: ignore[assignment]
+    model.weights_layout = describe(g, model)
+    model.checkpoint = Path(path)
     return model.eval()

@@ -25,9 +25,11 @@ from zoo.errors import CheckpointError
 from zoo.files.safe_io import bounded_repr, open_regular
 from zoo.hub.gguf.header import TensorInfo, read_header
 
-# types zoo reads (and tests against the same weights loaded the Hugging Face way); MXFP4 is
-# how llama.cpp stores gpt-oss experts
-READABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_K", "Q4_K", "Q6_K", "MXFP4")
+# every type gguf-py's ``gguf.quants.dequantize`` reads (MXFP4: how llama.cpp stores gpt-oss
+# experts); Q8_1, Q8_K (llama.cpp's activation-only types), integers and F64 are refused by name
+READABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
+            "MXFP4", "NVFP4")
 INSTALL_HINT = "reading GGUF files needs the gguf library: pip install zoo[gguf]"
 
 

@@ -1,0 +1,142 @@
+"""A GGUF that stays quantized: its blocks loaded into zoo's packed layouts, not floats.
+
+- ``Q4_0``, ``Q4_1``, ``Q4_K``: every group of 32 weights is ``q * scale + offset`` with q in
+  0..15 (Q4_0: ``(q - 8) * d``; Q4_1: ``q * d + m``; Q4_K: ``q * d * sc - dmin * m`` per
+  sub-block), which is exactly zoo's int4 layout (``Int4Linear``, group 32): the 4-bit values
+  and the block scales are kept, not re-quantized. The scales are stored in the model's dtype
+  (float32 keeps them exactly; bfloat16 rounds the float16 scales to 8 bits of mantissa).
+- ``Q8_0``, ``Q5_0``, ``Q5_1``, ``Q5_K``, ``Q6_K``: zoo's int8 layout has one scale per output
+  row (torch's int8 kernel), not one per block of 32, so these are re-quantized per row from
+  the dequantized weights (``Int8Linear``): lossy, and measured in tests/hub/gguf/test_stays_quantized.py.
+- Everything else (embedding tables, norms, stacked experts, F16/BF16/F32, Q2_K, Q3_K, IQ
+  types) is dequantized into the model's dtype, as ``dequantize=True`` does for all.
+
+Only plain ``nn.Linear`` weights (2-D) take a packed layout. Each layer is built straight from
+the file on the target device, so no float copy of a quantized matrix is ever kept.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from zoo.hub.gguf.names import GGUFRule
+from zoo.hub.gguf.reader import GGUFCheckpoint
+from zoo.quant import replace_linear
+from zoo.quant.linear import Int4Linear, Int8Linear, QuantizedLinear
+
+GROUP = 32
+Groups = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # blocks (n, bytes) -> scales, offsets (n, groups)
+
+
+def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
+    return blocks[:, at : at + 2].copy().view(np.float16).astype(np.float32)  # (n, 1)
+
+
+def _q4_0(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    d = _f16(blocks, 0)
+    return d, -8 * d
+
+
+def _q4_1(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _f16(blocks, 0), _f16(blocks, 2)
+
+
+def _q4_k(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import gguf
+
+    sc, m = gguf.quants.Q4_K.get_scale_min(blocks[:, 4:16].copy())  # (n, 8) each, 6-bit
+    return _f16(blocks, 0) * sc.astype(np.float32), -(_f16(blocks, 2) * m.astype(np.float32))
+
+
+INT4_TYPES: dict[str, Groups] = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k}
+INT8_TYPES = frozenset({"Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K"})
+
+
+def layout(type_name: str) -> str | None:
+    """The packed layout a GGUF type loads into: ``int4``, ``int8``, or None (dequantized)."""
+    return "int4" if type_name in INT4_TYPES else "int8" if type_name in INT8_TYPES else None
+
+
+def _int4_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype,
+                device: torch.device) -> Int4Linear:
+    import gguf
+
+    info = g.tensors[rule.gguf]
+    out, width = g.shape(rule.gguf)
+    block_bytes = gguf.GGML_QUANT_SIZES[info.tensor_type][1]
+    scales, offsets = INT4_TYPES[info.tensor_type.name](np.asarray(info.data).reshape(-1, block_bytes))
+    scales = torch.from_numpy(scales.reshape(out, width // GROUP))  # (out, G)
+    offsets = torch.from_numpy(offsets.reshape(out, width // GROUP))  # (out, G)
+    weight = g.tensor(rule.gguf).reshape(out, width // GROUP, GROUP)  # (out, G, 32) float32, exact q * scale + offset
+    safe = torch.where(scales == 0, torch.ones_like(scales), scales)
+    values = torch.round((weight - offsets[..., None]) / safe[..., None]).clamp(0, 15).reshape(out, width)  # (out, in)
+    if rule.transform is not None:  # a permutation of rows: the values and their scales move together
+        values, scales, offsets = rule.transform(values), rule.transform(scales), rule.transform(offsets)
+    return Int4Linear.from_groups(values.to(device, torch.int32), scales.to(device), offsets.to(device), bias, dtype)
+
+
+def _int8_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype,
+                device: torch.device) -> Int8Linear:
+    weight = g.tensor(rule.gguf)  # (out, in) float32, this one tensor only
+    weight = rule.transform(weight) if rule.transform else weight
+    return Int8Linear(weight.to(device), bias, dtype)
+
+
+def place_quantized(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], dtype: torch.dtype,
+                    device: torch.device) -> set[str]:
+    """Replace every plain linear whose GGUF weight has a packed layout by its quantized layer
+    (built on ``device``; the model may still be on meta); the zoo names of the parameters
+    placed (weights and their biases)."""
+    by_zoo = {rule.zoo: rule for rule in rules}
+    placed: set[str] = set()
+    for rule in rules:
+        path, _, leaf = rule.zoo.rpartition(".")
+        if rule.gguf not in g.tensors:  # the float loader names it
+            continue
+        if leaf != "weight" or layout(g.type_name(rule.gguf)) is None or len(g.shape(rule.gguf)) != 2:
+            continue
+        parent_path, _, child = path.rpartition(".")
+        parent = model.get_submodule(parent_path)
+        linear = getattr(parent, child)
+        # a Linear with sub-modules computes more than x W^T + b (zoo.quant.quantize skips it too);
+        # a misshapen tensor is left to the float loader, which names it
+        if not isinstance(linear, nn.Linear) or any(linear.children()) or tuple(linear.weight.shape) != g.shape(rule.gguf):
+            continue
+        bias_rule = by_zoo.get(f"{path}.bias")
+        bias = None
+        if bias_rule is not None:
+            bias = g.tensor(bias_rule.gguf)
+            bias = (bias_rule.transform(bias) if bias_rule.transform else bias).to(device, dtype)
+            placed.add(bias_rule.zoo)
+        build = _int4_layer if layout(g.type_name(rule.gguf)) == "int4" else _int8_layer
+        replace_linear(parent, child, build(g, rule, bias, dtype, device))
+        placed.add(rule.zoo)
+    return placed
+
+
+def materialize(model: nn.Module, device: torch.device) -> None:
+    """Give every parameter and buffer still on meta empty storage on ``device`` (the loader
+    fills them); quantized layers already there are left alone."""
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is not None and param.is_meta:
+                module._parameters[name] = nn.Parameter(torch.empty_like(param, device=device),
+                                                        requires_grad=param.requires_grad)
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None and buffer.is_meta:
+                module._buffers[name] = torch.empty_like(buffer, device=device)
+
+
+def describe(g: GGUFCheckpoint, model: nn.Module) -> str:
+    """What the file holds and how memory holds it, e.g. ``Q4_1 -> int4 x168; the rest float32``."""
+    types = Counter(g.type_name(name) for name in g.tensors if len(g.shape(name)) >= 2)
+    kinds = Counter(f"int{m.bits}" for m in model.modules() if isinstance(m, QuantizedLinear))
+    floats = str(next(p.dtype for p in model.parameters())).removeprefix("torch.")
+    held = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+    file = "/".join(t for t, _ in types.most_common())
+    return f"{file} -> {held}; the rest {floats}" if held else f"{file} -> {floats}"
