@@ -112,7 +112,9 @@ def resolve(weights: str | Path, revision: str | None = None, gguf_file: str | N
 def checkpoint_text(path: str | Path) -> CheckpointText:
     """The text side of a checkpoint folder or GGUF file (metadata only; no weight is read)."""
     path = Path(path)
-    return _gguf_text(path) if path.suffix == ".gguf" and path.is_file() else _folder_text(path)
+    if path.suffix == ".gguf" and path.exists() and not path.is_dir():
+        return _gguf_text(path)  # the reader refuses what is no regular file (a FIFO) in one line
+    return _folder_text(path)
 
 
 def render_chat(text: CheckpointText, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:

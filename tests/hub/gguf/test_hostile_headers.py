@@ -91,7 +91,6 @@ def test_a_huge_honest_token_type_array_is_refused_quickly(tmp_path: Path) -> No
     ({"tokenizer.ggml.unknown_token_id": (U32, 99)}, ("tokenizer.ggml.unknown_token_id",)),
     ({"tokenizer.ggml.scores": (ARRAY, (F32, [0.0] * 3))}, ("tokenizer.ggml.scores", "3 scores")),
     ({"tokenizer.ggml.scores": (ARRAY, (F32, [math.nan] * 16))}, ("tokenizer.ggml.scores", "finite")),
-    ({"tokenizer.ggml.tokens": (ARRAY, (STRING, ["a"] * 16))}, ("tokenizer.ggml.tokens", "twice")),
     ({"tokenizer.ggml.model": (U32, 1)}, ("tokenizer.ggml.model", "a string")),
     ({"llama.rope.freq_base": (F32, math.nan)}, ("llama.rope.freq_base", "finite")),
     ({"llama.attention.layer_norm_rms_epsilon": (F64, math.inf)}, ("layer_norm_rms_epsilon",)),

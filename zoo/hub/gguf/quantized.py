@@ -66,10 +66,10 @@ def _int4_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dt
                 device: torch.device) -> Int4Linear:
     import gguf
 
-    info = g.tensors[rule.gguf]
+    qtype = gguf.GGMLQuantizationType(g.info(rule.gguf).type_id)
     out, width = g.shape(rule.gguf)
-    block_bytes = gguf.GGML_QUANT_SIZES[info.tensor_type][1]
-    scales, offsets = INT4_TYPES[info.tensor_type.name](np.asarray(info.data).reshape(-1, block_bytes))
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    scales, offsets = INT4_TYPES[qtype.name](g.raw(rule.gguf).reshape(-1, block_bytes))
     scales = torch.from_numpy(scales.reshape(out, width // GROUP))  # (out, G)
     offsets = torch.from_numpy(offsets.reshape(out, width // GROUP))  # (out, G)
     weight = g.tensor(rule.gguf).reshape(out, width // GROUP, GROUP)  # (out, G, 32) float32, exact q * scale + offset

@@ -182,6 +182,12 @@ class GGUFCheckpoint:
                 f"allowed: {', '.join(READABLE)}"
             )
 
+    def raw(self, name: str) -> np.ndarray:
+        """A tensor's stored bytes (a read-only view of the file; the range was checked when
+        the header was read), for loaders that keep the file's own blocks."""
+        info = self.info(name)
+        return np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.start)
+
     def tensor(self, name: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The tensor dequantized to ``dtype``, in PyTorch's shape (a fresh copy)."""
         gguf = import_gguf()

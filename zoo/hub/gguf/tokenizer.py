@@ -114,6 +114,9 @@ def check_tokenizer(g: GGUFCheckpoint) -> None:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.model: {kind!r} is not supported; {allowed(BUILDERS)}")
     if kind == "gpt2":
         _pre_tokenizer_name(g)
+    vocab = len(g.strings("tokenizer.ggml.tokens", []))
+    for key in ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"):
+        g.token_id(f"tokenizer.ggml.{key}", vocab)  # each id named by the metadata lies in the vocabulary
 
 
 def _added_tokens(g: GGUFCheckpoint, tokens: list[str], kind: str) -> tuple[list[Any], list[Any]]:
@@ -141,8 +144,6 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
     check_tokenizer(g)
     kind = g.text("tokenizer.ggml.model")
     tokens = g.strings("tokenizer.ggml.tokens", [])
-    if len(set(tokens)) != len(tokens):
-        raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: a token appears twice; allowed: distinct tokens")
     try:
         tokenizer = BUILDERS[kind](g, tokens)
     except CheckpointError:
