@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -103,6 +104,10 @@ class ZooModel(nn.Module):
         self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
         self.lm_head = build_component(spec.part("head"), context(spec, first, "decoder"))
         self.encoder = None if encoder_spec is None else Encoder(encoder_spec)
+        # how loaded weights are held when a checkpoint says more than the dtype (a GGUF's
+        # "Q4_1 -> int4 x168; the rest float32"); None for built or float checkpoints
+        self.weights_layout: str | None = None
+        self.checkpoint: Path | None = None  # the folder or GGUF file the weights came from (from_pretrained)
         self.tie_weights()
 
     def tie_weights(self) -> None:

@@ -99,10 +99,7 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
                     "choose a group size that divides every layer's input width"
                 )
             quantized = Int4Linear(weight, bias, weight.dtype, size)
-        for attr in ("_zoo_family", "logits", "tied"):  # the analysis's family tag; a head's declared output
-            if hasattr(linear, attr):
-                setattr(quantized, attr, getattr(linear, attr))
-        setattr(parent, child_name, quantized)
+        replace_linear(parent, child_name, quantized)
     if tied and isinstance(model.lm_head, QuantizedLinear):
         from zoo.quant.linear import Int8Embedding
 
@@ -112,6 +109,16 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
         embed.quantized_rows = embedding  # type: ignore[union-attr]
         embed.weight = None  # type: ignore[union-attr,assignment]  # the int8 rows replace the float table
     return model
+
+
+def replace_linear(parent: nn.Module, name: str, quantized: nn.Module) -> None:
+    """Put ``quantized`` where the linear ``parent.name`` was, keeping the tags the analysis
+    and the heads declare on it (family, a head's logits, tying)."""
+    linear = getattr(parent, name)
+    for attr in ("_zoo_family", "logits", "tied"):
+        if hasattr(linear, attr):
+            setattr(quantized, attr, getattr(linear, attr))
+    setattr(parent, name, quantized)
 
 
 def stored_bytes(model: nn.Module) -> int:

@@ -111,6 +111,25 @@ class Int4Linear(QuantizedLinear):
         self.register_buffer("packed", packed)  # kernel layout; N * K / 2 bytes
         self.register_buffer("scale_zeros", scale_zeros)  # (in / group, out padded, 2)
 
+    @classmethod
+    def from_groups(cls, values: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None,
+                    scale_dtype: torch.dtype) -> Int4Linear:
+        """A layer holding given 4-bit values exactly: ``w = values * scale + offset`` per group
+        of ``in / G`` inputs; values (out, in) in 0..15, scales and offsets (out, G). How a
+        GGUF's Q4_0 / Q4_1 / Q4_K blocks load without re-quantizing (zoo/hub/gguf/quantized.py)."""
+        out_features, in_features = values.shape
+        layer = cls(torch.empty(out_features, in_features, device="meta"), None, scale_dtype, in_features // scales.shape[1])
+        padded = layer.packed.shape[0]
+        full = values.new_zeros(padded, in_features)  # (out padded, in): padded rows are zeros
+        full[:out_features] = values
+        scale_zeros = scales.new_zeros(scales.shape[1], padded, 2)  # (G, out padded, 2)
+        scale_zeros[:, :out_features, 0] = scales.T
+        scale_zeros[:, :out_features, 1] = (offsets + 8 * scales).T  # the kernel computes (q - 8) * scale + zero
+        layer.packed = kernels.int4_pack(full.to(torch.int32))
+        layer.scale_zeros = scale_zeros.to(scale_dtype)
+        layer.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, in)
         return self._finish(kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros), x)
