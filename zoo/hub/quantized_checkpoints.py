@@ -31,7 +31,14 @@ from torch import nn
 
 from zoo.errors import CheckpointError
 from zoo.hub.names import Rule
-from zoo.hub.packed_formats import PACKED_SUFFIXES, Groups, PackedFormat, dequantize, expected_shapes, unpack_groups
+from zoo.hub.packed_formats import (
+    PACKED_SUFFIXES,
+    Groups,
+    PackedFormat,
+    dequantize,
+    expected_shapes,
+    unpack_groups,
+)
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.quant import replace_linear
 from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, PermutedInt4Linear
@@ -138,7 +145,7 @@ def kernel_group(fmt: PackedFormat, in_features: int) -> int | None:
 
 def packed_linear(fmt: PackedFormat, groups: Groups, linear: nn.Linear) -> tuple[nn.Module, str]:
     """The layer holding one packed linear as exactly as zoo can, and its layout's name."""
-    out_features, in_features = linear.out_features, linear.in_features
+    in_features = linear.in_features
     device, dtype = linear.weight.device, linear.weight.dtype
     kernel = kernel_group(fmt, in_features)
     group = in_features if fmt.group_size == -1 else fmt.group_size

@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import zoo.quant.kernels as kernels  # the submodule, not `from zoo.quant import`: the package imports this file
+from zoo.quant import (
+    kernels,  # the submodule, not `from zoo.quant import`: the package imports this file
+)
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernels accept
 INT4_ROW_MULTIPLE = 16  # the CPU packing works on blocks of 16 output rows
