@@ -158,3 +158,13 @@ def dequantize(groups: Groups) -> torch.Tensor:
     zeros = groups.zeros[:, groups.group_of].float()  # (out, in)
     scales = groups.scales[:, groups.group_of]  # (out, in)
     return (groups.values.float() - zeros) * scales  # (out, in)
+
+
+def pack_awq_columns(values: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``awq_columns``: 4-bit values (R, C) -> AWQ's int32 words (R, C / 8),
+    column ``8c + AWQ_ORDER[k]`` in nibble ``k`` (how ``zoo quantize`` writes AWQ checkpoints)."""
+    rows, cols = values.shape
+    ordered = values.long().reshape(rows, cols // 8, 8)[:, :, list(AWQ_ORDER)]  # (R, C / 8, 8): nibble order
+    shifts = torch.arange(0, 32, 4, dtype=torch.long)  # (8,)
+    words = (ordered << shifts).sum(-1)  # (R, C / 8) in 0..2**32 - 1
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)  # the same bits as int32

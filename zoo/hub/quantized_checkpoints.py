@@ -23,8 +23,12 @@ that keeps the integers:
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections import Counter
 from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,6 +41,7 @@ from zoo.hub.packed_formats import (
     PackedFormat,
     dequantize,
     expected_shapes,
+    pack_awq_columns,
     unpack_groups,
 )
 from zoo.hub.safetensors_io import SafetensorsFile
@@ -45,6 +50,7 @@ from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, PermutedInt4Linear
 
 INT_DTYPES = (torch.int32,)
 SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 
 def packed_prefixes(hf_keys: Collection[str]) -> set[str]:
@@ -171,3 +177,42 @@ def packed_linear(fmt: PackedFormat, groups: Groups, linear: nn.Linear) -> tuple
     layer.bias = bias  # the float linear's own bias parameter, which its rule loads
     return layer, kind
 
+
+
+def save_awq(model: nn.Module, layers: Mapping[str, Any], out: Path, group_size: int, source: Path | None) -> Path:
+    """Write ``model`` as an AutoAWQ GEMM checkpoint: ``save_pretrained``'s folder with each
+    quantized linear's ``P.weight`` replaced by ``P.qweight`` / ``P.qzeros`` / ``P.scales``
+    (``layers``: zoo module name -> integers with ``values`` (out, in), ``zeros`` and
+    ``scales`` (out, G)), ``quantization_config`` added, and the source's tokenizer files
+    copied. zoo, transformers and AutoAWQ read it back."""
+    from zoo.files.atomic import write_text_atomic
+    from zoo.files.safe_io import load_json, read_text
+    from zoo.hub.config import checkpoint_family
+    from zoo.hub.names import tensor_rules
+    from zoo.hub.safetensors_io import write_safetensors
+    from zoo.hub.save import save_pretrained
+
+    save_pretrained(model, out)  # type: ignore[arg-type]
+    config = load_json(read_text(out / "config.json", CheckpointError, "config"), CheckpointError, str(out))
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    hf_name = {r.zoo[0]: r.hf[0] for r in tensor_rules(checkpoint_family(config["model_type"]), shapes, ())
+               if len(r.zoo) == 1 and len(r.hf) == 1 and moves_unchanged(r)}
+    with SafetensorsFile(out / "model.safetensors") as file:
+        tensors = {name: file.view(name).clone() for name in file.tensors}
+    for name, q in layers.items():
+        weight = hf_name.get(f"{name}.weight")
+        if weight is None:
+            raise CheckpointError(f"{out}: zoo layer {name!r} has no plain checkpoint tensor to pack into")
+        prefix = weight.removesuffix(".weight")
+        del tensors[weight]
+        tensors[f"{prefix}.qweight"] = pack_awq_columns(q.values.T)  # (in, out / 8)
+        tensors[f"{prefix}.qzeros"] = pack_awq_columns(q.zeros.T)  # (G, out / 8)
+        tensors[f"{prefix}.scales"] = q.scales.T.contiguous()  # (G, out) float16
+    write_safetensors(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group_size, "zero_point": True,
+                                     "version": "gemm"}
+    write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
+    for extra in TOKENIZER_FILES if source is not None else ():
+        if (source / extra).is_file():
+            shutil.copyfile(source / extra, out / extra)
+    return out
