@@ -77,5 +77,5 @@ def test_qwen3_moe_dense_layers_become_overrides() -> None:
 
 
 def test_quantized_checkpoints_are_refused_clearly() -> None:
-    with pytest.raises(CheckpointError, match="quantization_config: quantized checkpoints \\(gptq\\)"):
-        spec_from_hf_config({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}})
+    with pytest.raises(CheckpointError, match="quantization_config: quantized checkpoints \\(bitsandbytes\\)"):
+        spec_from_hf_config({"model_type": "llama", "quantization_config": {"quant_method": "bitsandbytes"}})

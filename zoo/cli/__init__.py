@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.compare",
     "zoo.cli.train",
     "zoo.cli.probe",
+    "zoo.cli.quantize",
 )
 
 

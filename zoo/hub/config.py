@@ -20,6 +20,7 @@ from zoo.hub.config_input import check_value_types, read_hf_config
 from zoo.hub.config_keys import BASE_CHECKS
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.family import CheckpointFamily
+from zoo.hub.packed_formats import packed_format
 from zoo.specs.model import ModelSpec
 
 
@@ -52,9 +53,13 @@ def checkpoint_family(model_type: Any, source: str = "config") -> CheckpointFami
 
 
 def _refuse_quantized(data: Mapping[str, Any], reader: ConfigReader, source: str) -> None:
-    """A quantization_config the family did not read itself (as gpt_oss reads mxfp4) is refused."""
+    """A quantization_config the family did not read itself (as gpt_oss reads mxfp4), nor the
+    loader's AWQ / GPTQ packing (zoo/hub/packed_formats.py) for every family, is refused."""
     quantization = data.get("quantization_config")
     if quantization is not None and "quantization_config" not in reader.used:
+        if packed_format(data, source) is not None:  # read by the loader, for every family
+            reader.used.add("quantization_config")
+            return
         raise CheckpointError(f"{source}: quantization_config: quantized checkpoints ({quantization.get('quant_method')}) "
                               f"are not supported for model_type {data.get('model_type')!r}; allowed: unquantized safetensors")
 

@@ -23,6 +23,8 @@ from zoo.hub.download import resolve_checkpoint
 from zoo.hub.family import ZooShapes
 from zoo.hub.fits import check_weights_fit
 from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
+from zoo.hub.packed_formats import PackedFormat, packed_format
+from zoo.hub.quantized_checkpoints import as_float_names, load_packed_layers
 from zoo.hub.safetensors_io import SafetensorsFile
 from zoo.model.build import ZooModel, build, init_buffers, persistent_buffers
 from zoo.specs.model import ModelSpec
@@ -87,16 +89,24 @@ def shard_path(folder: Path, shard: str, index: Path) -> Path:
     return folder / shard
 
 
-def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool = True) -> None:
-    """Copy every checkpoint tensor into the model's (materialised) parameters, checking all."""
+def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool = True,
+                 packed: PackedFormat | None = None) -> None:
+    """Copy every checkpoint tensor into the model's (materialised) parameters, checking all;
+    an AWQ / GPTQ checkpoint's packed layers (``packed``) become int4 layers on the way."""
     located = checkpoint_files(folder)
     stored = legacy_aliases(located)  # current name -> the name the file uses
     located = {**located, **{name: located[old] for name, old in stored.items()}}
     # tied weights appear once, under embed.weight; persistent buffers are weights too
     params = {**dict(model.named_parameters()), **persistent_buffers(model)}
     family = checkpoint_family(model_type, str(folder / "config.json"))
-    rules = tensor_rules(family, ZooShapes({n: p.shape for n, p in params.items()}, model.spec), located.keys())
+    keys = as_float_names(located.keys()) if packed else located.keys()
+    rules = tensor_rules(family, ZooShapes({n: p.shape for n, p in params.items()}, model.spec), keys)
     used: set[str] = set()
+    if packed:
+        with contextlib.ExitStack() as stack:
+            for file in {id(f): f for f in located.values()}.values():
+                stack.enter_context(file)
+            rules, used, model.weights_layout = load_packed_layers(model, rules, located, packed)
     for rule in rules:
         for name in rule.hf:
             if name not in located:
@@ -184,7 +194,7 @@ def from_pretrained(
     check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
     model_type = str(config["model_type"])
-    load_weights(model, folder, model_type, progress=progress)
+    load_weights(model, folder, model_type, progress=progress, packed=packed_format(config, str(folder / "config.json")))
     model.tie_weights()
     init_buffers(model)
     model.hf_model_type = model_type  # type: ignore[assignment]

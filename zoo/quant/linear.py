@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import zoo.quant.kernels as kernels  # the submodule, not `from zoo.quant import`: the package imports this file
+from zoo.quant import (
+    kernels,  # the submodule, not `from zoo.quant import`: the package imports this file
+)
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernels accept
 INT4_ROW_MULTIPLE = 16  # the CPU packing works on blocks of 16 output rows
@@ -143,6 +145,36 @@ class Int4Linear(QuantizedLinear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", group_size={self.group_size}"
+
+
+class PermutedInt4Linear(Int4Linear):
+    """Int4 weights whose groups are contiguous only in a permuted order of the inputs.
+
+    GPTQ with act-order (``desc_act``) quantizes input rows in order of decreasing Hessian
+    diagonal, so its group index ``g_idx`` is not monotone in the input position. Sorting the
+    inputs by group makes every group contiguous again; the layer keeps the weight in that
+    order and gathers the input columns the same way (``input_order``, int32 (in,)), so
+    ``x[:, order] @ W[:, order].T == x @ W.T`` exactly, with the packed 4-bit values kept.
+    """
+
+    @classmethod
+    def from_permuted_groups(cls, order: torch.Tensor, values: torch.Tensor, scales: torch.Tensor,
+                             offsets: torch.Tensor, bias: torch.Tensor | None,
+                             scale_dtype: torch.dtype) -> PermutedInt4Linear:
+        """``values`` (out, in), ``scales``/``offsets`` (out, G) already in the order ``order`` (in,)."""
+        layer = cls.from_groups(values, scales, offsets, bias, scale_dtype)
+        layer.register_buffer("input_order", order.to(device=layer.packed.device, dtype=torch.int32))  # (in,)
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.index_select(-1, self.input_order))  # (..., in) in group order
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight in the inputs' own order (out, in), float32."""
+        permuted = super().dequantize()  # (out, in) in group order
+        weight = torch.empty_like(permuted)
+        weight[:, self.input_order.long()] = permuted
+        return weight
 
 
 class Int8Embedding(nn.Module):
