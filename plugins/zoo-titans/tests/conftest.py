@@ -1,0 +1,36 @@
+"""zoo-titans made loadable through its entry point without installing it; tiny specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo.specs.staging import stage_plugin
+
+stage_plugin(Path(__file__).resolve().parents[1])  # a temporary entry point, the environment untouched
+
+import zoo  # noqa: E402
+from zoo.specs.model import ModelSpec  # noqa: E402
+from zoo.specs.registry import reset_registry  # noqa: E402
+
+reset_registry()  # in case the registry was built before the staging
+
+TINY_VOCAB = 50
+
+
+def tiny(kind: str = "titans-mag", **attention: object) -> ModelSpec:
+    """A 2-layer model at test size whose attention is the Titans ``kind``."""
+    options = {"kind": kind, "n_heads": 2, "head_dim": 8, "chunk_size": 4, **attention}
+    if kind == "titans-mag":
+        options = {"window": 6, "n_kv_heads": 1, **options}
+    return zoo.spec("titans").override({
+        "d_model": 32, "n_layers": 2, "vocab_size": TINY_VOCAB, "max_seq_len": 64,
+        "ffn.hidden": 48, "attention": options,
+    })
+
+
+@pytest.fixture(autouse=True)
+def _deterministic() -> None:
+    torch.manual_seed(0)
