@@ -3,10 +3,11 @@ Behrouz et al., 2025), with the loss's gradient from autograd, not from the clos
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
-
 from zoo_titans.memory_rule import Gates, segment
 
 B, H, D, HIDDEN = 2, 3, 4, 6
@@ -66,7 +67,7 @@ def test_the_chunked_form_is_the_paper_loop(depth, chunk):
     torch.manual_seed(depth)
     T = 8
     dims = [D] + [HIDDEN] * (depth - 1) + [D]
-    weights = [torch.randn(B, H, o, i, dtype=torch.float64) / i**0.5 for i, o in zip(dims[:-1], dims[1:])]
+    weights = [torch.randn(B, H, o, i, dtype=torch.float64) / i**0.5 for i, o in itertools.pairwise(dims)]
     k, v, q = (F.normalize(torch.randn(B, H, T, D, dtype=torch.float64), dim=-1) for _ in range(3))
     eta, theta, alpha = (torch.rand(B, H, T, dtype=torch.float64) * 0.9 + 0.05 for _ in range(3))
     ref = paper_loop(weights, k, v, q, eta, theta, alpha, chunk=chunk)

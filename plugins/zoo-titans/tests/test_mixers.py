@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_VOCAB, tiny
+from test_memory_rule import paper_loop
 
 import zoo
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
-
-from conftest import TINY_VOCAB, tiny
-from test_memory_rule import paper_loop
 
 
 @pytest.mark.parametrize("kind", ["titans-mal", "titans-mag"])

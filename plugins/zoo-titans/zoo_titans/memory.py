@@ -18,6 +18,7 @@ makes a zeroed state the fresh memory, as the cache allocates and resets it.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -64,7 +65,7 @@ class NeuralMemory(nn.Module):
         self.norm_weight = nn.Parameter(torch.empty(hd))
         dims = [hd] + [hd * options.memory_expansion] * (self.depth - 1) + [hd]
         self.memory = nn.ParameterList(
-            [nn.Parameter(torch.empty(self.n_heads, o, i)) for i, o in zip(dims[:-1], dims[1:])]
+            [nn.Parameter(torch.empty(self.n_heads, o, i)) for i, o in itertools.pairwise(dims)]
         )
         self.o_proj = Linear(inner, d, bias=False)
         self.reset_parameters()

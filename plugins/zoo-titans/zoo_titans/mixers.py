@@ -19,7 +19,14 @@ from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
 from zoo.parts import Attention, AttentionOptions
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import (
+    BuildContext,
+    LayerState,
+    Memory,
+    Positions,
+    StateTensor,
+    TokenMixer,
+)
 from zoo_titans.memory import MemoryOptions, NeuralMemory
 
 WINDOWS = ("conv",)  # state tensors in the cache's dtype; the memory's weights are state_dtype

@@ -1,0 +1,50 @@
+"""`zoo plugins --check`: the three plugins in plugins/ pass; a plugin staged with a
+mislabelled state declaration and one whose decode ignores its state fail, one line each."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zoo.cli import main
+from zoo.specs.registry import reset_registry
+from zoo.specs.staging import stage_plugin
+
+PYPROJECT = """[project]
+name = "zoo-broken"
+version = "0.0.1"
+[project.entry-points.zoo]
+broken = "zoo_broken"
+"""
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("zoo-broken")
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    shutil.copy(Path(__file__).with_name("broken_plugin.py"), root / "zoo_broken.py")
+    stage_plugin(root)
+    reset_registry()
+
+
+def test_a_broken_plugin_fails_one_line_per_defect(broken, capsys):
+    assert main(["plugins", "--check", "broken"]) == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2, lines
+    mislabelled, forgetful = sorted(lines, key=lambda line: "forgetful" in line)
+    assert mislabelled.startswith("broken: attention kind 'mislabelled': layers.0.attention: state 'sum' declared per token")
+    assert forgetful.startswith("broken: attention kind 'forgetful': prefill + cached decode differs from the full forward")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plugin", ["mla", "rwkv", "titans"])
+def test_the_plugins_pass(plugin, zoo_mla, zoo_rwkv, zoo_titans, capsys):
+    assert main(["plugins", "--check", plugin]) == 0, capsys.readouterr().out
+    assert capsys.readouterr().out.strip() == f"contract check passed: {plugin}"
+
+
+def test_an_unknown_plugin_is_one_line(capsys):
+    assert main(["plugins", "--check", "nope"]) == 2
+    assert "no plugin 'nope'" in capsys.readouterr().err
