@@ -58,11 +58,17 @@ class Options(StrictNumbers):
     default derives it again (``mha``: ``n_kv_heads`` follows ``n_heads``, so
     ``attention.n_heads=4`` on a 12-head model gives 4 key/value heads, not a refusal).
     Both names must be options of the class (checked at registration).
+
+    ``tiny`` maps the options that set a width (heads, head sizes, inner widths, expert
+    counts) to values that fit a model of ``d_model`` 64 running in milliseconds: the
+    contract check (``zoo plugins --check``) applies them wherever a spec sets the option, so
+    it needs no kind's option names. Keys must be options of the class (checked at registration).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset()
     follows: ClassVar[Mapping[str, str]] = {}
+    tiny: ClassVar[Mapping[str, Any]] = {}
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,12 @@ def component_entry(
                 f"plugin {plugin!r}: {family} kind {kind!r} declares follows {{{option!r}: {leader!r}}}, "
                 f"but both must be options of {options.__name__}; allowed: {allowed(options.model_fields)}"
             )
+    unknown = sorted(set(options.tiny) - set(options.model_fields))
+    if unknown:
+        raise PluginError(
+            f"plugin {plugin!r}: {family} kind {kind!r} declares tiny values for {', '.join(unknown)}, "
+            f"which are not options of {options.__name__}; allowed: {allowed(options.model_fields)}"
+        )
     module = checked_module(family, kind, module, plugin)
     doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
     return ComponentEntry(family, kind, factory, options, plugin, doc, bool(override), module=module)

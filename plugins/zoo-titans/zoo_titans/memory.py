@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +35,8 @@ from zoo_titans.memory_rule import Gates, Weights, segment
 
 class MemoryOptions(Options):
     """The neural memory's options (the MAL kind's whole option set; MAG and MAC add attention's)."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "head_dim": 16, "chunk_size": 4}
 
     n_heads: PositiveInt = Field(8, description="memory heads, each an MLP over head_dim channels")
     head_dim: PositiveInt | None = Field(None, description="channels per head; default d_model // n_heads")

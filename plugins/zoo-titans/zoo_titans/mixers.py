@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -80,6 +82,8 @@ class TitansMAL(TokenMixer):
 
 class MAGOptions(MemoryOptions):
     """The memory's options and the sliding-window attention's beside it (same heads)."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {**MemoryOptions.tiny, "n_kv_heads": 2}
 
     n_kv_heads: PositiveInt | None = Field(None, description="attention's key/value heads; default n_heads")
     window: PositiveInt | None = Field(4096, description="attention's sliding window; null: full attention")
