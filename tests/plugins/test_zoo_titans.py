@@ -21,8 +21,8 @@ def _installed(zoo_titans):
 def test_the_plugin_arrives_through_its_entry_point():
     info = get_registry().plugins["titans"]
     assert (info.source, info.distribution, info.version) == ("entry point", "zoo-titans", "0.1.0")
-    assert set(info.components) == {("attention", "titans-mal"), ("attention", "titans-mag")}
-    assert set(info.architectures) == {"titans", "titans-mal"}
+    assert set(info.components) == {("attention", "titans-mal"), ("attention", "titans-mag"), ("attention", "titans-mac")}
+    assert set(info.architectures) == {"titans", "titans-mal", "titans-mac"}
 
 
 def test_the_plugin_imports_public_zoo_api_only():
@@ -37,14 +37,19 @@ def test_the_plugin_imports_public_zoo_api_only():
 
 
 def test_compare_shows_the_memory_as_state(capsys):
-    """The memory's state per sequence and layer: 16 heads x (128x256 + 256x128) floats x 3 sets
-    (weights, momentum, chunk anchor) x 4 bytes + the conv window 6144 x 3 in the cache dtype: the same at
-    every context, beside GQA's K/V that grows with it."""
-    args = ["compare", "--arch", "qwen3-0.6b", "--vary", "attention.kind=gqa,titans-mal", "--contexts", "4k,32k",
-            "--analysis-only", "--format", "json"]
+    """Issue 29's command. titans-mac's state per sequence and layer, by hand: the memory, 16 heads x
+    (128x256 + 256x128) floats x 3 sets (weights, momentum, the segment's first weights) x 4 bytes, its conv
+    window 6144 x 3, and the segment's K/V, 2 x 8 heads x 1024 slots (512 retrieved + 512 own) x 128, in the
+    cache dtype (compare counts float32): the same at every context, where GQA's K/V grows with it."""
+    args = ["compare", "--arch", "qwen3-0.6b", "--vary", "attention.kind=gqa,titans-mac,mamba2",
+            "--contexts", "4k,32k,128k", "--analysis-only", "--format", "json"]
     assert main(args) == 0
-    rows = json.loads(capsys.readouterr().out)
-    rows = rows["rows"] if isinstance(rows, dict) else rows
-    state = 28 * (16 * 2 * 128 * 256 * 3 * 4 + 6144 * 3 * 4)  # compare counts the cache in float32
-    titans = [r for r in rows if "titans" in json.dumps(r)]
-    assert titans and all(state in r.values() for r in titans), titans[0]
+    out = json.loads(capsys.readouterr().out)
+    layer = 16 * 2 * 128 * 256 * 3 * 4 + 6144 * 3 * 4 + 2 * 8 * 1024 * 128 * 4
+    rows = {row["attention.kind"]: row for row in out["rows"]}
+    assert rows["titans-mac"]["state_bytes"] == 28 * layer == 589_266_944
+    assert rows["titans-mac"]["kv_bytes_per_token"] == 0
+    memory = {(c["attention.kind"], c["context"]): c for c in out["contexts"]}
+    assert {memory[("titans-mac", n)]["cache_bytes"] for n in (4096, 32768, 131072)} == {28 * layer}
+    gqa = [memory[("gqa", n)]["cache_bytes"] for n in (4096, 32768, 131072)]
+    assert gqa == [28 * 2 * 8 * 128 * 4 * n for n in (4096, 32768, 131072)]

@@ -22,16 +22,17 @@ def assoc_loss(weights, k, v):
     return ((out - v) ** 2).sum()
 
 
-def paper_loop(weights, k, v, q, eta, theta, alpha, chunk=1):
+def paper_loop(weights, k, v, q, eta, theta, alpha, chunk=1, momentum=None):
     """For t: S_t = eta_t S_{t-1} - theta_t grad ||M'(k_t) - v_t||², M_t = (1 - alpha_t) M_{t-1} + S_t,
-    y_t = M_t(q_t); M' = M at the start of t's chunk (chunk 1: M_{t-1}). Per (batch, head)."""
+    y_t = M_t(q_t); M' = M at the start of t's chunk (chunk 1: M_{t-1}). Per (batch, head); S_0 is
+    ``momentum`` (zeros when None)."""
     batch, heads, T = k.shape[:3]
     ys = torch.zeros_like(q)
     last_m, last_s = [torch.zeros_like(w) for w in weights], [torch.zeros_like(w) for w in weights]
     for b in range(batch):
         for h in range(heads):
             m = [w[b, h].clone() for w in weights]
-            s = [torch.zeros_like(w) for w in m]
+            s = [torch.zeros_like(w) if momentum is None else momentum[i][b, h].clone() for i, w in enumerate(m)]
             for t in range(T):
                 if t % chunk == 0:
                     anchor = [w.clone().requires_grad_(True) for w in m]

@@ -5,7 +5,9 @@ Qwen3-0.6B (https://huggingface.co/Qwen/Qwen3-0.6B/blob/main/config.json: d_mode
 28 layers, 16 query heads of 128, 8 key/value heads, SwiGLU 3072, vocabulary 151936) with
 its attention replaced by a Titans mixer: ``titans`` uses MAG (sliding-window attention of
 4096 gated by a 2-layer memory per head), ``titans-mal`` stacks the memory as a layer
-before sliding-window attention (MAL, section 4.3: memory layers alternate with SWA).
+before sliding-window attention (MAL, section 4.3: memory layers alternate with SWA), and
+``titans-mac`` uses memory as context in every layer (section 4.1: segments of 512 tokens,
+16 persistent tokens; the paper fixes neither for this size, so these are our choices).
 """
 
 from __future__ import annotations
@@ -43,4 +45,10 @@ def titans_mal() -> dict[str, Any]:
     return {**_body("titans-mal"), "attention": {"kind": "titans-mal", **MEMORY}, "layers": {"1::2": {"attention": swa}}}
 
 
-PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"titans": titans_mag, "titans-mal": titans_mal}
+def titans_mac() -> dict[str, Any]:
+    memory = {k: v for k, v in MEMORY.items() if k != "chunk_size"}  # MAC's memory steps once per segment
+    attention = {"kind": "titans-mac", **memory, "n_kv_heads": 8, "qk_norm": True, "segment_len": 512, "n_persistent": 16}
+    return {**_body("titans-mac"), "attention": attention}
+
+
+PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"titans": titans_mag, "titans-mal": titans_mal, "titans-mac": titans_mac}

@@ -157,6 +157,17 @@ class NeuralMemory(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)  # (B, T, HD)
         return self.o_proj(y * F.silu(self.gate_proj(x)))
 
+    def chunk_start_weights(self, state: LayerState, step: int) -> Weights:
+        """The memory before token ``step`` of this call writes, as of its chunk's start: the
+        current weights at a chunk boundary of the cache's time axis, else the stored anchor.
+        MAC retrieves with these (eq. 21: h_t = M*_{t-1}(q_t), the memory before the segment)."""
+        init = self._initial(state.tensors["conv"].shape[0])
+        current = [w + state.tensors[f"weight.{i}"] for i, w in enumerate(init)]
+        if self.chunk_size == 1:
+            return current
+        boundary = state.time[step] % self.chunk_size == 0  # a device-side test, as in _write_and_read
+        return [torch.where(boundary, c, w + state.tensors[f"anchor.{i}"]) for i, (c, w) in enumerate(zip(current, init))]
+
     def _initial(self, batch: int) -> Weights:
         return [w.float().expand(batch, *w.shape) for w in self.memory]
 
