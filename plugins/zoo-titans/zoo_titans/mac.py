@@ -36,10 +36,17 @@ from pydantic import Field, NonNegativeInt, PositiveInt, ValidationInfo, model_v
 from torch import nn
 
 from zoo.parts import Linear
-from zoo.specs.interfaces import BuildContext, LayerState, Memory, Positions, StateTensor, TokenMixer
+from zoo.specs.interfaces import (
+    BuildContext,
+    LayerState,
+    Memory,
+    Positions,
+    StateTensor,
+    TokenMixer,
+)
 from zoo_titans.memory import MemoryOptions, NeuralMemory
 from zoo_titans.memory_rule import mlp
-from zoo_titans.mixers import memory_layout, sub_state, valid_tokens
+from zoo_titans.mixers import memory_layout, sub_state
 
 
 class MACOptions(MemoryOptions):
@@ -146,7 +153,7 @@ class TitansMAC(TokenMixer):
     def _attend(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, piece: LayerState) -> torch.Tensor:
         """One segment's tokens (n of them, all in one segment): retrieve, write the segment's
         K/V slots, attend over [persistent | retrieved | segment] causally. -> y (B, n, d)."""
-        B, n, d = x.shape
+        B, n, _ = x.shape
         H, hd, seg = self.n_heads, self.head_dim, self.segment_len
         weights = self.memory.chunk_start_weights(sub_state(piece, "memory."), 0)  # M*_{t-1}: the segment's start
         r = F.normalize(self.retrieve_q(x).view(B, n, H, hd).transpose(1, 2).float(), dim=-1, eps=self.eps)

@@ -165,8 +165,11 @@ class NeuralMemory(nn.Module):
         current = [w + state.tensors[f"weight.{i}"] for i, w in enumerate(init)]
         if self.chunk_size == 1:
             return current
-        boundary = state.time[step] % self.chunk_size == 0  # a device-side test, as in _write_and_read
-        return [torch.where(boundary, c, w + state.tensors[f"anchor.{i}"]) for i, (c, w) in enumerate(zip(current, init))]
+        anchor = [w + state.tensors[f"anchor.{i}"] for i, w in enumerate(init)]
+        if state.filled is not None:  # eager: the time is known on the host
+            return current if (state.filled - state.time.shape[0] + step) % self.chunk_size == 0 else anchor
+        boundary = state.time[step] % self.chunk_size == 0  # compiled: a device-side test, as in _write_and_read
+        return [torch.where(boundary, c, a) for c, a in zip(current, anchor)]
 
     def _initial(self, batch: int) -> Weights:
         return [w.float().expand(batch, *w.shape) for w in self.memory]
@@ -183,26 +186,27 @@ class NeuralMemory(nn.Module):
             momentum = [t[f"momentum.{i}"].float() for i in range(self.depth)]
             anchor = [w + t[f"anchor.{i}"] for i, w in enumerate(init)] if self.chunk_size > 1 else start
             first = (state.filled - T) if state.filled is not None else (0 if T == 1 else int(state.time[0]))
-        ys, at = [], 0
+        ys, at, moved = [], 0, False  # moved: the anchor changed in this call (else it need not be stored)
         while at < T:
             end = min(T, at + self.chunk_size - (first + at) % self.chunk_size)
-            if state is None or self.chunk_size == 1:
-                anchor = start if (first + at) % self.chunk_size == 0 or state is None else anchor
+            if state is None or state.filled is not None or self.chunk_size == 1:  # the time is known on the host
+                if (first + at) % self.chunk_size == 0:
+                    anchor, moved = start, True
             else:  # device-side test: a compiled one-token step never reads the time on the host
                 boundary = (state.time[at] % self.chunk_size == 0)
-                anchor = [torch.where(boundary, s, a) for s, a in zip(start, anchor)]
+                anchor, moved = [torch.where(boundary, s, a) for s, a in zip(start, anchor)], True
             part = Gates(gates.log_eta[..., at:end], gates.theta[..., at:end], gates.log_keep[..., at:end])
             y, start, momentum = segment(start, momentum, anchor, k[:, :, at:end], v[:, :, at:end], q[:, :, at:end], part)
             ys.append(y)
             at = end
         if state is not None:
-            self._store(state.tensors, init, start, momentum, anchor)
+            self._store(state.tensors, init, start, momentum, anchor if moved and self.chunk_size > 1 else None)
         return torch.cat(ys, dim=2)
 
     def _store(self, tensors: dict[str, torch.Tensor], init: Weights, start: Weights, momentum: Weights,
-               anchor: Weights) -> None:
+               anchor: Weights | None) -> None:
         for i, w in enumerate(init):
             tensors[f"weight.{i}"].copy_(start[i] - w)
             tensors[f"momentum.{i}"].copy_(momentum[i])
-            if self.chunk_size > 1:
+            if anchor is not None:
                 tensors[f"anchor.{i}"].copy_(anchor[i] - w)

@@ -96,6 +96,8 @@ def segment(
     gradients are taken at (the chunk's first weights). k, v, q: (B, H, n, D) float32.
     Returns y (B, H, n, D), and M, S after the segment's last token.
     """
+    if k.shape[2] == 1:
+        return one_token(start, momentum, anchor, k, v, q, gates)
     inputs, deltas = gradients(anchor, k, v)
     decay_s = segment_decays(gates.log_eta)  # (B, H, n+1, n+1)
     decay_m = segment_decays(gates.log_keep)  # (B, H, n+1, n+1)
@@ -114,3 +116,16 @@ def segment(
         new_m.append(keep_m[..., -1, None, None] * m + keep_s[..., -1, :, None] * s
                      - torch.einsum("bhn,bhno,bhni->bhoi", write[..., -1, :], d, a))
     return z, new_m, new_s
+
+
+def one_token(
+    start: Weights, momentum: Weights, anchor: Weights, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor, gates: Gates
+) -> tuple[torch.Tensor, Weights, Weights]:
+    """``segment`` for n = 1 (every decode step): the recurrence itself, S = eta S - theta g,
+    M = (1 - alpha) M + S, y = M(q), without the segment's decay matrices (a third of the ops)."""
+    inputs, deltas = gradients(anchor, k, v)
+    eta, keep = gates.log_eta.exp()[..., None], gates.log_keep.exp()[..., None]  # (B, H, 1, 1)
+    theta = gates.theta[..., None]  # (B, H, 1, 1)
+    new_s = [eta * s - theta * (d.transpose(-1, -2) @ a) for s, a, d in zip(momentum, inputs, deltas)]  # (B, H, out, in)
+    new_m = [keep * m + s for m, s in zip(start, new_s)]
+    return mlp(new_m, q), new_m, new_s
