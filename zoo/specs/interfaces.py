@@ -57,12 +57,8 @@ class Options(StrictNumbers):
     sets the leader but not the follower drops the follower's stored value, so the kind's
     default derives it again (``mha``: ``n_kv_heads`` follows ``n_heads``, so
     ``attention.n_heads=4`` on a 12-head model gives 4 key/value heads, not a refusal).
-    Both names must be options of the class (checked at registration).
-
-    ``tiny`` maps the options that set a width (heads, head sizes, inner widths, expert
-    counts) to values that fit a model of ``d_model`` 64 running in milliseconds: the
-    contract check (``zoo plugins --check``) applies them wherever a spec sets the option, so
-    it needs no kind's option names. Keys must be options of the class (checked at registration).
+    Both names must be options of the class (checked at registration). ``tiny``: values of the
+    options that set a width (heads, inner widths, experts) for ``zoo plugins --check``'s d_model-64 models.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -110,9 +106,6 @@ class StateTensor:
     def nbytes(self, default_dtype: torch.dtype) -> int:
         dtype = self.dtype or default_dtype
         return math.prod(self.shape) * dtype.itemsize
-
-
-CacheTensor = StateTensor  # deprecated alias (the name before recurrent state existed)
 
 
 @dataclass
@@ -308,13 +301,8 @@ class Block(nn.Module):
         raise NotImplementedError
 
 
-def visible_keys(
-    query_time: torch.Tensor,
-    key_time: torch.Tensor,
-    window: int | None,
-    key_valid: torch.Tensor | None = None,
-    causal: bool = True,
-) -> torch.Tensor:
+def visible_keys(query_time: torch.Tensor, key_time: torch.Tensor, window: int | None,
+                 key_valid: torch.Tensor | None = None, causal: bool = True) -> torch.Tensor:
     """Boolean mask (B or 1, 1, T, S): True where query t may attend to key s.
 
     query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.
