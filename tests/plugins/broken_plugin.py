@@ -1,4 +1,4 @@
-"""zoo-broken: a test plugin with two mixers that each break one part of the contract.
+"""zoo-misdeclared: a test plugin with two mixers that each break one part of the contract.
 
 ``mislabelled`` keeps a running sum (B, d) but declares it per token, so the analysis
 would charge it per token of context; ``forgetful`` declares its state right but its

@@ -13,29 +13,29 @@ from zoo.specs.registry import reset_registry
 from zoo.specs.staging import stage_plugin
 
 PYPROJECT = """[project]
-name = "zoo-broken"
+name = "zoo-misdeclared"
 version = "0.0.1"
 [project.entry-points.zoo]
-broken = "zoo_broken"
-"""
+misdeclared = "zoo_misdeclared"
+"""  # not "broken": tests/specs/test_plugins.py stages a plugin of that name in the same process
 
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory: pytest.TempPathFactory) -> None:
-    root = tmp_path_factory.mktemp("zoo-broken")
+    root = tmp_path_factory.mktemp("zoo-misdeclared")
     (root / "pyproject.toml").write_text(PYPROJECT)
-    shutil.copy(Path(__file__).with_name("broken_plugin.py"), root / "zoo_broken.py")
+    shutil.copy(Path(__file__).with_name("broken_plugin.py"), root / "zoo_misdeclared.py")
     stage_plugin(root)
     reset_registry()
 
 
 def test_a_broken_plugin_fails_one_line_per_defect(broken, capsys):
-    assert main(["plugins", "--check", "broken"]) == 2
+    assert main(["plugins", "--check", "misdeclared"]) == 2
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2, lines
     mislabelled, forgetful = sorted(lines, key=lambda line: "forgetful" in line)
-    assert mislabelled.startswith("broken: attention kind 'mislabelled': layers.0.attention: state 'sum' declared per token")
-    assert forgetful.startswith("broken: attention kind 'forgetful': prefill + cached decode differs from the full forward")
+    assert mislabelled.startswith("misdeclared: attention kind 'mislabelled': layers.0.attention: state 'sum' declared per token")
+    assert forgetful.startswith("misdeclared: attention kind 'forgetful': prefill + cached decode differs from the full forward")
 
 
 @pytest.mark.parametrize("plugin", ["mla", "rwkv", "titans"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import titans_helpers  # noqa: F401 (stages zoo-titans)
 import torch
 import torch.nn.functional as F
 from zoo_titans.memory_rule import Gates, segment

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_VOCAB, tiny
 from test_memory_rule import paper_loop
+from titans_helpers import TINY_VOCAB, _deterministic, tiny  # noqa: F401 (an autouse fixture)
 
 import zoo
 from zoo.model.cache import KVCache

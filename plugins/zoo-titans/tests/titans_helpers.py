@@ -1,4 +1,9 @@
-"""zoo-titans made loadable through its entry point without installing it; tiny specs."""
+"""zoo-titans made loadable through its entry point without installing it; tiny specs.
+
+Not a conftest.py: zoo-mla's tests import theirs as the top-level module ``conftest``, and a
+second one would take its place in ``sys.modules`` when both run in one session. Test
+modules import what they use from here (the autouse fixture included).
+"""
 
 from __future__ import annotations
 
