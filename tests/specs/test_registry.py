@@ -119,3 +119,12 @@ def test_follows_must_name_options_of_the_kind():
 
     with pytest.raises(PluginError, match=r"declares follows \{'heads': 'width'\}.*allowed: width"):
         Registry().register_component("norm", "tied", lambda o, d: None, Tied, plugin="p")
+
+
+def test_tiny_must_name_options_of_the_kind():
+    class Narrow(Options):
+        width: int = 1
+        tiny = {"width": 2, "depth": 1}  # depth is no option of Narrow
+
+    with pytest.raises(PluginError, match=r"declares tiny values for depth.*allowed: width"):
+        Registry().register_component("norm", "narrow", lambda o, d: None, Narrow, plugin="p")

@@ -23,6 +23,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "plugin is reported once: in the 'skipped plugins' table (or the JSON's failures), or with "
         "--format csv, which prints the plugins only, as a warning line on stderr.",
     )
+    p.add_argument(
+        "--check", nargs="?", const="", default=None, metavar="NAME",
+        help="run zoo's part contract on every kind plugin NAME registers (default: every installed plugin): "
+        "builds, parameter counts, declared state bytes, cached decode, causality, save/load; "
+        "one line per failure, exit 2 if any",
+    )
     add_format_arguments(p)
     p.set_defaults(func=run_plugins)
 
@@ -67,6 +73,8 @@ def run_plugins(args: argparse.Namespace) -> int:
         if args.format != "csv":  # the failures are part of this command's output: not a warning too
             warnings.simplefilter("ignore", PluginWarning)
         registry = get_registry()
+    if args.check is not None:
+        return run_check(registry, args.check)
     rows = plugin_rows(registry)
     failures = [{"name": f.name, "distribution": f.distribution or None, "error": f.error} for f in registry.failures]
     chosen = os.environ.get("ZOO_PLUGINS")
@@ -95,3 +103,19 @@ def _table_row(row: dict[str, Any]) -> list[str]:
         for family, kinds in row["components"].items()
     )
     return [row["name"], row["version"], source, components, ", ".join(row["architectures"])]
+
+
+def run_check(registry: Registry, name: str) -> int:
+    """``--check``: the contract on one plugin, or on every one not built in."""
+    from zoo.errors import SpecError
+    from zoo.harness.contract_check import check_plugin
+
+    if name and name not in registry.plugins:
+        raise SpecError(f"plugins --check: no plugin {name!r}; loaded: {', '.join(registry.plugins)}")
+    names = [name] if name else [n for n, info in registry.plugins.items() if info.source != "builtin"]
+    failures = [line for plugin in names for line in check_plugin(plugin)]
+    for line in failures:
+        print(line)
+    if not failures:
+        print(f"contract check passed: {', '.join(names) or 'no plugins installed'}")
+    return 2 if failures else 0

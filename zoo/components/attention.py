@@ -27,6 +27,8 @@ from zoo.specs.state import LayerState, StateTensor
 
 
 class AttentionOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "n_kv_heads": 2, "head_dim": 16}
+
     n_heads: PositiveInt
     n_kv_heads: PositiveInt | None = Field(None, description="key/value heads; default n_heads")
     head_dim: PositiveInt | None = Field(None, description="default d_model // n_heads")
@@ -90,6 +92,7 @@ class MHAOptions(AttentionOptions):
 
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
     follows: ClassVar[Mapping[str, str]] = {"n_kv_heads": "n_heads"}  # setting n_heads carries it along
+    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "n_kv_heads": 4, "head_dim": 16}
 
     @model_validator(mode="after")
     def _one_kv_per_head(self) -> MHAOptions:
@@ -102,6 +105,7 @@ class MQAOptions(AttentionOptions):
     """Multi-query attention: one key/value head shared by all query heads."""
 
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
+    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "head_dim": 16}
 
     @classmethod
     def _default_kv_heads(cls, n_heads: Any) -> Any:

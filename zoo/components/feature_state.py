@@ -9,7 +9,8 @@ read and write live here once, so both kinds compute them the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,8 @@ class FeatureStateOptions(Options):
     """Heads of a kernel-attention kind; ``head_dim`` defaults to d_model // n_heads. Each kind
     declares its own ``bias`` (the q, k, v and output projections), after its other options,
     so a spec lists its fields in the kind's order."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "head_dim": 16}
 
     n_heads: PositiveInt
     head_dim: PositiveInt | None = Field(None, description="default d_model // n_heads")

@@ -3,7 +3,8 @@ for blocks that are a token mixer alone (Mamba's)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
@@ -16,6 +17,8 @@ from zoo.specs.interfaces import BuildContext, FeedForward, Options
 
 
 class _HiddenDefault(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"hidden": 128}
+
     hidden: PositiveInt | None = Field(None, description="inner width; default 4 * d_model")
     bias: bool = False
 

@@ -14,6 +14,9 @@ recurrent state (B, H_v, d_k, d_v); neither grows with the context.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
@@ -28,6 +31,8 @@ from zoo.specs.interfaces import BuildContext, Options
 
 
 class GatedDeltaNetOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 16, "head_v_dim": 16, "chunk_size": 4}
+
     n_k_heads: PositiveInt = Field(description="query/key heads (linear_num_key_heads)")
     n_v_heads: PositiveInt = Field(description="value heads, each with its own state (linear_num_value_heads)")
     head_k_dim: PositiveInt = Field(128, description="query/key head width")

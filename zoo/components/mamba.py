@@ -16,7 +16,8 @@ unless the spec's ``state_dtype`` is ``cache``: transformers' cache, tensor for 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,8 @@ from zoo.specs.state import LayerState, StateTensor
 
 
 class MambaOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"d_state": 8, "expand": 2, "dt_rank": 4}
+
     d_state: PositiveInt = Field(16, description="state size N per channel")
     d_conv: PositiveInt = Field(4, description="causal convolution kernel size")
     expand: PositiveInt = Field(2, description="d_inner = expand * d_model")

@@ -14,6 +14,9 @@ dtype, and the SSM state (B, H, P, N), float32 unless the spec's ``state_dtype``
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
@@ -28,6 +31,8 @@ from zoo.specs.interfaces import BuildContext, Options
 
 
 class Mamba2Options(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "head_dim": 16, "n_groups": 1, "state_size": 16, "chunk_size": 4}
+
     n_heads: PositiveInt = Field(description="SSM heads; the inner width is n_heads * head_dim")
     head_dim: PositiveInt = Field(64, description="channels per head (P)")
     n_groups: PositiveInt = Field(1, description="groups sharing one B and C (like key/value heads)")

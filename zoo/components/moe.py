@@ -14,7 +14,8 @@ compiled step without it runs every expert densely, and only an eager step witho
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,8 @@ from zoo.specs.interfaces import BuildContext, FeedForward, Options
 
 
 class MoEOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"n_experts": 4, "top_k": 2, "hidden": 32, "shared_hidden": 32}
+
     n_experts: PositiveInt
     top_k: PositiveInt
     hidden: PositiveInt = Field(description="inner width of each expert")

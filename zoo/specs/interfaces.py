@@ -62,12 +62,14 @@ class Options(StrictNumbers):
     sets the leader but not the follower drops the follower's stored value, so the kind's
     default derives it again (``mha``: ``n_kv_heads`` follows ``n_heads``, so
     ``attention.n_heads=4`` on a 12-head model gives 4 key/value heads, not a refusal).
-    Both names must be options of the class (checked at registration).
+    Both names must be options of the class (checked at registration). ``tiny``: values of the
+    options that set a width (heads, inner widths, experts) for ``zoo plugins --check``'s d_model-64 models.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     reset_on_kind_change: ClassVar[frozenset[str]] = frozenset()
     follows: ClassVar[Mapping[str, str]] = {}
+    tiny: ClassVar[Mapping[str, Any]] = {}
 
 
 Role = Literal["decoder", "encoder"]
@@ -293,13 +295,8 @@ class Block(Part):
         raise NotImplementedError
 
 
-def visible_keys(
-    query_time: torch.Tensor,
-    key_time: torch.Tensor,
-    window: int | None,
-    key_valid: torch.Tensor | None = None,
-    causal: bool = True,
-) -> torch.Tensor:
+def visible_keys(query_time: torch.Tensor, key_time: torch.Tensor, window: int | None,
+                 key_valid: torch.Tensor | None = None, causal: bool = True) -> torch.Tensor:
     """Boolean mask (B or 1, 1, T, S): True where query t may attend to key s.
 
     query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.

@@ -84,6 +84,12 @@ def component_entry(
                 f"plugin {plugin!r}: {slot} kind {kind!r} declares follows {{{option!r}: {leader!r}}}, "
                 f"but both must be options of {options.__name__}; allowed: {allowed(options.model_fields)}"
             )
+    unknown = sorted(set(options.tiny) - set(options.model_fields))
+    if unknown:
+        raise PluginError(
+            f"plugin {plugin!r}: {slot} kind {kind!r} declares tiny values for {', '.join(unknown)}, "
+            f"which are not options of {options.__name__}; allowed: {allowed(options.model_fields)}"
+        )
     declared = checked_module(slot, kind, module, plugin)
     doc = (factory.__doc__ or "").strip().splitlines()[0] if (factory.__doc__ or "").strip() else ""
     return ComponentEntry(slot, kind, factory, options, plugin, declared, doc, bool(override))
@@ -147,7 +153,9 @@ class CheckpointFormatEntry:
 
 def checkpoint_format_entry(family: Any, override: bool, plugin: str) -> CheckpointFormatEntry:
     """Validate one checkpoint-format registration: every member of the protocol, typed."""
-    from zoo.hub.family import missing_members  # the hub: only once something registers a format
+    from zoo.hub.family import (
+        missing_members,  # the hub: only once something registers a format
+    )
 
     missing = missing_members(family)
     if missing:

@@ -17,11 +17,14 @@ Module and parameter names follow transformers' DeepseekV2Attention, so checkpoi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt
 from torch import nn
+
 from zoo.parts import (
     BuildContext,
     LayerState,
@@ -35,6 +38,10 @@ from zoo.parts import (
 
 
 class MLAOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {
+        "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+    }
+
     n_heads: PositiveInt
     q_lora_rank: PositiveInt | None = Field(None, description="low-rank query compression; null: a full q_proj (V2-Lite)")
     kv_lora_rank: PositiveInt = Field(512, description="width of the cached latent")

@@ -14,7 +14,8 @@ module only replaces its routing and adds the correction bias.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,8 @@ from zoo.parts import BuildContext, MoE, MoEOptions, Options
 
 
 class DeepSeekMoEOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"n_experts": 4, "top_k": 2, "hidden": 32, "n_group": 2, "topk_group": 1}
+
     n_experts: PositiveInt = Field(description="routed experts (n_routed_experts)")
     top_k: PositiveInt = Field(description="routed experts per token (num_experts_per_tok)")
     hidden: PositiveInt = Field(description="inner width of each expert (moe_intermediate_size)")

@@ -9,19 +9,29 @@ hands it its cache view (``forward(x, state, valid)``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from typing import ClassVar
-
-from zoo.parts import BuildContext, FeedForward, LayerState, Linear, Options, StateTensor
+from zoo.parts import (
+    BuildContext,
+    FeedForward,
+    LayerState,
+    Linear,
+    Options,
+    StateTensor,
+)
 from zoo_rwkv.shift import mix, shift
 
 STATE_NAME = "ffn_x"
 
 
 class ChannelMixOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"hidden": 128}
+
     hidden: PositiveInt | None = Field(None, description="inner width H; default 4 * d_model")
 
     @model_validator(mode="before")

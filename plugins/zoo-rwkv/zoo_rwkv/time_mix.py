@@ -13,6 +13,8 @@ FFN has state too.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
@@ -26,6 +28,8 @@ WKV_STATE = ("num", "den", "max")
 
 
 class TimeMixOptions(Options):
+    tiny: ClassVar[Mapping[str, Any]] = {"attention_hidden": 32}
+
     attention_hidden: PositiveInt | None = Field(None, description="width C of key/value/receptance; default d_model")
 
     @model_validator(mode="before")
