@@ -114,7 +114,7 @@ def check_subject(subject: Subject, info: PluginInfo) -> list[str]:
     checks: list[Callable[[], list[str]]] = [
         lambda: _params(subject.spec, meta, model), lambda: _state_bytes(subject.spec, model),
     ]
-    if all(module.causal for _, module in model.stateful_modules()) and model.stateful_modules():
+    if model.attention_modules and all(module.causal for module in model.attention_modules):
         checks += [lambda: _decode(model), lambda: _interleaved(model), lambda: _causal(model)]
     if subject.from_preset and info.checkpoint_formats:
         checks.append(lambda: _round_trip(model))
