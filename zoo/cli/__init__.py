@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.generate",
     "zoo.cli.bench",
     "zoo.cli.compare",
+    "zoo.cli.hardware",
 )
 
 
