@@ -61,7 +61,7 @@ def test_training_takes_the_reference_scan():
     """The fused kernel has no backward: under autograd the reference runs and gradients flow."""
     model = _built(tiny_spec("mamba-130m"), "auto").train()
     model(torch.randint(0, 97, (1, 9))).sum().backward()
-    assert implementations(model) == "mamba: cpu-scan"  # chosen for the CPU; inference only
+    assert implementations(model) is None  # the kernel is never resolved under autograd: the reference ran
     assert all(p.grad is not None for name, p in model.named_parameters() if "A_log" in name)
 
 

@@ -11,9 +11,11 @@ sets it from ``--impl``) and kept on the module:
 - a kernel's name: that kernel where it applies (the reference elsewhere, and for mixers
   that do not have it).
 
-A kernel is resolved at the first forward (the device is known then, and a model built on
-``meta`` for analysis never loads one); ``impl`` then names what ran, and a row gathers them
-(``implementations``: ``"mamba: cpu-scan"``).
+A kernel is resolved at the first forward that may use it (the device is known then, and a
+model built on ``meta`` for analysis never loads one); ``impl`` then names what ran, and a
+row gathers them (``implementations``: ``"mamba: cpu-scan"``). A kernel a mixer cannot use
+in a call (under autograd, inside a ``torch.compile`` graph) is not resolved there: those
+calls run the reference.
 """
 
 from __future__ import annotations

@@ -168,7 +168,8 @@ class MambaMixer(TokenMixer, KernelChoice):
             dt = dt * valid[..., None]  # a zero step leaves the state as it was
         A = -torch.exp(self.A_log.float())  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
-        fused = self.resolve_kernel(x.device) == "cpu-scan" and not torch.is_grad_enabled()
+        # the kernel is opaque to autograd and to dynamo: training and compiled graphs run the reference
+        fused = not (torch.is_grad_enabled() or torch.compiler.is_compiling()) and self.resolve_kernel(x.device) == "cpu-scan"
         if fused:
             y = cpu_scan.scan_into(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner); ssm updated in place
         elif ssm is not None and T == 1:
