@@ -1,77 +1,21 @@
-"""The machine side of bench/vs_transformers.py: bandwidth probe, CPU description, Markdown.
+"""The Markdown side of bench/vs_transformers.py.
 
-The bandwidth is what a large float32 matrix-vector product streams (the matrix is far larger
-than the last-level cache, so every byte comes from memory once per product), timed with
-the same threads and medians as the models: the decode roofline then compares like with like.
-Two products are timed, torch's ``torch.mv`` and zoo's own fused row kernel
-(``zoo/components/row_product.py``), and the faster sets the bandwidth: a roofline set by the
-slower kernel would let zoo's decode read above 100% of it.
+The bandwidth each row divides by is the device's roofline as every `zoo bench` row sees it
+(``zoo.analysis.devices.device_peaks``): on the CPU the measured host peaks at the case's
+thread count (``zoo.analysis.host_probe``: the fastest of a large copy and the one-row
+products, cached per machine), on a CUDA board of zoo's table its spec sheet.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import statistics
-import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from zoo.analysis.host_probe import cpu_description
 from zoo.files.atomic import write_text_atomic
-from zoo.components.row_product import compiled_row_product
-
-PROBE_ROWS, PROBE_COLS = 16384, 8192  # 512 MiB of float32, far above the last-level caches here (32-105 MiB)
-
-
-def bandwidth_probe(repeats: int = 5, device: str = "cpu") -> float:
-    """Bytes/s of the faster large float32 matrix-vector product on ``device``: median of
-    ``2 * repeats`` runs each. On CUDA only ``torch.mv`` runs (the row kernel is CPU-only),
-    timed between synchronisations, so the roofline is the GPU's memory, not the host's."""
-    on = torch.device(device)
-    matrix = torch.randn(PROBE_ROWS, PROBE_COLS, device=on)  # (R, C)
-    vector = torch.randn(PROBE_COLS, device=on)  # (C,)
-    nbytes = matrix.numel() * matrix.element_size() + vector.numel() * 4 + PROBE_ROWS * 4
-    products: dict[str, Callable[[], torch.Tensor]] = {"torch.mv": lambda: torch.mv(matrix, vector)}  # (R,)
-    if on.type == "cpu":
-        products["zoo row kernel"] = lambda: compiled_row_product(matrix, vector, None)  # (R,)
-    sync = torch.cuda.synchronize if on.type == "cuda" else (lambda: None)
-    with torch.inference_mode():
-        return max(nbytes / _median_seconds(product, max(2 * repeats, 5), sync) for product in products.values())
-
-
-def _median_seconds(product: Callable[[], torch.Tensor], runs: int, sync: Callable[[], None]) -> float:
-    product()  # warm-up: pages touched, threads started, kernel compiled
-    times = []
-    for _ in range(runs):
-        sync()
-        start = time.perf_counter()
-        product()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def cpu_description() -> str:
-    """Model name and the flags that decide bf16 speed (avx512_bf16, amx_bf16)."""
-    model = platform.processor() or platform.machine()
-    flags: set[str] = set()
-    try:
-        info = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        for line in info.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                model = value.strip()
-            if key.strip() == "Flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
-    return f"{model}, {os.cpu_count()} logical CPUs; flags: {' '.join(wanted) or 'unknown'}"
 
 
 def _row(r: Any) -> str:
@@ -100,7 +44,7 @@ def write_markdown(results: list[Any], args: argparse.Namespace, command: str, b
         f"{'compiled' if args.compile else 'eager'}, transformers cache: {'static' if args.compile else args.hf_cache}",
         f"- {args.layers} layers per model, decode {args.decode} tokens after the prompt, "
         f"{args.repeats} alternating rounds per case; tokens/s are medians, ratios the median of per-round ratios",
-        f"- bandwidth on {args.device} ({'torch.mv' if args.device.startswith('cuda') else 'the faster of torch.mv and zoo row kernel'}, float32, 512 MiB): "
+        f"- roofline bandwidth on {args.device} ({'spec sheet' if args.device.startswith('cuda') else 'measured host: `zoo hardware`'}): "
         + ", ".join(f"{bw / 1e9:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t, bw in sorted(bandwidths.items())),
         "",
         "| family | dtype | batch | prompt | threads | zoo prefill tok/s | hf prefill tok/s | prefill ratio "

@@ -36,10 +36,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_report import bandwidth_probe, write_markdown  # noqa: E402
+from perf_report import write_markdown  # noqa: E402
 
 import zoo  # noqa: E402
 from zoo.analysis.counts import decode_bytes_per_step  # noqa: E402
+from zoo.analysis.devices import device_peaks  # noqa: E402
 from zoo.model.cache import KVCache  # noqa: E402
 from zoo.model.generation import compile_decode_step, decode_step, prefill  # noqa: E402
 
@@ -273,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for case in all_cases:
             if case.threads not in bandwidths:
                 torch.set_num_threads(case.threads)
-                bandwidths[case.threads] = bandwidth_probe(args.repeats, args.device)
+                bandwidths[case.threads] = roofline_bandwidth(args.device)
             progress.update(task, description=f"{case.family} {case.dtype} b{case.batch} p{case.prompt} t{case.threads}")
             results.append(measure(case, checkpoints[case.family], args, bandwidths[case.threads]))
             progress.advance(task)
@@ -282,6 +283,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_write:
         print(f"written to {args.out}" + ("" if args.write_results else " (--write-results updates the tracked file)"), file=sys.stderr)
     return 0
+
+
+def roofline_bandwidth(device: str) -> float:
+    """Bytes/s of the device's roofline, as a `zoo bench` row's fractions divide by."""
+    on = torch.device(device)
+    peaks = device_peaks(on, torch.cuda.get_device_name(on) if on.type == "cuda" else "")
+    if peaks is None:
+        raise SystemExit(f"no roofline for {device}: not a CPU nor a CUDA board of zoo.analysis.devices.GPUS")
+    return peaks.bandwidth
 
 
 if __name__ == "__main__":

@@ -57,8 +57,33 @@ def _private_zoo_cache(tmp_path_factory: pytest.TempPathFactory):
 
     previous = os.environ.get("ZOO_CACHE_DIR")
     os.environ["ZOO_CACHE_DIR"] = str(tmp_path_factory.mktemp("zoo-cache"))
+    _seed_host_peaks()
     yield
     if previous is None:
         os.environ.pop("ZOO_CACHE_DIR", None)
     else:
         os.environ["ZOO_CACHE_DIR"] = previous
+
+
+FIXED_HOST_BANDWIDTH = 20e9  # bytes/s: what every CPU row's roofline fraction divides by in tests
+FIXED_HOST_FLOPS = {"float32": 100e9, "bfloat16": 200e9, "float16": 50e9}
+
+
+def _seed_host_peaks() -> None:
+    """Fixed host peaks in the private cache for every thread count a test may set, so that no
+    run in a test (nor a command it starts) spends seconds probing the machine, and every CPU
+    row's roofline fraction is a deterministic function of its measured rate."""
+    import json
+    import os
+
+    from zoo.analysis import host_probe
+    from zoo.files.cache import cache_dir
+
+    entries = {}
+    for threads in range(1, max(8, os.cpu_count() or 1) + 1):
+        described = {**host_probe.machine(), "threads": threads}
+        key = host_probe.fingerprint(described)
+        peaks = host_probe.HostPeaks(key, described, FIXED_HOST_BANDWIDTH, {"float32": FIXED_HOST_BANDWIDTH},
+                                     dict(FIXED_HOST_FLOPS), 0, 0.0)
+        entries[key] = peaks.to_json()
+    (cache_dir() / host_probe.CACHE_FILE).write_text(json.dumps(entries))

@@ -27,12 +27,12 @@ def test_device_names_map_to_rows():
     assert not matches_device(GPUS["a100-80gb"], "NVIDIA A100 80GB PCIe")
 
 
-def test_device_peaks_are_the_spec_sheet_of_a_known_board_and_none_elsewhere():
+def test_device_peaks_are_the_spec_sheet_of_a_known_board_and_none_for_unknown_gpus():
     peaks = device_peaks("cuda", "NVIDIA H100 80GB HBM3")
     assert peaks is not None and peaks.source == "spec sheet h100-sxm" and peaks.bandwidth == 3350e9
     assert peaks.peak_flops(torch.bfloat16) == pytest.approx(989.4e12) and peaks.peak_flops(torch.float32) == pytest.approx(66.9e12)
     assert device_peaks("cuda", "NVIDIA L40S") is None  # not in the table
-    assert device_peaks("cpu", "Intel(R) Xeon(R) Processor") is None  # no host probe yet
+    assert device_peaks("mps", "Apple M2") is None  # no probe for MPS
 
 
 def test_a_step_is_bound_by_the_slower_of_compute_and_memory():

@@ -96,7 +96,7 @@ def test_bench_predicts_an_encoder_decoder_roofline(capsys):
             "--prompt-len", "8", "--gen-len", "3", "--repeats", "1", "--no-save", "--predict", "h100-sxm"]
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["predicted_gpu"] == "h100-sxm" and out["encoder_roofline_fraction"] is None  # measured on a CPU
+    assert out["predicted_gpu"] == "h100-sxm" and out["encoder_roofline_fraction"] > 0  # of the host's (fixed, tests/conftest.py) peaks
     assert out["predicted_encoder_tokens_per_s"] > 0 and out["predicted_decode_tokens_per_s"] > 0
     assert out["predicted_bound"].startswith("encoder: ") and "decode: " in out["predicted_bound"]
     assert main(argv) == 0

@@ -1,5 +1,5 @@
 """Each phase's roofline, against counts written here, and the achieved fraction on the device
-in hand (a known board's spec sheet; none on a CPU yet)."""
+in hand (a known board's spec sheet; the CPU's measured peaks)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from zoo.analysis.counts import (
     forward_flops,
     weight_bytes_read,
 )
-from zoo.analysis.devices import gpu_peaks
+from zoo.analysis.devices import device_peaks, gpu_peaks
 from zoo.harness.phases.base import phases_for
 from zoo.harness.phases.decode import Decode
 from zoo.harness.phases.encode import Encode
@@ -66,7 +66,7 @@ def test_encoder_decoder_roofline_reads_cross_kv_every_decode_step():
 
 def test_fractions_divide_by_the_roofline_of_the_device_in_hand():
     """Measured on an H100 (by name), whatever --predict names: the fraction is of the H100's
-    spec sheet; on the CPU there are no peaks, so no fraction."""
+    spec sheet; on the CPU, of its measured peaks; on MPS there are none, so no fraction."""
     spec = zoo.spec("qwen3-0.6b")
     config = make_config(prompt_len=128, gen_len=16, predict="l4")
     phases = phases_for("decoder", config)
@@ -77,4 +77,6 @@ def test_fractions_divide_by_the_roofline_of_the_device_in_hand():
     assert on_h100["decode_roofline_fraction"] == pytest.approx(100.0 / h100_decode)
     assert on_h100["predicted_decode_tokens_per_s"] == pytest.approx(Decode().predict(spec, config, gpu_peaks("l4"), BF16)["tokens_per_s"])
     on_cpu = prediction_columns(spec, config, phases, BF16, torch.device("cpu"), "Intel(R) Xeon(R)", measured)
-    assert "roofline_source" not in on_cpu and "decode_roofline_fraction" not in on_cpu
+    assert on_cpu["roofline_source"].startswith("measured host (")  # the fixed peaks of tests/conftest.py
+    assert on_cpu["decode_roofline_fraction"] == pytest.approx(100.0 / Decode().predict(spec, config, device_peaks("cpu", ""), BF16)["tokens_per_s"])
+    assert "roofline_source" not in prediction_columns(spec, config, phases, BF16, torch.device("mps"), "Apple M2", measured)

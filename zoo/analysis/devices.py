@@ -1,4 +1,5 @@
-"""GPU peak figures for roofline estimates, each row citing the vendor document it came from.
+"""Peak figures for roofline estimates: GPUs from the vendor document each row cites, the host
+CPU measured (``zoo.analysis.host_probe``).
 
 Peaks are dense (no 2:4 sparsity): vendors print the sparse figure first and the dense one
 is half of it. bf16 and fp16 are the tensor-core rates with fp32 accumulation (what
@@ -12,11 +13,11 @@ least the FLOPs over peak compute and at least the bytes over peak bandwidth
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 import torch
 
+from zoo.analysis.host_probe import HostPeaks, host_peaks
 from zoo.errors import BenchError, allowed, did_you_mean
 
 
@@ -81,7 +82,7 @@ class DevicePeaks:
     """What a roofline divides by: peak bytes/s and matmul FLOP/s by dtype, and where they
     came from (``source``, written in the row as ``roofline_source``)."""
 
-    source: str  # "spec sheet h100-sxm"; a measured probe says "measured host"
+    source: str  # "spec sheet h100-sxm"; the probe's "measured host (<fingerprint>, N threads)"
     bandwidth: float  # bytes per second
     flops: dict[torch.dtype, float]  # FLOP/s of matmuls in each dtype
     fallback_flops: float  # any other dtype (plain fp32 rate)
@@ -100,12 +101,26 @@ def gpu_peaks(key: str) -> DevicePeaks:
     )
 
 
+def measured_host_peaks(host: HostPeaks) -> DevicePeaks:
+    """The peaks of a measured host (``zoo.analysis.host_probe``): its fastest bandwidth and the
+    matmul FLOP/s of each dtype probed (float32 is the fallback for any other)."""
+    flops = {getattr(torch, name): rate for name, rate in host.matmul_flops.items()}
+    threads = host.machine.get("threads")
+    return DevicePeaks(
+        source=f"measured host ({host.fingerprint}, {threads} thread{'s' if threads != 1 else ''})",
+        bandwidth=host.bandwidth, flops=flops, fallback_flops=host.matmul_flops["float32"],
+    )
+
+
 def device_peaks(device: str | torch.device, device_name: str) -> DevicePeaks | None:
     """The peaks of the device a run is on, for its achieved fraction of the roofline: the
-    spec sheet of a CUDA board of the table (``device_name`` as torch names it); None for
-    boards not in the table and, for now, for the CPU and MPS (a measured host probe plugs
-    in here)."""
-    if torch.device(device).type != "cuda":
+    spec sheet of a CUDA board of the table (``device_name`` as torch names it); the CPU's
+    measured peaks at torch's current thread count (probed once per machine and cached);
+    None for boards not in the table and for MPS."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        return measured_host_peaks(host_peaks())
+    if kind != "cuda":
         return None
     for key, board in GPUS.items():
         if matches_device(board, device_name):

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zoo.cli.train",
     "zoo.cli.probe",
     "zoo.cli.quantize",
+    "zoo.cli.hardware",
 )
 
 

@@ -33,6 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default: 1)")
     p.add_argument("--compile", action="store_true", help="torch.compile the decode step (reduce-overhead on CUDA)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--impl", default="auto", metavar="NAME",
+                   help="token-mixer implementations: auto (the fastest that runs here), reference (pure PyTorch) "
+                   "or a kernel's name, e.g. cpu-scan (default: auto)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default: 0)")
     p.add_argument("--predict", metavar="GPU", help="roofline estimate on a GPU: h100-sxm, h100-pcie, h200, a100-80gb, l4, rtx-4090")
     p.add_argument("--weights-dtype", metavar="KIND",
@@ -58,6 +61,7 @@ def run_bench(args: argparse.Namespace) -> int:
         repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
         predict=args.predict, threads=args.threads, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
         weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
+        impl=args.impl,
     )
     make_config(**options)  # a bad option is one line before anything is read or measured
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
@@ -107,7 +111,8 @@ def _run_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
         shape = f"batch {c.batch_size} · length {m.seq_len}"
     else:
         shape = f"batch {c.batch_size} · length {m.seq_len} · gen {c.gen_len}"
-    return [("run", f"{shape} · {c.repeats} repeats after {c.warmup} warm-up")]
+    rows = [("run", f"{shape} · {c.repeats} repeats after {c.warmup} warm-up")]
+    return rows + ([("implementations", m.impl)] if m.impl else [])
 
 
 def _model_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]

@@ -21,14 +21,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from zoo.files.cache import cache_dir
+
 CACHE_FORMAT = 1
-
-
-def cache_dir() -> Path:
-    if os.environ.get("ZOO_CACHE_DIR"):
-        return Path(os.environ["ZOO_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "zoo"
 
 
 def _tree_stamp(root: Path) -> list[tuple[str, int, int]]:

@@ -84,6 +84,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gen-len", type=int, default=16)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int)
+    p.add_argument("--impl", help="token-mixer implementations: auto, reference or a kernel's name (default: auto)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default: 1)")
 
 
@@ -116,7 +117,7 @@ def run_compare(args: argparse.Namespace) -> int:
         spec = ModelSpec.from_file(args.spec_file)
     run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
                              "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
-                             "threads": args.threads, "predict": args.predict}.items() if v is not None}
+                             "threads": args.threads, "predict": args.predict, "impl": args.impl}.items() if v is not None}
     err = Console(stderr=True)
     with progress_bar(err, "compare") as update:
         frame = compare(

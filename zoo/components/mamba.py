@@ -24,8 +24,11 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
+from zoo.components import cpu_scan
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
+from zoo.errors import SpecError
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
 from zoo.specs.state import LayerState, StateTensor
@@ -80,10 +83,16 @@ class DtProjection(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-class MambaMixer(TokenMixer):
-    """The selective-scan mixer. Positions are not used: order comes from the recurrence."""
+class MambaMixer(TokenMixer, KernelChoice):
+    """The selective-scan mixer. Positions are not used: order comes from the recurrence.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (``mamba_scan``: a chunked
+    parallel scan and a one-token step in PyTorch) and ``cpu-scan`` (``cpu_scan``: the
+    recurrence as one fused C++ loop, prefill and decode step alike; inference only)."""
 
     causal = True
+    kernel_family = "mamba"
+    kernels = (Kernel("cpu-scan", "cpu", lambda: cpu_scan.load() is not None),)
 
     def __init__(self, options: MambaOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -103,6 +112,7 @@ class MambaMixer(TokenMixer):
         self.A_log = nn.Parameter(torch.empty(self.d_inner, self.d_state))
         self.D = nn.Parameter(torch.empty(self.d_inner))
         self.out_proj = Linear(self.d_inner, d, bias=options.bias)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -162,7 +172,11 @@ class MambaMixer(TokenMixer):
             dt = dt * valid[..., None]  # a zero step leaves the state as it was
         A = -torch.exp(self.A_log.float())  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
-        if ssm is not None and T == 1:
+        # the kernel is opaque to autograd and to dynamo: training and compiled graphs run the reference
+        fused = not (torch.is_grad_enabled() or torch.compiler.is_compiling()) and self.resolve_kernel(x.device) == "cpu-scan"
+        if fused:
+            y = cpu_scan.scan_into(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner); ssm updated in place
+        elif ssm is not None and T == 1:
             y = selective_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm)[:, None]  # (B, 1, d_inner)
         else:
             y, last = selective_scan(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner)

@@ -7,7 +7,8 @@ Each phase that has an analytic counterpart (``Phase.predict``) and a headline r
   phase in ``predicted_bound`` ("prefill: compute, decode: memory");
 - ``<what>_roofline_fraction`` (``phases.base.fraction_field``): the measured rate over its roofline on the device the run
   is on, with the peaks ``zoo.analysis.devices.device_peaks`` gives for it (a GPU of the
-  table: its spec sheet; the host: none yet), named in ``roofline_source``.
+  table: its spec sheet; the host CPU: its measured peaks at the run's thread count), named in
+  ``roofline_source``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ def prediction_columns(
                 columns[f"predicted_{phase.rate_field}"] = line["tokens_per_s"]
                 bounds.append(f"{phase.rate_field.removesuffix('_tokens_per_s')}: {line['bound']}")
         columns.update(predicted_gpu=config.predict, predicted_bound=", ".join(bounds) or None)
+    if measured is None:  # the host probe (seconds, the first time) runs after the timed phases, not before
+        return columns
     here = device_peaks(device, device_name)
-    if here is None or measured is None:
+    if here is None:
         return columns
     columns["roofline_source"] = here.source
     for phase in rated:

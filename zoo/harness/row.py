@@ -65,6 +65,7 @@ class Row(BaseModel):
     encoder_flops: int | None = None  # one encoder forward of the batch
     # -- memory --
     memory_method: str = ""
+    impl: str | None = None  # the token mixers' implementations that ran: "mamba: cpu-scan" (zoo.components.kernels)
     peak_bytes: int | None = None  # the highest peak of any phase
     # -- phase encode --
     seq_len: int | None = None  # tokens per row through the encoder

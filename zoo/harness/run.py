@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from zoo.components.kernels import implementations, preferring
 from zoo.errors import BenchError
 from zoo.harness.child_run import child_main, run_child
 from zoo.harness.environment import (
@@ -98,7 +99,8 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         torch.set_num_threads(config.threads)
     ticks = _ticker(progress, 1 + config.warmup + config.repeats * len(phases))
     ticks("build")
-    model = source.load(device, dtype, config.seed)
+    with preferring(config.impl):
+        model = source.load(device, dtype, config.seed)
     ctx = RunContext(model, model.spec or spec, topology, config, run_shape(topology, config), device, dtype,
                      probe_for(device), ticks)
     measured: dict[str, Any] = {}
@@ -117,6 +119,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
     return Row(
         **analysis, config=config, phases=[p.name for p in phases], **measured,
         memory_method=ctx.probe.memory_method, peak_bytes=max((p for p in peaks if p is not None), default=None),
+        impl=implementations(ctx.model),
         **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured),
         environment=environment, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )

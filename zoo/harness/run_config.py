@@ -51,6 +51,8 @@ class BenchConfig(StrictNumbers):
     )
     weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
     eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
+    impl: str = Field("auto", description="token-mixer implementations: auto (the fastest that runs here), reference "
+                      "(the pure-PyTorch maths) or a kernel's name (zoo.components.kernels); the row's impl says what ran")
 
     @field_validator("threads")
     @classmethod

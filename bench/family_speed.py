@@ -1,0 +1,114 @@
+"""Per-family speed on the host beside its measured roofline: one process, interleaved rounds.
+
+For each family (a preset, or a preset with its mixer swapped, cut to ``--layers`` layers so
+every family has the same depth; gpt2-shaped families share gpt2's width) and each
+implementation of ``--impls`` (``zoo.components.kernels``: ``reference`` is the pure-PyTorch
+maths, ``auto`` the fastest that runs here), the table gives decode tokens/s, the bytes one
+decode step moves (``decode_bytes_per_step`` at the decode midpoint), the bandwidth that
+achieves, its fraction of the measured host bandwidth (``zoo hardware``), prefill tokens/s
+and prefill as a multiple of gpt2's in the same implementation. Models run in turns (every
+model once per round, ``--rounds`` rounds) so that all see the same load on a shared
+machine; figures are medians over rounds. Compare within one run only.
+
+Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] [--threads 2]
+     [--layers 4] [--impls reference,auto] [--families gpt2,mamba-130m,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+import zoo
+from zoo.analysis.counts import decode_bytes_per_step
+from zoo.analysis.devices import device_peaks
+from zoo.analysis.host_probe import cpu_description
+from zoo.components.kernels import implementations, preferring
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
+from zoo.specs.model import ModelSpec
+
+FAMILIES = {  # name -> (preset, overrides)
+    "gpt2": ("gpt2", {}),
+    "mamba-130m": ("mamba-130m", {}),
+    "mamba2-130m": ("mamba2-130m", {}),
+    "gated-deltanet": ("gpt2", {"attention.kind": "gated_deltanet", "attention.n_k_heads": 6, "attention.n_v_heads": 12,
+                                "attention.head_k_dim": 128, "attention.head_v_dim": 64}),
+    "linear": ("gpt2", {"attention.kind": "linear"}),
+    "infini": ("gpt2", {"attention.kind": "infini"}),
+}
+
+
+@dataclass
+class Case:
+    family: str
+    impl: str
+    spec: ModelSpec
+    model: torch.nn.Module
+    prefill: list[float] = field(default_factory=list)  # tokens/s per round
+    decode: list[float] = field(default_factory=list)
+
+
+def build(family: str, impl: str, layers: int) -> Case:
+    preset, overrides = FAMILIES[family]
+    spec = zoo.spec(preset).override({**overrides, "n_layers": layers})
+    with preferring(impl):
+        model = zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
+    return Case(family, impl, spec, model)
+
+
+def one_round(case: Case, ids: torch.Tensor, steps: int) -> None:
+    cache = KVCache(case.model, batch_size=1, max_len=ids.shape[1] + steps)
+    start = time.perf_counter()
+    logits = prefill(case.model, ids, cache)  # (1, V)
+    case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
+    token = logits.argmax(-1, keepdim=True)  # (1, 1)
+    start = time.perf_counter()
+    for _ in range(steps):
+        token = decode_step(case.model, token, cache).argmax(-1, keepdim=True)  # (1, 1)
+    case.decode.append(steps / (time.perf_counter() - start))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--impls", default="reference,auto")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--decode", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cases = [build(f, i, args.layers) for i in args.impls.split(",") for f in args.families.split(",")]
+    ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
+    with torch.inference_mode():
+        for case in cases:  # warm-up: kernels built, pages touched
+            one_round(case, ids[:, :16], 2)
+            case.prefill.clear(), case.decode.clear()
+        for _ in range(args.rounds):
+            for case in cases:
+                one_round(case, ids, args.decode)
+    peaks = device_peaks("cpu", "")
+    print(f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
+          f"{peaks.bandwidth / 1e9:.1f} GB/s")
+    print(f"float32, batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
+          f"{args.rounds} interleaved rounds (medians)\n")
+    print("| family | impl | decode tok/s | MB per step | achieved GB/s | of roofline | prefill tok/s | prefill vs gpt2 |")
+    print("|---|---|---|---|---|---|---|---|")
+    gpt2 = {c.impl: statistics.median(c.prefill) for c in cases if c.family == "gpt2"}
+    for c in cases:
+        decode, pre = statistics.median(c.decode), statistics.median(c.prefill)
+        nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, "float32")
+        achieved = decode * nbytes
+        versus = f"{pre / gpt2[c.impl]:.2f}x" if c.impl in gpt2 else "-"
+        print(f"| {c.family} | {implementations(c.model) or c.spec.attention.kind + ': only impl'} | {decode:.1f} | {nbytes / 1e6:.0f} "
+              f"| {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} | {pre:.0f} | {versus} |")
+
+
+if __name__ == "__main__":
+    main()

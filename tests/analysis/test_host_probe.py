@@ -1,0 +1,74 @@
+"""The host roofline probe: positive figures, measured once per machine and read from the cache after."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from zoo.analysis import host_probe
+from zoo.analysis.devices import device_peaks, measured_host_peaks
+
+
+@pytest.fixture
+def small_probe(monkeypatch, tmp_path):
+    """A probe over 4 MiB and small matmuls into a cache of its own, counting the timed calls."""
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(host_probe, "probe_bytes", lambda: 4 << 20)
+    monkeypatch.setattr(host_probe, "MATMUL_SIZES", (64,))
+    calls = []
+    real = host_probe._median_seconds
+
+    def counted(work, runs):  # type: ignore[no-untyped-def]
+        calls.append(runs)
+        return real(work, 2)
+
+    monkeypatch.setattr(host_probe, "_median_seconds", counted)
+    return calls
+
+
+def test_the_probe_measures_positive_figures_for_this_machine(small_probe):
+    peaks = host_probe.host_peaks()
+    assert peaks.copy_bytes_per_s > 0 and peaks.bandwidth >= peaks.copy_bytes_per_s
+    assert set(peaks.gemv_bytes_per_s) == {"float32", "bfloat16"} and min(peaks.gemv_bytes_per_s.values()) > 0
+    assert set(peaks.matmul_flops) == {"float32", "bfloat16", "float16"} and min(peaks.matmul_flops.values()) > 0
+    assert peaks.machine["threads"] == torch.get_num_threads() and peaks.machine["torch"] == torch.__version__
+    assert peaks.probe_bytes == 4 << 20 and peaks.probe_seconds > 0
+    assert len(small_probe) == 3 + 3  # copy, two one-row products; one matmul per dtype
+
+
+def test_a_second_call_reads_the_cache_and_refresh_measures_again(small_probe, tmp_path):
+    first = host_probe.host_peaks()
+    timed = len(small_probe)
+    assert host_probe.host_peaks() == first and len(small_probe) == timed  # not measured again
+    record = json.loads((tmp_path / host_probe.CACHE_FILE).read_text())
+    assert list(record) == [first.fingerprint] and record[first.fingerprint]["machine"]["cpu"] == host_probe.cpu_model()
+    host_probe.host_peaks(refresh=True)
+    assert len(small_probe) == 2 * timed
+
+
+def test_each_thread_count_is_its_own_machine(small_probe):
+    threads = torch.get_num_threads()
+    try:
+        one = host_probe.host_peaks()
+        torch.set_num_threads(threads + 1)
+        other = host_probe.host_peaks()
+    finally:
+        torch.set_num_threads(threads)
+    assert one.fingerprint != other.fingerprint and len(small_probe) == 2 * 6
+
+
+def test_a_damaged_cache_is_measured_over(small_probe, tmp_path):
+    (tmp_path / host_probe.CACHE_FILE).write_text("{not json")
+    assert host_probe.host_peaks().bandwidth > 0 and len(small_probe) == 6
+
+
+def test_the_cpu_peaks_are_the_measured_host():
+    """The session's cache holds fixed peaks (tests/conftest.py): the CPU's roofline is theirs."""
+    peaks = device_peaks("cpu", "any CPU")
+    host = host_probe.host_peaks()
+    assert peaks == measured_host_peaks(host)
+    assert peaks.source.startswith(f"measured host ({host.fingerprint}, ") and peaks.bandwidth == 20e9
+    assert peaks.peak_flops(torch.bfloat16) == 200e9 and peaks.peak_flops(torch.float32) == 100e9
+    assert peaks.peak_flops(torch.int8) == 100e9  # any other dtype: the float32 rate

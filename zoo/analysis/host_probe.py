@@ -1,0 +1,216 @@
+"""The roofline of the host CPU, measured: memory bandwidth and matmul FLOP/s, cached per machine.
+
+A CPU has no spec sheet a row could divide by (the bandwidth a core sees depends on the
+board, the memory channels, the VM and the thread count), so the peaks are measured:
+
+- **bandwidth**: a large ``copy_`` (reads and writes every byte once) and the one-row
+  products a batch-1 decode step is made of (``torch.mv`` in float32, ``F.linear`` of one row
+  in bfloat16: the default paths of ``zoo/components/linear.py``), each over a buffer several
+  times the last-level cache, so every byte comes from memory. The roofline takes the
+  fastest: it is an upper bound, and a bound set by the slower kernel would let a model read
+  above 100% of it.
+- **FLOP/s**: a square matmul per dtype (float32, bfloat16, float16), cache-resident as a
+  GEMM's blocking makes it.
+
+Each is timed at the thread count torch uses now (``torch.get_num_threads()``), the median of
+a few runs after a warm-up. The result is cached as JSON in zoo's cache folder
+(``zoo.files.cache``), keyed by a fingerprint of what decides it: CPU model, logical CPUs,
+torch version and thread count; a second call on the same machine reads the file. The
+probe takes a few seconds and holds ``probe_bytes()`` of memory while it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from zoo.files.atomic import write_text_atomic
+from zoo.files.cache import cache_dir
+
+PROBE_FORMAT = 1
+CACHE_FILE = "hardware.json"
+MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
+MATMUL_DTYPES = ("float32", "bfloat16", "float16")
+MATMUL_SIZES = (512, 1024)  # the larger when a product of the smaller takes under MATMUL_QUICK_S
+MATMUL_QUICK_S = 0.02
+RUNS = 5
+
+
+@dataclass(frozen=True)
+class HostPeaks:
+    """One machine's measured peaks (bytes/s and FLOP/s) and what they were measured on."""
+
+    fingerprint: str  # short hash of ``machine``
+    machine: dict[str, Any]  # cpu, logical_cpus, torch, threads
+    copy_bytes_per_s: float  # bytes read + written by a large copy_, per second
+    gemv_bytes_per_s: dict[str, float]  # weight bytes streamed per second by one-row products, by dtype
+    matmul_flops: dict[str, float]  # FLOP/s of a square matmul, by dtype
+    probe_bytes: int
+    probe_seconds: float
+
+    @property
+    def bandwidth(self) -> float:
+        """The fastest of the bandwidths measured (the roofline is an upper bound)."""
+        return max(self.copy_bytes_per_s, *self.gemv_bytes_per_s.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": PROBE_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> HostPeaks:
+        if record.get("format") != PROBE_FORMAT:
+            raise ValueError(f"host probe format {record.get('format')!r}, expected {PROBE_FORMAT}")
+        return cls(**{k: v for k, v in record.items() if k != "format"})
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    """The flags that decide half-precision speed (avx2, avx512f, avx512_bf16, amx_bf16, amx_tile) this CPU has."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                present = set(value.split())
+                return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in present]
+    except OSError:
+        pass
+    return []
+
+
+def cpu_description() -> str:
+    """Model name, logical CPUs and the flags that decide bf16 speed, in one line."""
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs; flags: {' '.join(cpu_flags()) or 'unknown'}"
+
+
+def machine() -> dict[str, Any]:
+    """What the peaks depend on: CPU model, logical CPUs, torch version, torch's thread count now."""
+    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def fingerprint(described: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest CPU cache Linux reports for CPU 0 (sysfs), or None."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=None)
+
+
+def probe_bytes() -> int:
+    """The buffer the bandwidth probes stream: four times the last-level cache, within 256-512 MiB."""
+    llc = last_level_cache_bytes() or 0
+    return min(max(4 * llc, MIN_PROBE_BYTES), MAX_PROBE_BYTES)
+
+
+def _median_seconds(work: Callable[[], object], runs: int) -> float:
+    """Median wall time of ``runs`` calls of ``work`` after one untimed warm-up call."""
+    work()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _bandwidths(nbytes: int) -> tuple[float, dict[str, float]]:
+    """(copy bytes/s, one-row product bytes/s by dtype) over one buffer of ``nbytes``."""
+    cols = 4096
+    rows = max(nbytes // (4 * cols), 2) // 2 * 2
+    buffer = torch.full((rows, cols), 0.5)  # (R, C) float32; bf16 view: halves 0x0000 and 0x3F00, no NaN/denormal
+    half = rows // 2
+    source, target = buffer[:half], buffer[half:]  # (R/2, C) each
+    copy = 2 * source.numel() * 4 / _median_seconds(lambda: target.copy_(source), RUNS)
+    vector = torch.full((cols,), 0.25)  # (C,)
+    gemv = {"float32": buffer.numel() * 4 / _median_seconds(lambda: torch.mv(buffer, vector), RUNS)}
+    weight = buffer.view(torch.bfloat16)  # (R, 2C), the same bytes
+    row = torch.full((1, 2 * cols), 0.25, dtype=torch.bfloat16)  # (1, 2C)
+    gemv["bfloat16"] = weight.numel() * 2 / _median_seconds(lambda: F.linear(row, weight), RUNS)
+    return copy, gemv
+
+
+def _matmul_flops(name: str) -> float:
+    """FLOP/s of an (n, n) @ (n, n) product in ``name``'s dtype (n grows while a product is quick)."""
+    dtype = getattr(torch, name)
+    rate = 0.0
+    for n in MATMUL_SIZES:
+        a = torch.full((n, n), 0.5, dtype=dtype)  # (n, n)
+        b = torch.full((n, n), 0.25, dtype=dtype)  # (n, n)
+        seconds = _median_seconds(lambda a=a, b=b: a @ b, 3)
+        rate = 2 * n**3 / seconds
+        if seconds >= MATMUL_QUICK_S:
+            break
+    return rate
+
+
+def measure() -> HostPeaks:
+    """Run the probes now, at torch's current thread count (see the module docstring)."""
+    described = machine()
+    start = time.perf_counter()
+    nbytes = probe_bytes()
+    with torch.inference_mode():
+        copy, gemv = _bandwidths(nbytes)
+        flops = {name: _matmul_flops(name) for name in MATMUL_DTYPES}
+    return HostPeaks(fingerprint(described), described, copy, gemv, flops, nbytes, time.perf_counter() - start)
+
+
+def host_peaks(refresh: bool = False) -> HostPeaks:
+    """This machine's peaks at torch's current thread count: from the cache when it holds this
+    fingerprint (and ``refresh`` is off), else measured and cached."""
+    described = machine()
+    key = fingerprint(described)
+    path = cache_dir() / CACHE_FILE
+    entries = _read_cache(path)
+    if not refresh and key in entries:
+        try:
+            return HostPeaks.from_json(entries[key])
+        except (TypeError, ValueError):
+            pass  # an older or damaged record: measure again
+    peaks = measure()
+    entries[key] = peaks.to_json()
+    try:
+        write_text_atomic(path, json.dumps(entries, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass  # an unwritable cache costs a re-measure next time, nothing else
+    return peaks
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}

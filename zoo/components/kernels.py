@@ -1,0 +1,105 @@
+"""Which implementation each token mixer runs: the reference PyTorch maths or a faster kernel.
+
+A mixer with more than one implementation (``KernelChoice``) declares its ``kernel_family``
+and the kernels it can run, fastest first, each with the device kind it runs on. The choice
+is taken from the process's preference when the model is built (``preferring``; the harness
+sets it from ``--impl``) and kept on the module:
+
+- ``auto``: the fastest kernel of the mixer's list that runs on the device and could be
+  loaded, else the reference;
+- ``reference``: the pure-PyTorch maths (what the fast paths are tested equal to);
+- a kernel's name: that kernel where it applies (the reference elsewhere, and for mixers
+  that do not have it).
+
+A kernel is resolved at the first forward that may use it (the device is known then, and a
+model built on ``meta`` for analysis never loads one); ``impl`` then names what ran, and a
+row gathers them (``implementations``: ``"mamba: cpu-scan"``). A kernel a mixer cannot use
+in a call (under autograd, inside a ``torch.compile`` graph) is not resolved there: those
+calls run the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from zoo.errors import BenchError, allowed
+from zoo.specs.registry import get_registry
+
+REFERENCE, AUTO = "reference", "auto"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fast implementation: its name, the device kind it runs on and a loader that
+    returns False where it cannot run (not installed, not buildable)."""
+
+    name: str
+    device_type: str
+    loads: Callable[[], bool]
+
+
+_preference: str = AUTO
+_known: set[str] = {REFERENCE, AUTO}
+
+
+class KernelChoice(nn.Module):
+    """A mixer with kernels besides its reference maths (mixin: subclasses list ``kernels``)."""
+
+    kernel_family: ClassVar[str]
+    kernels: ClassVar[tuple[Kernel, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        _known.update(k.name for k in cls.kernels)
+
+    def choose_kernel(self) -> None:
+        """Called once in ``__init__``: remember the preference in force at build."""
+        self.impl_preference = _preference
+        self.impl: str | None = None  # resolved at the first forward
+
+    def resolve_kernel(self, device: torch.device) -> str:
+        """The implementation this module runs on ``device`` (decided once)."""
+        if self.impl is None:
+            self.impl = REFERENCE
+            if self.impl_preference != REFERENCE:
+                for kernel in self.kernels:
+                    wanted = self.impl_preference in (AUTO, kernel.name)
+                    if wanted and kernel.device_type == device.type and kernel.loads():
+                        self.impl = kernel.name
+                        break
+        return self.impl
+
+
+def check_preference(choice: str) -> str:
+    """``choice`` if it is ``auto``, ``reference`` or a registered kernel's name, else a BenchError."""
+    get_registry()  # every mixer module imported, so every kernel named
+    if choice not in _known:
+        raise BenchError(f"impl: {choice!r} is not an implementation; allowed: {allowed(sorted(_known))}")
+    return choice
+
+
+@contextlib.contextmanager
+def preferring(choice: str) -> Iterator[None]:
+    """Build models under ``choice`` (see the module docstring)."""
+    global _preference
+    previous, _preference = _preference, check_preference(choice)
+    try:
+        yield
+    finally:
+        _preference = previous
+
+
+def implementations(model: nn.Module) -> str | None:
+    """What the model's mixers ran, one entry per family: ``"mamba: cpu-scan"`` (None without
+    choices). A family whose layers differ lists each implementation."""
+    used: dict[str, set[str]] = {}
+    for module in model.modules():
+        if isinstance(module, KernelChoice) and module.impl is not None:
+            used.setdefault(module.kernel_family, set()).add(module.impl)
+    return ", ".join(f"{family}: {'/'.join(sorted(impls))}" for family, impls in sorted(used.items())) or None
