@@ -276,6 +276,17 @@ class TrainingRoofline:
     formula: str
 
 
+def bytes_moved(memory: TrainingMemory, precision: str, checkpointing: bool) -> int:
+    """Memory traffic of one step: the weights read twice (forward, backward) in the compute
+    dtype, gradients written, the optimizer reading weights, gradients and state and writing
+    weights and state, activations written once and read once."""
+    params = memory.weights // 4
+    compute_bytes = 2 if precision == "bf16-mixed" else 4
+    activations = memory.checkpointed_activations if checkpointing else memory.activations
+    return (2 * compute_bytes * params + memory.gradients + 2 * (memory.weights + memory.optimizer_state)
+            + memory.gradients + 2 * activations)
+
+
 def training_roofline(spec: ModelSpec, gpu_key: str, batch_size: int, seq_len: int, *, optimizer: str = "adamw",
                       momentum: float = 0.0, precision: str = "bf16-mixed", checkpointing: bool = False,
                       tokens_per_step: int | None = None) -> TrainingRoofline:
@@ -291,11 +302,7 @@ def training_roofline(spec: ModelSpec, gpu_key: str, batch_size: int, seq_len: i
                              precision=precision, checkpointing=checkpointing)
     model_flops, hardware_flops = training_flops(spec, batch_size, seq_len, checkpointing)
     compute_dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
-    params = memory.weights // 4
-    compute_bytes = 2 if precision == "bf16-mixed" else 4
-    activations = memory.checkpointed_activations if checkpointing else memory.activations
-    moved = (2 * compute_bytes * params + memory.gradients + 2 * (memory.weights + memory.optimizer_state)
-             + memory.gradients + 2 * activations)
+    moved = bytes_moved(memory, precision, checkpointing)
     compute_s, memory_s = hardware_flops / board.peak_flops(compute_dtype), moved / board.bandwidth
     step = max(compute_s, memory_s)
     tokens = tokens_per_step or batch_size * seq_len

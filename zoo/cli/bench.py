@@ -44,6 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)")
     p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file "
                    "(the checkpoint's tokenizer.json, else UTF-8 bytes as tokens)")
+    p.add_argument("--train", action="store_true", help="also time a training step: forward, backward and optimizer "
+                   "on random tokens (batch --batch-size, sequence --prompt-len), with MFU and peak memory")
+    p.add_argument("--train-optimizer", choices=("adamw", "sgd", "adafactor"), default="adamw",
+                   help="the training step's optimizer (default: adamw)")
+    p.add_argument("--train-precision", choices=("float32", "bf16-mixed"), default="float32",
+                   help="float32, or bf16 autocast over float32 master weights (default: float32)")
+    p.add_argument("--train-checkpointing", action="store_true", help="recompute each block's forward in backward")
     add_format_arguments(p)
     p.add_argument("--results-dir", default="results", help="where results are appended (default: results/)")
     p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
@@ -61,7 +68,8 @@ def run_bench(args: argparse.Namespace) -> int:
         repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
         predict=args.predict, threads=args.threads, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
         weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
-        impl=args.impl,
+        impl=args.impl, **({"train": True, "train_optimizer": args.train_optimizer, "train_precision": args.train_precision,
+                            "train_checkpointing": args.train_checkpointing} if args.train else {}),
     )
     make_config(**options)  # a bad option is one line before anything is read or measured
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
@@ -152,7 +160,22 @@ def _phase_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
                   f"{_ms(m.itl_p50_s)} / {_ms(m.itl_p90_s)} / {_ms(m.itl_p99_s)}"),
                  ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
                  ("bytes read per decode step", _bytes(m.decode_bytes_per_step))]
-    return rows
+    return rows + _train_rows(m)
+
+
+def _train_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """The training step's lines (``--train``)."""
+    if m.train_tokens_per_s is None:
+        return []
+    c = m.config
+    return [
+        (f"training step ({m.train_objective}, {c.train_optimizer}, {c.train_precision}"
+         f"{', checkpointed' if c.train_checkpointing else ''}) tokens/s (median (min–max))",
+         _spread(m.train_tokens_per_s, m.train_tokens_per_s_min, m.train_tokens_per_s_max)),
+        ("training step time p50 / p90", f"{_ms(m.train_step_s_p50)} / {_ms(m.train_step_s_p90)}"),
+        ("training memory, measured / analysed", f"{_bytes(m.train_peak_bytes)} / {_bytes(m.train_memory_analysed)}"),
+        (f"MFU / HFU (against {m.train_peak_flops_source})", f"{m.train_mfu:.1%} / {m.train_hfu:.1%}"),
+    ]
 
 
 def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]

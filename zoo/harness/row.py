@@ -108,6 +108,22 @@ class Row(BaseModel):
     encoder_roofline_fraction: float | None = None  # of the roofline on the device in hand
     prefill_roofline_fraction: float | None = None
     decode_roofline_fraction: float | None = None
+    # -- phase train_step (--train) --
+    train_tokens_per_s: float | None = None  # median over the timed steps
+    train_tokens_per_s_min: float | None = None
+    train_tokens_per_s_max: float | None = None
+    train_step_s_p50: float | None = None
+    train_step_s_p90: float | None = None
+    train_peak_bytes: int | None = None  # measured (train_memory_probe says how)
+    train_memory_probe: str | None = None
+    train_memory_analysed: int | None = None  # zoo.analysis.training.training_memory's total
+    train_mfu: float | None = None  # model FLOPs per step / step time / peak FLOP/s
+    train_hfu: float | None = None  # hardware FLOPs (recomputation included) likewise
+    train_peak_flops_source: str | None = None
+    train_loss: float | None = None
+    train_objective: str | None = None
+    predicted_train_tokens_per_s: float | None = None
+    train_roofline_fraction: float | None = None
     environment: Environment
     timestamp: str
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -51,6 +51,11 @@ class BenchConfig(StrictNumbers):
     )
     weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
     eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
+    train: bool = Field(False, description="also time a training step (forward, backward, optimizer) on random tokens")
+    train_optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="the training step's optimizer")
+    train_precision: Literal["float32", "bf16-mixed"] = Field(
+        "float32", description="the training step's compute: float32, or bf16 autocast over float32 master weights")
+    train_checkpointing: bool = Field(False, description="recompute each block's forward in the training step's backward")
     impl: str = Field("auto", description="token-mixer implementations: auto (the fastest that runs here), reference "
                       "(the pure-PyTorch maths) or a kernel's name (zoo.components.kernels); the row's impl says what ran")
 
