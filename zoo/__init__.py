@@ -110,15 +110,15 @@ if TYPE_CHECKING:
         state_bytes,
         weight_bytes,
     )
+    from zoo.components.fused import fuse_projections
     from zoo.harness.row import Row
     from zoo.harness.run import bench
     from zoo.harness.sweep.run import compare, sweep
     from zoo.hub.loading import from_pretrained
     from zoo.hub.save import save_pretrained
     from zoo.hub.text import chat
-    from zoo.model.generation import generate
-    from zoo.components.fused import fuse_projections
-    from zoo.model.sentence import embed
     from zoo.model.build import build
-    from zoo.specs.registry import register_plugin
+    from zoo.model.generation import generate
+    from zoo.model.sentence import embed
     from zoo.specs.model import ModelSpec
+    from zoo.specs.registry import register_plugin

@@ -13,7 +13,23 @@ from zoo.components.attention import Attention, AttentionOptions
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.linear import Linear
 from zoo.components.moe import MoE, MoEOptions
-from zoo.specs.interfaces import Block, BuildContext, CrossMixer, Embedding, FeedForward, Head, Norm, Options, Part, Positional, Positions, Rotation, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.interfaces import (
+    Block,
+    BuildContext,
+    CrossMixer,
+    Embedding,
+    FeedForward,
+    Head,
+    Norm,
+    Options,
+    Part,
+    Positional,
+    Positions,
+    Rotation,
+    TokenMixer,
+    causal_keys_seen,
+    visible_keys,
+)
 from zoo.specs.state import NO_STATE, BlockState, HoldsState, LayerState, Memory, StatePer, StateTensor
 
 __all__ = [

@@ -16,8 +16,8 @@ from torch import nn
 
 from zoo.analysis.quantized import float_dtype, quantization_saving, quantized_meta_model, spec_of
 from zoo.errors import SpecError
-from zoo.specs.interfaces import FeedForward, Head, Mixer
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
+from zoo.specs.interfaces import FeedForward, Head, Mixer
 from zoo.specs.model import ModelSpec
 
 

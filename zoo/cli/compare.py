@@ -237,8 +237,8 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
     else:
         print_table(frame_table(frame, title), fmt)
         if contexts is not None:
-            from zoo.harness.report.contexts import crossover_lines
             from zoo.harness.contexts import as_frame
+            from zoo.harness.report.contexts import crossover_lines
 
             sys.stdout.write("\n")
             print_table(context_table(as_frame(contexts), title + ", by context"), fmt)

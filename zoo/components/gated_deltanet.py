@@ -25,8 +25,8 @@ from torch import nn
 from zoo.components.causal_conv import causal_conv
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
 from zoo.components.linear import Linear
-from zoo.specs.hookspecs import hookimpl
 from zoo.components.sequence_state import SequenceStateMixer
+from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Options
 
 

@@ -28,7 +28,6 @@ from zoo.components import cpu_scan
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
-from zoo.errors import SpecError
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
 from zoo.specs.state import LayerState, StateTensor

@@ -24,9 +24,9 @@ from torch import nn
 
 from zoo.components.causal_conv import causal_conv
 from zoo.components.linear import Linear
+from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.interfaces import BuildContext, Options
 
 

@@ -18,7 +18,6 @@ plan is built once and reused.
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -26,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 PLAN_FREE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def varying_shape_kernels(device: torch.device) -> ContextManager[None]:
+def varying_shape_kernels(device: torch.device) -> contextlib.AbstractContextManager[None]:
     """Context for an SDPA call whose key length differs from the previous call's.
 
     On CUDA it leaves out cuDNN (see the module doc); elsewhere it changes nothing.

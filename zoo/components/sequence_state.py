@@ -16,7 +16,6 @@ from typing import ClassVar
 import torch
 
 from zoo.specs.interfaces import Positions, TokenMixer
-
 from zoo.specs.state import LayerState, StateTensor
 
 

@@ -195,7 +195,7 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 def load_yaml(text: str, error: ErrorType, where: str) -> Any:
     """YAML read with the limits above; any problem is ``error('<where>: not valid YAML: ...')``."""
     try:
-        return yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_LimitedLoader)
     except yaml.YAMLError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise error(f"{where}: not valid YAML: {first}") from None
@@ -209,7 +209,7 @@ def parse_scalar(raw: str, error: ErrorType, where: str) -> Any:
     if not raw.strip():
         return None
     try:
-        return yaml.load(raw, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(raw, Loader=_LimitedLoader)
     except yaml.YAMLError as exc:
         message = str(exc)
         if any(word in message for word in ("duplicate key", "nested more than", "aliases expand", "alias refers")):

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import ZooError
-from zoo.harness.report.cells import values_key
 from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
+from zoo.harness.report.cells import values_key
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -146,7 +146,7 @@ def _state_bytes(spec: ModelSpec, model: ZooModel) -> list[str]:
     declared = cache_bytes(spec, BATCH, LENGTH, dtype=dtype).total
     if allocated != declared:
         failures.append(f"declared cache bytes {declared} != allocated {allocated} (batch {BATCH}, context {LENGTH})")
-    for (path, module), base, long, wide in zip(
+    for (path, _), base, long, wide in zip(
         model.stateful_modules(), model.state_layout(1, LENGTH), model.state_layout(1, 2 * LENGTH),
         model.state_layout(2, LENGTH), strict=True,
     ):

@@ -126,7 +126,7 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
                         f"{located[name].path}: tensor {name!r} has shape {list(located[name].tensors[stored.get(name, name)].shape)}, "
                         f"which does not fit zoo parameter {rule.zoo[0]!r} of shape {list(params[rule.zoo[0]].shape)}"
                     )
-                release = lambda: [located[n].release(stored.get(n, n)) for n in rule.hf]  # noqa: E731
+                release = lambda names=rule.hf: [located[n].release(stored.get(n, n)) for n in names]
                 _copy_in_chunks(dest, view, release)
             del sources
             used.update(rule.hf)

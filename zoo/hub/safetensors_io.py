@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from zoo.files.atomic import atomic_path
 from zoo.errors import CheckpointError
+from zoo.files.atomic import atomic_path
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,

@@ -19,9 +19,9 @@ from zoo.errors import GenerationError, SpecError
 from zoo.model.sampling import check_seed
 from zoo.model.stack import build_component, build_layers, context, norm_factory, shared_positions
 from zoo.specs.interfaces import CrossMixer, Embedding, Positional, Positions, TokenMixer
-from zoo.specs.state import BlockState, HoldsState, Memory, StateTensor
 from zoo.specs.model import ModelSpec
 from zoo.specs.presets import preset
+from zoo.specs.state import BlockState, HoldsState, Memory, StateTensor
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

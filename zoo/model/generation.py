@@ -17,11 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.model.cache import KVCache
 from zoo.errors import GenerationError
-from zoo.specs.state import Memory
 from zoo.model.build import ZooModel
+from zoo.model.cache import KVCache
 from zoo.model.sampling import SamplingSettings, check_seed, sample
+from zoo.specs.state import Memory
 
 DecodeStep = Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
 Prefill = Callable[..., torch.Tensor]  # (model, input_ids, cache, attention_mask=None, memory=None) -> (B, vocab)

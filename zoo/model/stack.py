@@ -19,9 +19,9 @@ from torch import nn
 from zoo.errors import PluginError, SpecError
 from zoo.specs.components import LayerSpec, ResolvedComponent
 from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Positional, Positions, TokenMixer
-from zoo.specs.state import HoldsState
 from zoo.specs.model import ModelSpec
 from zoo.specs.registry import get_registry
+from zoo.specs.state import HoldsState
 
 # the parts of a block that may keep state, in cache order within a layer
 STATEFUL_PARTS: tuple[str, ...] = ("attention", "cross_attention", "ffn")

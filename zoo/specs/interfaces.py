@@ -47,7 +47,6 @@ from torch import nn
 from zoo.specs.state import BlockState, HoldsState, LayerState, Memory, StateTensor
 from zoo.specs.strict_numbers import StrictNumbers
 
-
 if TYPE_CHECKING:
     from zoo.specs.model import LayerSpec
 

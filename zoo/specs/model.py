@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import pluggy
 from pydantic import BaseModel
 
-from zoo.specs import hookspecs
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
+from zoo.specs import hookspecs
 from zoo.specs.plugins import PluginFailure, load_entry_points
 from zoo.specs.registry_entries import (
     ArchitectureEntry,

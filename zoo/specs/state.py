@@ -9,7 +9,6 @@ from typing import ClassVar, Literal
 
 import torch
 
-
 StatePer = Literal["token", "sequence", "memory"]
 
 

@@ -46,7 +46,7 @@ def probe_variant(name: str, spec: ModelSpec, setting: MQARSetting, config: Trai
     order = torch.Generator().manual_seed(config.seed)
     loss = torch.tensor(float("nan"))
     model.train()
-    for step in range(steps):
+    for _ in range(steps):
         index = torch.randint(n_train, (config.batch_size,), generator=order)
         optimizer.zero_grad(set_to_none=True)
         loss = recall_loss(model, train_x[index], train_y[index])

@@ -1,9 +1,9 @@
 import pytest
 import torch
+from zoo_mla.moe import DeepSeekMoE, DeepSeekMoEOptions
 
 from zoo.errors import SpecError
 from zoo.specs.interfaces import Options
-from zoo_mla.moe import DeepSeekMoE, DeepSeekMoEOptions
 
 transformers = pytest.importorskip("transformers")
 

@@ -69,7 +69,7 @@ def test_logits_equal_transformers(name):
     hf_cls = transformers.DeepseekV3ForCausalLM if v3 else transformers.DeepseekV2ForCausalLM
     hf = hf_cls(_hf_config(spec, v3)).eval()
     with torch.no_grad():  # random norms, biases and correction bias, so nothing is trivially 1 or 0
-        for name_, param in hf.named_parameters():
+        for param in hf.parameters():
             if param.dim() == 1:
                 param.normal_(1.0, 0.1)
         for module in hf.modules():

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from torch import nn
+
 from zoo.parts import BuildContext, MoE, MoEOptions, Options
 
 

@@ -17,7 +17,7 @@ from zoo.specs.staging import stage_plugin
 
 stage_plugin(Path(__file__).resolve().parents[1])  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
-from zoo.specs.registry import reset_registry  # noqa: E402
+from zoo.specs.registry import reset_registry
 
 reset_registry()  # in case the registry was built before the staging
 

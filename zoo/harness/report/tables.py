@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from zoo.files.atomic import write_text_atomic
 from zoo.errors import BenchError
-from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
+from zoo.files.atomic import write_text_atomic
 from zoo.harness.report.cells import format_cell, values_key
 from zoo.harness.row import Row, renamed_legacy
+from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
 
 DEFAULT_RESULTS_DIR = Path("results")
 DEFAULT_NAME = "bench"

@@ -352,7 +352,7 @@ def plan_from_options(
     spec: Any = None,
     vary: Mapping[str, Sequence[Any]] | Iterable[str] = (),
     attention: Sequence[str] | str | None = None,
-    set: Mapping[str, Any] | Iterable[str] = (),  # noqa: A002 - the CLI's name
+    set: Mapping[str, Any] | Iterable[str] = (),
     baseline: Mapping[str, Any] | Iterable[str] | str = (),
     **fields: Any,
 ) -> SweepPlan:

@@ -108,7 +108,7 @@ def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) 
             contexts = context_curve(plan, spec, config, analysis, timed, measured, measurement)
     except ZooError as exc:
         error = str(exc).replace("\n", " ")
-    except Exception as exc:  # noqa: BLE001 - a point's own bug or OOM is its failed row
+    except Exception as exc:
         error = f"{type(exc).__name__}: {exc}".replace("\n", " ")
         traceback.print_exc()
     row = make_row(point, error, analysis, measured_layers, measurement, time.perf_counter() - start)

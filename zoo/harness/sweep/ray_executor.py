@@ -67,7 +67,7 @@ class RayExecutor:
                 point = pending.pop(ref)
                 try:
                     on_row(ray.get(ref))
-                except Exception as exc:  # noqa: BLE001 - a dead worker is the point's failed row
+                except Exception as exc:
                     message = str(exc).strip().splitlines()
                     on_row(make_row(point, f"run: the Ray task failed ({type(exc).__name__}): {message[-1] if message else ''}"))
         finally:

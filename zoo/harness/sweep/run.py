@@ -142,7 +142,7 @@ def compare(
     vary: Mapping[str, Sequence[Any]] | Iterable[str] = (),
     *,
     attention: Sequence[str] | str | None = None,
-    set: Mapping[str, Any] | Iterable[str] = (),  # noqa: A002 - the CLI's name
+    set: Mapping[str, Any] | Iterable[str] = (),
     baseline: Mapping[str, Any] | Iterable[str] | str = (),
     measure: bool = True,
     depth: int | None = 2,

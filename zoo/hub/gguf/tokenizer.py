@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from zoo.errors import CheckpointError, allowed
 from zoo.hub.gguf.pretokenizers import IGNORE_MERGES, PRE_TOKENIZERS
 from zoo.hub.gguf.reader import GGUFCheckpoint
@@ -148,7 +146,7 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
         tokenizer = BUILDERS[kind](g, tokens)
     except CheckpointError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions (a merge of unknown tokens)
+    except Exception as exc:
         raise CheckpointError(f"{g.path}: tokenizer.ggml.*: not a tokenizer the tokenizers library builds: "
                               f"{str(exc).splitlines()[0][:200]}") from None
     control, user = _added_tokens(g, tokens, kind)
