@@ -311,3 +311,31 @@ def test_no_function_over_the_limit():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} is {lines} lines")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_the_package_root_holds_only_the_facade():
+    """Folders are the layers: zoo/ itself keeps the public facade, the entry point, the
+    errors and the plugin-facing parts; every other module lives in its layer's folder."""
+    loose = sorted(p.name for p in (ROOT / PACKAGE).glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "errors.py", "parts.py"], loose
+
+
+def test_components_never_import_the_harness_hub_or_cli(graph):
+    """Parts sit below the harness, the hub and the command: DESIGN.md's dependency direction."""
+    bad = {
+        (source, target): where
+        for source, targets in graph.edges.items() if source.startswith("zoo.components.")
+        for target, where in targets.items()
+        if target.startswith(("zoo.harness", "zoo.hub", "zoo.cli"))
+    }
+    assert not bad, bad
+
+
+def test_nothing_in_zoo_imports_the_cli(graph):
+    """The command is the top layer: only itself and ``python -m zoo`` (``zoo.__main__``) import it."""
+    bad = {
+        (source, target): where
+        for source, targets in graph.edges.items() if not source.startswith(("zoo.cli", "zoo.__main__"))
+        for target, where in targets.items() if target.startswith("zoo.cli")
+    }
+    assert not bad, bad
