@@ -150,7 +150,7 @@ def import_graph(package_dir: Path) -> Graph:
 
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        where = lambda line: f"{path.relative_to(package_dir.parent)}:{line}"  # noqa: E731
+        where = lambda line: f"{path.relative_to(package_dir.parent)}:{line}"
         # the facade's functions are reached per name (above), not by importing the package
         scope = ast.Module(body=[s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))],
                            type_ignores=[]) if name == root else tree
