@@ -174,8 +174,16 @@ def _train_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
          _spread(m.train_tokens_per_s, m.train_tokens_per_s_min, m.train_tokens_per_s_max)),
         ("training step time p50 / p90", f"{_ms(m.train_step_s_p50)} / {_ms(m.train_step_s_p90)}"),
         ("training memory, measured / analysed", f"{_bytes(m.train_peak_bytes)} / {_bytes(m.train_memory_analysed)}"),
-        (f"MFU / HFU (against {m.train_peak_flops_source})", f"{m.train_mfu:.1%} / {m.train_hfu:.1%}"),
+        ("MFU / HFU", _mfu(m)),
     ]
+
+
+def _mfu(m) -> str:  # type: ignore[no-untyped-def]
+    """MFU and HFU with the formula's numbers and the peak they divide by."""
+    if m.train_mfu is None:
+        return f"- ({m.train_peak_flops_source})"
+    return (f"{m.train_mfu:.1%} / {m.train_hfu:.1%} = {m.train_model_flops_per_step:.3g} FLOPs/step / "
+            f"{_ms(m.train_step_s_p50)} / {m.train_peak_flops:.3g} FLOP/s ({m.train_peak_flops_source})")
 
 
 def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]

@@ -119,7 +119,9 @@ class Row(BaseModel):
     train_memory_analysed: int | None = None  # zoo.analysis.training.training_memory's total
     train_mfu: float | None = None  # model FLOPs per step / step time / peak FLOP/s
     train_hfu: float | None = None  # hardware FLOPs (recomputation included) likewise
-    train_peak_flops_source: str | None = None
+    train_peak_flops_source: str | None = None  # the row's roofline peaks: a GPU's spec sheet or the measured host
+    train_peak_flops: float | None = None  # FLOP/s the MFU divides by (None: a board with no known peak)
+    train_model_flops_per_step: int | None = None  # zoo.analysis.training.training_flops (the module graph, not 6N)
     train_loss: float | None = None
     train_objective: str | None = None
     predicted_train_tokens_per_s: float | None = None

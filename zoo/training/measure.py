@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.analysis.devices import GPUS, matches_device
+from zoo.analysis.devices import device_peaks
 from zoo.analysis.training import state_bytes_of, training_flops, training_roofline
 from zoo.model.build import ZooModel
 from zoo.specs.model import ModelSpec
@@ -25,7 +25,7 @@ from zoo.training.objectives import Batch
 from zoo.training.optim import measured_state_bytes
 from zoo.training.step import Trainer, autocast_for
 
-MFU_FORMULA = "MFU = model FLOPs/step x steps/s / peak FLOP/s; HFU counts the recomputed forward too"
+MFU_FORMULA = "MFU = model FLOPs/step / step time (p50) / peak FLOP/s; HFU counts the recomputed forward too"
 
 
 def random_batch(trainer: Trainer, config: TrainConfig, generator: torch.Generator) -> Batch:
@@ -54,23 +54,16 @@ def saved_activation_bytes(trainer: Trainer, batch: Batch) -> int:
     return sum(seen.values())
 
 
-def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[float, str]:
-    """Peak FLOP/s to divide by, and where it came from: the spec sheet of a known GPU,
-    otherwise a measured large matmul on this host (a host's peak is no spec-sheet number)."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for board in GPUS.values():
-            if matches_device(board, name):
-                return board.peak_flops(dtype), f"{board.key} spec sheet ({board.source})"
-    n = 1024
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    a @ a
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(4):
-        a @ a
-    _sync(device)
-    return 4 * 2 * n**3 / (time.perf_counter() - start), f"measured {n}x{n} {dtype} matmul on {device.type}"
+def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[float | None, str]:
+    """Peak FLOP/s to divide by and where it came from: the same peaks every roofline column of
+    a row uses (``zoo.analysis.devices.device_peaks``): a known GPU's spec sheet, the host's
+    measured matmul rate at this thread count (``zoo hardware``, cached per machine), and None
+    (no MFU) for a board the table lacks, rather than a number measured some other way."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    peaks = device_peaks(device, name)
+    if peaks is None:
+        return None, f"no peak: {name} is not in zoo.analysis.devices.GPUS"
+    return peaks.peak_flops(dtype), f"{peaks.source}, {str(dtype).removeprefix('torch.')} matmul"
 
 
 def _sync(device: torch.device) -> None:
@@ -111,7 +104,8 @@ def measure_train_step(model: ZooModel, spec: ModelSpec, config: TrainConfig, de
         "train_tokens_per_s_max": rates[-1], "step_s_p50": step_p50, "step_s_p90": _quantile(times, 0.9),
         "peak_memory_bytes": peak, "peak_memory_probe": probe,
         "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops,
-        "mfu": model_flops / step_p50 / peak_flops, "hfu": hardware_flops / step_p50 / peak_flops,
+        "mfu": None if peak_flops is None else model_flops / step_p50 / peak_flops,
+        "hfu": None if peak_flops is None else hardware_flops / step_p50 / peak_flops,
         "mfu_formula": MFU_FORMULA, "peak_flops": peak_flops, "peak_flops_source": peak_source,
         "loss_first": losses[0], "loss_last": losses[-1],
     }

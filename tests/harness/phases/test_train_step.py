@@ -25,3 +25,26 @@ def test_a_train_step_fills_its_row_fields_beside_the_inference_phases():
 def test_without_train_the_phase_does_not_run():
     row = zoo.bench(zoo.spec("llama-3.2-1b").override(TINY), prompt_len=16, gen_len=3, repeats=1, threads=1)
     assert "train_step" not in row.phases and row.train_tokens_per_s is None
+
+
+def test_mfu_divides_by_the_rows_host_peak_and_the_formula_holds():
+    """The MFU's peak is the measured host's (``zoo hardware``'s cache, seeded here with a fixed
+    float32 matmul rate), the same peaks the roofline columns use, not a probe of its own."""
+    from tests.conftest import FIXED_HOST_FLOPS
+
+    row = zoo.bench(zoo.spec("llama-3.2-1b").override(TINY), prompt_len=16, gen_len=3, repeats=2, threads=1, train=True)
+    assert row.train_peak_flops == FIXED_HOST_FLOPS["float32"]
+    assert row.train_peak_flops_source.startswith("measured host (")
+    assert row.train_mfu == row.train_model_flops_per_step / row.train_step_s_p50 / row.train_peak_flops
+
+
+def test_the_mfu_of_a_known_gpu_is_against_its_spec_sheet_and_unknown_boards_get_none(monkeypatch):
+    import torch
+
+    from zoo.training import measure
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    peak, source = measure.device_peak(torch.device("cuda"), torch.bfloat16)
+    assert peak == 989.4e12 and source.startswith("spec sheet h100")  # NVIDIA's dense BF16 figure for the SXM board
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA L40S")
+    assert measure.device_peak(torch.device("cuda"), torch.bfloat16)[0] is None

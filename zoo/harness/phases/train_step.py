@@ -36,7 +36,7 @@ class TrainStep(Phase):
     options = ("train", "train_optimizer", "train_precision", "train_checkpointing")
     fields = ("train_tokens_per_s", "train_tokens_per_s_min", "train_tokens_per_s_max", "train_step_s_p50",
               "train_step_s_p90", "train_peak_bytes", "train_memory_probe", "train_mfu", "train_hfu",
-              "train_peak_flops_source", "train_loss", "train_objective", "train_memory_analysed")
+              "train_peak_flops_source", "train_peak_flops", "train_model_flops_per_step", "train_loss", "train_objective", "train_memory_analysed")
     rate_field = "train_tokens_per_s"
 
     def wanted(self, config: BenchConfig) -> bool:
@@ -58,7 +58,8 @@ class TrainStep(Phase):
             "train_tokens_per_s_max": out["train_tokens_per_s_max"], "train_step_s_p50": out["step_s_p50"],
             "train_step_s_p90": out["step_s_p90"], "train_peak_bytes": out["peak_memory_bytes"],
             "train_memory_probe": out["peak_memory_probe"], "train_mfu": out["mfu"], "train_hfu": out["hfu"],
-            "train_peak_flops_source": out["peak_flops_source"], "train_loss": out["loss_last"],
+            "train_peak_flops_source": out["peak_flops_source"], "train_peak_flops": out["peak_flops"],
+            "train_model_flops_per_step": out["model_flops_per_step"], "train_loss": out["loss_last"],
             "train_objective": out["objective"], "train_memory_analysed": analysed.total,
         }
 
