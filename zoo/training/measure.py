@@ -3,8 +3,9 @@
 ``measure_train_step`` and ``predict_train_step`` are the two halves of the harness's
 ``train_step`` phase: same inputs, comparable dicts. Peak memory on CUDA is the allocator's
 ``max_memory_allocated``; the CPU allocator keeps no such statistic, so there the peak is
-the tensors' own bytes: weights, gradients and optimizer state as allocated, plus the bytes
-autograd saved for backward (a saved-tensors hook on a real step), and the probe says so.
+weights, gradients and optimizer state as allocated, plus the activations the allocator saw
+the forward hold at its end (``zoo.training.memory_probe``: the profiler's memory events),
+and the probe says so.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from zoo.analysis.training import state_bytes_of, training_flops, training_roofl
 from zoo.model.build import ZooModel
 from zoo.specs.model import ModelSpec
 from zoo.training.config import TrainConfig
+from zoo.training.memory_probe import allocator_activations
 from zoo.training.objectives import Batch
 from zoo.training.optim import measured_state_bytes
-from zoo.training.step import Trainer, autocast_for
+from zoo.training.step import Trainer
 
 MFU_FORMULA = "MFU = model FLOPs/step / step time (p50) / peak FLOP/s; HFU counts the recomputed forward too"
 
@@ -32,26 +34,7 @@ def random_batch(trainer: Trainer, config: TrainConfig, generator: torch.Generat
     """Random token ids shaped for the trainer's objective, on its device."""
     rows = torch.randint(trainer.model.spec.vocab_size, (config.batch_size, trainer.objective.rows_len(config.seq_len)),
                          generator=generator)
-    batch = trainer.objective.batch(rows, generator)
-    move = {k: (v.to(trainer.device) if isinstance(v, torch.Tensor) else v) for k, v in vars(batch).items()}
-    return Batch(**move)
-
-
-def saved_activation_bytes(trainer: Trainer, batch: Batch) -> int:
-    """Bytes of distinct storages autograd saves in one real forward (parameters excluded)."""
-    params = {p.untyped_storage()._cdata for p in trainer.model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        key = t.untyped_storage()._cdata
-        if key not in params:
-            seen.setdefault(key, t.untyped_storage().nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss, aux = trainer._forward_loss(batch)
-    del loss, aux
-    return sum(seen.values())
+    return trainer.objective.batch(rows, generator).to(trainer.device)
 
 
 def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[float | None, str]:
@@ -122,10 +105,10 @@ def peak_step_memory(trainer: Trainer, batch: Batch, device: torch.device) -> tu
         return int(torch.cuda.max_memory_allocated(device)), "torch.cuda.max_memory_allocated"
     params: list[nn.Parameter] = list(trainer.model.parameters())
     weights, grads, _ = state_bytes_of(params, trainer.config.optimizer, trainer.config.momentum)
-    with autocast_for(device, trainer.config):
-        saved = saved_activation_bytes(trainer, batch)
+    activations = allocator_activations(trainer, batch)
     state = measured_state_bytes(trainer.optimizer)
-    return weights + grads + state + saved, "cpu: weights+grads+optimizer state as allocated + saved_tensors_hooks bytes"
+    return (weights + grads + state + activations.held_after_forward,
+            f"cpu: weights+grads+optimizer state as allocated + activations held after the forward ({activations.probe})")
 
 
 def predict_train_step(spec: ModelSpec, config: TrainConfig, device_name: str, dtype: torch.dtype | str | None = None
