@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from zoo.cli.common import progress_bar
+from zoo.cli.compare_train import TRAIN_COLUMNS, add_train_arguments, train_options
 from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
 
 COMPARE_NOTE = (
@@ -43,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--predict", metavar="GPU", help="the roofline GPU for --analysis-only context predictions and "
                    "each run's estimate: h100-sxm (default for --contexts), h100-pcie, h200, a100-80gb, l4, rtx-4090")
     _add_run_options(p)
+    add_train_arguments(p)
     p.add_argument("--max-points", type=int, metavar="N", help=MAX_POINTS_HELP)
     p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)")
     p.add_argument("--results-dir", default="results", help="where --save writes (default: results/)")
@@ -118,6 +120,7 @@ def run_compare(args: argparse.Namespace) -> int:
     run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
                              "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
                              "threads": args.threads, "predict": args.predict, "impl": args.impl}.items() if v is not None}
+    run.update(train_options(args))
     err = Console(stderr=True)
     with progress_bar(err, "compare") as update:
         frame = compare(
@@ -250,7 +253,7 @@ TABLE_COLUMNS = ("topology", "params_total", "kv_bytes_per_token", "cross_kv_byt
                  "kv_bytes_vs_baseline", "measured_n_layers", "encoder_tokens_per_s", "encoder_tokens_per_s_vs_baseline",
                  "prefill_tokens_per_s", "decode_tokens_per_s",
                  "decode_tokens_per_s_vs_baseline", "decode_peak_bytes", "peak_bytes",
-                 "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity")
+                 "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity", *TRAIN_COLUMNS)
 SHOWN_WHEN_VARYING = ("weight_bytes", "topology")  # same in every row (most comparisons): left out
 KV_COLUMNS = ("kv_bytes_per_token", "cross_kv_bytes_per_token", "kv_bytes")
 

@@ -125,6 +125,15 @@ class Row(BaseModel):
     train_loss: float | None = None
     train_objective: str | None = None
     predicted_train_tokens_per_s: float | None = None
+    # -- phase train_run (--train-tokens): a short run from scratch on a text --
+    train_held_out_loss: float | None = None  # mean loss (nats/token) on the text's held-out last tenth
+    train_perplexity: float | None = None  # exp(train_held_out_loss)
+    train_run_tokens: int | None = None  # tokens trained on (steps x rows x row length)
+    train_run_tokens_per_s: float | None = None  # training tokens/s over the steps this run timed
+    train_tokenizer: str | None = None  # "bytes" or the tokenizer.json trained with
+    train_run_start_step: int | None = None  # 0: trained from scratch here; k: resumed from a checkpoint at step k
+    train_run_dir: str | None = None  # the variant's checkpoint, loss curve and result (safetensors + JSON)
+    train_curve: list[tuple[int, float]] | None = None  # (tokens seen, training loss) per step
     train_roofline_fraction: float | None = None
     environment: Environment
     timestamp: str
@@ -136,7 +145,7 @@ class Row(BaseModel):
 
     def flat(self) -> dict[str, Any]:
         """One flat row (config and environment fields inlined) for CSV and tables."""
-        row = self.model_dump(exclude={"config", "environment", "decode_tokens_per_s_runs", "phases"})
+        row = self.model_dump(exclude={"config", "environment", "decode_tokens_per_s_runs", "phases", "train_curve"})
         row.update(self.config.model_dump())
         if self.topology == "encoder":
             row["gen_len"] = None  # an encoder decodes nothing: the config's default was not run

@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -56,6 +57,14 @@ class BenchConfig(StrictNumbers):
     train_precision: Literal["float32", "bf16-mixed"] = Field(
         "float32", description="the training step's compute: float32, or bf16 autocast over float32 master weights")
     train_checkpointing: bool = Field(False, description="recompute each block's forward in the training step's backward")
+    train_tokens: int | None = Field(None, ge=1, description="train each variant from scratch for this many tokens of "
+                                     "train_text (seeded) and report its held-out loss (phase train_run)")
+    train_text: str | None = Field(None, description="the training text of train_tokens; its last 10% is held out")
+    train_tokenizer: str | None = Field(None, description="a tokenizer.json for train_text (default: UTF-8 bytes)")
+    train_batch_size: int = Field(8, ge=1, description="rows per step of the train_tokens run (of prompt_len tokens)")
+    train_lr: float = Field(1e-3, gt=0, description="the train_tokens run's learning rate (constant)")
+    train_dir: str | None = Field(None, description="where each variant's checkpoint goes, so a run started again "
+                                  "resumes (default: zoo's cache folder, train-runs/)")
     impl: str = Field("auto", description="token-mixer implementations: auto (the fastest that runs here), reference "
                       "(the pure-PyTorch maths) or a kernel's name (zoo.components.kernels); the row's impl says what ran")
 
@@ -74,12 +83,32 @@ class BenchConfig(StrictNumbers):
             check_readable(value, BenchError, "eval_text file", EVAL_MAX_BYTES)
         return value
 
+    @field_validator("train_text", "train_tokenizer")
+    @classmethod
+    def _check_train_files(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:  # read when the phase runs: refused before the run starts
+            from zoo.files.safe_io import check_readable
+            from zoo.training.data import TEXT_MAX_BYTES
+
+            check_readable(value, BenchError, f"{info.field_name} file", TEXT_MAX_BYTES)
+        return value
+
     @field_validator("weights_dtype")
     @classmethod
     def _check_weights_dtype(cls, value: str | None) -> str | None:
         from zoo.quant import normalize
 
         return normalize(value)
+
+    @model_validator(mode="after")
+    def _check_train_run(self) -> BenchConfig:
+        if (self.train_tokens is None) != (self.train_text is None):
+            raise ValueError("train_tokens and train_text: give both (a token budget and the text it is drawn from) "
+                             "or neither")
+        if self.train_tokens is not None and self.weights is not None:
+            raise ValueError("train_tokens: trains each variant from scratch; a checkpoint (weights) is fine-tuned "
+                             "by `zoo train --weights`")
+        return self
 
     @model_validator(mode="after")
     def _check_predict(self) -> BenchConfig:

@@ -8,8 +8,10 @@ from pathlib import Path
 import torch
 
 from zoo.errors import TrainingError
+from zoo.files.safe_io import check_readable, read_bytes
 
 HELD_OUT = 0.1  # the last tenth of the text is held out
+TEXT_MAX_BYTES = 256 << 20  # a training text or tokenizer.json larger than this is refused before it is read
 
 
 @dataclass
@@ -24,16 +26,16 @@ def load_text(path: str | Path, tokenizer: str | Path | None = None) -> TokenTex
     """The file's tokens: ``tokenizer`` a tokenizer.json (the `tokenizers` library), else UTF-8
     bytes (vocabulary 256). The last 10% is held out."""
     path = Path(path)
-    if not path.is_file():
-        raise TrainingError(f"--text: {path} is not a file")
+    data = read_bytes(path, TrainingError, "--text file", TEXT_MAX_BYTES)
     if tokenizer is None:
-        ids = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8).long()
+        ids = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
         name, vocab = "bytes", 256
     else:
         from tokenizers import Tokenizer
 
+        check_readable(tokenizer, TrainingError, "--tokenizer file", TEXT_MAX_BYTES)
         tok = Tokenizer.from_file(str(tokenizer))
-        ids = torch.tensor(tok.encode(path.read_text(encoding="utf-8")).ids, dtype=torch.long)
+        ids = torch.tensor(tok.encode(data.decode("utf-8", errors="replace")).ids, dtype=torch.long)
         name, vocab = str(tokenizer), tok.get_vocab_size()
     cut = int(len(ids) * (1 - HELD_OUT))
     return TokenText(ids[:cut], ids[cut:], name, vocab)

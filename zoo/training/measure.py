@@ -108,7 +108,8 @@ def peak_step_memory(trainer: Trainer, batch: Batch, device: torch.device) -> tu
     activations = allocator_activations(trainer, batch)
     state = measured_state_bytes(trainer.optimizer)
     return (weights + grads + state + activations.held_after_forward,
-            f"cpu: weights+grads+optimizer state as allocated + activations held after the forward ({activations.probe})")
+            "cpu: weights+grads+optimizer state as allocated + activations held after the forward "
+            f"({activations.probe})")
 
 
 def predict_train_step(spec: ModelSpec, config: TrainConfig, device_name: str, dtype: torch.dtype | str | None = None

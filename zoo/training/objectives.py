@@ -34,6 +34,12 @@ class Batch:
         n = self.input_ids.numel()
         return n + (0 if self.decoder_input_ids is None else self.decoder_input_ids.numel())
 
+    def to(self, device: torch.device) -> Batch:
+        """The batch on ``device`` (batches are drawn on the CPU, from a CPU generator)."""
+        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
+        moved["extra"] = {k: v.to(device) for k, v in self.extra.items()}
+        return Batch(**moved)
+
 
 class Objective:
     """Base: ``rows_len`` token ids per row in, a Batch out; logits and labels to a loss."""

@@ -166,6 +166,7 @@ def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int
     for step in range(start, steps):
         generator = _step_generator(seed, step)
         batch = trainer.objective.batch(rows_at(text.train, config.batch_size, rows_len, generator), generator)
+        batch = batch.to(trainer.device)
         began = time.perf_counter()
         result = trainer.step(batch)
         elapsed += time.perf_counter() - began
@@ -175,7 +176,7 @@ def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int
             save_checkpoint(trainer, step + 1, curve, out_dir)
     held = held_out_rows(text.held_out, rows_len)
     eval_batches = [trainer.objective.batch(held[i:i + config.batch_size], _step_generator(seed, -1 - i))
-                    for i in range(0, len(held), config.batch_size)]
+                    .to(trainer.device) for i in range(0, len(held), config.batch_size)]
     loss = trainer.evaluate(eval_batches)
     measured, _ = peak_step_memory(trainer, eval_batches[0], trainer.device)
     result = TrainResult(loss, math.exp(min(loss, 50.0)), trained / elapsed if elapsed else 0.0, steps * per_step,

@@ -1,6 +1,7 @@
 """Sweep plots (matplotlib, PNG): KV cache against context, decode tokens/s against batch
-size, parameters against KV bytes per token. Each is drawn only when the rows hold what it
-needs (the batch plot needs a ``batch_size`` axis and measured rows), and written whole.
+size, parameters against KV bytes per token, training loss curves (``--train-tokens``).
+Each is drawn only when the rows hold what it needs (the batch plot needs a ``batch_size``
+axis and measured rows), and written whole.
 """
 
 from __future__ import annotations
@@ -96,6 +97,25 @@ def plot_params_against_kv(rows: Sequence[Mapping[str, Any]], title: str, path: 
     return _save(fig, path)
 
 
+def plot_training_loss(rows: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path | None:
+    """Each variant's training loss against tokens seen (``--train-tokens``), its held-out
+    loss in the legend: the curves say how fast each learns, the legend where it ended."""
+    curves = [(row["label"], row["measurement"]) for row in rows if (row.get("measurement") or {}).get("train_curve")]
+    if not curves:
+        return None
+    fig, ax = _figure()
+    for label, measurement in curves:
+        curve = measurement["train_curve"]
+        held = measurement.get("train_held_out_loss")
+        ax.plot([t for t, _ in curve], [loss for _, loss in curve], linewidth=1.2,
+                label=label if held is None else f"{label} (held-out {held:.3f})")
+    tokenizer = curves[0][1].get("train_tokenizer")
+    ax.set(xlabel="training tokens", ylabel=f"training loss (nats/token, {tokenizer})", title=f"{title}: training loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def write_plots(frame: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[str], stem: Path) -> dict[str, Path]:
     """Every plot the rows allow, as ``<stem>-kv-context.png`` and so on."""
     ok = [r for r in rows if r.get("status") == "ok"]
@@ -104,5 +124,6 @@ def write_plots(frame: Any, rows: Sequence[Mapping[str, Any]], keys: Sequence[st
         "kv_context": plot_kv_against_context(ok, title, stem.with_name(f"{stem.name}-kv-context.png")),
         "decode_batch": plot_decode_against_batch(ok, title, stem.with_name(f"{stem.name}-decode-batch.png")),
         "params_kv": plot_params_against_kv(ok, title, stem.with_name(f"{stem.name}-params-kv.png")),
+        "train_loss": plot_training_loss(ok, title, stem.with_name(f"{stem.name}-train-loss.png")),
     }
     return {k: v for k, v in made.items() if v is not None}

@@ -132,16 +132,20 @@ def append_result(measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DI
 ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "params_total", "params_active", "weight_bytes",
                     "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "context_len", "memory_len",
                     "kv_bytes", "flops_per_token", "encoder_flops")
+TRAIN_RUN_COLUMNS = ("train_held_out_loss", "train_perplexity", "train_run_tokens", "train_run_tokens_per_s",
+                     "train_tokenizer", "train_run_start_step")  # phase train_run (--train-tokens)
 MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "ttft_min_s", "ttft_max_s",
                     "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_steps", "prefill_peak_bytes",
                     "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity",
-                    "encoder_tokens_per_s", "encoder_time_s", "peak_bytes", "self_kv_bytes", "cross_kv_bytes")
+                    "encoder_tokens_per_s", "encoder_time_s", "peak_bytes", "self_kv_bytes", "cross_kv_bytes",
+                    "train_tokens_per_s", *TRAIN_RUN_COLUMNS)
 MEASURED_CONTEXT = ("device_name", "threads")
 RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
                  "prefill_tokens_per_s", "decode_peak_bytes", "encoder_tokens_per_s")
 SWEEP_MARKDOWN = ("topology", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
                   "measured_n_layers", "encoder_tokens_per_s", "prefill_tokens_per_s", "decode_tokens_per_s", "itl_p50_s", "decode_peak_bytes", "peak_bytes", "kv_bytes_vs_baseline",
                   "params_total_vs_baseline", "encoder_tokens_per_s_vs_baseline", "decode_tokens_per_s_vs_baseline",
+                  "train_held_out_loss", "train_perplexity", "train_run_tokens_per_s", "train_tokenizer",
                   "status", "error")
 
 
