@@ -14,9 +14,10 @@ from zoo.analysis.counts import (
     weight_bytes_read,
 )
 from zoo.analysis.devices import gpu_peaks
+from zoo.analysis.encoder import encoder_weight_bytes_read
+from zoo.components.attention import bidirectional_keys_seen
 from zoo.harness.phases.decode import Decode
 from zoo.harness.run_config import make_config
-from zoo.components.attention import bidirectional_keys_seen
 from zoo.model.build import as_spec, build
 from zoo.specs.interfaces import visible_keys
 
@@ -109,3 +110,15 @@ def test_bidirectional_window_keys_have_edges():
             time = torch.arange(length)
             mask = visible_keys(time, time, 2 * half + 1 if half else 1, causal=False)
             assert bidirectional_keys_seen(length, half) == int(mask.sum())
+
+
+def test_bert_encoder_pass_reads_the_position_rows_it_looks_up():
+    # hand count, bert-base-uncased (d 768, FFN 3072, 12 layers, biases, two LayerNorms a layer), float32:
+    # per layer q,k,v,o (4 x (768^2 + 768)), FFN (768 x 3072 + 3072 + 3072 x 768 + 768), 2 LayerNorms (2 x 1536);
+    # the embedding LayerNorm; 128 of the 512 position rows; not the token and token-type tables (lookups of
+    # a row per token), nor the pooler (model(ids) does not run it)
+    per_layer = 4 * (768 * 768 + 768) + 768 * 3072 + 3072 + 3072 * 768 + 768 + 2 * 1536
+    expected = 12 * per_layer + 1536 + 128 * 768
+    assert encoder_weight_bytes_read("bert-base-uncased", 128, "float32") == 4 * expected == 4 * 85_154_304
+    # past the table's 512 rows, the whole table: never more than exists
+    assert encoder_weight_bytes_read("bert-base-uncased", 4096, "float32") == 4 * (12 * per_layer + 1536 + 512 * 768)
