@@ -78,6 +78,7 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     (the cache at max_seq_len holds both at that length)."""
     import zoo
     from zoo.analysis.counts import cache_bytes, topology
+    from zoo.analysis.published import ACTIVE_CONVENTION, published_comparison
     from zoo.analysis.states import state_dtypes
 
     count = zoo.count_params(spec)
@@ -87,11 +88,16 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
         "params": {
             "total": count.total,
             "active": count.active,
+            "active_counts": ACTIVE_CONVENTION,
+            "active_with_embedding": count.active_with_embedding,
             "embedding": count.embedding,
             "unembedding": count.unembedding,
             "by_component": count.by_component,
         },
     }
+    published = published_comparison(spec)
+    if published is not None:
+        summary["params"]["published"] = published
     if kind == "encoder":
         return {**summary, "cache": NO_CACHE, "kv_bytes_per_token": None, "state_bytes_per_sequence": None,
                 "kv_cache_bytes_at_max_seq_len_bf16": None}
