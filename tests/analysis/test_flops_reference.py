@@ -122,3 +122,26 @@ def test_bert_encoder_pass_reads_the_position_rows_it_looks_up():
     assert encoder_weight_bytes_read("bert-base-uncased", 128, "float32") == 4 * expected == 4 * 85_154_304
     # past the table's 512 rows, the whole table: never more than exists
     assert encoder_weight_bytes_read("bert-base-uncased", 4096, "float32") == 4 * (12 * per_layer + 1536 + 512 * 768)
+
+
+GATED_DELTANET = {**MAMBA2, "name": "tiny-gdn", "attention": {
+    "kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 16, "chunk_size": 16}}
+
+
+def test_gated_deltanet_prefill_model_and_executed_flops():
+    spec = as_spec(GATED_DELTANET)
+    model = build(spec)
+    ids = torch.randint(0, 64, (1, 20))  # 20 tokens: two chunks of 16, the second padded
+    ops = counted(model, ids)  # mm: projections and head; convolution: the depthwise conv; bmm: the chunk products
+    layers, heads, C, K, V = 2, 4, 16, 8, 16
+    # per token and value head, elementwise (not counted by FlopCounterMode): the recurrence's decay of the
+    # state (K V), kᵀS (2 K V), the correction (v - kᵀS) beta (2 V), the rank-one write (2 K V), qᵀS (2 K V)
+    recurrence = 20 * layers * heads * (7 * K * V + 2 * V)
+    assert forward_flops(spec, 20, 20) == ops["mm"] + ops["convolution"] + recurrence  # model FLOPs
+    # executed: the chunk products FlopCounterMode counts (bmm), and the two unit lower-triangular solves
+    # per chunk and head it does not (torch.linalg.solve_triangular: C (C - 1) / 2 multiply-adds per column
+    # of the d_v and d_k right-hand sides), over the two chunks, the padded one in full
+    solves = layers * heads * 2 * C * (C - 1) * (V + K)
+    executed = forward_flops(spec, 20, 20, executed=True)
+    assert executed == ops["mm"] + ops["bmm"] + ops["convolution"] + solves + recurrence
+    assert ops["bmm"] == layers * heads * 2 * (C * C * (4 * K + 2 * V) + 6 * C * K * V)  # the products, by hand
