@@ -14,9 +14,10 @@ from zoo.analysis.counts import (
     weight_bytes_read,
 )
 from zoo.analysis.devices import gpu_peaks
+from zoo.analysis.encoder import encoder_weight_bytes_read
+from zoo.components.attention import bidirectional_keys_seen
 from zoo.harness.phases.decode import Decode
 from zoo.harness.run_config import make_config
-from zoo.components.attention import bidirectional_keys_seen
 from zoo.model.build import as_spec, build
 from zoo.specs.interfaces import visible_keys
 
@@ -109,3 +110,38 @@ def test_bidirectional_window_keys_have_edges():
             time = torch.arange(length)
             mask = visible_keys(time, time, 2 * half + 1 if half else 1, causal=False)
             assert bidirectional_keys_seen(length, half) == int(mask.sum())
+
+
+def test_bert_encoder_pass_reads_the_position_rows_it_looks_up():
+    # hand count, bert-base-uncased (d 768, FFN 3072, 12 layers, biases, two LayerNorms a layer), float32:
+    # per layer q,k,v,o (4 x (768^2 + 768)), FFN (768 x 3072 + 3072 + 3072 x 768 + 768), 2 LayerNorms (2 x 1536);
+    # the embedding LayerNorm; 128 of the 512 position rows; not the token and token-type tables (lookups of
+    # a row per token), nor the pooler (model(ids) does not run it)
+    per_layer = 4 * (768 * 768 + 768) + 768 * 3072 + 3072 + 3072 * 768 + 768 + 2 * 1536
+    expected = 12 * per_layer + 1536 + 128 * 768
+    assert encoder_weight_bytes_read("bert-base-uncased", 128, "float32") == 4 * expected == 4 * 85_154_304
+    # past the table's 512 rows, the whole table: never more than exists
+    assert encoder_weight_bytes_read("bert-base-uncased", 4096, "float32") == 4 * (12 * per_layer + 1536 + 512 * 768)
+
+
+GATED_DELTANET = {**MAMBA2, "name": "tiny-gdn", "attention": {
+    "kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 16, "chunk_size": 16}}
+
+
+def test_gated_deltanet_prefill_model_and_executed_flops():
+    spec = as_spec(GATED_DELTANET)
+    model = build(spec)
+    ids = torch.randint(0, 64, (1, 20))  # 20 tokens: two chunks of 16, the second padded
+    ops = counted(model, ids)  # mm: projections and head; convolution: the depthwise conv; bmm: the chunk products
+    layers, heads, C, K, V = 2, 4, 16, 8, 16
+    # per token and value head, elementwise (not counted by FlopCounterMode): the recurrence's decay of the
+    # state (K V), kᵀS (2 K V), the correction (v - kᵀS) beta (2 V), the rank-one write (2 K V), qᵀS (2 K V)
+    recurrence = 20 * layers * heads * (7 * K * V + 2 * V)
+    assert forward_flops(spec, 20, 20) == ops["mm"] + ops["convolution"] + recurrence  # model FLOPs
+    # executed: the chunk products FlopCounterMode counts (bmm), and the two unit lower-triangular solves
+    # per chunk and head it does not (torch.linalg.solve_triangular: C (C - 1) / 2 multiply-adds per column
+    # of the d_v and d_k right-hand sides), over the two chunks, the padded one in full
+    solves = layers * heads * 2 * C * (C - 1) * (V + K)
+    executed = forward_flops(spec, 20, 20, executed=True)
+    assert executed == ops["mm"] + ops["bmm"] + ops["convolution"] + solves + recurrence
+    assert ops["bmm"] == layers * heads * 2 * (C * C * (4 * K + 2 * V) + 6 * C * K * V)  # the products, by hand

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from zoo.analysis.counts import cache_bytes, count_params
+from zoo.analysis.published import ACTIVE_CONVENTION
 from zoo.cli import main
 
 
@@ -30,7 +31,8 @@ def test_encoder_decoder_figures_equal_the_analysis(arch, per_token_bf16, max_se
     as_json, as_yaml = _show(arch, capsys)
     assert as_json == as_yaml and as_json["topology"] == "encoder-decoder"
     count = count_params(arch)
-    assert as_json["params"] == {"total": count.total, "active": count.active, "embedding": count.embedding,
+    assert as_json["params"] == {"total": count.total, "active": count.active, "active_counts": ACTIVE_CONVENTION,
+                                 "active_with_embedding": count.active_with_embedding, "embedding": count.embedding,
                                  "unembedding": count.unembedding, "by_component": count.by_component}
     for dtype, size in (("bfloat16", 1), ("float32", 2)):
         per = cache_bytes(arch, 1, 1, 1, dtype=dtype)

@@ -128,7 +128,7 @@ def test_weights_read_split_between_encoder_and_decoder():
     from zoo.analysis.counts import weight_bytes_read
     from zoo.analysis.encoder import encoder_weight_bytes_read, memory_flops
 
-    enc, dec = encoder_weight_bytes_read("t5-small", "float32"), weight_bytes_read("t5-small", 1, "float32")
+    enc, dec = encoder_weight_bytes_read("t5-small", 512, "float32"), weight_bytes_read("t5-small", 1, "float32")
     cross_kv = 6 * 2 * 512 * 512  # 6 decoder layers x (K, V) projections, d_model 512 -> 8 heads x 64, no bias
     assert enc + dec + cross_kv * 4 == 60_506_624 * 4 and enc == 18_881_280 * 4  # 6 layers, norms and the bias table
     spec = tiny()

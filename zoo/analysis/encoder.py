@@ -10,22 +10,33 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.counts import encoder_params, meta_model, weight_bytes_read
 from zoo.model.build import ZooModel, resolve_dtype
+from zoo.specs.interfaces import Head, Positional
 from zoo.specs.model import ModelSpec
 
 
 def encoder_weight_bytes_read(
-    spec: ModelSpec | ZooModel | str | Mapping[str, Any], dtype: str | torch.dtype | None = "bfloat16"
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any], seq_len: int, dtype: str | torch.dtype | None = "bfloat16"
 ) -> int:
-    """Weight bytes one encoder pass reads: an encoder-decoder's encoder layers (its token
-    table is a lookup), or the whole of an encoder-only model (``weight_bytes_read`` at one
-    row: a tied masked-LM head multiplies with the table, so it is read)."""
+    """Weight bytes one encoder pass over ``seq_len`` tokens reads: an encoder-decoder's
+    encoder layers (its token table is a lookup), or the whole of an encoder-only model
+    (``weight_bytes_read`` at one row: a tied masked-LM head multiplies with the table, so
+    it is read); of a learned position table, only the ``seq_len`` rows looked up; of a head,
+    what its ``forward`` multiplies (BERT's pooler runs in ``pool``, not in ``model(ids)``)."""
     model = meta_model(spec)
+    stack = model if model.encoder is None else model.encoder
+    unread = sum(_params(m) - m.params_read(seq_len) for m in stack.modules() if isinstance(m, Positional))
     if model.encoder is None:
-        return weight_bytes_read(model, 1, dtype)
-    return encoder_params(model) * resolve_dtype(dtype).itemsize
+        unread += sum(_params(m) - m.forward_param_count() for m in model.modules() if isinstance(m, Head))
+        return weight_bytes_read(model, 1, dtype) - unread * resolve_dtype(dtype).itemsize
+    return (encoder_params(model) - unread) * resolve_dtype(dtype).itemsize
+
+
+def _params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
 
 
 def memory_flops(spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1) -> int:

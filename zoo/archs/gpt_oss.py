@@ -11,6 +11,9 @@ from functools import partial
 from typing import Any
 
 SIZES = {"gpt-oss-20b": (24, 32, "openai/gpt-oss-20b"), "gpt-oss-120b": (36, 128, "openai/gpt-oss-120b")}
+# the model card's parameter table (total; active per token: the unembedding counted, the embedding not)
+PUBLISHED = {"gpt-oss-20b": ("20.9B", "3.61B"), "gpt-oss-120b": ("116.8B", "5.13B")}
+MODEL_CARD = "https://arxiv.org/abs/2508.10925"
 
 
 def gpt_oss(name: str) -> dict[str, Any]:
@@ -51,6 +54,8 @@ def gpt_oss(name: str) -> dict[str, Any]:
         },
         "block": {"kind": "pre_norm"},
         "layers": {"0::2": {"attention": {"window": 128}}},  # sliding on even layers
+        "published": {"total": PUBLISHED[name][0], "active": PUBLISHED[name][1], "active_tables": "unembedding",
+                      "source": MODEL_CARD},
     }
 
 

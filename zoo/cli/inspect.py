@@ -78,6 +78,8 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     (the cache at max_seq_len holds both at that length)."""
     import zoo
     from zoo.analysis.counts import cache_bytes, topology
+    from zoo.analysis.published import ACTIVE_CONVENTION, published_comparison
+    from zoo.analysis.states import state_dtypes
 
     count = zoo.count_params(spec)
     kind = topology(spec)
@@ -86,11 +88,16 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
         "params": {
             "total": count.total,
             "active": count.active,
+            "active_counts": ACTIVE_CONVENTION,
+            "active_with_embedding": count.active_with_embedding,
             "embedding": count.embedding,
             "unembedding": count.unembedding,
             "by_component": count.by_component,
         },
     }
+    published = published_comparison(spec)
+    if published is not None:
+        summary["params"]["published"] = published
     if kind == "encoder":
         return {**summary, "cache": NO_CACHE, "kv_bytes_per_token": None, "state_bytes_per_sequence": None,
                 "kv_cache_bytes_at_max_seq_len_bf16": None}
@@ -99,6 +106,7 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     if kind == "encoder-decoder":
         summary["cross_kv_bytes_per_encoder_token"] = {dtype: per[dtype].memory for dtype in DTYPES}
     summary["state_bytes_per_sequence"] = {dtype: per[dtype].sequence for dtype in DTYPES}
+    summary["state_dtypes"] = {dtype: state_dtypes(spec, dtype) for dtype in DTYPES}  # by the model's dtype
     memory = spec.max_seq_len if kind == "encoder-decoder" else 0
     summary["kv_cache_bytes_at_max_seq_len_bf16"] = cache_bytes(spec, 1, spec.max_seq_len, memory, "bfloat16").total
     if kind == "encoder-decoder":  # the figure above is not max_seq_len x the per-token bytes: say what it holds

@@ -70,6 +70,14 @@ class DisentangledPositions(Positional):
             if table is not None and not table.is_meta:
                 nn.init.normal_(table, std=0.02)
 
+    def params_read(self, positions: int) -> int:
+        """The whole relative table and norm; of the absolute table, the rows of ``positions`` tokens."""
+        total = sum(p.numel() for p in self.parameters())
+        if self.absolute is None:
+            return total
+        rows, width = self.absolute.shape
+        return total - (rows - min(positions, rows)) * width
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x if self.absolute is None else x + self.absolute[positions].to(x.dtype)  # (B, T, d)
 

@@ -68,6 +68,10 @@ class LearnedPositional(StackPositional):
         if not self.weight.is_meta:
             nn.init.normal_(self.weight, std=0.01)
 
+    def params_read(self, positions: int) -> int:
+        """The rows of ``positions`` tokens (a lookup reads those rows, not the table)."""
+        return min(positions, self.weight.shape[0]) * self.weight.shape[1]
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         rows = positions + self.offset if self.offset else positions
         return x + self.weight[rows].to(x.dtype)  # (B, T, d)

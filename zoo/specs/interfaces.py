@@ -140,6 +140,9 @@ class Positional(Part):
     ``embed`` and ``position_ids`` hooks) is handled by the one module that overrides them.
     """
 
+    def params_read(self, positions: int) -> int:
+        """Parameters one pass over ``positions`` tokens reads: a table's used rows (default: all)."""
+        return sum(p.numel() for p in self.parameters())
 
     @classmethod
     def layer_key(cls, options: Options, ctx: BuildContext) -> Any:

@@ -35,6 +35,7 @@ from zoo.specs.components import (
 from zoo.specs.interfaces import TokenMixer
 from zoo.specs.layer_selectors import parse_layer_selector
 from zoo.specs.overrides import parse_updates, prune_layer_overrides, set_nested
+from zoo.specs.published import PublishedParams
 from zoo.specs.registry import get_registry, spec_reader
 from zoo.specs.strict_numbers import StrictNumbers
 
@@ -87,6 +88,8 @@ class ModelSpec(StrictNumbers):
     encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
     cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
     decoder_start_token_id: int | None = Field(None, ge=0, description="encoder-decoder: first decoder token")
+    published: PublishedParams | None = Field(
+        None, description="parameter counts the authors published (shown beside zoo's; used in no computation)")
     state_dtype: Literal["float32", "cache"] = Field(
         "float32", description="recurrent and SSM states: float32 (as transformers and the reference kernels keep "
         "them) or the cache's dtype; convolution windows and K/V always take the cache's dtype")

@@ -57,4 +57,4 @@ class Encode(Phase):
         shape = run_shape(topology(spec), config)
         B, S = shape.batch, shape.encoder_len
         flops = encoder_flops(spec, S, B, executed=True) if shape.memory_len else forward_flops(spec, S, S, B, executed=True)
-        return step_roofline(flops, encoder_weight_bytes_read(spec, dtype), B * S, device, dtype)
+        return step_roofline(flops, encoder_weight_bytes_read(spec, S, dtype), B * S, device, dtype)
