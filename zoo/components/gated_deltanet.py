@@ -204,12 +204,12 @@ class GatedDeltaNetMixer(GatedDeltaNet, SequenceStateMixer):
 
     def executed_score_flops(self, n_new: int, context_len: int) -> int:
         """A prefill runs the chunked delta rule (``chunk_gated_delta_rule``) over chunks of
-        C tokens (the last one padded): per chunk and head K_beta Kᵀ and Q Kᵀ (2 C² d_k each),
+        C tokens (the last one padded; a shorter prompt is one chunk of its length): per chunk and head K_beta Kᵀ and Q Kᵀ (2 C² d_k each),
         the two triangular solves (C² d_v + C² d_k), intra·v_new (2 C² d_v) and the three
         state products (2 C d_k d_v each), plus the elementwise part. Decode: ``score_flops``."""
         if n_new == 1:
             return self.score_flops(1, context_len)
-        C, K, V = self.chunk_size, self.head_k_dim, self.head_v_dim
+        C, K, V = min(self.chunk_size, n_new), self.head_k_dim, self.head_v_dim
         padded = -(-n_new // C) * C
         per_token = C * (5 * K + 3 * V) + 6 * K * V
         return padded * self.n_v_heads * per_token + self.score_flops(n_new, context_len)
