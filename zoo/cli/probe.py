@@ -104,7 +104,7 @@ def write(rows: list[dict[str, object]], out: Path, name: str) -> None:
     from zoo.training.plots import plot_recall
 
     out.mkdir(parents=True, exist_ok=True)
-    head = "| variant | mixer | params | state bytes/seq (bf16) | pairs | seq | steps | loss | recall |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    head = "| variant | mixer | params | state/KV bytes per seq | pairs | seq | steps | loss | recall |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
     lines = [f"| {r['variant']} | {r['attention']} | {r['params']:,} | {r['state_bytes_per_sequence']:,} | "
              f"{r['num_kv_pairs']} | {r['seq_len']} | {r['steps']} | {r['final_loss']:.3f} | {r['accuracy']:.3f} |"
              for r in rows]
