@@ -91,3 +91,28 @@ def test_left_padding_leaves_the_state_as_without_the_pads():
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     for name in plain:
         torch.testing.assert_close(masked[name], plain[name], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("T", "chunk_size"), [(11, 4), (7, 64)])
+def test_training_gradients_through_the_chunked_rule_equal_the_token_loop(T: int, chunk_size: int):
+    """Training runs the chunked rule under autograd (a sequence shorter than a chunk is one
+    chunk of its length); values and gradients of every input equal the one-token rule's."""
+    torch.manual_seed(3)
+    B, H = 2, 3
+    k = torch.nn.functional.normalize(torch.randn(B, H, T, 5), dim=-1)
+    inputs = [torch.randn(B, H, T, 5), k, torch.randn(B, H, T, 4), -torch.rand(B, H, T), torch.rand(B, H, T),
+              torch.randn(B, H, 5, 4)]
+    chunked = [t.clone().requires_grad_() for t in inputs]
+    looped = [t.clone().requires_grad_() for t in inputs]
+    out, final = chunk_gated_delta_rule(*chunked, chunk_size=chunk_size)
+    q, k, v, g, beta, state = looped
+    steps = []
+    for t in range(T):
+        o, state = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], state)
+        steps.append(o)
+    torch.testing.assert_close(out, torch.stack(steps, dim=2), atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(out)
+    ((out * weights).sum() + final.sum()).backward()
+    ((torch.stack(steps, dim=2) * weights).sum() + state.sum()).backward()
+    for ours, reference in zip(chunked, looped):
+        torch.testing.assert_close(ours.grad, reference.grad, atol=1e-5, rtol=1e-5)

@@ -92,3 +92,28 @@ def test_left_padding_leaves_the_state_as_without_the_pads():
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     for name in plain:
         torch.testing.assert_close(masked[name], plain[name], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("T", [5, 11])
+def test_training_gradients_through_the_chunked_scan_equal_the_token_loop(T: int):
+    """Training runs the chunked form under autograd; a sequence shorter than ``chunk_size``
+    (256 by default) is one chunk of its own length, not padded. Values and gradients of
+    every input equal the one-token recurrence's."""
+    torch.manual_seed(2)
+    b, h, p, n = 2, 3, 4, 5
+    inputs = [torch.randn(b, T, h, p), torch.rand(b, T, h), -torch.rand(h) * 2, torch.randn(b, T, h, n),
+              torch.randn(b, T, h, n), torch.randn(b, h, p, n)]
+    chunked = [t.clone().requires_grad_() for t in inputs]
+    looped = [t.clone().requires_grad_() for t in inputs]
+    y, final = chunk_scan(*chunked, chunk_size=256)
+    x, dt, A, B, C, state = looped
+    steps = []
+    for t in range(T):
+        out, state = ssd_step(x[:, t], dt[:, t], A, B[:, t], C[:, t], state)
+        steps.append(out)
+    torch.testing.assert_close(y, torch.stack(steps, dim=1), atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(y)
+    ((y * weights).sum() + final.sum()).backward()
+    ((torch.stack(steps, dim=1) * weights).sum() + state.sum()).backward()
+    for ours, reference in zip(chunked, looped):
+        torch.testing.assert_close(ours.grad, reference.grad, atol=1e-5, rtol=1e-5)

@@ -7,20 +7,58 @@ import torch
 from zoo.training.mqar import MQARSetting, mqar
 
 
+def _check_paper_definition(x: torch.Tensor, y: torch.Tensor, pairs: int, vocab: int) -> None:
+    """Zoology (Arora et al. 2023), section 3 and appendix: a sequence opens with ``pairs``
+    key-value pairs (k_1, v_1, ..., k_N, v_N), keys from one half of the vocabulary and values
+    from the other, keys distinct so each has one answer; then each key is queried once, later
+    in the sequence, and the target at a query is the value paired with that key. Nothing else
+    is scored. Labels are next-token targets: the label at position t is for input t."""
+    context = 2 * pairs
+    keys, values = x[0:context:2].tolist(), x[1:context:2].tolist()
+    assert all(1 <= k < vocab // 2 for k in keys) and all(vocab // 2 <= v < vocab for v in values)
+    assert len(set(keys)) == pairs and len(set(values)) == pairs
+    answer = dict(zip(keys, values))
+    asked = (y != -100).nonzero().flatten().tolist()
+    assert len(asked) == pairs  # every key queried exactly once
+    assert all(i >= context for i in asked)  # queries only after the pairs are shown
+    assert sorted(int(x[i]) for i in asked) == sorted(keys)  # only keys shown are queried
+    assert all(int(y[i]) == answer[int(x[i])] for i in asked)  # the answer is the paired value
+
+
 def test_queries_are_keys_shown_and_answers_their_values() -> None:
-    setting = MQARSetting(vocab_size=256, seq_len=64, num_kv_pairs=8)
-    inputs, labels = mqar(setting, 50, seed=0)
-    assert inputs.shape == labels.shape == (50, 64)
+    for pairs, seq_len in ((8, 64), (4, 64), (16, 128), (32, 128)):
+        setting = MQARSetting(vocab_size=256, seq_len=seq_len, num_kv_pairs=pairs)
+        inputs, labels = mqar(setting, 40, seed=pairs)
+        assert inputs.shape == labels.shape == (40, seq_len)
+        for x, y in zip(inputs, labels):
+            _check_paper_definition(x, y, pairs, 256)
+
+
+def test_without_random_filler_the_other_slots_are_blank() -> None:
+    """Figure 2's configs (random_non_queries=False): every slot after the pairs that is not a
+    query holds the blank token 0, so no filler can repeat a key."""
+    setting = MQARSetting(vocab_size=256, seq_len=64, num_kv_pairs=8, random_non_queries=False)
+    inputs, labels = mqar(setting, 40, seed=3)
     for x, y in zip(inputs, labels):
-        keys, values = x[0:16:2], x[1:16:2]
-        assert bool((keys >= 1).all() and (keys < 128).all() and (values >= 128).all())
-        assert len(set(keys.tolist())) == 8
-        pairs = dict(zip(keys.tolist(), values.tolist()))
-        asked = (y != -100).nonzero().flatten()
-        assert len(asked) == 8  # every key queried once
-        assert bool((asked >= 16).all())  # queries only after the pairs
-        assert {int(x[i]) for i in asked} == set(pairs)
-        assert all(int(y[i]) == pairs[int(x[i])] for i in asked)
+        _check_paper_definition(x, y, 8, 256)
+        rest = torch.ones(64, dtype=torch.bool)
+        rest[:16] = False
+        rest[(y != -100).nonzero().flatten()] = False
+        assert bool((x[rest] == 0).all())
+
+
+def test_query_gaps_follow_the_power_law() -> None:
+    """Gaps are drawn with p(g) proportional to g^(a-1): with a = 0.01 most queries come soon after
+    the pairs; a = 1 is uniform over the even slots."""
+    def mean_offset(power_a: float) -> float:
+        setting = MQARSetting(vocab_size=256, seq_len=128, num_kv_pairs=4, power_a=power_a, random_non_queries=False)
+        _, labels = mqar(setting, 400, seed=0)
+        asked = (labels != -100).nonzero()[:, 1].float() - 8  # offset after the pairs
+        assert bool((asked % 2 == 0).all())  # queries sit at even offsets, as in Zoology
+        return float(asked.mean())
+
+    assert mean_offset(0.01) < 0.6 * mean_offset(1.0)
+    assert abs(mean_offset(1.0) - 60) < 6  # uniform over offsets 0, 2, ..., 118: mean 59
 
 
 def test_seeded_and_different_per_seed() -> None:

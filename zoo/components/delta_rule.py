@@ -39,6 +39,7 @@ def chunk_gated_delta_rule(
     """
     B, H, T, d_k = k.shape
     d_v = v.shape[-1]
+    chunk_size = min(chunk_size, T)  # a short sequence is one chunk, not a padded one
     pad = (-T) % chunk_size
     if pad:  # padded tokens: k = v = 0, beta = 0, g = 0 leave the state as it was
         q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))

@@ -204,13 +204,14 @@ class GatedDeltaNetMixer(GatedDeltaNet, SequenceStateMixer):
 
     def executed_score_flops(self, n_new: int, context_len: int) -> int:
         """A prefill runs the chunked delta rule (``chunk_gated_delta_rule``) over chunks of
-        C tokens (the last one padded): per chunk and head K_beta Kᵀ and Q Kᵀ (2 C² d_k each),
-        intra·v_new (2 C² d_v), the three state products (2 C d_k d_v each) and the two unit
-        lower-triangular solves (C (C - 1) d_v + C (C - 1) d_k: C (C - 1) / 2 multiply-adds per
-        right-hand column), plus the elementwise part. Decode: ``score_flops``."""
+        C tokens (the last one padded; a shorter prompt is one chunk of its length): per chunk
+        and head K_beta Kᵀ and Q Kᵀ (2 C² d_k each), intra·v_new (2 C² d_v), the three state
+        products (2 C d_k d_v each) and the two unit lower-triangular solves (C (C - 1) d_v +
+        C (C - 1) d_k: C (C - 1) / 2 multiply-adds per right-hand column), plus the elementwise
+        part. Decode: ``score_flops``."""
         if n_new == 1:
             return self.score_flops(1, context_len)
-        C, K, V = self.chunk_size, self.head_k_dim, self.head_v_dim
+        C, K, V = min(self.chunk_size, n_new), self.head_k_dim, self.head_v_dim
         padded = -(-n_new // C) * C
         per_token = C * (4 * K + 2 * V) + (C - 1) * (K + V) + 6 * K * V
         return padded * self.n_v_heads * per_token + self.score_flops(n_new, context_len)

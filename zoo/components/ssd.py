@@ -32,6 +32,7 @@ def chunk_scan(
     already expanded from groups to heads; state: (B, H, P, N) before the first token.
     """
     batch, T, H, P = x.shape
+    chunk_size = min(chunk_size, T)  # a short sequence is one chunk: padding it to 256 multiplied training cost 6x
     pad = (-T) % chunk_size
     if pad:  # padded tokens have dt = 0: no decay and no input, the state passes unchanged
         x, B, C = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (x, B, C))

@@ -21,7 +21,7 @@ class ProbeResult:
     variant: str
     attention: str
     params: int
-    state_bytes_per_sequence: int  # bf16 cache at seq_len: K/V slots plus fixed recurrent state
+    state_bytes_per_sequence: int  # the cache at seq_len: K/V slots in bf16 plus recurrent state in float32
     num_kv_pairs: int
     seq_len: int
     steps: int
