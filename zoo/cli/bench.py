@@ -22,9 +22,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "of prefill and decode, time to first token. " + DEFAULTS_NOTE,
     )
     add_spec_arguments(p)
-    p.add_argument("--weights", metavar="ID_OR_DIR", help="benchmark a real checkpoint instead of random weights")
+    p.add_argument("--weights", metavar="ID_OR_DIR", help="benchmark a real checkpoint instead of random weights: a "
+                   "hub id, a folder or a GGUF file (its 4- to 8-bit matrices stay packed as int4 / int8)")
+    p.add_argument("--dequantize", action="store_true",
+                   help="load a GGUF's packed matrices as floats of --dtype instead (default float32 on CPU)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
-    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA, float32 elsewhere)")
+    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA and for quantized weights, "
+                   "a packed GGUF's included; float32 elsewhere)")
     p.add_argument("--batch-size", type=int, default=1, help="rows per batch (default: 1)")
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row (default: 128)")
     p.add_argument("--gen-len", type=int, help="tokens generated per row, the first by prefill (default: 16; "
@@ -42,8 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="bf16, float32 (the model in that dtype), int8 or int4 (weight-only quantized linear layers, "
                    "the rest in --dtype, default bfloat16) (default: unquantized)")
     p.add_argument("--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)")
-    p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file "
-                   "(the checkpoint's tokenizer.json, else UTF-8 bytes as tokens)")
+    p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file, tokenized by "
+                   "the checkpoint's own tokenizer (a checkpoint without one is an error); random weights, which "
+                   "have no tokenizer, score its UTF-8 bytes (a quantization fidelity check)")
     p.add_argument("--train", action="store_true", help="also time a training step: forward, backward and optimizer "
                    "on random tokens (batch --batch-size, sequence --prompt-len), with MFU and peak memory")
     p.add_argument("--train-optimizer", choices=("adamw", "sgd", "adafactor"), default="adamw",
@@ -66,7 +71,7 @@ def run_bench(args: argparse.Namespace) -> int:
     options = dict(
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
         repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
-        predict=args.predict, threads=args.threads, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
+        predict=args.predict, threads=args.threads, dequantize=args.dequantize, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
         weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
         impl=args.impl, **({"train": True, "train_optimizer": args.train_optimizer, "train_precision": args.train_precision,
                             "train_checkpointing": args.train_checkpointing} if args.train else {}),
