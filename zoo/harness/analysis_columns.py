@@ -53,10 +53,10 @@ def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, d
         "weight_bytes": weight_bytes(spec, dtype, config.weights_dtype, config.weights_group_size),
         "weights_dtype": dtype_label(config.weights_dtype, dtype),
     }
-    if held is not None:
+    if held is not None:  # its layout ("Q4_1/Q8_0 -> int4 x210, ...; the rest bfloat16") and the bytes it holds
         from zoo.quant import stored_bytes
 
-        columns["weight_bytes"] = stored_bytes(held)
+        columns.update(weight_bytes=stored_bytes(held), weights_dtype=held.weights_layout)
     return {**columns, **_cache_columns(spec, config, topology, dtype), **_flop_columns(spec, config, topology, dtype, held)}
 
 

@@ -120,9 +120,8 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         compile_mode=ctx.environment.get("compile_mode", "none"), threads=torch.get_num_threads(),
         zoo_commit=zoo_git_commit(),
     )
-    held, layout = _held(ctx.model)
+    held = _held(ctx.model)
     analysis = {k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype, held).items() if k in Row.model_fields}
-    analysis.update({} if layout is None else {"weights_dtype": layout})
     return Row(
         **analysis, config=config, phases=[p.name for p in phases], **measured,
         memory_method=ctx.probe.memory_method, peak_bytes=max((p for p in peaks if p is not None), default=None),
@@ -132,14 +131,13 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
     )
 
 
-def _held(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str | None]:
-    """A loaded checkpoint that keeps its own storage (a GGUF's packed blocks) and its layout
-    ("Q4_1 -> int4 x168; the rest bfloat16"): its weight bytes and bytes read per step are
-    what the model holds, not the analysis of the spec in the run's dtype. (None, None) else."""
+def _held(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The model when it is a loaded checkpoint keeping its own storage (a GGUF's packed blocks,
+    ``weights_layout`` set): its weight bytes and bytes read per step are what it holds, not
+    the analysis of the spec in the run's dtype. None else."""
     from zoo.model.build import ZooModel
 
-    layout = model.weights_layout if isinstance(model, ZooModel) else None
-    return (None, None) if layout is None else (model, layout)
+    return model if isinstance(model, ZooModel) and model.weights_layout is not None else None
 
 
 def _ticker(progress: Progress | None, total: int) -> Any:

@@ -129,9 +129,12 @@ def append_result(measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DI
 # ---- sweep tables ------------------------------------------------------------------------------
 # Analysis of the full-size model, then the measurement (of the model cut to the plan's depth).
 # A column a row's topology lacks is empty (an encoder's KV bytes: no cache), never 0.
-ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "params_total", "params_active", "weight_bytes",
+ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "weights_layout", "params_total", "params_active", "weight_bytes",
                     "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "context_len", "memory_len",
                     "kv_bytes", "flops_per_token", "encoder_flops")
+# how the weights are held ("int4", "Q4_1/Q8_0 -> int4 x210, ..."): the analysis's weights_dtype, named
+# apart from a weights_dtype axis
+ANALYSIS_SOURCE = {"weights_layout": "weights_dtype"}
 MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "ttft_min_s", "ttft_max_s",
                     "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_steps", "prefill_peak_bytes",
                     "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity",
@@ -166,7 +169,7 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
         measurement = renamed_legacy(row.get("measurement") or {})
         environment = measurement.get("environment") or {}
         for column in ANALYSIS_COLUMNS:
-            record[column] = analysis.get(column)
+            record[column] = analysis.get(ANALYSIS_SOURCE.get(column, column))
         record["measured_n_layers"] = row.get("measured_n_layers")
         for column in MEASURED_COLUMNS:
             record[column] = measurement.get(column)
@@ -184,7 +187,7 @@ def _column_of(row, column: str):  # type: ignore[no-untyped-def]
     if row is None:
         return None
     if column in ANALYSIS_COLUMNS:
-        return renamed_legacy(row.get("analysis") or {}).get(column)
+        return renamed_legacy(row.get("analysis") or {}).get(ANALYSIS_SOURCE.get(column, column))
     return renamed_legacy(row.get("measurement") or {}).get(column)
 
 
