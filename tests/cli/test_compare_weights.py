@@ -42,6 +42,9 @@ def test_compare_weights_puts_each_checkpoint_in_a_row_with_its_layout(pair: tup
     assert main(["compare", "--weights", f"{gguf_file},{sibling}", "--analysis-only"]) == 0
     table = capsys.readouterr().out
     assert "weights layout" in table and "int8 table" in table
+    assert main(["compare", "--weights", f"{gguf_file},{sibling}", "--analysis-only", "--dequantize", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["weights_layout"] == "float32" and rows[0]["weight_bytes"] == 4 * 426_880
 
 
 def test_vary_weights_in_a_sweep_and_checkpoints_with_spec_fields_refused(pair: tuple[Path, Path], capsys) -> None:

@@ -36,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--attention", metavar="KINDS", help="shorthand for --vary attention.kind=KINDS, e.g. mha,gqa,mqa")
     p.add_argument("--weights", metavar="A,B,...", help="checkpoints side by side, one row each (folders, GGUF files, "
                    "hub ids), measured whole: shorthand for --vary weights=A,B; no --arch or --spec")
+    p.add_argument("--dequantize", action="store_true", help="load GGUF checkpoints' packed matrices as floats of --dtype")
     p.add_argument("--baseline", action="append", default=[], metavar="KEY=VALUE",
                    help="the row ratios are to (default: the first value of the first axis)")
     p.add_argument("--analysis-only", action="store_true", help="no timing: analysis of the full-size models only")
@@ -80,7 +81,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps (default: auto)")
-    p.add_argument("--dtype", help="default: bfloat16 on CUDA, float32 elsewhere")
+    p.add_argument("--dtype", help="default: bfloat16 on CUDA and for a GGUF held packed, float32 elsewhere")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=16)
@@ -122,7 +123,8 @@ def run_compare(args: argparse.Namespace) -> int:
         spec = ModelSpec.from_file(args.spec_file)
     run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
                              "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
-                             "threads": args.threads, "predict": args.predict, "impl": args.impl}.items() if v is not None}
+                             "threads": args.threads, "predict": args.predict, "impl": args.impl,
+                             "dequantize": args.dequantize or None}.items() if v is not None}
     err = Console(stderr=True)
     with progress_bar(err, "compare") as update:
         frame = compare(
