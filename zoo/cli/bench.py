@@ -11,7 +11,9 @@ from zoo.cli.output import TableData, add_format_arguments, print_json, print_ta
 DEFAULTS_NOTE = (
     "Defaults (batch 1, prompt 128, gen 16, 1 warm-up round, 2 timed repeats, float32 on "
     "CPU / bfloat16 on CUDA) keep `zoo bench --arch qwen3-0.6b` under a minute on a 2-core "
-    "CPU, model build included. Weights are random unless --weights is given."
+    "CPU, model build included. Weights are random unless --weights is given. Each run is "
+    "appended to results/bench.jsonl (and rendered to .csv and .md) under the current folder, "
+    "creating it: the documented default; --no-save writes nothing, --results-dir chooses the folder."
 )
 
 
@@ -57,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="float32, or bf16 autocast over float32 master weights (default: float32)")
     p.add_argument("--train-checkpointing", action="store_true", help="recompute each block's forward in backward")
     add_format_arguments(p)
-    p.add_argument("--results-dir", default="results", help="where results are appended (default: results/)")
+    p.add_argument("--results-dir", default="results", help="where results are appended, created if absent "
+                   "(default: results/ under the current folder)")
     p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
     p.add_argument("--no-save", action="store_true", help="do not append to the results files")
     p.set_defaults(func=run_bench)
@@ -91,6 +94,10 @@ def run_bench(args: argparse.Namespace) -> int:
         saved = append_result(row, args.results_dir, args.results_name)
     if args.format == "json":
         print_json(row.model_dump(mode="json"))
+    elif args.format == "csv":  # every column, raw numbers: the results CSV's rendering of this one row
+        from zoo.harness.report.tables import render_csv
+
+        sys.stdout.write(render_csv([row]))
     else:
         print_table(row_table(row), args.format)
     if saved:
@@ -114,6 +121,14 @@ def _spread(median: float | None, low: float | None, high: float | None) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def _what_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """What was measured, first: the checkpoint and how its weights are held, or the architecture."""
+    c = m.config
+    if c.weights:
+        return [("model", f"{c.weights} ({m.weights_dtype})")]
+    return [("model", f"{m.arch}, random weights ({m.weights_dtype})")]
 
 
 def _run_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -216,7 +231,7 @@ def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
 def row_table(m) -> TableData:  # type: ignore[no-untyped-def]
     """A Row as a two-column table: what ran, the model, each phase, the roofline, the environment."""
     e = m.environment
-    rows = [*_run_rows(m), *_model_rows(m), *_memory_rows(m), *_phase_rows(m), *_fidelity_rows(m), *_roofline_rows(m)]
+    rows = [*_what_rows(m), *_run_rows(m), *_model_rows(m), *_memory_rows(m), *_phase_rows(m), *_fidelity_rows(m), *_roofline_rows(m)]
     compile_text = e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"
     rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
              ("compile", compile_text), ("threads", str(e.threads)), ("torch", e.torch_version),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from zoo.errors import BenchError
 from zoo.files.atomic import write_text_atomic
-from zoo.harness.report.cells import format_cell, values_key
+from zoo.harness.report.cells import float_text, format_cell, values_key
 from zoo.harness.row import Row, renamed_legacy
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
 
@@ -104,7 +104,7 @@ def render_markdown(measurements: Sequence[Row]) -> str:
         cells = []
         for column in columns:
             value = row.get(column)
-            cells.append("" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value))
+            cells.append("" if value is None else float_text(value) if isinstance(value, float) else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -180,7 +180,17 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
             mine, theirs = record.get(column), _column_of(reference, column)
             record[f"{column}_vs_baseline"] = mine / theirs if mine is not None and theirs else None
         records.append(record)
-    return pd.DataFrame.from_records(records)
+    return integer_columns(pd.DataFrame.from_records(records), records)
+
+
+def integer_columns(frame, records: Sequence[dict]):  # type: ignore[no-untyped-def]
+    """Columns whose values are all integers (or missing) as pandas' nullable Int64, so a
+    failed row's gap does not turn 28 layers into 28.0 in --json and --csv."""
+    for column in frame.columns:
+        values = [r.get(column) for r in records if r.get(column) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values) and max(map(abs, values)) < 2**63:
+            frame[column] = frame[column].astype("Int64")
+    return frame
 
 
 def _column_of(row, column: str):  # type: ignore[no-untyped-def]
