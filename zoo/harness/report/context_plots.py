@@ -63,7 +63,9 @@ def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, 
                     ha="right", va="top", color=color)
 
 
-def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: bool) -> None:
+def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: Sequence[bool]) -> None:
+    """Axes, ticks and the legend; ``legend_note``: which kinds of point the plot holds
+    (measured True, predicted False), each given a legend entry only when present."""
     from matplotlib.lines import Line2D
 
     from zoo.harness.context_lengths import format_context
@@ -74,10 +76,12 @@ def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_not
     ax.set(xlabel="context length (tokens)", ylabel=ylabel, title=title)
     ax.grid(True, which="both", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
-    if legend_note:
-        handles += [Line2D([], [], color="black", marker="o", linestyle="-"),
-                    Line2D([], [], color="black", marker="o", markerfacecolor="white", linestyle="--")]
-        labels += ["measured", "predicted"]
+    if True in legend_note:
+        handles.append(Line2D([], [], color="black", marker="o", linestyle="-"))
+        labels.append("measured")
+    if False in legend_note:
+        handles.append(Line2D([], [], color="black", marker="o", markerfacecolor="white", linestyle="--"))
+        labels.append("predicted")
     ax.legend(handles, labels, fontsize=7)
 
 
@@ -89,7 +93,7 @@ def plot_memory_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     colors = _draw(ax, curves, 2**30)
     _mark_crossovers(ax, items, "memory", colors)
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
-    _style(ax, contexts, "weights + cache (GiB, exact)", f"{title}: memory vs context", legend_note=False)
+    _style(ax, contexts, "weights + cache (GiB, exact)", f"{title}: memory vs context", legend_note=())
     return _save(fig, path)
 
 
@@ -110,7 +114,8 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: plain(y) if f"{y:.0e}"[0] in "25" else ""))
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
     bases = sorted({str(b) for b in frame["decode_basis"].dropna()})
-    _style(ax, contexts, "decode tokens/s", f"{title}: decode vs context\n{'; '.join(bases)}", legend_note=True)
+    kinds = sorted({measured for points in curves.values() for _, _, measured in points})
+    _style(ax, contexts, "decode tokens/s", f"{title}: decode vs context\n{'; '.join(bases)}", legend_note=kinds)
     ax.title.set_fontsize(8)
     return _save(fig, path)
 

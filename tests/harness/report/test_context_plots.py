@@ -1,0 +1,31 @@
+"""The decode-against-context plot's legend names only the kinds of point it draws: a plot of
+predictions alone says nothing of "measured"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from zoo.harness.report import context_plots
+
+pytest.importorskip("matplotlib")
+
+
+def _legend(frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    seen: list[Any] = []
+    monkeypatch.setattr(context_plots, "_save", lambda fig, path: seen.append(fig) or path)
+    context_plots.plot_decode_against_context(frame, [], "t", tmp_path / "t.png")
+    return [text.get_text() for text in seen[0].axes[0].get_legend().get_texts()]
+
+
+@pytest.mark.parametrize("sources,expected", [(["predicted", "predicted"], ["mha", "predicted"]),
+                                              (["measured", "predicted"], ["mha", "measured", "predicted"]),
+                                              (["measured", "measured"], ["mha", "measured"])])
+def test_the_legend_names_only_the_kinds_drawn(sources: list[str], expected: list[str],
+                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    frame = pd.DataFrame({"label": ["mha", "mha"], "context": [4096, 8192], "decode_tokens_per_s": [50.0, 40.0],
+                          "decode_source": sources, "decode_basis": ["h100-sxm roofline"] * 2})
+    assert _legend(frame, monkeypatch, tmp_path) == expected
