@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.harness.report.plots import _figure, _save
+from zoo.harness.report.plots import _figure, _save, plain_log_axes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,13 +105,7 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     colors = _draw(ax, curves, 1.0)
     _mark_crossovers(ax, items, "decode tokens/s", colors)
     ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    def plain(y: float, _: Any = None) -> str:
-        return f"{y:,.0f}" if y >= 10 else f"{y:.2g}"
-
-    ax.yaxis.set_major_formatter(FuncFormatter(plain))  # 2, 5 between the decades: no crowding
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: plain(y) if f"{y:.0e}"[0] in "25" else ""))
+    plain_log_axes(ax)  # 2, 5 between the decades: no crowding
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
     bases = sorted({str(b) for b in frame["decode_basis"].dropna()})
     kinds = sorted({measured for points in curves.values() for _, _, measured in points})
