@@ -3,7 +3,8 @@
 The same plan comes from ``zoo compare`` options (``--vary key=v1,v2``, ``--attention``),
 from a TOML sweep file, or from Python. Keys are the spec's dotted fields (the public
 contract of ``--set``), the harness's run options (``batch_size``, ``prompt_len``, ... of
-``BenchConfig``) or ``arch`` (the preset itself). Keys and kind names are checked when the
+``BenchConfig``), ``arch`` (the preset itself) or ``weights`` (checkpoints: each point's model
+is read from its files and measured whole). Keys and kind names are checked when the
 plan is made, so a typo fails at once; a combination of values that makes no valid model
 fails only its own point, which becomes a failed row.
 
