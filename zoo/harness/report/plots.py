@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.files.atomic import write_bytes_atomic
-from zoo.harness.sweep.grid import label_of
+from zoo.harness.sweep.labels import label_of
 
 RUN_KEYS = ("batch_size", "prompt_len", "gen_len", "repeats", "warmup", "compile", "seed", "threads", "device", "dtype")
 

@@ -154,7 +154,7 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
     baseline's values in place of its own (``baseline`` may name only some axes)."""
     import pandas as pd
 
-    from zoo.harness.sweep.grid import format_value
+    from zoo.harness.sweep.labels import format_value
 
     rows = sorted(rows, key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): r for r in rows if r.get("status") == "ok"}

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
+from zoo.harness.sweep.labels import label_of
 
 ATTENTION_PRESETS = ("mha", "gqa", "mqa")  # --attention a,b is --vary attention.kind=a,b
 ARCH_KEY = "arch"
@@ -124,49 +125,6 @@ class SweepPlan(BaseModel):
             identity["contexts"] = [self.contexts, None if self.analysis_only else self.measure_up_to]
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
         return digest[:16]
-
-
-def label_of(values: Mapping[str, Any]) -> str:
-    """'attention.kind=mqa batch_size=4'; a mapping by its kinds and options, a per-layer
-    override by what it puts on which share of the layers ('mamba ×3/4'), not the raw dict."""
-    return " ".join(short_value(k, v) for k, v in values.items()) or "(base)"
-
-
-def short_value(key: str, value: Any) -> str:
-    """One axis value as a legend or table reads it (``label_of``)."""
-    if not isinstance(value, Mapping):
-        return f"{key}={format_value(value)}"
-    if key == "layers":
-        return ", ".join(f"{_leaves(override)} {_share(str(where))}" for where, override in value.items()) or "layers=none"
-    return f"{key}={_leaves(value)}"
-
-
-def _leaves(value: Any) -> str:
-    """{attention: {kind: mamba}} -> 'mamba'; {kind: moe, top_k: 2} -> 'moe(top_k=2)'."""
-    if not isinstance(value, Mapping):
-        return format_value(value)
-    if len(value) == 1 and isinstance(next(iter(value.values())), Mapping):
-        return _leaves(next(iter(value.values())))
-    options = ",".join(f"{k}={_leaves(v)}" for k, v in value.items() if k != "kind")
-    kind = format_value(value["kind"]) if "kind" in value else ""
-    return f"{kind}({options})" if kind and options else kind or options
-
-
-def _share(selectors: str) -> str:
-    """'0::4,1::4,2::4' -> '×3/4' (those layers of every 4); other selectors as given ('@0,5')."""
-    parts = [part.strip().split("::") for part in selectors.split(",")]
-    steps = {p[1] for p in parts if len(p) == 2 and p[0].isdigit() and p[1].isdigit()}
-    if len(steps) == 1 and all(len(p) == 2 for p in parts):
-        return f"×{len(parts)}/{steps.pop()}"
-    return f"@{selectors}"
-
-
-def format_value(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}={format_value(v)}" for k, v in value.items()) + "}"
-    if value is None:
-        return "null"
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # ---- parsing --vary / --set / --baseline -----------------------------------------------------
@@ -278,19 +236,16 @@ def check_plan(plan: SweepPlan) -> None:
 
 def _every_point_names_a_model(plan: SweepPlan) -> bool:
     """Every point has its own model: an arch or weights axis, or each extra point names one."""
-    axes = (ARCH_KEY in plan.vary or WEIGHTS_KEY in plan.vary) and bool(plan.vary)
-    extras = all(ARCH_KEY in p or WEIGHTS_KEY in p for p in plan.points)
-    return (axes or not plan.vary) and extras and bool(plan.vary or plan.points)
+    axes = not plan.vary or ARCH_KEY in plan.vary or WEIGHTS_KEY in plan.vary
+    return axes and all(ARCH_KEY in p or WEIGHTS_KEY in p for p in plan.points) and bool(plan.vary or plan.points)
 
 
 def _check_checkpoint_axis(plan: SweepPlan) -> None:
     """A checkpoint's spec is its own: spec overrides, or an arch, beside a weights axis mean nothing."""
     from zoo.specs.model import ModelSpec
 
-    if WEIGHTS_KEY not in plan.keys():
-        return
     spec_keys = [k for k in [*plan.set, *plan.keys()] if k.split(".")[0] in ModelSpec.model_fields or k == ARCH_KEY]
-    if spec_keys or plan.arch is not None or plan.spec is not None:
+    if WEIGHTS_KEY in plan.keys() and (spec_keys or plan.arch is not None or plan.spec is not None):
         what = spec_keys[0] if spec_keys else "arch" if plan.arch is not None else "spec"
         raise BenchError(f"{what}: a checkpoint's model is read from its files; vary weights alone, or with run "
                          "options (batch_size, dtype, ...), not with an arch, a spec or spec fields")
