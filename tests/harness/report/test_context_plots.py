@@ -31,6 +31,13 @@ def test_the_legend_names_only_the_kinds_drawn(sources: list[str], expected: lis
     assert _legend(frame, monkeypatch, tmp_path) == expected
 
 
+def test_points_past_max_seq_len_are_crossed_and_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    frame = pd.DataFrame({"label": ["mha", "mha"], "context": [4096, 8192], "decode_tokens_per_s": [50.0, 40.0],
+                          "decode_source": ["predicted"] * 2, "decode_basis": ["h100-sxm roofline"] * 2,
+                          "note": [None, "beyond max_seq_len 4,096"]})
+    assert _legend(frame, monkeypatch, tmp_path) == ["mha", "predicted", "beyond max_seq_len"]
+
+
 def test_log_axes_read_as_plain_numbers_and_legends_as_short_labels(monkeypatch: pytest.MonkeyPatch,
                                                                      tmp_path: Path) -> None:
     from zoo.harness.report import plots
