@@ -127,3 +127,19 @@ def test_zoo_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out.startswith("zoo 0.")
+
+
+def test_a_gguf_held_packed_generates_in_bfloat16_unless_told(checkpoint, monkeypatch, tmp_path):
+    from tests.hub.gguf.test_quantized_table import q8_file
+
+    folder, model = checkpoint
+    path, _ = q8_file(tmp_path, tied=True)
+    text = generate_cli.checkpoint_text(folder)
+    monkeypatch.setattr(generate_cli, "resolve", lambda weights, revision, gguf_file=None: path)
+    monkeypatch.setattr(generate_cli, "checkpoint_text", lambda p: text)
+    seen = []
+    monkeypatch.setattr(zoo.hub.loading, "from_pretrained",
+                        lambda path, dtype, device, dequantize: seen.append((dtype, dequantize)) or model)
+    for extra in ([], ["--dequantize"], ["--dtype", "float16"]):
+        assert main(["generate", "--weights", str(path), "w5", "--max-new-tokens", "2", *extra]) == 0
+    assert seen == [("bfloat16", False), ("float32", True), ("float16", False)]

@@ -325,18 +325,20 @@ def weight_bytes_read(
     dtype: str | torch.dtype | None = "bfloat16",
     weights_dtype: str | None = None,
     group_size: int | None = None,
+    held: nn.Module | None = None,
 ) -> int:
     """Weight bytes one cached (decoder) forward step reads: the active parameters at batch 1;
     with more rows a mixture of experts touches more experts, bounded by every weight except
     the input-embedding table (of which only the looked-up rows are read). An
     encoder-decoder's encoder layers (``encoder_weight_bytes_read``) and its cross-attention
     K/V projections (run once per prompt) are not read by a decode step. Quantized layers
-    are read as stored (``quantization_saving`` less)."""
+    are read as stored (``quantization_saving`` less), those of a ``held`` model (a loaded
+    GGUF's packed layers) as it holds them."""
     count = count_params(spec)
     unread = encoder_params(spec) + memory_params(spec)
     readable = count.total - unread - (0 if count.tied else count.embedding)
     dense = min(readable, (count.active - unread) * batch_size) * float_dtype(dtype, weights_dtype).itemsize
-    return dense - quantization_saving(spec, dtype, weights_dtype, group_size)
+    return dense - quantization_saving(spec, dtype, weights_dtype, group_size, held)
 
 
 def decode_bytes_per_step(
@@ -347,11 +349,13 @@ def decode_bytes_per_step(
     weights_dtype: str | None = None,
     group_size: int | None = None,
     memory_len: int = 0,
+    held: nn.Module | None = None,
 ) -> int:
-    """Bytes one decode step moves: the weights it uses, the K/V cache at that context read
+    """Bytes one decode step moves: the weights it uses (``held``: as a loaded model holds
+    them), the K/V cache at that context read
     (with ``memory_len`` encoder tokens, the cross-attention K/V too: read every step), and
     the state fixed per sequence (recurrent state, convolution windows) read and written back."""
-    weights = weight_bytes_read(spec, batch_size, dtype, weights_dtype, group_size)
+    weights = weight_bytes_read(spec, batch_size, dtype, weights_dtype, group_size, held)
     cache = cache_bytes(spec, batch_size, context_len, memory_len, dtype)
     return weights + cache.token + cache.memory + 2 * cache.sequence
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
 from zoo.specs.model import ModelSpec
@@ -40,16 +41,22 @@ def quantization_saving(
     dtype: str | torch.dtype | None,
     weights_dtype: str | None,
     group_size: int | None = None,
+    held: nn.Module | None = None,
 ) -> int:
     """Bytes the quantized layers save against the same layers in ``dtype`` (0 unquantized);
-    every quantized layer is read at each step, so this is also the saving in bytes read."""
+    every quantized layer is read at each step, so this is also the saving in bytes read.
+    ``held``: a loaded model that holds its own packed layers (a GGUF's int4 / int8): its
+    layers as held, whatever ``weights_dtype`` says (the bytes ``stored_bytes`` counts)."""
     from zoo.quant import QUANTIZED, normalize
     from zoo.quant.linear import QuantizedLinear
 
-    if normalize(weights_dtype) not in QUANTIZED:
-        return 0
     torch_dtype = resolve_dtype(dtype)
-    model = quantized_meta_model(spec_of(spec), str(torch_dtype), weights_dtype, group_size)
+    if held is not None:
+        model: nn.Module = held
+    elif normalize(weights_dtype) not in QUANTIZED:
+        return 0
+    else:
+        model = quantized_meta_model(spec_of(spec), str(torch_dtype), weights_dtype, group_size)
     return sum(
         m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
     )

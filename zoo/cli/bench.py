@@ -11,7 +11,9 @@ from zoo.cli.output import TableData, add_format_arguments, print_json, print_ta
 DEFAULTS_NOTE = (
     "Defaults (batch 1, prompt 128, gen 16, 1 warm-up round, 2 timed repeats, float32 on "
     "CPU / bfloat16 on CUDA) keep `zoo bench --arch qwen3-0.6b` under a minute on a 2-core "
-    "CPU, model build included. Weights are random unless --weights is given."
+    "CPU, model build included. Weights are random unless --weights is given. Each run is "
+    "appended to results/bench.jsonl (and rendered to .csv and .md) under the current folder, "
+    "creating it: the documented default; --no-save writes nothing, --results-dir chooses the folder."
 )
 
 
@@ -22,9 +24,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "of prefill and decode, time to first token. " + DEFAULTS_NOTE,
     )
     add_spec_arguments(p)
-    p.add_argument("--weights", metavar="ID_OR_DIR", help="benchmark a real checkpoint instead of random weights")
+    p.add_argument("--weights", metavar="ID_OR_DIR", help="benchmark a real checkpoint instead of random weights: a "
+                   "hub id, a folder or a GGUF file (its 4- to 8-bit matrices stay packed as int4 / int8)")
+    p.add_argument("--dequantize", action="store_true",
+                   help="load a GGUF's packed matrices as floats of --dtype instead (default float32 on CPU)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
-    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA, float32 elsewhere)")
+    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA and for quantized weights, "
+                   "a packed GGUF's included; float32 elsewhere)")
     p.add_argument("--batch-size", type=int, default=1, help="rows per batch (default: 1)")
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row (default: 128)")
     p.add_argument("--gen-len", type=int, help="tokens generated per row, the first by prefill (default: 16; "
@@ -42,8 +48,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="bf16, float32 (the model in that dtype), int8 or int4 (weight-only quantized linear layers, "
                    "the rest in --dtype, default bfloat16) (default: unquantized)")
     p.add_argument("--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)")
-    p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file "
-                   "(the checkpoint's tokenizer.json, else UTF-8 bytes as tokens)")
+    p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file, tokenized by "
+                   "the checkpoint's own tokenizer (a checkpoint without one is an error); random weights, which "
+                   "have no tokenizer, score its UTF-8 bytes (a quantization fidelity check)")
     p.add_argument("--train", action="store_true", help="also time a training step: forward, backward and optimizer "
                    "on random tokens (batch --batch-size, sequence --prompt-len), with MFU and peak memory")
     p.add_argument("--train-optimizer", choices=("adamw", "sgd", "adafactor"), default="adamw",
@@ -52,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="float32, or bf16 autocast over float32 master weights (default: float32)")
     p.add_argument("--train-checkpointing", action="store_true", help="recompute each block's forward in backward")
     add_format_arguments(p)
-    p.add_argument("--results-dir", default="results", help="where results are appended (default: results/)")
+    p.add_argument("--results-dir", default="results", help="where results are appended, created if absent "
+                   "(default: results/ under the current folder)")
     p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
     p.add_argument("--no-save", action="store_true", help="do not append to the results files")
     p.set_defaults(func=run_bench)
@@ -66,7 +74,7 @@ def run_bench(args: argparse.Namespace) -> int:
     options = dict(
         device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
         repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
-        predict=args.predict, threads=args.threads, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
+        predict=args.predict, threads=args.threads, dequantize=args.dequantize, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
         weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
         impl=args.impl, **({"train": True, "train_optimizer": args.train_optimizer, "train_precision": args.train_precision,
                             "train_checkpointing": args.train_checkpointing} if args.train else {}),
@@ -86,6 +94,10 @@ def run_bench(args: argparse.Namespace) -> int:
         saved = append_result(row, args.results_dir, args.results_name)
     if args.format == "json":
         print_json(row.model_dump(mode="json"))
+    elif args.format == "csv":  # every column, raw numbers: the results CSV's rendering of this one row
+        from zoo.harness.report.tables import render_csv
+
+        sys.stdout.write(render_csv([row]))
     else:
         print_table(row_table(row), args.format)
     if saved:
@@ -109,6 +121,14 @@ def _spread(median: float | None, low: float | None, high: float | None) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def _what_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """What was measured, first: the checkpoint and how its weights are held, or the architecture."""
+    c = m.config
+    if c.weights:
+        return [("model", f"{c.weights} ({m.weights_dtype})")]
+    return [("model", f"{m.arch}, random weights ({m.weights_dtype})")]
 
 
 def _run_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -219,7 +239,7 @@ def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
 def row_table(m) -> TableData:  # type: ignore[no-untyped-def]
     """A Row as a two-column table: what ran, the model, each phase, the roofline, the environment."""
     e = m.environment
-    rows = [*_run_rows(m), *_model_rows(m), *_memory_rows(m), *_phase_rows(m), *_fidelity_rows(m), *_roofline_rows(m)]
+    rows = [*_what_rows(m), *_run_rows(m), *_model_rows(m), *_memory_rows(m), *_phase_rows(m), *_fidelity_rows(m), *_roofline_rows(m)]
     compile_text = e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"
     rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
              ("compile", compile_text), ("threads", str(e.threads)), ("torch", e.torch_version),

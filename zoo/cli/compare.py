@@ -35,6 +35,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                    help="an axis: a spec field (attention.kind=mha,gqa), a run option (batch_size=1,4) or arch=a,b (repeatable; the grid is their product)")
     p.add_argument("--attention", metavar="KINDS", help="shorthand for --vary attention.kind=KINDS, e.g. mha,gqa,mqa")
+    p.add_argument("--weights", metavar="A,B,...", help="checkpoints side by side, one row each (folders, GGUF files, "
+                   "hub ids), measured whole: shorthand for --vary weights=A,B; no --arch or --spec")
+    p.add_argument("--dequantize", action="store_true", help="load GGUF checkpoints' packed matrices as floats of --dtype")
     p.add_argument("--baseline", action="append", default=[], metavar="KEY=VALUE",
                    help="the row ratios are to (default: the first value of the first axis)")
     p.add_argument("--analysis-only", action="store_true", help="no timing: analysis of the full-size models only")
@@ -80,7 +83,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps (default: auto)")
-    p.add_argument("--dtype", help="default: bfloat16 on CUDA, float32 elsewhere")
+    p.add_argument("--dtype", help="default: bfloat16 on CUDA and for a GGUF held packed, float32 elsewhere")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=16)
@@ -110,8 +113,11 @@ def run_compare(args: argparse.Namespace) -> int:
     from zoo.errors import SpecError
     from zoo.harness.sweep.run import compare
 
-    if bool(args.arch) == bool(args.spec_file):
+    if args.arch and args.spec_file:
         raise SpecError("give exactly one of --arch NAME or --spec FILE")
+    vary = [*args.vary, *([f"weights={args.weights}"] if args.weights else [])]
+    if not (args.arch or args.spec_file or any(v.split("=")[0].strip() in ("arch", "weights") for v in vary)):
+        raise SpecError("give --arch NAME, --spec FILE, --weights A,B or --vary arch=A,B")
     spec = None
     if args.spec_file:
         from zoo.specs.model import ModelSpec
@@ -119,18 +125,20 @@ def run_compare(args: argparse.Namespace) -> int:
         spec = ModelSpec.from_file(args.spec_file)
     run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
                              "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
-                             "threads": args.threads, "predict": args.predict, "impl": args.impl}.items() if v is not None}
+                             "threads": args.threads, "predict": args.predict, "impl": args.impl,
+                             "dequantize": args.dequantize or None}.items() if v is not None}
     run.update(train_options(args))
     err = Console(stderr=True)
     with progress_bar(err, "compare") as update:
         frame = compare(
-            spec if spec is not None else args.arch, args.vary, attention=args.attention, set=args.overrides,
+            spec if spec is not None else args.arch, vary, attention=args.attention, set=args.overrides,
             baseline=args.baseline, measure=not args.analysis_only, depth=_depth(args.depth), jobs=args.jobs,
             results_dir=args.results_dir if args.save else None, name=args.save or "compare",
             **({} if args.max_points is None else {"max_points": args.max_points}),
             progress=_row_progress(update), **_context_options(args), **run,
         )
-    print_frame(frame, "zoo compare: " + (args.arch or args.spec_file), args.format)
+    title = args.arch or args.spec_file or ("checkpoints" if args.weights else "architectures")
+    print_frame(frame, f"zoo compare: {title}", args.format)
     if args.save:
         sys.stderr.write(f"zoo: saved {args.results_dir}/{args.save}.jsonl (rendered: .csv, .md, plots)\n")
     return _status(frame)
@@ -249,12 +257,12 @@ def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped
             sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
 
 
-TABLE_COLUMNS = ("topology", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
+TABLE_COLUMNS = ("topology", "weights_layout", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
                  "kv_bytes_vs_baseline", "measured_n_layers", "encoder_tokens_per_s", "encoder_tokens_per_s_vs_baseline",
                  "prefill_tokens_per_s", "decode_tokens_per_s",
                  "decode_tokens_per_s_vs_baseline", "decode_peak_bytes", "peak_bytes",
                  "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity", *TRAIN_COLUMNS)
-SHOWN_WHEN_VARYING = ("weight_bytes", "topology")  # same in every row (most comparisons): left out
+SHOWN_WHEN_VARYING = ("weight_bytes", "topology", "weights_layout")  # same in every row (most comparisons): left out
 KV_COLUMNS = ("kv_bytes_per_token", "cross_kv_bytes_per_token", "kv_bytes")
 
 

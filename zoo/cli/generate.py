@@ -41,7 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="sample among the tokens holding this probability mass")
     p.add_argument("--seed", type=int, default=None, help="seed for repeatable sampling")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bfloat16 for a GGUF whose 4- to 8-bit "
+                   "matrices stay packed, the activations the int kernels are fast with; float32 otherwise)")
     p.add_argument("--dequantize", action="store_true",
                    help="a GGUF's 4- and 8-bit matrices as floats of --dtype, not packed int4 / int8 layers")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps")
@@ -105,13 +106,14 @@ def run_generate(args: argparse.Namespace) -> int:
     device = _checked_options(args)  # before torch is imported where it can: bad options fail fast
     import torch
 
-    from zoo.hub.loading import from_pretrained
+    from zoo.hub.loading import from_pretrained, keeps_packed
     from zoo.model.generation import check_generates, stream
 
     path = resolve(args.weights, args.revision, args.gguf_file)
     text = checkpoint_text(path)  # tokenizer and chat template: checked before a weight is read
     prompt_ids = _prompt_ids(args, text)
-    model = from_pretrained(path, dtype=args.dtype, device=device, dequantize=args.dequantize)  # shows its own bar, on a terminal only
+    dtype = args.dtype or ("bfloat16" if keeps_packed(path, dequantize=args.dequantize) else "float32")
+    model = from_pretrained(path, dtype=dtype, device=device, dequantize=args.dequantize)  # shows its own bar, on a terminal only
     check_generates(model)  # an encoder fails here, before anything is printed
     eos = text.eos_ids
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
@@ -136,6 +138,7 @@ def run_generate(args: argparse.Namespace) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    sys.stdout.flush()  # the answer's line ends before the rate on stderr, pipes included
     elapsed = time.perf_counter() - start
     sys.stderr.write(f"{count} tokens in {elapsed:.2f} s ({count / elapsed if elapsed else 0:.1f} tokens/s)\n")
     return 0

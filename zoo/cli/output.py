@@ -25,14 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from zoo.harness.report.cells import float_text
+
 TABLE_FORMATS = ("table", "json", "csv", "md")
 GAP = "  "
 
 
 @dataclass
 class TableData:
-    """A table: cells are text or numbers (integers print with thousands separators, floats to
-    4 significant figures, None blank; CSV keeps numbers as they are). ``right`` names the
+    """A table: cells are text or numbers (integers print with thousands separators, floats as
+    ``zoo.harness.report.cells.float_text``, None blank; CSV keeps numbers as they are). ``right`` names the
     columns aligned right; by default, those whose cells are all numbers."""
 
     title: str
@@ -67,7 +69,7 @@ def cell_text(value: Any, raw: bool = False) -> str:
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
         return f"{int(value):,}"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return float_text(value)
     return str(value)
 
 

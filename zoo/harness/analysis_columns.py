@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.counts import Topology
 from zoo.harness.run_config import BenchConfig
@@ -37,8 +38,11 @@ def dtype_label(weights_dtype: str | None, dtype: torch.dtype) -> str:
     return normalize(weights_dtype) or {torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype) -> dict[str, Any]:
-    """Every analysis column of a run of ``spec`` as ``config`` shapes it (module docstring)."""
+def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype,
+                     held: nn.Module | None = None) -> dict[str, Any]:
+    """Every analysis column of a run of ``spec`` as ``config`` shapes it (module docstring);
+    ``held``: a loaded model holding its own packed layers (a GGUF), whose weight bytes and
+    bytes per decode step are the ones it holds (``zoo.quant.stored_bytes``), not the spec's."""
     from zoo.analysis.counts import count_params, weight_bytes
 
     count = count_params(spec)
@@ -49,7 +53,11 @@ def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, d
         "weight_bytes": weight_bytes(spec, dtype, config.weights_dtype, config.weights_group_size),
         "weights_dtype": dtype_label(config.weights_dtype, dtype),
     }
-    return {**columns, **_cache_columns(spec, config, topology, dtype), **_flop_columns(spec, config, topology, dtype)}
+    if held is not None:  # its layout ("Q4_1/Q8_0 -> int4 x210, ...; the rest bfloat16") and the bytes it holds
+        from zoo.quant import stored_bytes
+
+        columns.update(weight_bytes=stored_bytes(held), weights_dtype=held.weights_layout)
+    return {**columns, **_cache_columns(spec, config, topology, dtype), **_flop_columns(spec, config, topology, dtype, held)}
 
 
 def _cache_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype) -> dict[str, Any]:
@@ -71,7 +79,8 @@ def _cache_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dty
     }
 
 
-def _flop_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype) -> dict[str, Any]:
+def _flop_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype,
+                  held: nn.Module | None) -> dict[str, Any]:
     """FLOPs per decoded token at the midpoint (None where a plugin's mixer declares none),
     bytes per decode step there, and an encoder's FLOPs per forward of the batch."""
     from zoo.analysis.counts import decode_bytes_per_step, encoder_flops, forward_flops
@@ -88,5 +97,5 @@ def _flop_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtyp
         except PluginError:
             pass
         columns["decode_bytes_per_step"] = decode_bytes_per_step(
-            spec, B, at, dtype, config.weights_dtype, config.weights_group_size, memory_len=M)
+            spec, B, at, dtype, config.weights_dtype, config.weights_group_size, memory_len=M, held=held)
     return columns

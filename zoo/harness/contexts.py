@@ -217,7 +217,7 @@ def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], base
     ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
     Plain dicts (JSON values, None for missing): what ``frame.attrs["contexts"]`` holds, since
     pandas compares attrs when frames are concatenated and a DataFrame there cannot be."""
-    from zoo.harness.sweep.grid import format_value
+    from zoo.harness.sweep.labels import format_value
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("contexts")), key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): {c["context"]: c for c in r["contexts"]} for r in ok}

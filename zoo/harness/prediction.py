@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.devices import device_peaks, gpu_peaks
 from zoo.harness.phases.base import Phase, fraction_field
@@ -26,17 +27,19 @@ from zoo.specs.model import ModelSpec
 
 def prediction_columns(
     spec: ModelSpec, config: BenchConfig, phases: Sequence[Phase], dtype: torch.dtype, device: torch.device,
-    device_name: str, measured: Mapping[str, Any] | None = None,
+    device_name: str, measured: Mapping[str, Any] | None = None, held: nn.Module | None = None,
 ) -> dict[str, Any]:
     """The predicted and fraction columns of a row (before the run, ``measured`` None: the
-    predictions only, which also refuses early what cannot be predicted)."""
+    predictions only, which also refuses early what cannot be predicted); ``held``: the loaded
+    model when it holds its own packed layers, whose bytes the roofline then reads."""
+    extra = {} if held is None else {"held": held}  # plugin phases written before ``held`` still run
     rated = [p for p in phases if p.rate_field is not None]
     columns: dict[str, Any] = {}
     if config.predict is not None:
         peaks = gpu_peaks(config.predict)
         bounds = []
         for phase in rated:
-            line = phase.predict(spec, config, peaks, dtype)
+            line = phase.predict(spec, config, peaks, dtype, **extra)
             if line is not None:
                 columns[f"predicted_{phase.rate_field}"] = line["tokens_per_s"]
                 bounds.append(f"{phase.rate_field.removesuffix('_tokens_per_s')}: {line['bound']}")
@@ -48,7 +51,7 @@ def prediction_columns(
         return columns
     columns["roofline_source"] = here.source
     for phase in rated:
-        line = phase.predict(spec, config, here, dtype)
+        line = phase.predict(spec, config, here, dtype, **extra)
         rate = measured.get(phase.rate_field)  # type: ignore[arg-type]
         if line is not None and rate is not None:
             columns[fraction_field(phase.rate_field)] = rate / line["tokens_per_s"]  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +22,6 @@ from zoo.harness.child_run import child_main, run_child
 from zoo.harness.environment import (
     Environment,
     device_name,
-    pick_device,
     zoo_git_commit,
 )
 from zoo.harness.measure import probe_for
@@ -34,7 +34,7 @@ from zoo.harness.phases.base import (
 from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
 from zoo.harness.shape import check_shape, run_shape
-from zoo.harness.source import ModelSource, resolve_source, run_dtype
+from zoo.harness.source import ModelSource, model_source, names_checkpoint, resolve_source
 from zoo.specs.model import ModelSpec
 
 __all__ = ["BenchConfig", "Progress", "Row", "bench", "make_config", "measure", "measure_in_subprocess"]
@@ -42,19 +42,26 @@ GRID_SHARED = frozenset({"gen_len"})  # a grid's gen_len is every row's: an enco
 
 
 def bench(
-    spec: ModelSpec | str | Mapping[str, Any] | None,
+    spec: ModelSpec | str | Path | Mapping[str, Any] | torch.nn.Module | None = None,
     config: BenchConfig | None = None,
     *,
     progress: Progress | None = None,
     **options: Any,
 ) -> Row:
-    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec) or ``weights=``
-    a checkpoint. Keyword options are BenchConfig fields; one given for a model none of whose
-    phases reads it is refused (``gen_len`` of an encoder)."""
+    """``zoo.bench``: measure a spec (a preset name, a mapping or a ModelSpec), a checkpoint (a
+    path, a GGUF file or a hub id ``org/name``, or ``weights=``), or a model already loaded
+    (``zoo.from_pretrained``'s, measured on its own device and dtype). Keyword options are
+    BenchConfig fields; one given for a model none of whose phases reads it is refused
+    (``gen_len`` of an encoder)."""
+    if names_checkpoint(spec):
+        spec, options = None, {**options, "weights": str(spec)}
     merged = make_config(**{**(config.model_dump() if config else {}), **options})
     given = {k for k, v in options.items() if v is not None and v is not False}
     defaults = BenchConfig()
     given |= {k for k in BenchConfig.model_fields if getattr(merged, k) != getattr(defaults, k)} - GRID_SHARED
+    if isinstance(spec, torch.nn.Module):
+        source, merged = model_source(spec, merged)
+        return run(source, merged, given - {"weights"}, progress)
     return run(resolve_source(spec, merged), merged, given, progress)
 
 
@@ -87,8 +94,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
     from zoo.harness.prediction import prediction_columns
 
     spec, topology = source.spec, source.topology
-    device = pick_device(config.device)
-    dtype = run_dtype(config, device)
+    device, dtype = source.placement(config)
     check_shape(spec, topology, config)
     phases = phases_for(topology, config)
     _refuse_unread(source, given)
@@ -114,26 +120,24 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         compile_mode=ctx.environment.get("compile_mode", "none"), threads=torch.get_num_threads(),
         zoo_commit=zoo_git_commit(),
     )
-    analysis = {k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype).items() if k in Row.model_fields}
-    analysis.update(_held_weights(ctx.model))
+    held = _held(ctx.model)
+    analysis = {k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype, held).items() if k in Row.model_fields}
     return Row(
         **analysis, config=config, phases=[p.name for p in phases], **measured,
         memory_method=ctx.probe.memory_method, peak_bytes=max((p for p in peaks if p is not None), default=None),
         impl=implementations(ctx.model),
-        **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured),
+        **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured, held),
         environment=environment, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 
 
-def _held_weights(model: torch.nn.Module) -> dict[str, Any]:
-    """A loaded checkpoint that keeps its own storage (a GGUF's packed blocks, AWQ/GPTQ) is
-    reported as held: its layout ("Q4_1 -> int4 x168; the rest bfloat16") and the bytes of
-    what the model holds, not the analysis of the spec in the run's dtype."""
+def _held(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The model when it is a loaded checkpoint keeping its own storage (a GGUF's packed blocks,
+    ``weights_layout`` set): its weight bytes and bytes read per step are what it holds, not
+    the analysis of the spec in the run's dtype. None else."""
     from zoo.model.build import ZooModel
-    from zoo.quant import stored_bytes
 
-    layout = model.weights_layout if isinstance(model, ZooModel) else None
-    return {} if layout is None else {"weights_dtype": layout, "weight_bytes": stored_bytes(model)}
+    return model if isinstance(model, ZooModel) and model.weights_layout is not None else None
 
 
 def _ticker(progress: Progress | None, total: int) -> Any:

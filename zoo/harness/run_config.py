@@ -43,7 +43,10 @@ class BenchConfig(StrictNumbers):
         "coordinate-descent tuning on CUDA; zoo/harness/phases/compiling.py)"
     )
     seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
-    weights: str | None = Field(None, description="a checkpoint (hub id or directory) instead of random weights")
+    weights: str | None = Field(None, description="a checkpoint (hub id, directory or GGUF file) instead of random "
+                                "weights; a GGUF's 4- to 8-bit matrices stay packed (int4 / int8) and the run "
+                                "computes in bfloat16 unless dtype says otherwise")
+    dequantize: bool = Field(False, description="load a GGUF's packed matrices as floats of dtype (default float32 on CPU)")
     predict: str | None = Field(None, description="a GPU of zoo.analysis.devices.GPUS for a roofline estimate")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
     weights_dtype: str | None = Field(

@@ -202,6 +202,19 @@ def from_pretrained(
     return model.eval()
 
 
+def keeps_packed(repo_or_dir: str | Path, *, gguf_file: str | None = None, revision: str | None = None,
+                 dequantize: bool = False) -> bool:
+    """Whether ``from_pretrained`` holds this checkpoint in packed int4 / int8 layers (a GGUF
+    with 4- to 8-bit matrices, not ``dequantize``d), read from the header alone: such a run
+    computes in bfloat16 by default, the activations the int kernels are fast with."""
+    from zoo.hub.gguf.loading import find_gguf
+    from zoo.hub.gguf.quantized import holds_packed
+    from zoo.hub.gguf.reader import GGUFCheckpoint
+
+    gguf_path = None if dequantize else find_gguf(repo_or_dir, gguf_file, revision)
+    return gguf_path is not None and holds_packed(GGUFCheckpoint(gguf_path))
+
+
 def checkpoint_spec(repo_or_dir: str | Path, *, revision: str | None = None, gguf_file: str | None = None) -> ModelSpec:
     """The spec of the model a checkpoint holds, read from its config.json (or GGUF metadata)
     without loading a weight: callers that choose what to do by the model (``zoo bench

@@ -105,10 +105,16 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
 
         head = model.lm_head
         table = embed.weight.detach()  # type: ignore[union-attr]
-        embedding = Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
-        embed.quantized_rows = embedding  # type: ignore[union-attr]
-        embed.weight = None  # type: ignore[union-attr,assignment]  # the int8 rows replace the float table
+        use_int8_rows(embed, Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table))
     return model
+
+
+def use_int8_rows(embed: nn.Module, rows: nn.Module) -> None:
+    """Make the token table ``embed`` read its rows from ``rows`` (an ``Int8Embedding``) and
+    drop its float table. A tied int8 head passes its own buffers, so the matrix is held once;
+    ``quantize`` and a GGUF's 8-bit token table (zoo/hub/gguf/quantized.py) both come here."""
+    embed.quantized_rows = rows  # type: ignore[assignment]
+    embed.weight = None  # type: ignore[assignment]  # the int8 rows replace the float table
 
 
 def replace_linear(parent: nn.Module, name: str, quantized: nn.Module) -> None:

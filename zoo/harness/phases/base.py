@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 from zoo.analysis.counts import Topology
 from zoo.analysis.devices import DevicePeaks
@@ -109,9 +110,11 @@ class Phase(ABC):
         """Run the phase; its row fields (a subset of ``fields``)."""
 
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype) -> dict[str, Any] | None:
+                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any] | None:
         """The analytic counterpart (``step_roofline``'s dict: flops, bytes, seconds,
-        tokens_per_s, bound; the last three None without ``device``), or None if it has none."""
+        tokens_per_s, bound; the last three None without ``device``), or None if it has none.
+        ``held``: the loaded model when it holds its own packed layers (a GGUF): weights are
+        read as it holds them (``zoo.analysis.counts.weight_bytes_read``)."""
         return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.harness.measure import StepClock
@@ -53,12 +54,13 @@ class Decode(Phase):
         }
 
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype) -> dict[str, Any]:
+                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """One step at the midpoint context: its FLOPs against the weights and the cache read."""
         from zoo.analysis.counts import decode_bytes_per_step, forward_flops, topology
 
         shape = run_shape(topology(spec), config)
         B, at, M = shape.batch, shape.decode_midpoint, shape.memory_len
         flops = forward_flops(spec, 1, at, B, memory_len=M, executed=True)
-        nbytes = decode_bytes_per_step(spec, B, at, dtype, config.weights_dtype, config.weights_group_size, memory_len=M)
+        nbytes = decode_bytes_per_step(spec, B, at, dtype, config.weights_dtype, config.weights_group_size,
+                                       memory_len=M, held=held)
         return step_roofline(flops, nbytes, B, device, dtype)

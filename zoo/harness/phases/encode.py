@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.harness.environment import sdpa_backends_used
@@ -49,7 +50,7 @@ class Encode(Phase):
                 "encoder_tokens_per_s_max": high, "encoder_time_s": median_spread(seconds)[0], "encoder_peak_bytes": peak}
 
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype) -> dict[str, Any]:
+                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """One forward of the batch (an encoder-decoder's encoder only) against its weights read once."""
         from zoo.analysis.counts import encoder_flops, forward_flops, topology
         from zoo.analysis.encoder import encoder_weight_bytes_read

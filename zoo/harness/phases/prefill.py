@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.harness.phases.base import Phase, RunContext
@@ -46,7 +47,7 @@ class Prefill(Phase):
                 "prefill_peak_bytes": peak, "compile_s": run.compile_s}
 
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype) -> dict[str, Any]:
+                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """The prompt's FLOPs (and an encoder-decoder's cross K/V projections) against the
         weights read once plus the cache written."""
         from zoo.analysis.counts import (
@@ -60,6 +61,6 @@ class Prefill(Phase):
         shape = run_shape(topology(spec), config)
         B, T, M = shape.batch, shape.prefill_len, shape.memory_len
         flops = forward_flops(spec, T, T, B, last_only=True, memory_len=M, executed=True) + (memory_flops(spec, M, B) if M else 0)
-        nbytes = weight_bytes_read(spec, B * T, dtype, config.weights_dtype, config.weights_group_size)
+        nbytes = weight_bytes_read(spec, B * T, dtype, config.weights_dtype, config.weights_group_size, held)
         nbytes += cache_bytes(spec, B, T, M, dtype=dtype).total
         return step_roofline(flops, nbytes, B * T, device, dtype)

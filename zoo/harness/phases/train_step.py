@@ -14,6 +14,7 @@ import copy
 from typing import Any
 
 import torch
+from torch import nn
 
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.harness.phases.base import Phase, RunContext
@@ -64,7 +65,7 @@ class TrainStep(Phase):
         }
 
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype) -> dict[str, Any]:
+                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """The step's hardware FLOPs against the bytes it moves (``zoo.analysis.training``)."""
         from zoo.analysis.training import bytes_moved, training_flops, training_memory
 

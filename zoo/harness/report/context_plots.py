@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.harness.report.plots import _figure, _save
+from zoo.harness.report.plots import _figure, _save, plain_log_axes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +45,17 @@ def _draw(ax: Any, curves: Mapping[str, list[tuple[int, float, bool]]], scale: f
     return colors
 
 
+def _mark_beyond(ax: Any, frame: pd.DataFrame, column: str, scale: float) -> bool:
+    """A black cross over each point past its model's max_seq_len (the table's note says so
+    too): a curve there is the formula carried on, not a length the model takes. Whether any."""
+    beyond = [(int(r["context"]), float(r[column]) / scale) for r in frame.to_dict("records")
+              if str(r.get("note") or "").startswith("beyond max_seq_len") and r.get(column) == r.get(column)
+              and r.get(column) is not None]
+    for x, y in beyond:
+        ax.plot([x], [y], marker="x", markersize=8, color="black", linestyle="none")
+    return bool(beyond)
+
+
 def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, colors: Mapping[str, str]) -> None:
     """A dotted line in the variant's colour at each crossing, labelled with its context;
     labels of crossings close together are set side by side."""
@@ -63,7 +74,11 @@ def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, 
                     ha="right", va="top", color=color)
 
 
-def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: bool) -> None:
+def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: Sequence[bool],
+           beyond: bool = False) -> None:
+    """Axes, ticks and the legend; ``legend_note``: which kinds of point the plot holds
+    (measured True, predicted False), each given a legend entry only when present; ``beyond``:
+    some points are past max_seq_len (crossed)."""
     from matplotlib.lines import Line2D
 
     from zoo.harness.context_lengths import format_context
@@ -74,10 +89,15 @@ def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_not
     ax.set(xlabel="context length (tokens)", ylabel=ylabel, title=title)
     ax.grid(True, which="both", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
-    if legend_note:
-        handles += [Line2D([], [], color="black", marker="o", linestyle="-"),
-                    Line2D([], [], color="black", marker="o", markerfacecolor="white", linestyle="--")]
-        labels += ["measured", "predicted"]
+    if True in legend_note:
+        handles.append(Line2D([], [], color="black", marker="o", linestyle="-"))
+        labels.append("measured")
+    if False in legend_note:
+        handles.append(Line2D([], [], color="black", marker="o", markerfacecolor="white", linestyle="--"))
+        labels.append("predicted")
+    if beyond:
+        handles.append(Line2D([], [], color="black", marker="x", linestyle="none"))
+        labels.append("beyond max_seq_len")
     ax.legend(handles, labels, fontsize=7)
 
 
@@ -88,8 +108,9 @@ def plot_memory_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     fig, ax = _figure()
     colors = _draw(ax, curves, 2**30)
     _mark_crossovers(ax, items, "memory", colors)
+    beyond = _mark_beyond(ax, frame, "memory_bytes", 2**30)
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
-    _style(ax, contexts, "weights + cache (GiB, exact)", f"{title}: memory vs context", legend_note=False)
+    _style(ax, contexts, "weights + cache (GiB, exact)", f"{title}: memory vs context", legend_note=(), beyond=beyond)
     return _save(fig, path)
 
 
@@ -100,17 +121,14 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     fig, ax = _figure()
     colors = _draw(ax, curves, 1.0)
     _mark_crossovers(ax, items, "decode tokens/s", colors)
+    beyond = _mark_beyond(ax, frame, "decode_tokens_per_s", 1.0)
     ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    def plain(y: float, _: Any = None) -> str:
-        return f"{y:,.0f}" if y >= 10 else f"{y:.2g}"
-
-    ax.yaxis.set_major_formatter(FuncFormatter(plain))  # 2, 5 between the decades: no crowding
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: plain(y) if f"{y:.0e}"[0] in "25" else ""))
+    plain_log_axes(ax)  # 2, 5 between the decades: no crowding
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
     bases = sorted({str(b) for b in frame["decode_basis"].dropna()})
-    _style(ax, contexts, "decode tokens/s", f"{title}: decode vs context\n{'; '.join(bases)}", legend_note=True)
+    kinds = sorted({measured for points in curves.values() for _, _, measured in points})
+    _style(ax, contexts, "decode tokens/s", f"{title}: decode vs context\n{'; '.join(bases)}", legend_note=kinds,
+           beyond=beyond)
     ax.title.set_fontsize(8)
     return _save(fig, path)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.files.atomic import write_bytes_atomic
-from zoo.harness.sweep.grid import format_value
+from zoo.harness.sweep.labels import label_of
 
 RUN_KEYS = ("batch_size", "prompt_len", "gen_len", "repeats", "warmup", "compile", "seed", "threads", "device", "dtype")
 
@@ -36,9 +36,23 @@ def _save(fig, path: Path) -> Path:  # type: ignore[no-untyped-def]
     return write_bytes_atomic(path, buffer.getvalue())
 
 
+def plain_number(value: float, _: Any = None) -> str:
+    """A log axis's tick as a number (2, 0.5, 1,024), never 2x10^0."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def plain_log_axes(ax: Any) -> None:
+    """Plain numbers on every log axis of ``ax``: each decade, and 2 and 5 between decades."""
+    from matplotlib.ticker import FuncFormatter
+
+    for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+        if scale == "log":
+            axis.set_major_formatter(FuncFormatter(plain_number))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _: plain_number(v) if f"{v:.0e}"[0] in "25" else ""))
+
+
 def _label(values: Mapping[str, Any], leave_out: Sequence[str]) -> str:
-    parts = [f"{k}={format_value(v)}" for k, v in values.items() if k not in leave_out]
-    return " ".join(parts) or "base"
+    return label_of({k: v for k, v in values.items() if k not in leave_out}).replace("(base)", "base")
 
 
 def plot_kv_against_context(rows: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path | None:
@@ -54,6 +68,7 @@ def plot_kv_against_context(rows: Sequence[Mapping[str, Any]], title: str, path:
     for label, curve in curves.items():
         ax.plot([c for c, _ in curve], [b / 2**20 for _, b in curve], marker="o", markersize=3, label=label)
     ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache, batch 1 (MiB)", title=f"{title}: KV cache")
+    plain_log_axes(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -75,6 +90,7 @@ def plot_decode_against_batch(rows: Sequence[Mapping[str, Any]], title: str, pat
     layers = {row.get("measured_n_layers") for row in rows if row.get("measurement")}
     depth = f" ({', '.join(str(n) for n in sorted(layers))} layers measured)" if layers else ""
     ax.set(xscale="log", xlabel="batch size", ylabel="decode tokens/s", title=f"{title}: decode{depth}")
+    plain_log_axes(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -93,6 +109,7 @@ def plot_params_against_kv(rows: Sequence[Mapping[str, Any]], title: str, path: 
         ax.scatter([kv / 1024], [params / 1e9])
         ax.annotate(label, (kv / 1024, params / 1e9), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set(xscale="log", xlabel="KV bytes per token (KiB)", ylabel="parameters (billions)", title=f"{title}: parameters vs KV")
+    plain_log_axes(ax)
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from zoo.errors import BenchError
 from zoo.files.atomic import write_text_atomic
-from zoo.harness.report.cells import format_cell, values_key
+from zoo.harness.report.cells import float_text, format_cell, values_key
 from zoo.harness.row import Row, renamed_legacy
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
 
@@ -104,7 +104,7 @@ def render_markdown(measurements: Sequence[Row]) -> str:
         cells = []
         for column in columns:
             value = row.get(column)
-            cells.append("" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value))
+            cells.append("" if value is None else float_text(value) if isinstance(value, float) else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -129,11 +129,14 @@ def append_result(measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DI
 # ---- sweep tables ------------------------------------------------------------------------------
 # Analysis of the full-size model, then the measurement (of the model cut to the plan's depth).
 # A column a row's topology lacks is empty (an encoder's KV bytes: no cache), never 0.
-ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "params_total", "params_active", "weight_bytes",
+ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "weights_layout", "params_total", "params_active", "weight_bytes",
                     "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "context_len", "memory_len",
                     "kv_bytes", "flops_per_token", "encoder_flops")
 TRAIN_RUN_COLUMNS = ("train_held_out_loss", "train_perplexity", "train_run_tokens", "train_run_tokens_per_s",
                      "train_tokenizer", "train_run_start_step")  # phase train_run (--train-tokens)
+# how the weights are held ("int4", "Q4_1/Q8_0 -> int4 x210, ..."): the analysis's weights_dtype, named
+# apart from a weights_dtype axis
+ANALYSIS_SOURCE = {"weights_layout": "weights_dtype"}
 MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "ttft_min_s", "ttft_max_s",
                     "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_steps", "prefill_peak_bytes",
                     "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity",
@@ -155,7 +158,7 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
     baseline's values in place of its own (``baseline`` may name only some axes)."""
     import pandas as pd
 
-    from zoo.harness.sweep.grid import format_value
+    from zoo.harness.sweep.labels import format_value
 
     rows = sorted(rows, key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): r for r in rows if r.get("status") == "ok"}
@@ -170,7 +173,7 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
         measurement = renamed_legacy(row.get("measurement") or {})
         environment = measurement.get("environment") or {}
         for column in ANALYSIS_COLUMNS:
-            record[column] = analysis.get(column)
+            record[column] = analysis.get(ANALYSIS_SOURCE.get(column, column))
         record["measured_n_layers"] = row.get("measured_n_layers")
         for column in MEASURED_COLUMNS:
             record[column] = measurement.get(column)
@@ -181,14 +184,24 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
             mine, theirs = record.get(column), _column_of(reference, column)
             record[f"{column}_vs_baseline"] = mine / theirs if mine is not None and theirs else None
         records.append(record)
-    return pd.DataFrame.from_records(records)
+    return integer_columns(pd.DataFrame.from_records(records), records)
+
+
+def integer_columns(frame, records: Sequence[dict]):  # type: ignore[no-untyped-def]
+    """Columns whose values are all integers (or missing) as pandas' nullable Int64, so a
+    failed row's gap does not turn 28 layers into 28.0 in --json and --csv."""
+    for column in frame.columns:
+        values = [r.get(column) for r in records if r.get(column) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values) and max(map(abs, values)) < 2**63:
+            frame[column] = frame[column].astype("Int64")
+    return frame
 
 
 def _column_of(row, column: str):  # type: ignore[no-untyped-def]
     if row is None:
         return None
     if column in ANALYSIS_COLUMNS:
-        return renamed_legacy(row.get("analysis") or {}).get(column)
+        return renamed_legacy(row.get("analysis") or {}).get(ANALYSIS_SOURCE.get(column, column))
     return renamed_legacy(row.get("measurement") or {}).get(column)
 
 

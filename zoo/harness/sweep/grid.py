@@ -3,7 +3,8 @@
 The same plan comes from ``zoo compare`` options (``--vary key=v1,v2``, ``--attention``),
 from a TOML sweep file, or from Python. Keys are the spec's dotted fields (the public
 contract of ``--set``), the harness's run options (``batch_size``, ``prompt_len``, ... of
-``BenchConfig``) or ``arch`` (the preset itself). Keys and kind names are checked when the
+``BenchConfig``), ``arch`` (the preset itself) or ``weights`` (checkpoints: each point's model
+is read from its files and measured whole). Keys and kind names are checked when the
 plan is made, so a typo fails at once; a combination of values that makes no valid model
 fails only its own point, which becomes a failed row.
 
@@ -26,9 +27,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
+from zoo.harness.sweep.labels import label_of
 
 ATTENTION_PRESETS = ("mha", "gqa", "mqa")  # --attention a,b is --vary attention.kind=a,b
 ARCH_KEY = "arch"
+WEIGHTS_KEY = "weights"  # an axis of checkpoints: each point's model is the checkpoint's own
 MAX_POINTS = 1000  # points of one grid unless raised: each is a run of its own process
 COMPONENT_FAMILIES = ("norm", "positional", "attention", "ffn", "block")
 
@@ -124,19 +127,6 @@ class SweepPlan(BaseModel):
         return digest[:16]
 
 
-def label_of(values: Mapping[str, Any]) -> str:
-    """'attention.kind=mqa batch_size=4' (mappings compact, as a YAML flow)."""
-    return " ".join(f"{k}={format_value(v)}" for k, v in values.items()) or "(base)"
-
-
-def format_value(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}={format_value(v)}" for k, v in value.items()) + "}"
-    if value is None:
-        return "null"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 # ---- parsing --vary / --set / --baseline -----------------------------------------------------
 def split_values(text: str) -> list[str]:
     """Split on commas outside brackets and braces: 'a,{kind: moe, top_k: 2}' -> two items."""
@@ -199,8 +189,12 @@ def check_plan(plan: SweepPlan) -> None:
 
     registry = get_registry()
     check_name(plan.name)
-    if (plan.arch is None) == (plan.spec is None):
+    if plan.arch is not None and plan.spec is not None:
         raise BenchError("give exactly one base model: an architecture (arch) or a spec")
+    if plan.arch is None and plan.spec is None and not _every_point_names_a_model(plan):
+        raise BenchError("give a base model: an architecture (arch), a spec, or an axis of them "
+                         "(--vary arch=A,B or --weights A,B)")
+    _check_checkpoint_axis(plan)
     for key, values in plan.vary.items():
         if not isinstance(values, list) or not values:
             raise BenchError(f"vary.{key}: the grid is empty; give a list of at least one value")
@@ -238,6 +232,23 @@ def check_plan(plan: SweepPlan) -> None:
     if unknown_baseline:
         key = sorted(unknown_baseline)[0]
         raise BenchError(f"baseline: {key} is not an axis of this sweep{did_you_mean(key, plan.keys())}; allowed: {allowed(plan.keys())}")
+
+
+def _every_point_names_a_model(plan: SweepPlan) -> bool:
+    """Every point has its own model: an arch or weights axis, or each extra point names one."""
+    axes = not plan.vary or ARCH_KEY in plan.vary or WEIGHTS_KEY in plan.vary
+    return axes and all(ARCH_KEY in p or WEIGHTS_KEY in p for p in plan.points) and bool(plan.vary or plan.points)
+
+
+def _check_checkpoint_axis(plan: SweepPlan) -> None:
+    """A checkpoint's spec is its own: spec overrides, or an arch, beside a weights axis mean nothing."""
+    from zoo.specs.model import ModelSpec
+
+    spec_keys = [k for k in [*plan.set, *plan.keys()] if k.split(".")[0] in ModelSpec.model_fields or k == ARCH_KEY]
+    if WEIGHTS_KEY in plan.keys() and (spec_keys or plan.arch is not None or plan.spec is not None):
+        what = spec_keys[0] if spec_keys else "arch" if plan.arch is not None else "spec"
+        raise BenchError(f"{what}: a checkpoint's model is read from its files; vary weights alone, or with run "
+                         "options (batch_size, dtype, ...), not with an arch, a spec or spec fields")
 
 
 def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
@@ -280,8 +291,8 @@ def _check_key(key: str, where: str, kinds: Mapping[str, set[str]], registry: An
     run_fields = set(BenchConfig.model_fields) - {"weights"}
     spec_fields = set(ModelSpec.model_fields)
     head, _, rest = key.partition(".")
-    choices = sorted(only if only is not None else run_fields | spec_fields | {ARCH_KEY})
-    if only is None and key == ARCH_KEY:
+    choices = sorted(only if only is not None else run_fields | spec_fields | {ARCH_KEY, WEIGHTS_KEY})
+    if only is None and key in (ARCH_KEY, WEIGHTS_KEY):
         return
     if head not in choices or (head in run_fields and rest) or (head == ARCH_KEY and rest):
         raise SpecError(f"{where}: unknown key {key!r}{did_you_mean(head, choices)}; allowed: spec fields and run options: {', '.join(choices)}")

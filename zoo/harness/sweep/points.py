@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from zoo.errors import ZooError
-from zoo.harness.sweep.grid import ARCH_KEY, SweepPlan, SweepPoint
+from zoo.harness.sweep.grid import ARCH_KEY, WEIGHTS_KEY, SweepPlan, SweepPoint
 
 Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> zoo.harness.row.Row
 
@@ -29,6 +29,11 @@ def point_spec(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-d
     from zoo.specs.model import ModelSpec
 
     run_fields = set(BenchConfig.model_fields)
+    weights = point.values.get(WEIGHTS_KEY, plan.run.get(WEIGHTS_KEY))
+    if weights is not None:  # the checkpoint's own spec, read from its config or GGUF header
+        from zoo.hub.loading import checkpoint_spec
+
+        return checkpoint_spec(str(weights))
     arch = point.values.get(ARCH_KEY, plan.arch)
     base = zoo.spec(arch) if arch is not None and (ARCH_KEY in point.values or plan.spec is None) else ModelSpec.model_validate(plan.spec)
     updates = {**plan.set, **{k: v for k, v in point.values.items() if k != ARCH_KEY and k.split(".")[0] not in run_fields}}
@@ -77,13 +82,19 @@ def _layers_within(overrides, n_layers: int) -> dict:  # type: ignore[no-untyped
 
 def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Exact figures of the full-size model, from zoo.analysis.counts (meta device, no memory):
-    the row's analysis columns (``zoo.harness.analysis_columns``; columns a topology lacks are None)."""
+    the row's analysis columns (``zoo.harness.analysis_columns``; columns a topology lacks are None).
+    A checkpoint held in packed layers (a GGUF) is loaded once on the CPU: its bytes are the
+    ones it holds, as in its measured row."""
+    import torch  # as the other imports here: reading and rendering results logs needs no torch
+
     from zoo.analysis.counts import topology
     from zoo.harness.analysis_columns import analysis_columns
-    from zoo.harness.environment import pick_device
-    from zoo.harness.source import run_dtype
+    from zoo.harness.source import resolve_source
 
-    return analysis_columns(spec, config, topology(spec), run_dtype(config, pick_device(config.device)))
+    source = resolve_source(spec, config)
+    _, dtype = source.placement(config)
+    held = source.load(torch.device("cpu"), dtype, config.seed) if source.packed else None
+    return analysis_columns(spec, config, topology(spec), dtype, held)
 
 
 def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) -> dict[str, Any]:
@@ -98,7 +109,7 @@ def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) 
         config = point_config(plan, point)
         analysis = analyse(spec, config)
         if measure is not None and not plan.analysis_only:
-            measured = reduced_depth(spec, plan.depth)
+            measured = spec if config.weights else reduced_depth(spec, plan.depth)  # a checkpoint runs whole
             measured_layers = measured.n_layers
             measurement = measure(measured, config).model_dump(mode="json")
         if plan.contexts:  # memory and decode tokens/s at each context (zoo.harness.contexts)

@@ -56,11 +56,14 @@ def run_plan(
         wanted = {p.id for p in points}
         rows = list({row["point_id"]: row for row in reversed(logged) if row.get("point_id") in wanted}.values())[::-1]
         check_folder_writable(log.parent)  # the tables go beside the log: fail before running
+        logged_before = len(rows)
         frame = _run_points(plan, points, rows, executor, fd, progress)
-        if render:
+        stem = log.with_name(plan.name)
+        rendered = all(stem.with_name(f"{stem.name}.{ext}").is_file() for ext in ("csv", "md"))
+        if render and (len(rows) > logged_before or not rendered):  # --resume with nothing left rewrites nothing
             from zoo.harness.report.tables import render_sweep
 
-            render_sweep(frame, rows, log.with_name(plan.name))
+            render_sweep(frame, rows, stem)
     return frame
 
 

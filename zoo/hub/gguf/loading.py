@@ -19,7 +19,7 @@ from zoo.errors import CheckpointError
 from zoo.files.safe_io import inside
 from zoo.hub.fits import check_weights_fit
 from zoo.hub.gguf.names import IGNORED, GGUFRule, gguf_rules
-from zoo.hub.gguf.quantized import describe, materialize, place_quantized
+from zoo.hub.gguf.quantized import describe, materialize, place_quantized, place_table
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.hub.gguf.spec import spec_from_gguf
 from zoo.model.build import ZooModel, build, init_buffers
@@ -121,7 +121,9 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
     rules = gguf_rules(g.architecture, [n for n, _ in model.named_parameters()], config["num_attention_heads"],
                        config["num_key_value_heads"])
     float_dtype = next(p.dtype for p in model.parameters())
-    placed = set() if dequantize else place_quantized(model, g, rules, float_dtype, target)
+    placed: set[str] = set()
+    if not dequantize:
+        placed = place_quantized(model, g, rules, float_dtype, target) | place_table(model, g, rules, float_dtype, target)
     materialize(model, target)
     if not isinstance(model.lm_head, QuantizedLinear):
         model.tie_weights()

@@ -8,8 +8,13 @@
 - ``Q8_0``, ``Q5_0``, ``Q5_1``, ``Q5_K``, ``Q6_K``: zoo's int8 layout has one scale per output
   row (torch's int8 kernel), not one per block of 32, so these are re-quantized per row from
   the dequantized weights (``Int8Linear``): lossy, and measured in tests/hub/gguf/test_stays_quantized.py.
-- Everything else (embedding tables, norms, stacked experts, F16/BF16/F32, Q2_K, Q3_K, IQ
-  types) is dequantized into the model's dtype, as ``dequantize=True`` does for all.
+- The token table, when its type has the int8 layout (``Q8_0``, ``Q5_*``, ``Q6_K``: what
+  llama.cpp gives most files' ``token_embd``), is re-quantized per row into int8 rows
+  (``Int8Embedding``); a tied head becomes an ``Int8Linear`` on those same buffers, so the
+  matrix is held once, as ``zoo.quant.quantize`` ties int8 (``use_int8_rows``). A 4-bit table
+  stays float: the int4 layout cannot be read by rows.
+- Everything else (norms, stacked experts, F16/BF16/F32, Q2_K, Q3_K, IQ types) is
+  dequantized into the model's dtype, as ``dequantize=True`` does for all.
 
 Only plain ``nn.Linear`` weights (2-D) take a packed layout. Each layer is built straight from
 the file on the target device, so no float copy of a quantized matrix is ever kept.
@@ -26,8 +31,8 @@ from torch import nn
 
 from zoo.hub.gguf.names import GGUFRule
 from zoo.hub.gguf.reader import GGUFCheckpoint
-from zoo.quant import replace_linear
-from zoo.quant.linear import Int4Linear, Int8Linear, QuantizedLinear
+from zoo.quant import replace_linear, use_int8_rows
+from zoo.quant.linear import Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear
 
 GROUP = 32
 Groups = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # blocks (n, bytes) -> scales, offsets (n, groups)
@@ -60,6 +65,11 @@ INT8_TYPES = frozenset({"Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K"})
 def layout(type_name: str) -> str | None:
     """The packed layout a GGUF type loads into: ``int4``, ``int8``, or None (dequantized)."""
     return "int4" if type_name in INT4_TYPES else "int8" if type_name in INT8_TYPES else None
+
+
+def holds_packed(g: GGUFCheckpoint) -> bool:
+    """Whether any matrix of the file loads into a packed layout (not dequantized)."""
+    return any(len(g.shape(name)) == 2 and layout(g.type_name(name)) is not None for name in g.tensors)
 
 
 def _int4_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype,
@@ -119,6 +129,27 @@ def place_quantized(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], 
     return placed
 
 
+def place_table(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], dtype: torch.dtype,
+                device: torch.device) -> set[str]:
+    """The token table as int8 rows when its GGUF type has the int8 layout, and a tied head as
+    an ``Int8Linear`` on the same buffers (module docstring); the zoo names placed."""
+    rule = next((r for r in rules if r.zoo == "embed.weight" and r.gguf in g.tensors), None)
+    embed, head = model.get_submodule("embed"), model.get_submodule("lm_head")
+    if rule is None or layout(g.type_name(rule.gguf)) != "int8" or not isinstance(embed, nn.Embedding):
+        return set()
+    if tuple(embed.weight.shape) != g.shape(rule.gguf):  # the float loader names it
+        return set()
+    tied = isinstance(head, nn.Linear) and head.weight is embed.weight
+    if tied and any(head.children()):  # a head computing more than x W^T keeps the float table
+        return set()
+    weight = g.tensor(rule.gguf)  # (vocab, d) float32, this one tensor only
+    rows = Int8Linear((rule.transform(weight) if rule.transform else weight).to(device), None, dtype)
+    if tied:  # the head multiplies by the same int8 matrix
+        replace_linear(model, "lm_head", rows)
+    use_int8_rows(embed, Int8Embedding(rows.qweight, rows.scales))
+    return {rule.zoo}
+
+
 def materialize(model: nn.Module, device: torch.device) -> None:
     """Give every parameter and buffer still on meta empty storage on ``device`` (the loader
     fills them); quantized layers already there are left alone."""
@@ -133,10 +164,15 @@ def materialize(model: nn.Module, device: torch.device) -> None:
 
 
 def describe(g: GGUFCheckpoint, model: nn.Module) -> str:
-    """What the file holds and how memory holds it, e.g. ``Q4_1 -> int4 x168; the rest float32``."""
+    """What the file holds and how memory holds it, e.g. ``Q4_1/Q8_0 -> int4 x210, int8 x1,
+    int8 table (the head's); the rest bfloat16``."""
     types = Counter(g.type_name(name) for name in g.tensors if len(g.shape(name)) >= 2)
     kinds = Counter(f"int{m.bits}" for m in model.modules() if isinstance(m, QuantizedLinear))
+    heads = {id(m.qweight) for m in model.modules() if isinstance(m, Int8Linear)}
+    tables = [m for m in model.modules() if isinstance(m, Int8Embedding)]
     floats = str(next(p.dtype for p in model.parameters())).removeprefix("torch.")
-    held = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+    shared = " (the head's)"
+    held = ", ".join([f"{k} x{n}" for k, n in sorted(kinds.items())]
+                     + [f"int8 table{shared if id(t.qweight) in heads else ''}" for t in tables])
     file = "/".join(t for t, _ in types.most_common())
     return f"{file} -> {held}; the rest {floats}" if held else f"{file} -> {floats}"
