@@ -22,7 +22,8 @@ from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 

@@ -16,7 +16,8 @@ from pydantic import Field
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Options, Positions, TokenMixer
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Positions, TokenMixer
+from zoo.specs.options import Options
 from zoo.specs.state import NO_STATE, BlockState, Memory
 
 

@@ -14,7 +14,8 @@ from torch import nn
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Head, Options
+from zoo.specs.interfaces import BuildContext, Head
+from zoo.specs.options import Options
 
 
 class DiscriminatorOptions(Options):

@@ -24,13 +24,8 @@ from zoo.components.disentangled_position import DisentangledPositions
 from zoo.components.linear import Linear
 from zoo.errors import GenerationError, SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import (
-    BuildContext,
-    Options,
-    Positions,
-    TokenMixer,
-    visible_keys,
-)
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, visible_keys
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 PositionTerm = Literal["c2p", "p2c"]

@@ -20,7 +20,8 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positional
+from zoo.specs.interfaces import BuildContext, Positional
+from zoo.specs.options import Options
 
 
 class DisentangledOptions(Options):

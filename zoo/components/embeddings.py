@@ -9,7 +9,8 @@ from torch import nn
 
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Embedding, Options, Positions
+from zoo.specs.interfaces import BuildContext, Embedding, Positions
+from zoo.specs.options import Options
 
 
 class TokenEmbeddingOptions(Options):

@@ -13,7 +13,8 @@ from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, FeedForward, Options
+from zoo.specs.interfaces import BuildContext, FeedForward
+from zoo.specs.options import Options
 
 
 class _HiddenDefault(Options):

@@ -27,7 +27,8 @@ from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, 
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options
+from zoo.specs.interfaces import BuildContext
+from zoo.specs.options import Options
 
 
 class GatedDeltaNetOptions(Options):

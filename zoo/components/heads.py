@@ -15,7 +15,8 @@ from torch import nn
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Embedding, Head, Options
+from zoo.specs.interfaces import BuildContext, Embedding, Head
+from zoo.specs.options import Options
 
 
 class CausalLMOptions(Options):

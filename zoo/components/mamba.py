@@ -29,7 +29,8 @@ from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 

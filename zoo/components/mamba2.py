@@ -27,7 +27,8 @@ from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options
+from zoo.specs.interfaces import BuildContext
+from zoo.specs.options import Options
 
 
 class Mamba2Options(Options):

@@ -27,7 +27,8 @@ from zoo.components.ffn import GatedMLP
 from zoo.components.grouped_mm import expert_offsets, grouped_mm_supported
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, FeedForward, Options
+from zoo.specs.interfaces import BuildContext, FeedForward
+from zoo.specs.options import Options
 
 
 class MoEOptions(Options):

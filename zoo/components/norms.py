@@ -8,7 +8,7 @@ from pydantic import Field
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import Options
+from zoo.specs.options import Options
 
 
 class LayerNormOptions(Options):

@@ -10,7 +10,8 @@ from torch import nn
 
 from zoo.components.rope import RopeRotation, RopeScaling, rope_cos_sin, rope_frequencies
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positional, Rotation
+from zoo.specs.interfaces import BuildContext, Positional, Rotation
+from zoo.specs.options import Options
 
 
 class StackPositional(Positional):

@@ -22,7 +22,8 @@ from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positional
+from zoo.specs.interfaces import BuildContext, Positional
+from zoo.specs.options import Options
 
 
 class RelativeBucketsOptions(Options):

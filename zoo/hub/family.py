@@ -9,8 +9,9 @@ registered by that package's hook); a plugin that brings a new block (RWKV, say)
 family the same way. A module with these names is such an object. A built-in model_type is
 taken over only with ``override=True``; a clash is an error naming both plugins.
 
-This module imports no other part of zoo at run time beyond ``zoo.errors`` and the config
-reader, so the registry can check a family while plugins load without an import cycle.
+The registry checks a registered family against ``FAMILY_MEMBERS`` of
+``zoo.specs.registry_entries`` (the contract layer, which imports no hub); this protocol is
+the typed form of those members for plugin authors.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from zoo.hub.names import Rule
     from zoo.specs.model import ModelSpec
 
-__all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector", "missing_members"]
+__all__ = ["CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector"]
 
 
 @runtime_checkable
@@ -76,21 +77,3 @@ class ZooShapes(dict):  # type: ignore[type-arg]
     def __init__(self, shapes: Mapping[str, Any], spec: ModelSpec) -> None:
         super().__init__(shapes)
         self.spec = spec
-
-
-FAMILY_MEMBERS: tuple[str, ...] = ("MODEL_TYPE", "ARCHITECTURE", "IGNORED", "read_config", "write_config", "tensor_rules")
-
-
-def missing_members(family: object) -> list[str]:
-    """What ``family`` lacks of the protocol (wrongly typed members included); [] when complete."""
-    problems = [name for name in FAMILY_MEMBERS if not hasattr(family, name)]
-    if problems:
-        return problems
-    if not isinstance(family.MODEL_TYPE, str) or not family.MODEL_TYPE:
-        problems.append("MODEL_TYPE (a non-empty string)")
-    if not isinstance(family.ARCHITECTURE, str):
-        problems.append("ARCHITECTURE (a string)")
-    if not isinstance(family.IGNORED, re.Pattern):
-        problems.append("IGNORED (a compiled regular expression)")
-    problems += [f"{name} (callable)" for name in FAMILY_MEMBERS[3:] if not callable(getattr(family, name))]
-    return problems

@@ -35,21 +35,20 @@ def tag(module: nn.Module, slot: str) -> nn.Module:
 
 def norm_factory(component: ResolvedComponent) -> Callable[[int], nn.Module]:
     def make_norm(dim: int) -> nn.Module:
-        return tag(component.entry.factory(component.options, dim), "norm")
+        return tag(component.factory(component.options, dim), "norm")
 
     return make_norm
 
 
 def build_component(component: ResolvedComponent, ctx: BuildContext, **modules: Any) -> Any:
     """Build one component and check it is the class its plugin declared at registration."""
-    entry = component.entry
-    module = entry.factory(component.options, ctx, **modules)
+    module = component.factory(component.options, ctx, **modules)
     if module is None and component.slot == "ffn":
         return None  # no FFN branch (kind none)
-    declared = entry.module
+    declared = component.module
     if not isinstance(module, declared):
         raise PluginError(
-            f"plugin {entry.plugin!r}: {component.slot} kind {component.kind!r} built a "
+            f"plugin {component.plugin!r}: {component.slot} kind {component.kind!r} built a "
             f"{type(module).__name__}, not the {declared.__name__} it declared at registration"
         )
     counted_as = {"head": "unembedding", "cross_attention": "attention"}.get(component.slot, component.slot)
@@ -76,7 +75,7 @@ def positional_key(layer: LayerSpec, ctx: BuildContext) -> str:
     """Layers with equal keys share one positional module: the resolved positional spec
     plus what its kind reads of the layer (RoPE: the rotated channels per head)."""
     component = layer.positional
-    declared = component.entry.module  # a Positional subclass: checked when its plugin registered
+    declared = component.module  # a Positional subclass: checked when its plugin registered
     assert declared is not None and issubclass(declared, Positional)
     return repr((component.to_dict(), declared.layer_key(component.options, ctx)))
 
@@ -151,7 +150,7 @@ def build_layers(spec: ModelSpec, role: str, prefix: str = "") -> Layers:
 
 def check_block(layer: LayerSpec, parts: dict[str, Any]) -> None:
     """The block kind declares what it wires: a cross-attention, a stateful FFN's state."""
-    block = layer.block.entry.module
+    block = layer.block.module
     assert issubclass(block, Block)  # checked when its plugin registered
     registry = get_registry()
     if "cross_attention" in parts and not block.takes_cross_attention:

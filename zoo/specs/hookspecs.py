@@ -1,4 +1,4 @@
-"""The plugin interface: three hooks, each handed a `register` callback.
+"""The plugin interface: four hooks, each handed a `register` callback.
 
 Built-in components and third-party plugins register through exactly these hooks; a plugin
 is a module (or object) with functions marked `@zoo.hookimpl`.
@@ -45,4 +45,14 @@ def zoo_register_checkpoint_formats(register):  # type: ignore[no-untyped-def]
     ``tensor_rules``), checked here. ``from_pretrained``, ``ModelSpec.from_hf_config`` and
     ``save_pretrained`` then handle its ``model_type``. A model_type zoo supports itself is
     taken over only with ``override=True``; two plugins registering one clash as kinds do.
+    """
+
+
+@hookspec
+def zoo_register_spec_readers(register):  # type: ignore[no-untyped-def]
+    """Register readers of config formats into a ModelSpec: ``register(fmt, reader)``.
+
+    ``reader(config, name=None) -> ModelSpec``; ``ModelSpec.from_hf_config`` asks for the
+    ``"hf_config"`` reader (the built-in checkpoint families register it), so the spec layer
+    names no checkpoint format. ``override=True`` replaces a registered format on purpose.
     """
