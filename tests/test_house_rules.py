@@ -31,6 +31,7 @@ imports. Attribute use after ``import zoo`` (``zoo.spec(...)``) is resolved the 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,27 @@ MAX_FILE_LINES = 400
 CORE_MODULES = (
     "zoo.model.build", "zoo.model.stack", "zoo.specs.model", "zoo.specs.components", "zoo.specs.interfaces",
     "zoo.specs.registry", "zoo.specs.registry_entries", "zoo.specs.plugins", "zoo.specs.hookspecs",
+)
+# DESIGN.md's dependency direction, top to bottom: a module imports only its own folder and
+# the tiers below its own (folders in one tier import none of each other). Training sits
+# between the harness (which runs a train step) and what it uses; DESIGN.md's middle tier
+# (analysis, hub, quant) is ordered: the hub checks a load fits with the analysis' figures,
+# and both count or load quantized layers; zoo.parts (the plugin-facing API)
+# over the parts it re-exports; model beside components and archs, which it reaches only
+# through the registry of specs.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli",),
+    ("harness",),
+    ("training",),
+    ("hub",),
+    ("analysis",),
+    ("quant",),
+    ("parts",),
+    ("model", "components", "archs"),
+    ("specs",),
+    ("files",),
+    ("errors",),
 )
 # what an out-of-tree plugin may import from zoo
 PUBLIC_MODULES = frozenset({"zoo", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
@@ -207,7 +229,7 @@ def import_graph(package_dir: Path) -> Graph:
 
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        where = lambda line: f"{path.relative_to(package_dir.parent)}:{line}"
+        where = functools.partial(_where, path.relative_to(package_dir.parent))
         scope = ast.Module(body=[s for s in tree.body if not _is_facade_wiring(s)], type_ignores=[]) if name == root else tree
         binds_root = False
         for imp in imports(scope, name, path.name == "__init__.py"):
@@ -229,6 +251,10 @@ def import_graph(package_dir: Path) -> Graph:
                     for t in resolve(root, n.attr):
                         graph.add(name, t, where(n.lineno))
     return graph
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path}:{line}"
 
 
 def find_cycle(edges: dict[str, dict[str, str]]) -> list[str] | None:
@@ -397,6 +423,29 @@ def test_the_package_root_holds_only_the_facade():
     errors and the plugin-facing parts; every other module lives in its layer's folder."""
     loose = sorted(p.name for p in (ROOT / PACKAGE).glob("*.py"))
     assert loose == ["__init__.py", "__main__.py", "errors.py", "parts.py"], loose
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def test_every_module_is_in_a_layer():
+    tiers = {layer for tier in LAYERS for layer in tier}
+    unplaced = sorted({_layer(m) for m in _modules(ROOT / PACKAGE)} - tiers - {PACKAGE})
+    assert not unplaced, f"zoo/ folders in no tier of LAYERS (place them in DESIGN.md's direction): {unplaced}"
+
+
+def test_imports_go_down_the_layers(graph):
+    """The facade (``zoo`` itself, reached per name) is no layer: its names are resolved to
+    the modules they load, and only those edges are checked."""
+    tier = {layer: depth for depth, names in enumerate(LAYERS) for layer in names}
+    upward = [
+        f"{source} -> {target}  ({where})"
+        for source, targets in graph.edges.items() if source != PACKAGE
+        for target, where in targets.items()
+        if target != PACKAGE and _layer(source) != _layer(target) and tier[_layer(target)] <= tier[_layer(source)]
+    ]
+    assert not upward, "imports against the layer order (LAYERS, top to bottom):\n" + "\n".join(sorted(upward))
 
 
 def test_components_never_import_the_harness_hub_or_cli(graph):

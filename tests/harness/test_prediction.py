@@ -14,7 +14,7 @@ from zoo.analysis.counts import (
     weight_bytes_read,
 )
 from zoo.analysis.devices import device_peaks, gpu_peaks
-from zoo.harness.phases.base import phases_for
+from zoo.harness.phases import phases_for
 from zoo.harness.phases.decode import Decode
 from zoo.harness.phases.encode import Encode
 from zoo.harness.phases.prefill import Prefill

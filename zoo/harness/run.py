@@ -25,12 +25,8 @@ from zoo.harness.environment import (
     zoo_git_commit,
 )
 from zoo.harness.measure import probe_for
-from zoo.harness.phases.base import (
-    RunContext,
-    phases_for,
-    registered_phases,
-    run_phase,
-)
+from zoo.harness.phases import phases_for, registered_phases
+from zoo.harness.phases.base import RunContext, run_phase
 from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
 from zoo.harness.shape import check_shape, run_shape
@@ -82,8 +78,8 @@ def _refuse_unread(source: ModelSource, given: Collection[str]) -> None:
 
 def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), progress: Progress | None = None) -> Row:
     """The run of ``source`` as ``config`` says (module docstring)."""
+    from zoo.analysis.memory_check import check_fits
     from zoo.harness.analysis_columns import analysis_columns
-    from zoo.harness.memory_check import check_fits
     from zoo.harness.prediction import prediction_columns
 
     spec, topology = source.spec, source.topology

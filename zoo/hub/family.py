@@ -20,10 +20,13 @@ import re
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import torch
+
+from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector
+from zoo.hub.names import IGNORED_HF, Rule, rename, renamed
 
 if TYPE_CHECKING:
-    from zoo.hub.names import Rule
     from zoo.specs.model import ModelSpec
 
 __all__ = ["CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector"]
@@ -77,3 +80,25 @@ class ZooShapes(dict):  # type: ignore[type-arg]
     def __init__(self, shapes: Mapping[str, Any], spec: ModelSpec) -> None:
         super().__init__(shapes)
         self.spec = spec
+
+
+# ---- a family's plan, completed ----------------------------------------------------------
+def tensor_rules(family: CheckpointFamily, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:
+    """Every zoo parameter's rule for this family: the family's own rules, then its renames
+    for the rest; a parameter neither covers is an error."""
+    rules, renames = family.tensor_rules(zoo_shapes, hf_keys)
+    rules = list(rules)
+    claimed = {n for rule in rules for n in rule.zoo}
+    for name in zoo_shapes:
+        if name in claimed:
+            continue
+        target = renamed(name, renames)
+        if target is None:
+            raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a {family.MODEL_TYPE} checkpoint")
+        rules.append(rename(name, target))
+    return rules
+
+
+def ignored_tensor(family: CheckpointFamily, name: str) -> bool:
+    """A checkpoint tensor that is no weight of zoo's model for this family."""
+    return IGNORED_HF.match(name) is not None or family.IGNORED.match(name) is not None

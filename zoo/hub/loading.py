@@ -20,9 +20,9 @@ from zoo.files.safe_io import inside
 from zoo.hub.config import checkpoint_family, spec_from_hf_config
 from zoo.hub.config_input import read_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.family import ZooShapes
+from zoo.hub.family import ZooShapes, ignored_tensor, tensor_rules
 from zoo.hub.fits import check_weights_fit
-from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
+from zoo.hub.names import legacy_aliases
 from zoo.hub.packed_formats import PackedFormat, packed_format
 from zoo.hub.quantized_checkpoints import as_float_names, load_packed_layers
 from zoo.hub.safetensors_io import SafetensorsFile

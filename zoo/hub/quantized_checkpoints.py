@@ -188,7 +188,7 @@ def save_awq(model: nn.Module, layers: Mapping[str, Any], out: Path, group_size:
     from zoo.files.atomic import write_text_atomic
     from zoo.files.safe_io import load_json, read_text
     from zoo.hub.config import checkpoint_family
-    from zoo.hub.names import tensor_rules
+    from zoo.hub.family import tensor_rules
     from zoo.hub.safetensors_io import write_safetensors
     from zoo.hub.save import save_pretrained
 

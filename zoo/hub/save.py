@@ -18,8 +18,7 @@ from zoo.components.fused import unfused_parameters
 from zoo.errors import CheckpointError
 from zoo.files.atomic import write_text_atomic
 from zoo.hub.config import checkpoint_families, checkpoint_family, spec_from_hf_config
-from zoo.hub.family import ZooShapes
-from zoo.hub.names import tensor_rules
+from zoo.hub.family import ZooShapes, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
 from zoo.model.build import ZooModel, persistent_buffers
 from zoo.specs.model import ModelSpec

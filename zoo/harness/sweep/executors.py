@@ -29,9 +29,8 @@ from typing import Any, Literal, Protocol
 
 from zoo.errors import BenchError
 from zoo.harness.sweep.grid import SweepPlan, SweepPoint
-from zoo.harness.sweep.points import evaluate_point, make_row
+from zoo.harness.sweep.points import OnRow, evaluate_point, make_row
 
-OnRow = Callable[[dict[str, Any]], None]
 Isolation = Literal["forkserver", "interpreter"]
 FORKSERVER_PRELOAD = ["zoo.harness.sweep.points", "zoo.harness.run", "zoo.analysis.counts", "zoo.model.generation", "torch._dynamo"]
 STDERR_TAIL_LINES = 3

@@ -18,6 +18,8 @@ from typing import Any
 from zoo.errors import ZooError
 from zoo.harness.sweep.grid import ARCH_KEY, SweepPlan, SweepPoint
 
+OnRow = Callable[[dict[str, Any]], None]  # what an executor hands each row it gathers
+
 Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> zoo.harness.row.Row
 
 

@@ -10,14 +10,11 @@ crash) comes back as the point's failed row. Ray is optional: ``pip install -e "
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.errors import BenchError
 from zoo.harness.sweep.grid import SweepPlan, SweepPoint
-from zoo.harness.sweep.points import make_row
-
-if TYPE_CHECKING:  # executors imports this module when asked for Ray
-    from zoo.harness.sweep.executors import OnRow
+from zoo.harness.sweep.points import OnRow, make_row
 
 
 def _import_ray() -> Any:
