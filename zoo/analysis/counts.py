@@ -48,19 +48,17 @@ class ParamCount:
         return self.total - self.embedding - self.unembedding
 
 
-def _family_of(module: nn.Module, inherited: str) -> str:
-    return getattr(module, "_zoo_family", inherited)
-
-
-def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
-    """Per-family counts of unique parameters, and parameters inactive per token."""
+def _walk_counts(model: ZooModel) -> tuple[dict[str, int], int]:
+    """Per-family counts of unique parameters (the family each module path was built as,
+    ``ZooModel.part_families``, inherited by its children), and parameters inactive per token."""
     seen: set[int] = set()
     by_family: dict[str, int] = {}
     inactive = 0
+    families = model.part_families
 
-    def visit(module: nn.Module, family: str) -> None:
+    def visit(module: nn.Module, family: str, path: str) -> None:
         nonlocal inactive
-        family = _family_of(module, family)
+        family = families.get(path, family)
         own = 0
         for param in module.parameters(recurse=False):
             if id(param) not in seen:
@@ -69,22 +67,22 @@ def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
         by_family[family] = by_family.get(family, 0) + own
         if isinstance(module, FeedForward):  # outermost FFN only: its count covers its children
             inactive += sum(p.numel() for p in module.parameters()) - module.active_param_count()
-            for child in module.children():
-                visit_counts_only(child, family)
+            for name, child in module.named_children():
+                visit_counts_only(child, family, f"{path}.{name}")
             return
-        for child in module.children():
-            visit(child, family)
+        for name, child in module.named_children():
+            visit(child, family, f"{path}.{name}" if path else name)
 
-    def visit_counts_only(module: nn.Module, family: str) -> None:
-        family = _family_of(module, family)
+    def visit_counts_only(module: nn.Module, family: str, path: str) -> None:
+        family = families.get(path, family)
         for param in module.parameters(recurse=False):
             if id(param) not in seen:
                 seen.add(id(param))
                 by_family[family] = by_family.get(family, 0) + param.numel()
-        for child in module.children():
-            visit_counts_only(child, family)
+        for name, child in module.named_children():
+            visit_counts_only(child, family, f"{path}.{name}")
 
-    visit(model, "model")
+    visit(model, "model", "")
     return {k: v for k, v in by_family.items() if v}, inactive
 
 
@@ -118,7 +116,7 @@ def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamC
     total = sum(by_family.values())
     embedding = by_family.get("embedding", 0)  # token (and token-type) tables
     unembedding = by_family.get("unembedding", 0)  # the head's own parameters (a tied table is the embedding's)
-    tied = any(module.tied for module in model.modules() if isinstance(module, Head))
+    tied = model.head_tied
     # a tied table serves as the unembedding: active (reported as embedding); an untied
     # input table is a lookup, not a multiply
     active = total - inactive - (0 if tied else embedding)

@@ -112,12 +112,9 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
 
 
 def replace_linear(parent: nn.Module, name: str, quantized: nn.Module) -> None:
-    """Put ``quantized`` where the linear ``parent.name`` was, keeping the tags the analysis
-    and the heads declare on it (family, a head's logits, tying)."""
-    linear = getattr(parent, name)
-    for attr in ("_zoo_family", "logits", "tied"):
-        if hasattr(linear, attr):
-            setattr(quantized, attr, getattr(linear, attr))
+    """Put ``quantized`` where the linear ``parent.name`` was. What the build declared of
+    that place (its family, a head's logits and tying) lives on the model by path
+    (``ZooModel.part_families``, ``head_gives_logits``, ``head_tied``), so nothing moves."""
     setattr(parent, name, quantized)
 
 
