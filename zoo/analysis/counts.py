@@ -17,6 +17,7 @@ from torch import nn
 from zoo.analysis.quantized import float_dtype, quantization_saving, quantized_meta_model, spec_of
 from zoo.errors import SpecError
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
+from zoo.quant import QUANTIZED, normalize, stored_bytes
 from zoo.specs.interfaces import FeedForward, Head, Mixer
 from zoo.specs.model import ModelSpec
 
@@ -209,7 +210,6 @@ def weight_bytes(
     """Bytes of the weights as laid out (tied weights once): every parameter in ``dtype``,
     or, with ``weights_dtype`` int8/int4, the quantized layers' packed weights and scales
     (``zoo.quant.stored_bytes`` of the meta model quantized the way a run quantizes it)."""
-    from zoo.quant import QUANTIZED, normalize, stored_bytes
 
     if normalize(weights_dtype) not in QUANTIZED:
         return count_params(spec).total * float_dtype(dtype, weights_dtype).itemsize

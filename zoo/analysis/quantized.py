@@ -9,12 +9,13 @@ from typing import Any
 import torch
 
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
+from zoo.quant import FLOAT_DTYPE, QUANTIZED, normalize, quantize
+from zoo.quant.linear import QuantizedLinear
 from zoo.specs.model import ModelSpec
 
 
 def float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
     """The dtype of unquantized weights: a float ``weights_dtype`` names it, else ``dtype``."""
-    from zoo.quant import FLOAT_DTYPE, normalize
 
     name = normalize(weights_dtype)
     return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
@@ -26,7 +27,6 @@ def spec_of(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ModelSpec:
 
 def quantized_meta_model(spec: ModelSpec, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
     """The meta model quantized the way a run quantizes it, made once per spec and setting."""
-    from zoo.quant import quantize
 
     def make() -> ZooModel:
         model = build(spec, device="meta", dtype=dtype.removeprefix("torch."))
@@ -43,8 +43,6 @@ def quantization_saving(
 ) -> int:
     """Bytes the quantized layers save against the same layers in ``dtype`` (0 unquantized);
     every quantized layer is read at each step, so this is also the saving in bytes read."""
-    from zoo.quant import QUANTIZED, normalize
-    from zoo.quant.linear import QuantizedLinear
 
     if normalize(weights_dtype) not in QUANTIZED:
         return 0

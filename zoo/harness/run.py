@@ -9,14 +9,17 @@ given for a model it means nothing to (``gen_len`` of an encoder), is one BenchE
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 import torch
 
+from zoo.analysis.memory_check import check_fits
 from zoo.components.kernels import implementations, preferring
 from zoo.errors import BenchError
+from zoo.harness.analysis_columns import analysis_columns
 from zoo.harness.child_run import child_main, run_child
 from zoo.harness.environment import (
     Environment,
@@ -27,10 +30,13 @@ from zoo.harness.environment import (
 from zoo.harness.measure import probe_for
 from zoo.harness.phases import phases_for, registered_phases
 from zoo.harness.phases.base import RunContext, run_phase
+from zoo.harness.prediction import prediction_columns
 from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
 from zoo.harness.shape import check_shape, run_shape
 from zoo.harness.source import ModelSource, resolve_source, run_dtype
+from zoo.model.build import ZooModel
+from zoo.quant import stored_bytes
 from zoo.specs.model import ModelSpec
 
 __all__ = ["BenchConfig", "Progress", "Row", "bench", "make_config", "measure", "measure_in_subprocess"]
@@ -78,9 +84,6 @@ def _refuse_unread(source: ModelSource, given: Collection[str]) -> None:
 
 def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), progress: Progress | None = None) -> Row:
     """The run of ``source`` as ``config`` says (module docstring)."""
-    from zoo.analysis.memory_check import check_fits
-    from zoo.harness.analysis_columns import analysis_columns
-    from zoo.harness.prediction import prediction_columns
 
     spec, topology = source.spec, source.topology
     device = pick_device(config.device)
@@ -125,8 +128,6 @@ def _held_weights(model: torch.nn.Module) -> dict[str, Any]:
     """A loaded checkpoint that keeps its own storage (a GGUF's packed blocks, AWQ/GPTQ) is
     reported as held: its layout ("Q4_1 -> int4 x168; the rest bfloat16") and the bytes of
     what the model holds, not the analysis of the spec in the run's dtype."""
-    from zoo.model.build import ZooModel
-    from zoo.quant import stored_bytes
 
     layout = model.weights_layout if isinstance(model, ZooModel) else None
     return {} if layout is None else {"weights_dtype": layout, "weight_bytes": stored_bytes(model)}
@@ -146,8 +147,6 @@ def _ticker(progress: Progress | None, total: int) -> Any:
 
 
 def _python() -> str:
-    import sys
-
     return sys.version.split()[0]
 
 

@@ -17,6 +17,9 @@ import torch
 from zoo.analysis.counts import Topology, topology
 from zoo.errors import BenchError
 from zoo.harness.run_config import BenchConfig
+from zoo.hub.loading import checkpoint_spec, from_pretrained
+from zoo.model.build import as_spec, build, resolve_dtype
+from zoo.quant import run_dtype as quant_run_dtype
 from zoo.specs.model import ModelSpec
 
 
@@ -29,10 +32,8 @@ class ModelSource:
     def load(self, device: torch.device, dtype: torch.dtype, seed: int) -> Any:
         """The model, in eval mode: built from the spec, or the checkpoint's weights loaded."""
         if self.weights is None:
-            from zoo.model.build import build
 
             return build(self.spec, device=device, dtype=dtype, seed=seed).eval()
-        from zoo.hub.loading import from_pretrained
 
         return from_pretrained(self.weights, device=device, dtype=dtype, progress=False).eval()
 
@@ -40,12 +41,10 @@ class ModelSource:
 def resolve_source(spec: ModelSpec | str | Mapping[str, Any] | None, config: BenchConfig) -> ModelSource:
     """The run's model source: ``config.weights``'s checkpoint if given, else the spec."""
     if config.weights:
-        from zoo.hub.loading import checkpoint_spec
 
         spec = checkpoint_spec(config.weights)
     elif spec is None:
         raise BenchError("give a spec (an architecture) or weights to benchmark")
-    from zoo.model.build import as_spec
 
     model_spec = as_spec(spec)
     return ModelSource(model_spec, topology(model_spec), config.weights)
@@ -54,8 +53,6 @@ def resolve_source(spec: ModelSpec | str | Mapping[str, Any] | None, config: Ben
 def run_dtype(config: BenchConfig, device: torch.device) -> torch.dtype:
     """The model's dtype: ``dtype``, else a float ``weights_dtype``, else bfloat16 for quantized
     weights or on CUDA, float32 elsewhere (``zoo.quant.run_dtype``)."""
-    from zoo.model.build import resolve_dtype
-    from zoo.quant import run_dtype as quant_run_dtype
 
     default = "bfloat16" if device.type == "cuda" else "float32"
     return resolve_dtype(quant_run_dtype(config.weights_dtype, config.dtype, default))

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector
 from zoo.hub.names import IGNORED_HF, Rule, rename, renamed
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 __all__ = ["CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector"]
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 from torch import nn
 
 from zoo.errors import BenchError, allowed
+from zoo.model.build import resolve_dtype
+from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear
 
 WEIGHTS_DTYPES = ("bf16", "float32", "int8", "int4")
 QUANTIZED = ("int8", "int4")
@@ -42,7 +44,6 @@ def normalize(weights_dtype: str | None) -> str | None:
 
 def check_group_size(group_size: int | None) -> int:
     """The int4 group size (default ``DEFAULT_GROUP_SIZE``), or a BenchError."""
-    from zoo.quant.linear import INT4_GROUP_SIZES
 
     size = DEFAULT_GROUP_SIZE if group_size is None else group_size
     if size not in INT4_GROUP_SIZES:
@@ -56,7 +57,6 @@ def run_dtype(weights_dtype: str | None, dtype: str | None, default: str) -> str
     ``dtype`` is a BenchError."""
     name = normalize(weights_dtype)
     if name in FLOAT_DTYPE:
-        from zoo.model.build import resolve_dtype
 
         if dtype is not None and resolve_dtype(dtype) != resolve_dtype(FLOAT_DTYPE[name]):
             raise BenchError(f"weights_dtype: {name} contradicts dtype={dtype}; give one of them, or the same dtype")
@@ -72,7 +72,6 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
     Float ``weights_dtype`` (or None) leaves it unchanged: the run builds it in that dtype.
     Works on the meta device too (shapes only), which is how the analysis counts bytes.
     """
-    from zoo.quant.linear import Int4Linear, Int8Linear, QuantizedLinear
 
     name = normalize(weights_dtype)
     if name not in QUANTIZED:
@@ -101,7 +100,6 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
             quantized = Int4Linear(weight, bias, weight.dtype, size)
         replace_linear(parent, child_name, quantized)
     if tied and isinstance(model.lm_head, QuantizedLinear):
-        from zoo.quant.linear import Int8Embedding
 
         head = model.lm_head
         table = embed.weight.detach()  # type: ignore[union-attr]
@@ -122,7 +120,6 @@ def stored_bytes(model: nn.Module) -> int:
     """Bytes the model's weights occupy as laid out: unique parameters (tied ones once) plus
     the packed weights and scales of quantized layers. The one count the analysis, the
     harness and the roofline share."""
-    from zoo.quant.linear import Int8Embedding, QuantizedLinear
 
     unique = {id(p): p for p in model.parameters()}
     for module in model.modules():

@@ -9,16 +9,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import nn
 
 from zoo.errors import SpecError, allowed, did_you_mean
 from zoo.files.safe_io import bounded_repr
 from zoo.specs.options import Options
-
-if TYPE_CHECKING:
-    from torch import nn
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")  # per layer
 MODEL_PARTS: tuple[str, ...] = ("embedding", "head")  # one per model

@@ -38,17 +38,14 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 from torch import nn
 
+from zoo.specs.components import LayerSpec
 from zoo.specs.options import Options
 from zoo.specs.state import BlockState, HoldsState, LayerState, Memory, StateTensor
-
-if TYPE_CHECKING:
-    from zoo.specs.components import LayerSpec
-
 
 Role = Literal["decoder", "encoder"]
 

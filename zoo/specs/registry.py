@@ -21,6 +21,7 @@ from typing import Any, Literal
 import pluggy
 from pydantic import BaseModel
 
+from zoo import __version__ as zoo_version
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
 from zoo.specs import hookspecs
 from zoo.specs.plugins import PluginFailure, load_entry_points
@@ -319,8 +320,6 @@ def get_registry() -> Registry:
             return _registry
         if _building is not None:
             return _building
-        from zoo import __version__ as zoo_version
-
         registry = Registry()
         _building = registry
         try:

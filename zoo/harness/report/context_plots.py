@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zoo.harness.context_lengths import format_context
 from zoo.harness.report.plots import _figure, _save
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, 
 def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: bool) -> None:
     from matplotlib.lines import Line2D
 
-    from zoo.harness.context_lengths import format_context
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(contexts))
