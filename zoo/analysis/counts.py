@@ -49,9 +49,10 @@ class ParamCount:
         return self.total - self.embedding - self.unembedding
 
 
-def _walk_counts(model: ZooModel) -> tuple[dict[str, int], int]:
-    """Per-family counts of unique parameters (the family each module path was built as,
-    ``ZooModel.part_families``, inherited by its children), and parameters inactive per token."""
+def _walk_counts(model: ZooModel, part: str = "") -> tuple[dict[str, int], int]:
+    """Per-family counts of the unique parameters of ``model``'s submodule at ``part`` (all
+    of it by default), by the family each module path was built as (``ZooModel.part_families``,
+    inherited by its children), and the parameters inactive per token."""
     seen: set[int] = set()
     by_family: dict[str, int] = {}
     inactive = 0
@@ -83,7 +84,7 @@ def _walk_counts(model: ZooModel) -> tuple[dict[str, int], int]:
         for name, child in module.named_children():
             visit_counts_only(child, family, f"{path}.{name}")
 
-    visit(model, "model", "")
+    visit(model.get_submodule(part), "model", part)
     return {k: v for k, v in by_family.items() if v}, inactive
 
 
@@ -256,11 +257,12 @@ def _head_params(model: ZooModel) -> tuple[int, int]:
     return sum(sum(p.numel() for p in m.parameters()) for m in heads), sum(m.forward_param_count() for m in heads)
 
 
-def _matmul_params_of(module: nn.Module, lookups: tuple[str, ...] = ()) -> int:
-    """Parameters multiplied per token, less norms, position tables and ``lookups`` families."""
-    by_family, inactive = _walk_counts(module)
+def _matmul_params_of(model: ZooModel, part: str, lookups: tuple[str, ...] = ()) -> int:
+    """Parameters of ``model``'s ``part`` multiplied per token, less norms, position tables
+    and ``lookups`` families."""
+    by_family, inactive = _walk_counts(model, part)
     lookup = sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES + lookups)
-    return sum(by_family.values()) - inactive - lookup - _not_per_token(module)
+    return sum(by_family.values()) - inactive - lookup - _not_per_token(model.get_submodule(part))
 
 
 def forward_flops(
@@ -293,7 +295,7 @@ def forward_flops(
     head, head_forward = _head_params(model)
     head_rows = 1 if last_only else n_new
     # the encoder's layers (its embedding is the model's tied table, counted at the model level)
-    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder, ("embedding",))
+    encoder = 0 if model.encoder is None else _matmul_params_of(model, "encoder", ("embedding",))
     return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head_forward * head_rows + scores)
 
 
@@ -309,7 +311,7 @@ def encoder_flops(
         flops = module.executed_score_flops if executed else module.score_flops
         mixing += int(flops(memory_len, memory_len))
     # the encoder's embedding (its tied token table) is a lookup, not a product
-    return batch_size * (2 * _matmul_params_of(model.encoder, ("embedding",)) * memory_len + mixing)
+    return batch_size * (2 * _matmul_params_of(model, "encoder", ("embedding",)) * memory_len + mixing)
 
 
 def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], context_len: int) -> int:
@@ -360,6 +362,6 @@ def encoder_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
     model = _model_for(spec)
     if model.encoder is None:
         return 0
-    by_family, inactive = _walk_counts(model.encoder)
+    by_family, inactive = _walk_counts(model, "encoder")
     return sum(by_family.values()) - inactive - by_family.get("embedding", 0)
 
