@@ -72,7 +72,6 @@ class BenchConfig(StrictNumbers):
     @classmethod
     def _check_eval_text(cls, value: str | None) -> str | None:
         if value is not None:  # read at the end of the run: refused before it starts
-
             check_readable(value, BenchError, "eval_text file", EVAL_MAX_BYTES)
         return value
 
@@ -84,10 +83,8 @@ class BenchConfig(StrictNumbers):
     @model_validator(mode="after")
     def _check_predict(self) -> BenchConfig:
         if self.weights_group_size is not None:
-
             check_group_size(self.weights_group_size)
         if self.predict is not None:
-
             gpu(self.predict)
         return self
 

@@ -32,7 +32,6 @@ class ModelSource:
     def load(self, device: torch.device, dtype: torch.dtype, seed: int) -> Any:
         """The model, in eval mode: built from the spec, or the checkpoint's weights loaded."""
         if self.weights is None:
-
             return build(self.spec, device=device, dtype=dtype, seed=seed).eval()
 
         return from_pretrained(self.weights, device=device, dtype=dtype, progress=False).eval()
@@ -41,7 +40,6 @@ class ModelSource:
 def resolve_source(spec: ModelSpec | str | Mapping[str, Any] | None, config: BenchConfig) -> ModelSource:
     """The run's model source: ``config.weights``'s checkpoint if given, else the spec."""
     if config.weights:
-
         spec = checkpoint_spec(config.weights)
     elif spec is None:
         raise BenchError("give a spec (an architecture) or weights to benchmark")

@@ -71,5 +71,4 @@ def check_value_types(data: Mapping[str, Any], source: str) -> None:
         elif key == "mlp_only_layers" and not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
             problem = "expected a list of layer indices"
         if problem:
-
             raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")

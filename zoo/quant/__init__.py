@@ -57,7 +57,6 @@ def run_dtype(weights_dtype: str | None, dtype: str | None, default: str) -> str
     ``dtype`` is a BenchError."""
     name = normalize(weights_dtype)
     if name in FLOAT_DTYPE:
-
         if dtype is not None and resolve_dtype(dtype) != resolve_dtype(FLOAT_DTYPE[name]):
             raise BenchError(f"weights_dtype: {name} contradicts dtype={dtype}; give one of them, or the same dtype")
         return FLOAT_DTYPE[name]
@@ -100,7 +99,6 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
             quantized = Int4Linear(weight, bias, weight.dtype, size)
         replace_linear(parent, child_name, quantized)
     if tied and isinstance(model.lm_head, QuantizedLinear):
-
         head = model.lm_head
         table = embed.weight.detach()  # type: ignore[union-attr]
         embedding = Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)

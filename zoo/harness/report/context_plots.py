@@ -67,7 +67,6 @@ def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, 
 def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: bool) -> None:
     from matplotlib.lines import Line2D
 
-
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(contexts))
     ax.set_xticklabels([format_context(n) for n in contexts])

@@ -55,8 +55,6 @@ def _measurements(rows: list[dict], path: Path) -> list[Row]:
     """Each logged row as a Row (a row logged before topologies were named is a decoder's,
     or names its ``family``: ``Row`` reads both)."""
 
-
-
     allowed = get_args(Topology)
     out = []
     for number, row in enumerate(rows, start=1):
@@ -154,7 +152,6 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
     analysis, the measurement, and ``<column>_vs_baseline`` ratios to the row that has the
     baseline's values in place of its own (``baseline`` may name only some axes)."""
     import pandas as pd
-
 
     rows = sorted(rows, key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): r for r in rows if r.get("status") == "ok"}

@@ -248,7 +248,6 @@ def make_executor(name: str = "local", *, jobs: int = 1, isolation: Isolation | 
             raise BenchError("--address is for --executor ray; the local executor runs on this machine")
         return LocalExecutor(jobs=jobs, isolation=isolation, timeout=timeout)
     if name == "ray":
-
         return RayExecutor(address=address, timeout=timeout)
     raise BenchError(f"executor: unknown {name!r}; allowed: local, ray")
 

@@ -302,7 +302,6 @@ def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
-
     path = Path(path)
     text = read_text(path, BenchError, "sweep file")
     try:
@@ -321,7 +320,6 @@ def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
         data["depth"] = None
     spec_file = data.pop("spec_file", None)
     if spec_file is not None:
-
         data["spec"] = ModelSpec.from_file(path.parent / spec_file).to_dict()
     try:
         plan = SweepPlan.model_validate(data)

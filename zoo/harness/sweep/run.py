@@ -63,7 +63,6 @@ def run_plan(
         check_folder_writable(log.parent)  # the tables go beside the log: fail before running
         frame = _run_points(plan, points, rows, executor, fd, progress)
         if render:
-
             render_sweep(frame, rows, log.with_name(plan.name))
     return frame
 
@@ -121,7 +120,6 @@ def sweep_frame(plan: SweepPlan, rows: Iterable[Mapping[str, Any]]) -> pd.DataFr
     baseline = plan.baseline or _default_baseline(plan)
     frame = sweep_table(rows, plan.keys(), baseline)
     if plan.contexts:
-
         records = context_records(rows, plan.keys(), baseline)
         frame.attrs["contexts"] = records
         frame.attrs["crossovers"] = crossovers(as_frame(records, plan.keys()), baseline_label(rows, baseline))
