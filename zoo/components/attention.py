@@ -10,7 +10,7 @@ the cache allocates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -334,7 +334,7 @@ def build_attention(options: AttentionOptions, ctx: BuildContext) -> Attention:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "gqa", build_attention, options=AttentionOptions, module=Attention)
     register("attention", "mha", build_attention, options=MHAOptions, module=Attention)
     register("attention", "mqa", build_attention, options=MQAOptions, module=Attention)

@@ -3,6 +3,8 @@ table and embedding norm (BERT: word + position + token type, then LayerNorm).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import Field, NonNegativeInt, PositiveInt
 from torch import nn
@@ -66,5 +68,5 @@ def build_token(options: TokenEmbeddingOptions, ctx: BuildContext) -> TokenEmbed
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("embedding", "token", build_token, options=TokenEmbeddingOptions, module=TokenEmbedding)

@@ -16,7 +16,7 @@ unless the spec's ``state_dtype`` is ``cache``: transformers' cache, tensor for 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -200,5 +200,5 @@ def build_mamba(options: MambaOptions, ctx: BuildContext) -> MambaMixer:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "mamba", build_mamba, options=MambaOptions, module=MambaMixer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from pydantic import Field
@@ -185,7 +186,7 @@ def build_alibi(options: AlibiOptions, ctx: BuildContext) -> Positional:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("positional", "none", build_none, options=NoPositionalOptions, module=NoPositional)
     register("positional", "learned", build_learned, options=LearnedOptions, module=LearnedPositional)
     register("positional", "sinusoidal", build_sinusoidal, options=SinusoidalOptions, module=SinusoidalPositional)

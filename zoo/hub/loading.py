@@ -198,7 +198,7 @@ def from_pretrained(
     load_weights(model, folder, model_type, progress=progress, packed=packed_format(config, str(folder / "config.json")))
     model.tie_weights()
     init_buffers(model)
-    model.hf_model_type = model_type  # type: ignore[assignment]
+    model.hf_model_type = model_type
     model.checkpoint = folder
     return model.eval()
 

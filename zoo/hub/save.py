@@ -71,7 +71,7 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
                               "load it with dequantize=True to write safetensors")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = matching_config(model.spec, model_type or getattr(model, "hf_model_type", None))
+    config = matching_config(model.spec, model_type or model.hf_model_type)
     params = {**unfused_parameters(model), **persistent_buffers(model)}  # zoo.fuse_projections undone
     first = next(iter(params.values()))
     config["dtype"] = str(first.dtype).removeprefix("torch.")

@@ -117,6 +117,7 @@ class ZooModel(nn.Module):
         # "Q4_1 -> int4 x168; the rest float32"); None for built or float checkpoints
         self.weights_layout: str | None = None
         self.checkpoint: Path | None = None  # the folder or GGUF file the weights came from (from_pretrained)
+        self.hf_model_type: str | None = None  # the checkpoint's family (from_pretrained; save_pretrained writes it back)
         self.tie_weights()
 
     def tie_weights(self) -> None:
