@@ -14,9 +14,9 @@ from zoo.analysis.counts import (
     weight_bytes_read,
 )
 from zoo.analysis.devices import gpu_peaks
+from zoo.components.attention import bidirectional_keys_seen
 from zoo.harness.phases.decode import Decode
 from zoo.harness.run_config import make_config
-from zoo.components.attention import bidirectional_keys_seen
 from zoo.model.build import as_spec, build
 from zoo.specs.interfaces import visible_keys
 
