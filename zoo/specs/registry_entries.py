@@ -11,16 +11,15 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
+from torch import nn
 
 from zoo.errors import PluginError, allowed, did_you_mean
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from zoo.specs.options import Options
+from zoo.specs.interfaces import SLOT_BASES
+from zoo.specs.options import Options
+from zoo.specs.state import HoldsState
 
 # the component slots a spec fills; a kind registers into one of them
 SLOTS: tuple[str, ...] = ("norm", "positional", "attention", "cross_attention", "ffn", "block", "embedding", "head")
@@ -61,9 +60,6 @@ def component_entry(
     module: type | None = None,
 ) -> ComponentEntry:
     """Validate one component registration (wrong arguments are the plugin's bug)."""
-    # torch loads only once something registers (``zoo --help`` never registers)
-    from zoo.specs.options import Options
-
     if slot not in SLOTS:
         raise PluginError(
             f"plugin {plugin!r} registers unknown slot {slot!r}{did_you_mean(str(slot), SLOTS)}; "
@@ -109,9 +105,6 @@ def checked_module(slot: str, kind: str, module: type | None, plugin: str) -> ty
     """The declared module class, after checking it subclasses the slot's base, implements
     every abstract member (``score_flops`` of a token mixer, ...) and declares its
     capabilities consistently (a ``stateful`` part declares its ``state_layout``)."""
-    from zoo.specs.interfaces import SLOT_BASES
-    from zoo.specs.state import HoldsState
-
     base = SLOT_BASES[slot]
     where = f"plugin {plugin!r}: {slot} kind {kind!r}"
     if module is None:

@@ -26,6 +26,7 @@ import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -90,8 +91,6 @@ class LocalExecutor:
 
     # -- forked from a fork server that imported torch and zoo once --------------------------
     def _run_forked(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from multiprocessing.connection import wait as wait_any
-
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(FORKSERVER_PRELOAD)
         plan_json = plan.model_dump_json()
