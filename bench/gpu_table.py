@@ -161,7 +161,7 @@ class Energy:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
             self.read = lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0  # joules
-        except Exception:  # noqa: BLE001 - no NVML, no energy column
+        except Exception:
             self.handle = None
 
     def joules(self) -> float | None:
@@ -315,7 +315,7 @@ def _run_one(case: Case, tiny: bool, device: Any, isolate: bool, timeout: float,
     before = energy.joules()
     try:
         row = measure_case(case, tiny, device, isolate, timeout)
-    except Exception as exc:  # noqa: BLE001 - one failed case is a line of the table, not the end of it
+    except Exception as exc:
         return {"model": case.model, "mode": case.mode, "status": f"failed: {str(exc).splitlines()[0][:200]}"}
     after = energy.joules()
     return table_line(case, row, bandwidth, None if before is None or after is None else after - before)

@@ -38,7 +38,7 @@ def main() -> None:
     models = {name: zoo.build(name, device="cpu", dtype="float32", seed=0).eval() for name in args.archs.split(",")}
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
-    for name, model in models.items():  # warm-up
+    for model in models.values():  # warm-up
         _round(model, ids)
     for _ in range(args.rounds):
         for name, model in models.items():

@@ -17,9 +17,9 @@ from torch.profiler import ProfilerActivity, profile
 
 def profile_decode(checkpoint: Path, args: argparse.Namespace, console: Any) -> None:
     from transformers import AutoModelForCausalLM
+    from vs_transformers import hf_runner, zoo_runner
 
     import zoo
-    from vs_transformers import hf_runner, zoo_runner
 
     torch.set_num_threads(args.threads[0])
     batch, prompt = args.batch[0], args.prompt[0]

@@ -14,9 +14,9 @@ import time
 import torch
 
 import zoo
+from zoo.harness.run import bench
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
-from zoo.harness.run import bench
 
 ROUNDS = 15
 PROMPT, STEPS = 32, 32

@@ -36,13 +36,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_report import write_markdown  # noqa: E402
+from perf_report import write_markdown
 
-import zoo  # noqa: E402
-from zoo.analysis.counts import decode_bytes_per_step  # noqa: E402
-from zoo.analysis.devices import device_peaks  # noqa: E402
-from zoo.model.cache import KVCache  # noqa: E402
-from zoo.model.generation import compile_decode_step, decode_step, prefill  # noqa: E402
+import zoo
+from zoo.analysis.counts import decode_bytes_per_step
+from zoo.analysis.devices import device_peaks
+from zoo.model.cache import KVCache
+from zoo.model.generation import compile_decode_step, decode_step, prefill
 
 FAMILIES = {"qwen3": "qwen3-0.6b", "llama": "llama-3.2-1b"}  # real widths; layers cut by --layers
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "perf-vs-transformers.md"

@@ -21,7 +21,6 @@ from zoo.specs.interfaces import (
     FeedForward,
     Head,
     Norm,
-    Options,
     Part,
     Positional,
     Positions,
@@ -30,6 +29,7 @@ from zoo.specs.interfaces import (
     causal_keys_seen,
     visible_keys,
 )
+from zoo.specs.options import Options
 from zoo.specs.state import NO_STATE, BlockState, HoldsState, LayerState, Memory, StatePer, StateTensor
 
 __all__ = [

@@ -141,8 +141,8 @@ def test_prefill_counts_the_head_on_the_last_row_only():
 
 def test_a_mixer_without_score_flops_is_refused_when_its_plugin_registers():
     from zoo.specs.interfaces import TokenMixer
-    from zoo.specs.state import StateTensor
     from zoo.specs.registry import Registry
+    from zoo.specs.state import StateTensor
 
     class NoFlops(TokenMixer):
         def forward(self, x, positions, state=None, memory=None):

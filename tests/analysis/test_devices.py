@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from zoo.errors import BenchError
 from zoo.analysis.devices import GPUS, device_peaks, gpu, gpu_peaks, matches_device, step_roofline
+from zoo.errors import BenchError
 
 
 def test_the_table_covers_the_required_gpus_with_sources():

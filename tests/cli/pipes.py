@@ -32,8 +32,8 @@ def environment(site: Path | None = None, **env: str) -> dict[str, str]:
 def zoo(*args: str, site: Path | None = None, cwd: Path | None = None, timeout: float = 180,
         **env: str) -> subprocess.CompletedProcess[str]:
     """``zoo ARGS`` with piped stdout and stderr."""
-    return subprocess.run([*zoo_command(), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=environment(site, **env), cwd=cwd or REPO,
+    return subprocess.run([*zoo_command(), *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, env=environment(site, **env), cwd=cwd or REPO,
                           timeout=timeout)
 
 

@@ -29,11 +29,12 @@ def t5_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def loads(monkeypatch):  # type: ignore[no-untyped-def]
-    """The folders the run loaded weights from (through zoo.hub.loading.from_pretrained)."""
-    import zoo.hub.loading as loading
+    """The folders the run loaded weights from (zoo.hub.loading.from_pretrained, as the run's
+    model source calls it)."""
+    import zoo.harness.source as source
 
-    seen, real = [], loading.from_pretrained
-    monkeypatch.setattr(loading, "from_pretrained", lambda folder, **kw: seen.append(str(folder)) or real(folder, **kw))
+    seen, real = [], source.from_pretrained
+    monkeypatch.setattr(source, "from_pretrained", lambda folder, **kw: seen.append(str(folder)) or real(folder, **kw))
     return seen
 
 

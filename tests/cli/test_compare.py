@@ -17,7 +17,7 @@ def test_compare_attention_prints_kv_bytes_exactly_32_8_1(capsys):
     out = capsys.readouterr().out
     kv = {}
     for kind in ("mha", "gqa", "mqa"):
-        line = next(l for l in out.splitlines() if f"attention.kind={kind}" in l)
+        line = next(s for s in out.splitlines() if f"attention.kind={kind}" in s)
         cells = re.split(r"\s{2,}", line.strip())  # plain columns: captured output is not a terminal
         kv[kind] = int(cells[3].replace(",", ""))  # variant, params, KV per token, KV bytes
     assert kv["mha"] == 32 * kv["mqa"] and kv["gqa"] == 8 * kv["mqa"]

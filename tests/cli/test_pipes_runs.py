@@ -14,7 +14,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 import zoo
-from tests.cli.pipes import environment, zoo as run_zoo
+from tests.cli.pipes import environment
+from tests.cli.pipes import zoo as run_zoo
 from tests.conftest import TINY_VOCAB, tiny_spec
 from tests.harness.sweep_helpers import write_tiny_spec
 

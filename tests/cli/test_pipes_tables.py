@@ -36,10 +36,10 @@ def test_zoo_list_piped_keeps_every_name_and_number_whole(arch_site, columns):
     assert "…" not in result.stdout and "┃" not in result.stdout  # plain columns on a pipe
     lines = result.stdout.splitlines()
     for row in listed["architectures"]:  # `zoo list | grep NAME` finds the row, numbers whole
-        line = next(l for l in lines if l.split()[:1] == [row["name"]])
+        line = next(s for s in lines if s.split()[:1] == [row["name"]])
         kv = row["kv_bytes_per_token_bf16"]  # None: an encoder-only model keeps no cache
         assert f"{row['params']:,}" in line and (f"{kv:,}" if kv is not None else "none") in line
-    assert any(l.startswith("barprobe-tiny ") for l in lines) and any(LONG_NAME in l for l in lines)
+    assert any(s.startswith("barprobe-tiny ") for s in lines) and any(LONG_NAME in s for s in lines)
 
 
 def test_zoo_list_formats_are_one_document_each(arch_site):

@@ -7,7 +7,7 @@ ModernBERT's GLU is ``gated`` with exact GELU, its fused ``Wi`` split as [gate, 
 import pytest
 import torch
 
-from zoo.components.ffn import GatedMLP, MLP
+from zoo.components.ffn import MLP, GatedMLP
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import zoo
-from zoo.model.cache import KVCache
+from tests.conftest import tiny_spec
 from zoo.components.fused import FUSED_SIZES
+from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.quant import quantize
-from tests.conftest import tiny_spec
 
 
 def _pair(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, torch.nn.Module]:

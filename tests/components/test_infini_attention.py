@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import zoo
+from tests.generation_checks import check_compiled_decode, check_left_padded_decode
 from zoo.analysis.counts import cache_bytes, state_bytes
-from zoo.model.cache import KVCache
 from zoo.components.feature_state import EPS, feature_map
 from zoo.components.infini_attention import InfiniAttention
-from tests.generation_checks import check_compiled_decode, check_left_padded_decode
+from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, left_pad, prefill
 
 VOCAB, H, D, S = 61, 2, 8, 4

@@ -15,7 +15,6 @@ from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
 
-
 def test_the_cpu_scan_builds_with_the_dev_install():
     """The dev install brings ninja (pyproject's dev extra) and the machine a C++ compiler, so
     the fused scan the tests below compare builds here: no silent skip of what they check."""

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 import zoo
-from zoo.model.cache import KVCache
-from zoo.model.build import ZooModel
 from zoo.components.relative_position import RelativeBuckets, relative_position_bucket
 from zoo.errors import SpecError
+from zoo.model.build import ZooModel
+from zoo.model.cache import KVCache
 
 transformers = pytest.importorskip("transformers")
-from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
+from transformers.models.t5.modeling_t5 import T5Attention
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.model.cache import KVCache
 from zoo.components import row_product as rows
 from zoo.components.linear import Linear, uses_matrix_vector, uses_row_kernel
+from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
 # one MiB and up takes the kernel: 512 x 512 float32, 1024 x 512 bfloat16

@@ -8,8 +8,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.model.cache import KVCache
 from zoo.components.sdpa_kernels import varying_shape_kernels
+from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
 

@@ -341,17 +341,17 @@ def test_a_plugin_registering_one_name_twice_is_refused() -> None:
 def test_an_interrupted_compare_save_leaves_the_earlier_save(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
     argv = ["compare", "--arch", "qwen3-0.6b", "--vary", "n_layers=1,2", "--analysis-only", "--save", "c",
             "--results-dir", str(tmp_path)]
-    from zoo.harness.report import tables
+    from zoo.harness.sweep import run as sweep_run  # where the sweep looks render_sweep up
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(tables, "render_sweep", interrupted)
+        patch.setattr(sweep_run, "render_sweep", interrupted)
         assert main(argv) == 130  # a first save interrupted: nothing at all is left
     assert list(tmp_path.iterdir()) == []
     assert main(argv) == 0
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    monkeypatch.setattr(tables, "render_sweep", interrupted)
+    monkeypatch.setattr(sweep_run, "render_sweep", interrupted)
     assert main([*argv[:4], "n_layers=1,2,3", *argv[5:]]) == 130  # Ctrl-C after the rows, before the tables
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing half replaced, nothing left

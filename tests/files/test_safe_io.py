@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import zoo
 from zoo.errors import SpecError
-from zoo.specs.model import ModelSpec
 from zoo.files.safe_io import MAX_DEPTH, bounded_repr, load_json, load_yaml, parse_scalar, read_text
+from zoo.specs.model import ModelSpec
 
 BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh")

@@ -11,8 +11,8 @@ import pytest
 import zoo
 from tests.harness.sweep_helpers import TINY_RUN, write_tiny_spec
 from zoo.errors import BenchError
-from zoo.harness.report.contexts import crossover_lines
 from zoo.harness.contexts import StepTimeModel, context_frame, crossovers, parse_context, parse_contexts
+from zoo.harness.report.contexts import crossover_lines
 from zoo.harness.sweep.executors import InlineExecutor
 from zoo.harness.sweep.grid import SweepPlan
 
@@ -192,8 +192,8 @@ def test_a_bad_context_in_a_sweep_file_names_the_file_and_key(tmp_path):
 
 def test_a_context_whose_run_is_refused_is_noted_and_predicted(tmp_path):
     from zoo.harness.contexts import context_curve
-    from zoo.harness.sweep.points import analyse
     from zoo.harness.run import make_config
+    from zoo.harness.sweep.points import analyse
 
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
     plan = SweepPlan(spec=spec.to_dict(), vary={"seed": [0]}, contexts=[8, 16], measure_up_to=16)

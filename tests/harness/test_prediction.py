@@ -14,7 +14,7 @@ from zoo.analysis.counts import (
     weight_bytes_read,
 )
 from zoo.analysis.devices import device_peaks, gpu_peaks
-from zoo.harness.phases.base import phases_for
+from zoo.harness.phases import phases_for
 from zoo.harness.phases.decode import Decode
 from zoo.harness.phases.encode import Encode
 from zoo.harness.phases.prefill import Prefill
@@ -25,28 +25,39 @@ H100 = gpu_peaks("h100-sxm")  # 989.4 TFLOP/s bf16, 3350 GB/s
 BF16 = torch.bfloat16
 
 
+# Qwen3-0.6B counted by hand (its config.json): 28 layers, d 1024, 16 query and 8 key/value
+# heads of 128, SwiGLU 3072, vocabulary 151936 tied; q/k norms and RMSNorms are weights only
+QWEN3_ATTENTION = 1024 * 2048 + 2 * (1024 * 1024) + 2048 * 1024  # q, k, v, o
+QWEN3_FFN = 3 * 1024 * 3072
+QWEN3_PARAMS = 28 * (QWEN3_ATTENTION + QWEN3_FFN + 2 * 128 + 2 * 1024) + 151936 * 1024 + 1024  # 596,049,920
+QWEN3_KV_PER_TOKEN = 28 * 2 * 8 * 128 * 2  # layers, K and V, heads, head_dim, bf16 bytes
+
+
 def test_decode_roofline_is_bandwidth_over_bytes_read():
     spec = zoo.spec("qwen3-0.6b")
     config = make_config(prompt_len=1024, gen_len=2)
     line = Decode().predict(spec, config, H100, BF16)
-    read = zoo.count_params(spec).active * 2 + zoo.kv_cache_bytes(spec, 1, 1025, dtype="bfloat16")
-    assert line["bound"] == "memory" and line["bytes"] == read
+    read = QWEN3_PARAMS * 2 + 1025 * QWEN3_KV_PER_TOKEN  # every weight once (tied: one table) + K/V at the midpoint
+    assert QWEN3_PARAMS == 596_049_920 and line["bound"] == "memory" and line["bytes"] == read
     assert line["tokens_per_s"] == pytest.approx(3350e9 / read)
     prefill = Prefill().predict(spec, config, H100, BF16)
     assert prefill["bound"] == "compute"  # the LM head on the last row only, as zoo.model.generation.prefill does
-    assert prefill["tokens_per_s"] == pytest.approx(1024 / (forward_flops(spec, 1024, 1024, last_only=True) / 989.4e12))
+    matmuls = 2 * 1024 * 28 * (QWEN3_ATTENTION + QWEN3_FFN)
+    scores = 28 * 4 * 16 * 128 * (1024 * 1025 // 2)  # QK^T and AV, 2 FLOPs a product, causal: query i sees i keys
+    head = 2 * 1024 * 151936  # the last row's logits
+    assert prefill["tokens_per_s"] == pytest.approx(1024 / ((matmuls + scores + head) / 989.4e12))
 
 
 def test_encoder_roofline_reads_its_weights_once_per_forward():
     """bert-base at batch 1 x 128 tokens: memory-bound, the weights the forward multiplies
-    with (the untied token table is a lookup) read once, of the 512 position rows the 128
-    looked up, and not the pooler (768 x 768 + 768), which model(ids) does not run; at 64 x
-    512, compute-bound."""
+    with (the untied token and token-type tables are lookups) read once, of the 512 position
+    rows the 128 looked up, and not the pooler (768 x 768 + 768), which model(ids) does not
+    run; at 64 x 512, compute-bound."""
     spec = zoo.spec("bert-base-uncased")
     line = Encode().predict(spec, make_config(prompt_len=128), H100, BF16)
-    count = zoo.count_params(spec)
+    multiplied = 109_482_240 - (30522 + 2) * 768  # BertModel's published count less its token and type tables
     assert line["bound"] == "memory"
-    read = count.total - count.embedding - (768 * 768 + 768) - (512 - 128) * 768
+    read = multiplied - (768 * 768 + 768) - (512 - 128) * 768  # 128 of 512 position rows, no pooler
     assert line["tokens_per_s"] == pytest.approx(128 * 3350e9 / (read * 2))
     big = Encode().predict(spec, make_config(batch_size=64, prompt_len=512), H100, BF16)
     assert big["bound"] == "compute"

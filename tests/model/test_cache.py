@@ -3,8 +3,8 @@ import torch
 
 import zoo
 from tests.conftest import FAMILY_PRESETS, TINY_VOCAB, tiny_spec
-from zoo.model.cache import KVCache
 from zoo.errors import GenerationError
+from zoo.model.cache import KVCache
 
 
 @pytest.mark.parametrize("name", FAMILY_PRESETS)

@@ -8,10 +8,9 @@ import torch._dynamo
 
 from tests.generation_checks import _one_thread, check_compiled_decode  # noqa: F401 (autouse fixture)
 from tests.model.test_generation import VOCAB, grid_model, mixer_model
-from zoo.model.cache import KVCache
 from zoo.errors import GenerationError
+from zoo.model.cache import KVCache
 from zoo.model.generation import compile_decode_step, decode_step, left_pad, prefill
-
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 import zoo
-from zoo.model.cache import KVCache
 from zoo.errors import SpecError
+from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
+from zoo.model.stack import PartFamilies, build_component, context
 from zoo.specs.interfaces import Positions
 from zoo.specs.model import ModelSpec
-from zoo.model.stack import build_component, context
 
 VOCAB = 61
 GQA = {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8}
@@ -42,7 +42,9 @@ def per_layer_reference(model: zoo.model.build.ZooModel, ids: torch.Tensor) -> t
     spec = model.spec
     B, T = ids.shape
     pos = torch.arange(T)[None, :].expand(B, T)
-    own = [build_component(layer.positional, context(spec, layer, "decoder")) for layer in spec.layer_specs()]
+    families = PartFamilies()
+    own = [build_component(layer.positional, context(spec, layer, "decoder", families), families)
+           for layer in spec.layer_specs()]
     x = model.embed(ids, Positions(ids=pos, positional=own[0]))  # (B, T, d)
     for module, block in zip(own, model.layers):
         x = block(x, Positions(ids=pos, positional=module, rotation=module.rotation(pos)))

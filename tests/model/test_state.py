@@ -14,9 +14,10 @@ from torch import nn
 import zoo
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
-from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
-from zoo.specs.state import LayerState, Memory, StateTensor
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
+from zoo.specs.options import Options
 from zoo.specs.registry import reset_registry
+from zoo.specs.state import LayerState, Memory, StateTensor
 
 
 class RunningSum(TokenMixer):

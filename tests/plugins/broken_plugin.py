@@ -11,7 +11,8 @@ from pydantic import PositiveInt
 
 import zoo
 from zoo.parts import Linear
-from zoo.specs.interfaces import Options, StateTensor, TokenMixer
+from zoo.specs.interfaces import StateTensor, TokenMixer
+from zoo.specs.options import Options
 
 
 class RunningMeanOptions(Options):

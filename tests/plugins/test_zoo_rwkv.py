@@ -3,7 +3,6 @@ the preset in `zoo show` and `zoo plugins`, and a public-API-only import rule.""
 
 import ast
 import json
-from pathlib import Path
 
 import pytest
 

@@ -71,3 +71,17 @@ def test_names_and_bad_values():
     with pytest.raises(BenchError, match="contradicts dtype"):
         run_dtype("bf16", "float32", "float32")
     assert run_dtype("int8", None, "float32") == "bfloat16" and run_dtype(None, None, "float32") == "float32"
+
+
+def test_a_quantized_head_keeps_what_the_build_declared():
+    """The head's place keeps its family, logits and tying on the model, not on the swapped module."""
+    spec = tiny_spec("gpt2").override({"tie_embeddings": False, "n_layers": 1})
+    model = zoo.build(spec, dtype="float32", seed=0)
+    quantize(model, "int8")
+    assert isinstance(model.lm_head, QuantizedLinear)
+    assert model.part_families["lm_head"] == "unembedding" and model.can_generate and not model.head_tied
+    # the head's parameters are gone (packed int8 buffers); what remains of it counts as unembedding:
+    # GPT-2's head has no bias, so nothing
+    counts = zoo.count_params(model).by_component
+    assert counts.get("unembedding", 0) == 0
+    assert counts["embedding"] == 97 * 64 and counts["positional"] == 64 * 64  # token table (V, d); positions (T, d)

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from tests.fake_plugins import BROKEN, REPO, add_fake_plugin, kind_plugin, run_zoo
-from zoo.specs import plugins as plugin_loading
 from zoo.cli import main
 from zoo.errors import PluginConflictError, PluginWarning
+from zoo.specs import plugins as plugin_loading
 from zoo.specs.registry import get_registry, reset_registry
 
 BROKEN_LINE = ("zoo: warning: plugin 'broken' (broken-plugin) skipped: "

@@ -2,8 +2,8 @@ import pytest
 
 import zoo
 from zoo.errors import PluginError, SpecError
-from zoo.specs.interfaces import Options
 from zoo.specs.model import ModelSpec
+from zoo.specs.options import Options
 from zoo.specs.registry import Registry, get_registry, reset_registry
 
 
@@ -101,15 +101,27 @@ def test_clashing_with_a_builtin_names_both_and_leaves_the_registry_alone():
     assert get_registry().component("attention", "gqa").plugin == "zoo.components.attention"
 
 
-def test_the_spec_reads_hf_configs_through_the_registry_reader():
+def test_the_spec_reads_hf_configs_through_the_registered_reader():
     from zoo.hub.config import spec_from_hf_config
-    from zoo.specs.registry import spec_reader
 
-    assert spec_reader("hf_config") is spec_from_hf_config
+    registry = get_registry()
+    assert registry.spec_reader("hf_config") is spec_from_hf_config
+    assert registry.plugins["zoo.hub.families"].spec_readers == ("hf_config",)
     config = {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 100, "n_positions": 64}
     assert ModelSpec.from_hf_config(config) == spec_from_hf_config(config)
     with pytest.raises(SpecError, match=r"unknown config format 'hf_conifg' \(did you mean 'hf_config'\?\); allowed: hf_config"):
-        spec_reader("hf_conifg")
+        registry.spec_reader("hf_conifg")
+
+
+def test_a_plugin_replaces_a_spec_reader_only_on_purpose():
+    class Reader:
+        @zoo.hookimpl
+        def zoo_register_spec_readers(self, register):
+            register("hf_config", lambda config, name=None: None)
+
+    with pytest.raises(PluginError, match=r"spec reader 'hf_config' is registered by both 'zoo.hub.families'"):
+        zoo.register_plugin(Reader(), name="reader")
+    assert "reader" not in get_registry().plugins
 
 
 def test_follows_must_name_options_of_the_kind():

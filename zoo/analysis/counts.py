@@ -17,6 +17,7 @@ from torch import nn
 from zoo.analysis.quantized import float_dtype, quantization_saving, quantized_meta_model, spec_of
 from zoo.errors import SpecError
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
+from zoo.quant import QUANTIZED, normalize, stored_bytes
 from zoo.specs.interfaces import FeedForward, Head, Mixer
 from zoo.specs.model import ModelSpec
 
@@ -48,19 +49,18 @@ class ParamCount:
         return self.total - self.embedding - self.unembedding
 
 
-def _family_of(module: nn.Module, inherited: str) -> str:
-    return getattr(module, "_zoo_family", inherited)
-
-
-def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
-    """Per-family counts of unique parameters, and parameters inactive per token."""
+def _walk_counts(model: ZooModel, part: str = "") -> tuple[dict[str, int], int]:
+    """Per-family counts of the unique parameters of ``model``'s submodule at ``part`` (all
+    of it by default), by the family each module path was built as (``ZooModel.part_families``,
+    inherited by its children), and the parameters inactive per token."""
     seen: set[int] = set()
     by_family: dict[str, int] = {}
     inactive = 0
+    families = model.part_families
 
-    def visit(module: nn.Module, family: str) -> None:
+    def visit(module: nn.Module, family: str, path: str) -> None:
         nonlocal inactive
-        family = _family_of(module, family)
+        family = families.get(path, family)
         own = 0
         for param in module.parameters(recurse=False):
             if id(param) not in seen:
@@ -69,22 +69,22 @@ def _walk_counts(model: nn.Module) -> tuple[dict[str, int], int]:
         by_family[family] = by_family.get(family, 0) + own
         if isinstance(module, FeedForward):  # outermost FFN only: its count covers its children
             inactive += sum(p.numel() for p in module.parameters()) - module.active_param_count()
-            for child in module.children():
-                visit_counts_only(child, family)
+            for name, child in module.named_children():
+                visit_counts_only(child, family, f"{path}.{name}")
             return
-        for child in module.children():
-            visit(child, family)
+        for name, child in module.named_children():
+            visit(child, family, f"{path}.{name}" if path else name)
 
-    def visit_counts_only(module: nn.Module, family: str) -> None:
-        family = _family_of(module, family)
+    def visit_counts_only(module: nn.Module, family: str, path: str) -> None:
+        family = families.get(path, family)
         for param in module.parameters(recurse=False):
             if id(param) not in seen:
                 seen.add(id(param))
                 by_family[family] = by_family.get(family, 0) + param.numel()
-        for child in module.children():
-            visit_counts_only(child, family)
+        for name, child in module.named_children():
+            visit_counts_only(child, family, f"{path}.{name}")
 
-    visit(model, "model")
+    visit(model.get_submodule(part), "model", part)
     return {k: v for k, v in by_family.items() if v}, inactive
 
 
@@ -118,7 +118,7 @@ def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamC
     total = sum(by_family.values())
     embedding = by_family.get("embedding", 0)  # token (and token-type) tables
     unembedding = by_family.get("unembedding", 0)  # the head's own parameters (a tied table is the embedding's)
-    tied = any(module.tied for module in model.modules() if isinstance(module, Head))
+    tied = model.head_tied
     # a tied table serves as the unembedding: active (reported as embedding); an untied
     # input table is a lookup, not a multiply
     active = total - inactive - (0 if tied else embedding)
@@ -211,7 +211,6 @@ def weight_bytes(
     """Bytes of the weights as laid out (tied weights once): every parameter in ``dtype``,
     or, with ``weights_dtype`` int8/int4, the quantized layers' packed weights and scales
     (``zoo.quant.stored_bytes`` of the meta model quantized the way a run quantizes it)."""
-    from zoo.quant import QUANTIZED, normalize, stored_bytes
 
     if normalize(weights_dtype) not in QUANTIZED:
         return count_params(spec).total * float_dtype(dtype, weights_dtype).itemsize
@@ -258,11 +257,12 @@ def _head_params(model: ZooModel) -> tuple[int, int]:
     return sum(sum(p.numel() for p in m.parameters()) for m in heads), sum(m.forward_param_count() for m in heads)
 
 
-def _matmul_params_of(module: nn.Module, lookups: tuple[str, ...] = ()) -> int:
-    """Parameters multiplied per token, less norms, position tables and ``lookups`` families."""
-    by_family, inactive = _walk_counts(module)
+def _matmul_params_of(model: ZooModel, part: str, lookups: tuple[str, ...] = ()) -> int:
+    """Parameters of ``model``'s ``part`` multiplied per token, less norms, position tables
+    and ``lookups`` families."""
+    by_family, inactive = _walk_counts(model, part)
     lookup = sum(by_family.get(f, 0) for f in _NON_MATMUL_FAMILIES + lookups)
-    return sum(by_family.values()) - inactive - lookup - _not_per_token(module)
+    return sum(by_family.values()) - inactive - lookup - _not_per_token(model.get_submodule(part))
 
 
 def forward_flops(
@@ -295,7 +295,7 @@ def forward_flops(
     head, head_forward = _head_params(model)
     head_rows = 1 if last_only else n_new
     # the encoder's layers (its embedding is the model's tied table, counted at the model level)
-    encoder = 0 if model.encoder is None else _matmul_params_of(model.encoder, ("embedding",))
+    encoder = 0 if model.encoder is None else _matmul_params_of(model, "encoder", ("embedding",))
     return batch_size * (2 * (matmul_params(model) - encoder - head) * n_new + 2 * head_forward * head_rows + scores)
 
 
@@ -311,7 +311,7 @@ def encoder_flops(
         flops = module.executed_score_flops if executed else module.score_flops
         mixing += int(flops(memory_len, memory_len))
     # the encoder's embedding (its tied token table) is a lookup, not a product
-    return batch_size * (2 * _matmul_params_of(model.encoder, ("embedding",)) * memory_len + mixing)
+    return batch_size * (2 * _matmul_params_of(model, "encoder", ("embedding",)) * memory_len + mixing)
 
 
 def flops_per_token(spec: ModelSpec | ZooModel | str | Mapping[str, Any], context_len: int) -> int:
@@ -366,6 +366,6 @@ def encoder_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
     model = _model_for(spec)
     if model.encoder is None:
         return 0
-    by_family, inactive = _walk_counts(model.encoder)
+    by_family, inactive = _walk_counts(model, "encoder")
     return sum(by_family.values()) - inactive - by_family.get("embedding", 0)
 

@@ -10,12 +10,13 @@ import torch
 from torch import nn
 
 from zoo.model.build import ZooModel, as_spec, build, resolve_dtype
+from zoo.quant import FLOAT_DTYPE, QUANTIZED, normalize, quantize
+from zoo.quant.linear import QuantizedLinear
 from zoo.specs.model import ModelSpec
 
 
 def float_dtype(dtype: str | torch.dtype | None, weights_dtype: str | None) -> torch.dtype:
     """The dtype of unquantized weights: a float ``weights_dtype`` names it, else ``dtype``."""
-    from zoo.quant import FLOAT_DTYPE, normalize
 
     name = normalize(weights_dtype)
     return resolve_dtype(FLOAT_DTYPE[name] if name in FLOAT_DTYPE else dtype)
@@ -27,7 +28,6 @@ def spec_of(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ModelSpec:
 
 def quantized_meta_model(spec: ModelSpec, dtype: str, weights_dtype: str | None, group_size: int | None) -> ZooModel:
     """The meta model quantized the way a run quantizes it, made once per spec and setting."""
-    from zoo.quant import quantize
 
     def make() -> ZooModel:
         model = build(spec, device="meta", dtype=dtype.removeprefix("torch."))
@@ -47,8 +47,6 @@ def quantization_saving(
     every quantized layer is read at each step, so this is also the saving in bytes read.
     ``held``: a loaded model that holds its own packed layers (a GGUF's int4 / int8): its
     layers as held, whatever ``weights_dtype`` says (the bytes ``stored_bytes`` counts)."""
-    from zoo.quant import QUANTIZED, normalize
-    from zoo.quant.linear import QuantizedLinear
 
     torch_dtype = resolve_dtype(dtype)
     if held is not None:

@@ -22,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_quantize(args: argparse.Namespace) -> int:
-    from zoo.quant.ptq import quantize_checkpoint
+    from zoo.harness.ptq import quantize_checkpoint
 
     report = quantize_checkpoint(args.weights, args.calib, args.out, args.method, args.group_size, args.eval_text)
     print(f"saved {report.out} ({report.calibration_tokens} calibration tokens, {report.eval_tokens} held out)")

@@ -10,7 +10,7 @@ the cache allocates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -22,7 +22,8 @@ from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 
@@ -333,7 +334,7 @@ def build_attention(options: AttentionOptions, ctx: BuildContext) -> Attention:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "gqa", build_attention, options=AttentionOptions, module=Attention)
     register("attention", "mha", build_attention, options=MHAOptions, module=Attention)
     register("attention", "mqa", build_attention, options=MQAOptions, module=Attention)

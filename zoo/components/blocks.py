@@ -9,6 +9,7 @@ norm (Mamba's block: x + mixer(norm(x))). Pre- and post-norm blocks take a cross
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -16,7 +17,8 @@ from pydantic import Field
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Options, Positions, TokenMixer
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Positions, TokenMixer
+from zoo.specs.options import Options
 from zoo.specs.state import NO_STATE, BlockState, Memory
 
 
@@ -168,7 +170,7 @@ def build_sandwich(options: SandwichOptions, ctx: BuildContext, attention: Token
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("block", "pre_norm", build_pre_norm, options=PreNormOptions, module=PreNormBlock)
     register("block", "post_norm", build_post_norm, options=PostNormOptions, module=PostNormBlock)
     register("block", "parallel", build_parallel, options=ParallelOptions, module=ParallelBlock)

@@ -10,6 +10,8 @@ self-attention kinds of the same name (``gqa``, ``mha``, ``mqa``), so a spec's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -108,7 +110,7 @@ def build_cross_attention(options: AttentionOptions, ctx: BuildContext) -> Cross
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("cross_attention", "gqa", build_cross_attention, options=AttentionOptions, module=CrossAttention)
     register("cross_attention", "mha", build_cross_attention, options=MHAOptions, module=CrossAttention)
     register("cross_attention", "mqa", build_cross_attention, options=MQAOptions, module=CrossAttention)

@@ -7,6 +7,8 @@ vocabulary, so the model cannot generate with it (``logits = False``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import Field
 from torch import nn
@@ -14,7 +16,8 @@ from torch import nn
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Head, Options
+from zoo.specs.interfaces import BuildContext, Head
+from zoo.specs.options import Options
 
 
 class DiscriminatorOptions(Options):
@@ -52,5 +55,5 @@ def build_discriminator(options: DiscriminatorOptions, ctx: BuildContext) -> Dis
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("head", "discriminator", build_discriminator, options=DiscriminatorOptions, module=DiscriminatorHead)

@@ -14,6 +14,7 @@ where f = 1 + the number of position terms (``pos_att_type``: c2p, p2c). Bidirec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -24,13 +25,8 @@ from zoo.components.disentangled_position import DisentangledPositions
 from zoo.components.linear import Linear
 from zoo.errors import GenerationError, SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import (
-    BuildContext,
-    Options,
-    Positions,
-    TokenMixer,
-    visible_keys,
-)
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, visible_keys
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 PositionTerm = Literal["c2p", "p2c"]
@@ -147,6 +143,6 @@ def build_disentangled_attention(options: DisentangledAttentionOptions, ctx: Bui
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "disentangled", build_disentangled_attention, options=DisentangledAttentionOptions,
              module=DisentangledAttention)

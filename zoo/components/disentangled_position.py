@@ -15,12 +15,15 @@ exact, longer ones share logarithmically wider buckets up to ``max_relative_posi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positional
+from zoo.specs.interfaces import BuildContext, Positional
+from zoo.specs.options import Options
 
 
 class DisentangledOptions(Options):
@@ -102,5 +105,5 @@ def build_disentangled(options: DisentangledOptions, ctx: BuildContext) -> Disen
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("positional", "disentangled", build_disentangled, options=DisentangledOptions, module=DisentangledPositions)

@@ -3,13 +3,16 @@ table and embedding norm (BERT: word + position + token type, then LayerNorm).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Embedding, Options, Positions
+from zoo.specs.interfaces import BuildContext, Embedding, Positions
+from zoo.specs.options import Options
 
 
 class TokenEmbeddingOptions(Options):
@@ -65,5 +68,5 @@ def build_token(options: TokenEmbeddingOptions, ctx: BuildContext) -> TokenEmbed
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("embedding", "token", build_token, options=TokenEmbeddingOptions, module=TokenEmbedding)

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 
 from zoo.components.linear import Linear
-from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState
 
 EPS = 1e-6

@@ -3,7 +3,7 @@ for blocks that are a token mixer alone (Mamba's)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -13,7 +13,8 @@ from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, FeedForward, Options
+from zoo.specs.interfaces import BuildContext, FeedForward
+from zoo.specs.options import Options
 
 
 class _HiddenDefault(Options):
@@ -109,7 +110,7 @@ def build_none(options: NoFFNOptions, ctx: BuildContext) -> None:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("ffn", "mlp", build_mlp, options=MLPOptions, module=MLP)
     register("ffn", "gated", build_gated, options=GatedOptions, module=GatedMLP)
     register("ffn", "swiglu", build_swiglu, options=SwiGLUOptions, module=GatedMLP)

@@ -14,7 +14,7 @@ recurrent state (B, H_v, d_k, d_v); neither grows with the context.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -27,7 +27,8 @@ from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, 
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options
+from zoo.specs.interfaces import BuildContext
+from zoo.specs.options import Options
 
 
 class GatedDeltaNetOptions(Options):
@@ -227,5 +228,5 @@ def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "gated_deltanet", build_gated_deltanet, module=GatedDeltaNetMixer, options=GatedDeltaNetOptions)

@@ -8,6 +8,8 @@ is unchanged; the masked-LM head adds ``dense.*``, ``norm.*`` and ``bias``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import Field
 from torch import nn
@@ -15,7 +17,8 @@ from torch import nn
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Embedding, Head, Options
+from zoo.specs.interfaces import BuildContext, Embedding, Head
+from zoo.specs.options import Options
 
 
 class CausalLMOptions(Options):
@@ -134,7 +137,7 @@ def build_pooler(options: PoolerOptions, ctx: BuildContext) -> PoolerHead:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("head", "causal_lm", build_causal_lm, options=CausalLMOptions, module=CausalLMHead)
     register("head", "masked_lm", build_masked_lm, options=MaskedLMOptions, module=MaskedLMHead)
     register("head", "none", build_none, options=NoHeadOptions, module=NoHead)

@@ -24,6 +24,7 @@ when the layer has it, rotates q and k before both paths (as ``linear`` does).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -215,5 +216,5 @@ def build_infini_attention(options: InfiniAttentionOptions, ctx: BuildContext) -
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "infini", build_infini_attention, options=InfiniAttentionOptions, module=InfiniAttention)

@@ -15,6 +15,8 @@ rotates q and k before φ.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import Field
 
@@ -97,5 +99,5 @@ def build_linear_attention(options: LinearAttentionOptions, ctx: BuildContext) -
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "linear", build_linear_attention, options=LinearAttentionOptions, module=LinearAttention)

@@ -16,7 +16,7 @@ unless the spec's ``state_dtype`` is ``cache``: transformers' cache, tensor for 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -29,7 +29,8 @@ from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positions, TokenMixer
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
+from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 
@@ -199,5 +200,5 @@ def build_mamba(options: MambaOptions, ctx: BuildContext) -> MambaMixer:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "mamba", build_mamba, options=MambaOptions, module=MambaMixer)

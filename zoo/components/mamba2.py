@@ -14,7 +14,7 @@ dtype, and the SSM state (B, H, P, N), float32 unless the spec's ``state_dtype``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -27,7 +27,8 @@ from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options
+from zoo.specs.interfaces import BuildContext
+from zoo.specs.options import Options
 
 
 class Mamba2Options(Options):
@@ -194,5 +195,5 @@ def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("attention", "mamba2", build_mamba2, module=Mamba2TokenMixer, options=Mamba2Options)

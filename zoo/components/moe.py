@@ -14,7 +14,7 @@ compiled step without it runs every expert densely, and only an eager step witho
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -27,7 +27,8 @@ from zoo.components.ffn import GatedMLP
 from zoo.components.grouped_mm import expert_offsets, grouped_mm_supported
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, FeedForward, Options
+from zoo.specs.interfaces import BuildContext, FeedForward
+from zoo.specs.options import Options
 
 
 class MoEOptions(Options):
@@ -235,5 +236,5 @@ def build_moe(options: MoEOptions, ctx: BuildContext) -> MoE:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("ffn", "moe", build_moe, options=MoEOptions, module=MoE)

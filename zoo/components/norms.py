@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import Options
+from zoo.specs.options import Options
 
 
 class LayerNormOptions(Options):
@@ -68,6 +70,6 @@ def build_rmsnorm(options: RMSNormOptions, dim: int) -> nn.Module:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("norm", "layernorm", build_layernorm, options=LayerNormOptions)
     register("norm", "rmsnorm", build_rmsnorm, options=RMSNormOptions)

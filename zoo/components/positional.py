@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from pydantic import Field
@@ -10,7 +11,8 @@ from torch import nn
 
 from zoo.components.rope import RopeRotation, RopeScaling, rope_cos_sin, rope_frequencies
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positional, Rotation
+from zoo.specs.interfaces import BuildContext, Positional, Rotation
+from zoo.specs.options import Options
 
 
 class StackPositional(Positional):
@@ -188,7 +190,7 @@ def build_alibi(options: AlibiOptions, ctx: BuildContext) -> Positional:
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("positional", "none", build_none, options=NoPositionalOptions, module=NoPositional)
     register("positional", "learned", build_learned, options=LearnedOptions, module=LearnedPositional)
     register("positional", "sinusoidal", build_sinusoidal, options=SinusoidalOptions, module=SinusoidalPositional)

@@ -15,6 +15,7 @@ are not scaled (``attention.scale: 1``) and cross-attention has no position bias
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,8 @@ from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Options, Positional
+from zoo.specs.interfaces import BuildContext, Positional
+from zoo.specs.options import Options
 
 
 class RelativeBucketsOptions(Options):
@@ -117,5 +119,5 @@ def build_relative_buckets(options: RelativeBucketsOptions, ctx: BuildContext) -
 
 
 @hookimpl
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     register("positional", "relative_buckets", build_relative_buckets, options=RelativeBucketsOptions, module=RelativeBuckets)

@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from zoo.specs.interfaces import Options
+from zoo.specs.options import Options
 
 
 class RopeScaling(Options):

@@ -14,9 +14,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.analysis.counts import Topology
+from zoo.analysis.counts import (
+    Topology,
+    cache_bytes,
+    count_params,
+    decode_bytes_per_step,
+    encoder_flops,
+    forward_flops,
+    weight_bytes,
+)
+from zoo.errors import PluginError
 from zoo.harness.run_config import BenchConfig
 from zoo.harness.shape import run_shape
+from zoo.quant import normalize, stored_bytes
 from zoo.specs.model import ModelSpec
 
 KV_CURVE_MIN = 256  # the cache-against-context curve: powers of two from here to max_seq_len
@@ -33,7 +43,6 @@ def context_lengths(max_seq_len: int) -> list[int]:
 
 def dtype_label(weights_dtype: str | None, dtype: torch.dtype) -> str:
     """How the linear weights are stored: the quantized kind, else the float dtype (bf16 for bfloat16)."""
-    from zoo.quant import normalize
 
     return normalize(weights_dtype) or {torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
 
@@ -43,7 +52,6 @@ def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, d
     """Every analysis column of a run of ``spec`` as ``config`` shapes it (module docstring);
     ``held``: a loaded model holding its own packed layers (a GGUF), whose weight bytes and
     bytes per decode step are the ones it holds (``zoo.quant.stored_bytes``), not the spec's."""
-    from zoo.analysis.counts import count_params, weight_bytes
 
     count = count_params(spec)
     columns: dict[str, Any] = {
@@ -54,15 +62,11 @@ def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, d
         "weights_dtype": dtype_label(config.weights_dtype, dtype),
     }
     if held is not None:  # its layout ("Q4_1/Q8_0 -> int4 x210, ...; the rest bfloat16") and the bytes it holds
-        from zoo.quant import stored_bytes
-
         columns.update(weight_bytes=stored_bytes(held), weights_dtype=held.weights_layout)
     return {**columns, **_cache_columns(spec, config, topology, dtype), **_flop_columns(spec, config, topology, dtype, held)}
 
 
 def _cache_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype) -> dict[str, Any]:
-    from zoo.analysis.counts import cache_bytes
-
     shape = run_shape(topology, config)
     columns: dict[str, Any] = {"context_len": shape.context_len, "memory_len": shape.memory_len or None}
     if not shape.has_cache:
@@ -83,8 +87,6 @@ def _flop_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtyp
                   held: nn.Module | None) -> dict[str, Any]:
     """FLOPs per decoded token at the midpoint (None where a plugin's mixer declares none),
     bytes per decode step there, and an encoder's FLOPs per forward of the batch."""
-    from zoo.analysis.counts import decode_bytes_per_step, encoder_flops, forward_flops
-    from zoo.errors import PluginError
 
     shape = run_shape(topology, config)
     B, S, M, at = shape.batch, shape.encoder_len, shape.memory_len, shape.decode_midpoint

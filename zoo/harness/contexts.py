@@ -31,9 +31,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from zoo.analysis.counts import cache_bytes, decode_bytes_per_step
+from zoo.analysis.devices import gpu_peaks
 from zoo.errors import ZooError
 from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
+from zoo.harness.environment import pick_device
+from zoo.harness.phases.decode import Decode
 from zoo.harness.report.cells import values_key
+from zoo.harness.run_config import make_config
+from zoo.harness.sweep.labels import format_value
+from zoo.model.build import resolve_dtype
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,7 +66,6 @@ def context_curve(
     measured_spec: Any = None, measurement: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The point's record at each of ``plan.contexts`` (see the module docstring)."""
-    from zoo.harness.environment import pick_device
 
     if analysis["topology"] != "decoder":
         return [_no_decode_record(spec, analysis, n) for n in plan.contexts]
@@ -116,7 +124,6 @@ class StepTimeModel:
 
 def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: int) -> dict[str, Any]:
     """Weights plus the cache at ``context`` (full-size model, batch × context, the run's dtype)."""
-    from zoo.analysis.counts import cache_bytes
 
     cache = cache_bytes(spec, config.batch_size, context, dtype=analysis["dtype"])
     return {
@@ -145,10 +152,6 @@ def _no_decode_record(spec: Any, analysis: Mapping[str, Any], context: int) -> d
 def _measure_at(record: dict[str, Any], measure: Measure, measured_spec: Any, config: Any) -> None:
     """The harness's run with a prompt of ``context - gen_len`` tokens; a refusal (or running
     out of memory there) is noted, and that context predicted."""
-    import torch
-
-    from zoo.harness.run import make_config
-
     context, gen = record["context"], config.gen_len
     if context <= gen or context > measured_spec.max_seq_len:
         return  # too short for a prompt, or past the model's limit: predicted
@@ -172,11 +175,6 @@ def _predict_at(
     model: StepTimeModel | None, measured_spec: Any,
 ) -> None:
     """From this device's step-time model, else (no run) the GPU roofline of the full model."""
-    from zoo.analysis.counts import decode_bytes_per_step
-    from zoo.analysis.devices import gpu_peaks
-    from zoo.harness.phases.decode import Decode
-    from zoo.harness.run_config import make_config
-
     context, gen, dtype = record["context"], config.gen_len, analysis["dtype"]
     at = max(1, context - gen + gen // 2)  # the decode midpoint, as the harness reports its bytes
     record["decode_source"] = "predicted"
@@ -200,8 +198,6 @@ def _layers(n: int) -> str:
 
 
 def _torch_dtype(name: str) -> Any:
-    from zoo.model.build import resolve_dtype
-
     return resolve_dtype(name)
 
 
@@ -217,7 +213,6 @@ def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], base
     ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
     Plain dicts (JSON values, None for missing): what ``frame.attrs["contexts"]`` holds, since
     pandas compares attrs when frames are concatenated and a DataFrame there cannot be."""
-    from zoo.harness.sweep.labels import format_value
 
     ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("contexts")), key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): {c["context"]: c for c in r["contexts"]} for r in ok}

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.quant import QUANTIZED, normalize, quantize
+from zoo.hub.text import checkpoint_text, resolve
+from zoo.quant import QUANTIZED, fidelity, normalize, quantize
 
 
 def _checkpoint_tokenizer(weights: str | None) -> Any:
@@ -21,14 +22,12 @@ def _checkpoint_tokenizer(weights: str | None) -> Any:
     a checkpoint without one is a CheckpointError, never silently bytes as token ids."""
     if weights is None:
         return None
-    from zoo.hub.text import checkpoint_text, resolve
 
     return checkpoint_text(resolve(weights, None)).tokenizer
 
 
 def prepare_weights(model: nn.Module, config: Any, max_len: int, vocab_size: int) -> tuple[nn.Module, dict[str, Any]]:
     """The model with ``config.weights_dtype`` applied, and the fidelity fields of the run."""
-    from zoo.quant import fidelity
 
     quantized = normalize(config.weights_dtype) in QUANTIZED
     device = next(model.parameters()).device

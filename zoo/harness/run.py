@@ -9,6 +9,7 @@ given for a model it means nothing to (``gen_len`` of an encoder), is one BenchE
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,8 +17,10 @@ from typing import Any
 
 import torch
 
+from zoo.analysis.memory_check import check_fits
 from zoo.components.kernels import implementations, preferring
 from zoo.errors import BenchError
+from zoo.harness.analysis_columns import analysis_columns
 from zoo.harness.child_run import child_main, run_child
 from zoo.harness.environment import (
     Environment,
@@ -25,16 +28,14 @@ from zoo.harness.environment import (
     zoo_git_commit,
 )
 from zoo.harness.measure import probe_for
-from zoo.harness.phases.base import (
-    RunContext,
-    phases_for,
-    registered_phases,
-    run_phase,
-)
+from zoo.harness.phases import phases_for, registered_phases
+from zoo.harness.phases.base import RunContext, run_phase
+from zoo.harness.prediction import prediction_columns
 from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
 from zoo.harness.shape import check_shape, run_shape
 from zoo.harness.source import ModelSource, model_source, names_checkpoint, resolve_source
+from zoo.model.build import ZooModel
 from zoo.specs.model import ModelSpec
 
 __all__ = ["BenchConfig", "Progress", "Row", "bench", "make_config", "measure", "measure_in_subprocess"]
@@ -89,9 +90,6 @@ def _refuse_unread(source: ModelSource, given: Collection[str]) -> None:
 
 def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), progress: Progress | None = None) -> Row:
     """The run of ``source`` as ``config`` says (module docstring)."""
-    from zoo.harness.analysis_columns import analysis_columns
-    from zoo.harness.memory_check import check_fits
-    from zoo.harness.prediction import prediction_columns
 
     spec, topology = source.spec, source.topology
     device, dtype = source.placement(config)
@@ -135,7 +133,6 @@ def _held(model: torch.nn.Module) -> torch.nn.Module | None:
     """The model when it is a loaded checkpoint keeping its own storage (a GGUF's packed blocks,
     ``weights_layout`` set): its weight bytes and bytes read per step are what it holds, not
     the analysis of the spec in the run's dtype. None else."""
-    from zoo.model.build import ZooModel
 
     return model if isinstance(model, ZooModel) and model.weights_layout is not None else None
 
@@ -154,8 +151,6 @@ def _ticker(progress: Progress | None, total: int) -> Any:
 
 
 def _python() -> str:
-    import sys
-
     return sys.version.split()[0]
 
 

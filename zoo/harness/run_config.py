@@ -20,7 +20,11 @@ from pydantic import (
     model_validator,
 )
 
+from zoo.analysis.devices import gpu
 from zoo.errors import BenchError
+from zoo.files.safe_io import check_readable
+from zoo.quant import check_group_size, normalize
+from zoo.quant.fidelity import EVAL_MAX_BYTES
 from zoo.specs.strict_numbers import StrictNumbers
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -80,9 +84,6 @@ class BenchConfig(StrictNumbers):
     @classmethod
     def _check_eval_text(cls, value: str | None) -> str | None:
         if value is not None:  # read at the end of the run: refused before it starts
-            from zoo.files.safe_io import check_readable
-            from zoo.quant.fidelity import EVAL_MAX_BYTES
-
             check_readable(value, BenchError, "eval_text file", EVAL_MAX_BYTES)
         return value
 
@@ -99,8 +100,6 @@ class BenchConfig(StrictNumbers):
     @field_validator("weights_dtype")
     @classmethod
     def _check_weights_dtype(cls, value: str | None) -> str | None:
-        from zoo.quant import normalize
-
         return normalize(value)
 
     @model_validator(mode="after")
@@ -116,12 +115,8 @@ class BenchConfig(StrictNumbers):
     @model_validator(mode="after")
     def _check_predict(self) -> BenchConfig:
         if self.weights_group_size is not None:
-            from zoo.quant import check_group_size
-
             check_group_size(self.weights_group_size)
         if self.predict is not None:
-            from zoo.analysis.devices import gpu
-
             gpu(self.predict)
         return self
 

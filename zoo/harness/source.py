@@ -18,6 +18,9 @@ import torch
 from zoo.analysis.counts import Topology, topology
 from zoo.errors import BenchError
 from zoo.harness.run_config import BenchConfig
+from zoo.hub.loading import checkpoint_spec, from_pretrained, keeps_packed
+from zoo.model.build import as_spec, build, resolve_dtype
+from zoo.quant import run_dtype as quant_run_dtype
 from zoo.specs.model import ModelSpec
 
 
@@ -51,10 +54,7 @@ class ModelSource:
         if self.model is not None:
             return self.model.eval()
         if self.weights is None:
-            from zoo.model.build import build
-
             return build(self.spec, device=device, dtype=dtype, seed=seed).eval()
-        from zoo.hub.loading import from_pretrained
 
         return from_pretrained(self.weights, device=device, dtype=dtype, progress=False,
                                dequantize=self.dequantize).eval()
@@ -87,15 +87,12 @@ def resolve_source(spec: ModelSpec | str | Mapping[str, Any] | None, config: Ben
     """The run's model source: ``config.weights``'s checkpoint if given, else the spec."""
     packed = False
     if config.weights:
-        from zoo.hub.loading import checkpoint_spec, keeps_packed
-
         spec = checkpoint_spec(config.weights)
         packed = keeps_packed(config.weights, dequantize=config.dequantize)
     elif spec is None:
         raise BenchError("give a spec (an architecture) or weights to benchmark")
     elif config.dequantize:
         raise BenchError("dequantize: only with weights (a GGUF file whose packed matrices to load as floats)")
-    from zoo.model.build import as_spec
 
     model_spec = as_spec(spec)
     return ModelSource(model_spec, topology(model_spec), config.weights, config.dequantize, packed)
@@ -105,8 +102,6 @@ def run_dtype(config: BenchConfig, device: torch.device, source: ModelSource | N
     """The model's dtype: ``dtype``, else a float ``weights_dtype``, else bfloat16 for quantized
     weights (given, or held packed by the checkpoint) or on CUDA, float32 elsewhere
     (``zoo.quant.run_dtype``)."""
-    from zoo.model.build import resolve_dtype
-    from zoo.quant import run_dtype as quant_run_dtype
 
     default = "bfloat16" if device.type == "cuda" or (source is not None and source.packed) else "float32"
     return resolve_dtype(quant_run_dtype(config.weights_dtype, config.dtype, default))

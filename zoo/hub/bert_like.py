@@ -12,14 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.config_writer import require
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 
 @dataclass(frozen=True)

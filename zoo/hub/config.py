@@ -16,19 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import CheckpointError, SpecError, allowed, did_you_mean
+from zoo.files.safe_io import inside, load_json, read_text
 from zoo.hub.config_input import check_value_types, read_hf_config
 from zoo.hub.config_keys import BASE_CHECKS
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.family import CheckpointFamily
 from zoo.hub.packed_formats import packed_format
 from zoo.specs.model import ModelSpec
+from zoo.specs.registry import get_registry
 
 
 def checkpoint_families() -> dict[str, CheckpointFamily]:
     """model_type -> its checkpoint family, built-in and plugin ones, in registration order."""
-    from zoo.specs.registry import (
-        get_registry,  # the registry imports plugins: only when asked
-    )
 
     return {model_type: entry.family for model_type, entry in get_registry().checkpoint_formats.items()}
 
@@ -95,7 +94,6 @@ def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None
 def eos_token_ids(folder: Path) -> list[int]:
     """End-of-sequence ids from generation_config.json, else config.json (an id or a list);
     a file that is not JSON, or an id that is not a non-negative integer, is a CheckpointError."""
-    from zoo.files.safe_io import inside, load_json, read_text
 
     for name in ("generation_config.json", "config.json"):
         path = Path(folder) / name

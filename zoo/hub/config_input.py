@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import CheckpointError
+from zoo.files.safe_io import bounded_repr, inside, load_json, read_text
 
 # What each numeric or structured key must hold (null = absent); checked before any family reads
 # them, so a 0 head count, a list or a string where a number belongs is one error naming the key.
@@ -36,7 +37,6 @@ def read_hf_config(config: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     """The config dict and a name for messages (a file, a folder holding config.json, or a dict)."""
     if isinstance(config, Mapping):
         return dict(config), "config"
-    from zoo.files.safe_io import inside, load_json, read_text
 
     path = Path(config)
     if path.is_dir():
@@ -71,6 +71,4 @@ def check_value_types(data: Mapping[str, Any], source: str) -> None:
         elif key == "mlp_only_layers" and not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
             problem = "expected a list of layer indices"
         if problem:
-            from zoo.files.safe_io import bounded_repr
-
             raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")

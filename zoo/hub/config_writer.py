@@ -6,12 +6,9 @@ component whose options it does not know)."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
 
 from zoo.errors import CheckpointError, allowed
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 
 def require(spec: ModelSpec, model_type: str, **kinds: Collection[str]) -> None:

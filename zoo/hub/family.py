@@ -9,23 +9,25 @@ registered by that package's hook); a plugin that brings a new block (RWKV, say)
 family the same way. A module with these names is such an object. A built-in model_type is
 taken over only with ``override=True``; a clash is an error naming both plugins.
 
-This module imports no other part of zoo at run time beyond ``zoo.errors`` and the config
-reader, so the registry can check a family while plugins load without an import cycle.
+The registry checks a registered family against ``FAMILY_MEMBERS`` of
+``zoo.specs.registry_entries`` (the contract layer, which imports no hub); this protocol is
+the typed form of those members for plugin authors.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+import torch
+
+from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader, layer_selector
+from zoo.hub.names import IGNORED_HF, Rule, rename, renamed
+from zoo.specs.model import ModelSpec
 
-if TYPE_CHECKING:
-    from zoo.hub.names import Rule
-    from zoo.specs.model import ModelSpec
-
-__all__ = ["FAMILY_MEMBERS", "CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector", "missing_members"]
+__all__ = ["CheckpointFamily", "ConfigReader", "ZooShapes", "layer_selector"]
 
 
 @runtime_checkable
@@ -78,19 +80,23 @@ class ZooShapes(dict):  # type: ignore[type-arg]
         self.spec = spec
 
 
-FAMILY_MEMBERS: tuple[str, ...] = ("MODEL_TYPE", "ARCHITECTURE", "IGNORED", "read_config", "write_config", "tensor_rules")
+# ---- a family's plan, completed ----------------------------------------------------------
+def tensor_rules(family: CheckpointFamily, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:
+    """Every zoo parameter's rule for this family: the family's own rules, then its renames
+    for the rest; a parameter neither covers is an error."""
+    rules, renames = family.tensor_rules(zoo_shapes, hf_keys)
+    rules = list(rules)
+    claimed = {n for rule in rules for n in rule.zoo}
+    for name in zoo_shapes:
+        if name in claimed:
+            continue
+        target = renamed(name, renames)
+        if target is None:
+            raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a {family.MODEL_TYPE} checkpoint")
+        rules.append(rename(name, target))
+    return rules
 
 
-def missing_members(family: object) -> list[str]:
-    """What ``family`` lacks of the protocol (wrongly typed members included); [] when complete."""
-    problems = [name for name in FAMILY_MEMBERS if not hasattr(family, name)]
-    if problems:
-        return problems
-    if not isinstance(family.MODEL_TYPE, str) or not family.MODEL_TYPE:
-        problems.append("MODEL_TYPE (a non-empty string)")
-    if not isinstance(family.ARCHITECTURE, str):
-        problems.append("ARCHITECTURE (a string)")
-    if not isinstance(family.IGNORED, re.Pattern):
-        problems.append("IGNORED (a compiled regular expression)")
-    problems += [f"{name} (callable)" for name in FAMILY_MEMBERS[3:] if not callable(getattr(family, name))]
-    return problems
+def ignored_tensor(family: CheckpointFamily, name: str) -> bool:
+    """A checkpoint tensor that is no weight of zoo's model for this family."""
+    return IGNORED_HF.match(name) is not None or family.IGNORED.match(name) is not None

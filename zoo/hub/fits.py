@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from zoo.analysis.memory_check import check_fits
 from zoo.errors import BenchError, CheckpointError
 from zoo.model.build import resolve_dtype
 from zoo.specs.model import ModelSpec
@@ -18,7 +19,6 @@ from zoo.specs.model import ModelSpec
 def check_weights_fit(spec: ModelSpec, dtype: str | torch.dtype | None, device: str | torch.device | None) -> None:
     """The model (and one token's run) fits in free memory, judged from the spec before a byte
     is allocated: a config.json with hidden_size 10**12 beside valid weights is one line."""
-    from zoo.harness.memory_check import check_fits
 
     target = torch.device(device) if device is not None else torch.device("cpu")
     try:

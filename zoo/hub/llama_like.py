@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from zoo.errors import CheckpointError, allowed
 from zoo.hub.config_reader import (
@@ -23,11 +25,7 @@ from zoo.hub.config_reader import (
 )
 from zoo.hub.config_writer import require
 from zoo.hub.names import Rule, fused_gate_up, rename, stacked_experts
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    import torch
-
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 LLAMA_RENAMES: list[tuple[str, str]] = [
     (r"embed\.weight", "model.embed_tokens.weight"),

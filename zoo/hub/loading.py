@@ -16,13 +16,16 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.files.safe_io import inside
+from zoo.files.safe_io import inside, load_json, read_text
 from zoo.hub.config import checkpoint_family, spec_from_hf_config
 from zoo.hub.config_input import read_hf_config
 from zoo.hub.download import resolve_checkpoint
-from zoo.hub.family import ZooShapes
+from zoo.hub.family import ZooShapes, ignored_tensor, tensor_rules
 from zoo.hub.fits import check_weights_fit
-from zoo.hub.names import ignored_tensor, legacy_aliases, tensor_rules
+from zoo.hub.gguf.loading import find_gguf, from_gguf
+from zoo.hub.gguf.reader import GGUFCheckpoint
+from zoo.hub.gguf.spec import spec_from_gguf
+from zoo.hub.names import legacy_aliases
 from zoo.hub.packed_formats import PackedFormat, packed_format
 from zoo.hub.quantized_checkpoints import as_float_names, load_packed_layers
 from zoo.hub.safetensors_io import SafetensorsFile
@@ -66,7 +69,6 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
 
 def read_weight_map(index: Path) -> dict[str, str]:
     """The index's ``weight_map``: tensor name -> shard file name, both strings."""
-    from zoo.files.safe_io import load_json, read_text
 
     data = load_json(read_text(index, CheckpointError, "index file"), CheckpointError, str(index))
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
@@ -183,7 +185,6 @@ def from_pretrained(
     ``dtype`` defaults to float32, ``device`` to the CPU. The spec is ``model.spec`` and the
     checkpoint's family ``model.hf_model_type`` (``save_pretrained`` writes it back).
     """
-    from zoo.hub.gguf.loading import find_gguf, from_gguf
 
     gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
     if gguf_path is not None:
@@ -197,7 +198,7 @@ def from_pretrained(
     load_weights(model, folder, model_type, progress=progress, packed=packed_format(config, str(folder / "config.json")))
     model.tie_weights()
     init_buffers(model)
-    model.hf_model_type = model_type  # type: ignore[assignment]
+    model.hf_model_type = model_type
     model.checkpoint = folder
     return model.eval()
 
@@ -220,9 +221,6 @@ def checkpoint_spec(repo_or_dir: str | Path, *, revision: str | None = None, ggu
     without loading a weight: callers that choose what to do by the model (``zoo bench
     --weights`` picks its family's benchmark) decide before paying for the load. The name is
     the one ``from_pretrained`` gives, so both agree."""
-    from zoo.hub.gguf.loading import find_gguf
-    from zoo.hub.gguf.reader import GGUFCheckpoint
-    from zoo.hub.gguf.spec import spec_from_gguf
 
     gguf_path = find_gguf(repo_or_dir, gguf_file, revision)
     if gguf_path is not None:

@@ -10,14 +10,12 @@ names, checked against transformers' MambaMixer and FalconMambaMixer.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.archs.mamba import MAMBA_CONTEXT
+from zoo.hub.config_reader import ConfigReader
 from zoo.hub.config_writer import require
-
-if TYPE_CHECKING:
-    from zoo.hub.config_reader import ConfigReader
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 # keys that only steer initialisation, kernels or legacy duplicates checked below
 MAMBA_NEUTRAL = (

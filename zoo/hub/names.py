@@ -12,16 +12,12 @@ view and never builds a second copy of a whole tensor; ``save`` is the exact inv
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from zoo.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from zoo.hub.family import CheckpointFamily
 
 Pairs = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
@@ -153,27 +149,6 @@ def _quantized_save(z: list[torch.Tensor]) -> list[torch.Tensor]:
 # checkpoint tensors that are no weights in any family: stored RoPE frequencies
 IGNORED_HF = re.compile(r".*rotary_emb\.inv_freq$")
 LEGACY_NORM_NAMES = (("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias"))
-
-
-def tensor_rules(family: CheckpointFamily, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:
-    """Every zoo parameter's rule for this family: the family's own rules, then its renames
-    for the rest; a parameter neither covers is an error."""
-    rules, renames = family.tensor_rules(zoo_shapes, hf_keys)
-    rules = list(rules)
-    claimed = {n for rule in rules for n in rule.zoo}
-    for name in zoo_shapes:
-        if name in claimed:
-            continue
-        target = renamed(name, renames)
-        if target is None:
-            raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a {family.MODEL_TYPE} checkpoint")
-        rules.append(rename(name, target))
-    return rules
-
-
-def ignored_tensor(family: CheckpointFamily, name: str) -> bool:
-    """A checkpoint tensor that is no weight of zoo's model for this family."""
-    return IGNORED_HF.match(name) is not None or family.IGNORED.match(name) is not None
 
 
 def legacy_aliases(names: Collection[str]) -> dict[str, str]:

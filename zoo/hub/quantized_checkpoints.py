@@ -34,6 +34,10 @@ import torch
 from torch import nn
 
 from zoo.errors import CheckpointError
+from zoo.files.atomic import write_text_atomic
+from zoo.files.safe_io import load_json, read_text
+from zoo.hub.config import checkpoint_family
+from zoo.hub.family import tensor_rules
 from zoo.hub.names import Rule
 from zoo.hub.packed_formats import (
     PACKED_SUFFIXES,
@@ -44,7 +48,8 @@ from zoo.hub.packed_formats import (
     pack_awq_columns,
     unpack_groups,
 )
-from zoo.hub.safetensors_io import SafetensorsFile
+from zoo.hub.safetensors_io import SafetensorsFile, write_safetensors
+from zoo.hub.save import save_pretrained
 from zoo.quant import replace_linear
 from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, PermutedInt4Linear
 
@@ -185,12 +190,6 @@ def save_awq(model: nn.Module, layers: Mapping[str, Any], out: Path, group_size:
     (``layers``: zoo module name -> integers with ``values`` (out, in), ``zeros`` and
     ``scales`` (out, G)), ``quantization_config`` added, and the source's tokenizer files
     copied. zoo, transformers and AutoAWQ read it back."""
-    from zoo.files.atomic import write_text_atomic
-    from zoo.files.safe_io import load_json, read_text
-    from zoo.hub.config import checkpoint_family
-    from zoo.hub.names import tensor_rules
-    from zoo.hub.safetensors_io import write_safetensors
-    from zoo.hub.save import save_pretrained
 
     save_pretrained(model, out)  # type: ignore[arg-type]
     config = load_json(read_text(out / "config.json", CheckpointError, "config"), CheckpointError, str(out))

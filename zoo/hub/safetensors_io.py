@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from zoo.errors import CheckpointError
 from zoo.files.atomic import atomic_path
+from zoo.files.safe_io import bounded_repr, load_json, open_regular
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -42,8 +44,6 @@ def _is_count(value: object) -> bool:
 
 
 def _short(value: object) -> str:
-    from zoo.files.safe_io import bounded_repr
-
     return bounded_repr(value, 80)
 
 
@@ -73,8 +73,6 @@ class SafetensorsFile:
         return CheckpointError(f"{self.path}: {message}")
 
     def _read_header(self) -> None:
-        from zoo.files.safe_io import open_regular
-
         fd = open_regular(self.path, CheckpointError, "safetensors file")  # a FIFO would block forever
         try:
             with os.fdopen(fd, "rb") as handle:
@@ -88,7 +86,6 @@ class SafetensorsFile:
                 raw = handle.read(header_len)
         except OSError as exc:
             raise CheckpointError(f"{self.path}: cannot read ({exc.strerror})") from None
-        from zoo.files.safe_io import load_json
 
         header = load_json(raw, CheckpointError, f"{self.path}: corrupt safetensors header")  # duplicate keys refused
         if not isinstance(header, dict):
@@ -139,8 +136,6 @@ class SafetensorsFile:
 
     # ---- data -----------------------------------------------------------------------------
     def __enter__(self) -> SafetensorsFile:
-        from zoo.files.safe_io import open_regular
-
         self._file = os.fdopen(open_regular(self.path, CheckpointError, "safetensors file"), "rb")
         if self.path.stat().st_size > 0:
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
@@ -178,7 +173,6 @@ class SafetensorsFile:
 
 def write_safetensors(tensors: Mapping[str, torch.Tensor], path: str | Path, metadata: Mapping[str, str] | None = None) -> None:
     """Write a whole safetensors file atomically (temp file in the same folder + os.replace)."""
-    from safetensors.torch import save_file
 
     path = Path(path)
     contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}

@@ -18,10 +18,11 @@ from zoo.components.fused import unfused_parameters
 from zoo.errors import CheckpointError
 from zoo.files.atomic import write_text_atomic
 from zoo.hub.config import checkpoint_families, checkpoint_family, spec_from_hf_config
-from zoo.hub.family import ZooShapes
-from zoo.hub.names import tensor_rules
+from zoo.hub.family import ZooShapes, tensor_rules
 from zoo.hub.safetensors_io import write_safetensors
+from zoo.hub.text import tokenizer_files
 from zoo.model.build import ZooModel, persistent_buffers
+from zoo.quant.linear import QuantizedLinear
 from zoo.specs.model import ModelSpec
 
 
@@ -64,15 +65,13 @@ def matching_config(spec: ModelSpec, model_type: str | None) -> dict[str, Any]:
 def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None = None) -> Path:
     """Write ``model.safetensors`` and ``config.json`` (files replaced whole) into ``out_dir``;
     a model loaded from a GGUF also gets the file's tokenizer, chat template and bos/eos ids."""
-    from zoo.hub.text import tokenizer_files
-    from zoo.quant.linear import QuantizedLinear
 
     if any(isinstance(m, QuantizedLinear) for m in model.modules()):
         raise CheckpointError("save_pretrained: the model holds packed int4/int8 layers (a GGUF loaded quantized); "
                               "load it with dequantize=True to write safetensors")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = matching_config(model.spec, model_type or getattr(model, "hf_model_type", None))
+    config = matching_config(model.spec, model_type or model.hf_model_type)
     params = {**unfused_parameters(model), **persistent_buffers(model)}  # zoo.fuse_projections undone
     first = next(iter(params.values()))
     config["dtype"] = str(first.dtype).removeprefix("torch.")

@@ -17,7 +17,7 @@ from torch import nn
 
 from zoo.errors import GenerationError, SpecError
 from zoo.model.sampling import check_seed
-from zoo.model.stack import build_component, build_layers, context, norm_factory, shared_positions
+from zoo.model.stack import PartFamilies, build_component, build_layers, context, norm_factory, shared_positions
 from zoo.specs.interfaces import CrossMixer, Embedding, Positional, Positions, TokenMixer
 from zoo.specs.model import ModelSpec
 from zoo.specs.presets import preset
@@ -52,15 +52,16 @@ class Encoder(nn.Module):
     stack's embeddings with a LayerNorm of its own. It never keeps state.
     """
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, families: PartFamilies) -> None:
         super().__init__()
         self.spec = spec
-        self.embed = build_component(spec.part("embedding"), context(spec, spec.layer_specs()[0], "encoder"))
-        layers = build_layers(spec, "encoder", "encoder.")
+        self.embed = build_component(spec.part("embedding"), context(spec, spec.layer_specs()[0], "encoder", families),
+                                     families)
+        layers = build_layers(spec, "encoder", families, "encoder.")
         self.positionals, self.layers = layers.positionals, layers.blocks
         self.layer_positional = layers.layer_positional
         self.input_positional = layers.input_positional
-        self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
+        self.final_norm = norm_factory(spec.part("norm"), families)(spec.d_model) if spec.final_norm else None
 
     def tie(self, embedding: Embedding) -> None:
         """Share the model's token table (after materialisation or loading)."""
@@ -90,9 +91,10 @@ class ZooModel(nn.Module):
         super().__init__()
         self.spec = spec
         first = spec.layer_specs()[0]
-        self.embed = build_component(spec.part("embedding"), context(spec, first, "decoder"))
+        families = PartFamilies()
+        self.embed = build_component(spec.part("embedding"), context(spec, first, "decoder", families), families)
         encoder_spec = spec.encoder_spec()
-        layers = build_layers(spec, "decoder")
+        layers = build_layers(spec, "decoder", families)
         self.positionals = layers.positionals
         self.layer_positional = layers.layer_positional
         self.input_positional = layers.input_positional
@@ -103,13 +105,19 @@ class ZooModel(nn.Module):
         self._states = layers.states
         self._mixers: list[TokenMixer] = layers.mixers
         self._cross: list[CrossMixer] = layers.cross
-        self.final_norm = norm_factory(spec.part("norm"))(spec.d_model) if spec.final_norm else None
-        self.lm_head = build_component(spec.part("head"), context(spec, first, "decoder"))
-        self.encoder = None if encoder_spec is None else Encoder(encoder_spec)
+        self.final_norm = norm_factory(spec.part("norm"), families)(spec.d_model) if spec.final_norm else None
+        self.lm_head = build_component(spec.part("head"), context(spec, first, "decoder", families), families)
+        self.encoder = None if encoder_spec is None else Encoder(encoder_spec, families)
+        # declared at build, kept on the model (quantization may swap the head's Linear):
+        # what each module path was built as, and what the head declares
+        self.part_families: dict[str, str] = families.by_path(self)
+        self.head_gives_logits: bool = self.lm_head.logits
+        self.head_tied: bool = self.lm_head.tied
         # how loaded weights are held when a checkpoint says more than the dtype (a GGUF's
         # "Q4_1 -> int4 x168; the rest float32"); None for built or float checkpoints
         self.weights_layout: str | None = None
         self.checkpoint: Path | None = None  # the folder or GGUF file the weights came from (from_pretrained)
+        self.hf_model_type: str | None = None  # the checkpoint's family (from_pretrained; save_pretrained writes it back)
         self.tie_weights()
 
     def tie_weights(self) -> None:
@@ -143,7 +151,7 @@ class ZooModel(nn.Module):
     @property
     def can_generate(self) -> bool:
         """Token by token generation needs causal self-mixers and a head giving logits."""
-        return self.causal and self.lm_head.logits
+        return self.causal and self.head_gives_logits
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> list[dict[str, StateTensor]]:
         """What each stateful part keeps between calls, as it declares it (cache order)."""

@@ -14,15 +14,11 @@ mirror, kept by eager calls for bounds checks without a device sync.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from zoo.errors import GenerationError
+from zoo.model.build import ZooModel
 from zoo.specs.state import LayerState, Memory
-
-if TYPE_CHECKING:
-    from zoo.model.build import ZooModel
 
 
 def _static_address(tensor: torch.Tensor) -> torch.Tensor:

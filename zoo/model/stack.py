@@ -27,36 +27,48 @@ from zoo.specs.state import HoldsState
 STATEFUL_PARTS: tuple[str, ...] = ("attention", "cross_attention", "ffn")
 
 
-def tag(module: nn.Module, slot: str) -> nn.Module:
-    """Mark a module with the slot it was built for (for per-component counts)."""
-    module._zoo_family = slot  # type: ignore[assignment]
-    return module
+class PartFamilies:
+    """What each module was built as (its slot's family, for per-component counts), noted as
+    the build makes them. The finished model keeps ``by_path`` (``ZooModel.part_families``):
+    paths, not the modules, so a module swapped in place (a quantized head) keeps its family."""
+
+    def __init__(self) -> None:
+        self._families: dict[int, str] = {}  # id(module) -> family, while the build holds the modules
+
+    def note(self, module: Any, family: str) -> Any:
+        if module is not None:
+            self._families[id(module)] = family
+        return module
+
+    def by_path(self, model: nn.Module) -> dict[str, str]:
+        return {path: self._families[id(module)] for path, module in model.named_modules(remove_duplicate=False)
+                if id(module) in self._families}
 
 
-def norm_factory(component: ResolvedComponent) -> Callable[[int], nn.Module]:
+def norm_factory(component: ResolvedComponent, families: PartFamilies) -> Callable[[int], nn.Module]:
     def make_norm(dim: int) -> nn.Module:
-        return tag(component.entry.factory(component.options, dim), "norm")
+        module: nn.Module = families.note(component.factory(component.options, dim), "norm")
+        return module
 
     return make_norm
 
 
-def build_component(component: ResolvedComponent, ctx: BuildContext, **modules: Any) -> Any:
+def build_component(component: ResolvedComponent, ctx: BuildContext, families: PartFamilies, **modules: Any) -> Any:
     """Build one component and check it is the class its plugin declared at registration."""
-    entry = component.entry
-    module = entry.factory(component.options, ctx, **modules)
+    module = component.factory(component.options, ctx, **modules)
     if module is None and component.slot == "ffn":
         return None  # no FFN branch (kind none)
-    declared = entry.module
+    declared = component.module
     if not isinstance(module, declared):
         raise PluginError(
-            f"plugin {entry.plugin!r}: {component.slot} kind {component.kind!r} built a "
+            f"plugin {component.plugin!r}: {component.slot} kind {component.kind!r} built a "
             f"{type(module).__name__}, not the {declared.__name__} it declared at registration"
         )
     counted_as = {"head": "unembedding", "cross_attention": "attention"}.get(component.slot, component.slot)
-    return tag(module, counted_as)
+    return families.note(module, counted_as)
 
 
-def context(spec: ModelSpec, layer: LayerSpec, role: str) -> BuildContext:
+def context(spec: ModelSpec, layer: LayerSpec, role: str, families: PartFamilies) -> BuildContext:
     return BuildContext(
         d_model=spec.d_model,
         n_layers=spec.n_layers,
@@ -64,7 +76,7 @@ def context(spec: ModelSpec, layer: LayerSpec, role: str) -> BuildContext:
         vocab_size=spec.vocab_size,
         max_seq_len=spec.max_seq_len,
         layer=layer,
-        make_norm=norm_factory(layer.norm),
+        make_norm=norm_factory(layer.norm, families),
         role=role,
         embedding_scale=spec.resolved_embedding_scale,
         tie_embeddings=spec.tie_embeddings,
@@ -76,7 +88,7 @@ def positional_key(layer: LayerSpec, ctx: BuildContext) -> str:
     """Layers with equal keys share one positional module: the resolved positional spec
     plus what its kind reads of the layer (RoPE: the rotated channels per head)."""
     component = layer.positional
-    declared = component.entry.module  # a Positional subclass: checked when its plugin registered
+    declared = component.module  # a Positional subclass: checked when its plugin registered
     assert declared is not None and issubclass(declared, Positional)
     return repr((component.to_dict(), declared.layer_key(component.options, ctx)))
 
@@ -117,23 +129,24 @@ class Layers:
     cross: list[CrossMixer] = field(default_factory=list)
 
 
-def build_layers(spec: ModelSpec, role: str, prefix: str = "") -> Layers:
+def build_layers(spec: ModelSpec, role: str, families: PartFamilies, prefix: str = "") -> Layers:
     """The blocks of ``spec`` (each with its cross-attention when the spec has one)."""
     built = Layers(nn.ModuleList(), [], nn.ModuleList())
     positional_index: dict[str, int] = {}
     first_layer: list[int] = []  # per positional module, the first layer that uses it
     cross = spec.part("cross_attention") if role == "decoder" and spec.cross_attention is not None else None
     for layer in spec.layer_specs():
-        ctx = context(spec, layer, role)
+        ctx = context(spec, layer, role, families)
         key = positional_key(layer, ctx)
         if key not in positional_index:
             positional_index[key] = len(built.positionals)
-            built.positionals.append(build_component(layer.positional, ctx))
+            built.positionals.append(build_component(layer.positional, ctx, families))
             first_layer.append(layer.index)
         built.layer_positional.append(positional_index[key])
-        parts: dict[str, Any] = {"attention": build_component(layer.attention, ctx), "ffn": build_component(layer.ffn, ctx)}
+        parts: dict[str, Any] = {"attention": build_component(layer.attention, ctx, families),
+                                 "ffn": build_component(layer.ffn, ctx, families)}
         if cross is not None:
-            parts["cross_attention"] = build_component(cross, ctx)
+            parts["cross_attention"] = build_component(cross, ctx, families)
             built.cross.append(parts["cross_attention"])
         built.mixers.append(parts["attention"])
         check_block(layer, parts)
@@ -144,14 +157,14 @@ def build_layers(spec: ModelSpec, role: str, prefix: str = "") -> Layers:
                 states[name] = len(built.stateful)
                 built.stateful.append((f"{prefix}layers.{layer.index}.{name}", part))
         built.states.append(states)
-        built.blocks.append(build_component(layer.block, ctx, **parts))
+        built.blocks.append(build_component(layer.block, ctx, families, **parts))
     built.input_positional = input_positional(built.positionals, first_layer)
     return built
 
 
 def check_block(layer: LayerSpec, parts: dict[str, Any]) -> None:
     """The block kind declares what it wires: a cross-attention, a stateful FFN's state."""
-    block = layer.block.entry.module
+    block = layer.block.module
     assert issubclass(block, Block)  # checked when its plugin registered
     registry = get_registry()
     if "cross_attention" in parts and not block.takes_cross_attention:

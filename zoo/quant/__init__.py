@@ -22,6 +22,8 @@ from __future__ import annotations
 from torch import nn
 
 from zoo.errors import BenchError, allowed
+from zoo.model.build import resolve_dtype
+from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear
 
 WEIGHTS_DTYPES = ("bf16", "float32", "int8", "int4")
 QUANTIZED = ("int8", "int4")
@@ -42,7 +44,6 @@ def normalize(weights_dtype: str | None) -> str | None:
 
 def check_group_size(group_size: int | None) -> int:
     """The int4 group size (default ``DEFAULT_GROUP_SIZE``), or a BenchError."""
-    from zoo.quant.linear import INT4_GROUP_SIZES
 
     size = DEFAULT_GROUP_SIZE if group_size is None else group_size
     if size not in INT4_GROUP_SIZES:
@@ -56,8 +57,6 @@ def run_dtype(weights_dtype: str | None, dtype: str | None, default: str) -> str
     ``dtype`` is a BenchError."""
     name = normalize(weights_dtype)
     if name in FLOAT_DTYPE:
-        from zoo.model.build import resolve_dtype
-
         if dtype is not None and resolve_dtype(dtype) != resolve_dtype(FLOAT_DTYPE[name]):
             raise BenchError(f"weights_dtype: {name} contradicts dtype={dtype}; give one of them, or the same dtype")
         return FLOAT_DTYPE[name]
@@ -72,7 +71,6 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
     Float ``weights_dtype`` (or None) leaves it unchanged: the run builds it in that dtype.
     Works on the meta device too (shapes only), which is how the analysis counts bytes.
     """
-    from zoo.quant.linear import Int4Linear, Int8Linear, QuantizedLinear
 
     name = normalize(weights_dtype)
     if name not in QUANTIZED:
@@ -101,8 +99,6 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
             quantized = Int4Linear(weight, bias, weight.dtype, size)
         replace_linear(parent, child_name, quantized)
     if tied and isinstance(model.lm_head, QuantizedLinear):
-        from zoo.quant.linear import Int8Embedding
-
         head = model.lm_head
         table = embed.weight.detach()  # type: ignore[union-attr]
         use_int8_rows(embed, Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table))
@@ -118,12 +114,9 @@ def use_int8_rows(embed: nn.Module, rows: nn.Module) -> None:
 
 
 def replace_linear(parent: nn.Module, name: str, quantized: nn.Module) -> None:
-    """Put ``quantized`` where the linear ``parent.name`` was, keeping the tags the analysis
-    and the heads declare on it (family, a head's logits, tying)."""
-    linear = getattr(parent, name)
-    for attr in ("_zoo_family", "logits", "tied"):
-        if hasattr(linear, attr):
-            setattr(quantized, attr, getattr(linear, attr))
+    """Put ``quantized`` where the linear ``parent.name`` was. What the build declared of
+    that place (its family, a head's logits and tying) lives on the model by path
+    (``ZooModel.part_families``, ``head_gives_logits``, ``head_tied``), so nothing moves."""
     setattr(parent, name, quantized)
 
 
@@ -131,7 +124,6 @@ def stored_bytes(model: nn.Module) -> int:
     """Bytes the model's weights occupy as laid out: unique parameters (tied ones once) plus
     the packed weights and scales of quantized layers. The one count the analysis, the
     harness and the roofline share."""
-    from zoo.quant.linear import Int8Embedding, QuantizedLinear
 
     unique = {id(p): p for p in model.parameters()}
     for module in model.modules():

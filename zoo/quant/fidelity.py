@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import BenchError
+from zoo.files.safe_io import read_text
 
 FIDELITY_PROMPTS = 2  # rows of fixed prompt tokens
 FIDELITY_PROMPT_LEN = 32
@@ -58,7 +59,6 @@ def compare_logits(reference: torch.Tensor, quantized: torch.Tensor) -> Fidelity
 def text_tokens(path: str | Path, vocab_size: int, tokenizer: Any | None = None) -> torch.Tensor:
     """Token ids (N,) of a text file: through the checkpoint's own tokenizer (a
     ``tokenizers.Tokenizer``), or for random weights, which have none, the UTF-8 bytes."""
-    from zoo.files.safe_io import read_text
 
     file = Path(path)
     text = read_text(file, BenchError, "eval_text file", limit=EVAL_MAX_BYTES)

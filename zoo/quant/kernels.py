@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from zoo.errors import BenchError
+
 CUDA_INNER_K_TILES = (8, 4, 2)  # tinygemm's tile parameter, the largest with in_features % (16 x tiles) == 0
 
 
@@ -37,8 +39,6 @@ def int4_pack(values: torch.Tensor) -> torch.Tensor:
     if values.device.type == "cpu":
         return torch.ops.aten._convert_weight_to_int4pack_for_cpu(values, 1)  # (out, in / 2) uint8
     if values.device.type != "cuda":
-        from zoo.errors import BenchError
-
         raise BenchError(f"weights_dtype: int4 on {values.device.type} is not supported; allowed devices: cpu, cuda")
     pairs = values.to(torch.uint8)  # (out, in)
     nibbles = (pairs[:, ::2] << 4 | pairs[:, 1::2]).contiguous()  # (out, in / 2) uint8, high nibble first

@@ -1,10 +1,12 @@
-"""The plugin interface: three hooks, each handed a `register` callback.
+"""The plugin interface: four hooks, each handed a `register` callback.
 
 Built-in components and third-party plugins register through exactly these hooks; a plugin
 is a module (or object) with functions marked `@zoo.hookimpl`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pluggy
 
@@ -14,7 +16,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def zoo_register_components(register):  # type: ignore[no-untyped-def]
+def zoo_register_components(register: Callable[..., None]) -> None:
     """Register component kinds.
 
     Call ``register(slot, kind, factory, options=OptionsModel, module=ModuleClass)`` once
@@ -28,7 +30,7 @@ def zoo_register_components(register):  # type: ignore[no-untyped-def]
 
 
 @hookspec
-def zoo_register_architectures(register):  # type: ignore[no-untyped-def]
+def zoo_register_architectures(register: Callable[..., None]) -> None:
     """Register named architectures: ``register(name, spec_or_factory)``.
 
     The second argument is a ModelSpec, a dict in ModelSpec form, or a function of no
@@ -37,7 +39,7 @@ def zoo_register_architectures(register):  # type: ignore[no-untyped-def]
 
 
 @hookspec
-def zoo_register_checkpoint_formats(register):  # type: ignore[no-untyped-def]
+def zoo_register_checkpoint_formats(register: Callable[..., None]) -> None:
     """Register Hugging Face checkpoint families: ``register(family, override=False)``.
 
     ``family`` is a module or object with the members of ``zoo.hub.family.CheckpointFamily``
@@ -45,4 +47,14 @@ def zoo_register_checkpoint_formats(register):  # type: ignore[no-untyped-def]
     ``tensor_rules``), checked here. ``from_pretrained``, ``ModelSpec.from_hf_config`` and
     ``save_pretrained`` then handle its ``model_type``. A model_type zoo supports itself is
     taken over only with ``override=True``; two plugins registering one clash as kinds do.
+    """
+
+
+@hookspec
+def zoo_register_spec_readers(register: Callable[..., None]) -> None:
+    """Register readers of config formats into a ModelSpec: ``register(fmt, reader)``.
+
+    ``reader(config, name=None) -> ModelSpec``; ``ModelSpec.from_hf_config`` asks for the
+    ``"hf_config"`` reader (the built-in checkpoint families register it), so the spec layer
+    names no checkpoint format. ``override=True`` replaces a registered format on purpose.
     """

@@ -36,40 +36,16 @@ part of each head is rotated, as latent attention does): positional encodings re
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
-from pydantic import ConfigDict
 from torch import nn
 
+from zoo.specs.components import LayerSpec
+from zoo.specs.options import Options
 from zoo.specs.state import BlockState, HoldsState, LayerState, Memory, StateTensor
-from zoo.specs.strict_numbers import StrictNumbers
-
-if TYPE_CHECKING:
-    from zoo.specs.model import LayerSpec
-
-
-class Options(StrictNumbers):
-    """Base of every component's options: unknown keys are errors, values are immutable.
-
-    ``reset_on_kind_change`` names options that a spec must not carry over when another kind
-    replaces this one (``mqa`` fixes ``n_kv_heads``; carrying 8 over would contradict it).
-
-    ``follows`` maps an option to the option it is tied to: an update of the same kind that
-    sets the leader but not the follower drops the follower's stored value, so the kind's
-    default derives it again (``mha``: ``n_kv_heads`` follows ``n_heads``, so
-    ``attention.n_heads=4`` on a 12-head model gives 4 key/value heads, not a refusal).
-    Both names must be options of the class (checked at registration). ``tiny``: values of the
-    options that set a width (heads, inner widths, experts) for ``zoo plugins --check``'s d_model-64 models.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    reset_on_kind_change: ClassVar[frozenset[str]] = frozenset()
-    follows: ClassVar[Mapping[str, str]] = {}
-    tiny: ClassVar[Mapping[str, Any]] = {}
-
 
 Role = Literal["decoder", "encoder"]
 

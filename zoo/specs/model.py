@@ -29,14 +29,13 @@ from zoo.specs.components import (
     ResolvedComponent,
     as_component_dict,
     format_validation_error,
-    merge_component,
-    resolve_component,
 )
 from zoo.specs.interfaces import TokenMixer
 from zoo.specs.layer_selectors import parse_layer_selector
 from zoo.specs.overrides import parse_updates, prune_layer_overrides, set_nested
 from zoo.specs.published import PublishedParams
-from zoo.specs.registry import get_registry, spec_reader
+from zoo.specs.registry import get_registry
+from zoo.specs.resolution import merge_component, resolve_component
 from zoo.specs.strict_numbers import StrictNumbers
 
 T = TypeVar("T")
@@ -272,7 +271,7 @@ class ModelSpec(StrictNumbers):
         is looked up in the registry, which wires built-in parts in by name, so this module
         never imports the hub (the hub imports it).
         """
-        spec: ModelSpec = spec_reader("hf_config")(config)
+        spec: ModelSpec = get_registry().spec_reader("hf_config")(config)
         return spec
 
 
@@ -321,7 +320,7 @@ def _check_bidirectional(encoder: ModelSpec) -> None:
     """An encoder's mixers see every token: each kind must declare it can
     (``TokenMixer.bidirectional``); a recurrent scan cannot."""
     for layer in encoder.layer_specs():
-        mixer = layer.attention.entry.module
+        mixer = layer.attention.module
         if not (issubclass(mixer, TokenMixer) and mixer.bidirectional):
             registry = get_registry()
             able = [k for k in registry.kinds("attention") if _is_bidirectional(registry.component("attention", k).module)]

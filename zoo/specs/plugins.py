@@ -9,7 +9,8 @@ command keeps working. A clash between two plugins is not skipped: it is a ``Plu
 naming both, because silently picking one would change what a spec builds.
 
 The registry imports this module (never the reverse): it hands itself to
-``load_entry_points``, which needs only its ``failures`` list and ``add_plugin``.
+``load_entry_points``, which needs only its ``failures`` list and ``add_plugin``
+(``PluginSink``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import os
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from zoo.errors import PluginConflictError, PluginError, PluginWarning
-
-if TYPE_CHECKING:
-    from zoo.specs.registry import Registry
 
 ENTRY_POINT_GROUP = "zoo"
 PLUGINS_ENV = "ZOO_PLUGINS"
@@ -57,6 +55,16 @@ def installed_entry_points() -> list[metadata.EntryPoint]:
     return sorted(unique.values(), key=lambda ep: ep.name)
 
 
+class PluginSink(Protocol):
+    """What loading entry points needs of the registry: where failures go, and how a plugin
+    is added (``zoo.specs.registry.Registry`` is one)."""
+
+    failures: list[PluginFailure]
+
+    def add_plugin(self, plugin: object, name: str | None = None, version: str = "", *, source: str = "runtime",
+                   distribution: str = "") -> str: ...
+
+
 def one_line(text: str) -> str:
     """A message on one line: pluggy's validation errors span three."""
     return "; ".join(part.strip() for part in str(text).splitlines() if part.strip()) or type(text).__name__
@@ -69,7 +77,7 @@ def _distribution(ep: metadata.EntryPoint) -> tuple[str, str]:
     return str(dist.metadata["Name"] or dist.name), str(dist.version)
 
 
-def load_entry_points(registry: Registry) -> None:
+def load_entry_points(registry: PluginSink) -> None:
     """Load the chosen entry points into ``registry``; record and report the broken ones."""
     eps = installed_entry_points()
     chosen = chosen_plugin_names()
@@ -103,7 +111,7 @@ def load_entry_points(registry: Registry) -> None:
             _fail(registry, name, str(exc).removeprefix(f"plugin {name!r}: "), distribution)
 
 
-def _fail(registry: Registry, name: str, error: str, distribution: str = "") -> None:
+def _fail(registry: PluginSink, name: str, error: str, distribution: str = "") -> None:
     error = one_line(error)
     failure = PluginFailure(name, error, distribution)
     registry.failures.append(failure)

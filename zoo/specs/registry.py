@@ -21,6 +21,7 @@ from typing import Any, Literal
 import pluggy
 from pydantic import BaseModel
 
+from zoo import __version__ as zoo_version
 from zoo.errors import PluginConflictError, PluginError, SpecError, allowed, did_you_mean
 from zoo.specs import hookspecs
 from zoo.specs.plugins import PluginFailure, load_entry_points
@@ -28,9 +29,13 @@ from zoo.specs.registry_entries import (
     ArchitectureEntry,
     CheckpointFormatEntry,
     ComponentEntry,
+    SpecReaderEntry,
+    Staged,
     architecture_entry,
     checkpoint_format_entry,
     component_entry,
+    refuse_twice,
+    spec_reader_entry,
 )
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -56,7 +61,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.hub.families",
 )
 HOOK_NAMES: tuple[str, ...] = (
-    "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats"
+    "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats",
+    "zoo_register_spec_readers",
 )
 PluginSource = Literal["builtin", "entry point", "runtime"]
 
@@ -72,6 +78,7 @@ class PluginInfo:
     components: tuple[tuple[str, str], ...] = ()  # (slot, kind)
     architectures: tuple[str, ...] = ()
     checkpoint_formats: tuple[str, ...] = ()  # Hugging Face model_types
+    spec_readers: tuple[str, ...] = ()  # config formats read into a ModelSpec
 
     def describe(self) -> str:
         """How error messages name this plugin: 'name' (distribution version)."""
@@ -82,19 +89,11 @@ class PluginInfo:
 
 
 @dataclass
-class _Staged:
-    """What one plugin's hooks asked to register, before any of it is applied."""
-
-    components: list[ComponentEntry] = field(default_factory=list)
-    architectures: list[ArchitectureEntry] = field(default_factory=list)
-    formats: list[CheckpointFormatEntry] = field(default_factory=list)
-
-
-@dataclass
 class Registry:
     components: dict[tuple[str, str], ComponentEntry] = field(default_factory=dict)
     architectures: dict[str, ArchitectureEntry] = field(default_factory=dict)
     checkpoint_formats: dict[str, CheckpointFormatEntry] = field(default_factory=dict)  # model_type ->
+    spec_readers: dict[str, SpecReaderEntry] = field(default_factory=dict)  # config format ->
     failures: list[PluginFailure] = field(default_factory=list)
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     manager: pluggy.PluginManager = field(default_factory=lambda: _new_manager())
@@ -111,15 +110,15 @@ class Registry:
         plugin: str = "<direct>",
         module: type | None = None,
     ) -> None:
-        staged = _Staged(components=[component_entry(slot, kind, factory, options, override, plugin, module)])
+        staged = Staged(components=[component_entry(slot, kind, factory, options, override, plugin, module)])
         self._apply(staged)
 
     def register_architecture(
         self, name: str, source: Any, *, override: bool = False, plugin: str = "<direct>"
     ) -> None:
-        self._apply(_Staged(architectures=[architecture_entry(name, source, override, plugin)]))
+        self._apply(Staged(architectures=[architecture_entry(name, source, override, plugin)]))
 
-    def _apply(self, staged: _Staged) -> None:
+    def _apply(self, staged: Staged) -> None:
         """Check every registration against what is there, then apply them all (or none)."""
         components: dict[tuple[str, str], ComponentEntry] = {}
         for entry in staged.components:
@@ -144,9 +143,15 @@ class Registry:
             winner = self._resolve(f"checkpoint format {fmt.model_type!r}", self.checkpoint_formats.get(fmt.model_type), fmt)
             if winner is not None:
                 formats[fmt.model_type] = winner
+        readers: dict[str, SpecReaderEntry] = {}
+        for reader in staged.readers:
+            winner = self._resolve(f"spec reader {reader.fmt!r}", self.spec_readers.get(reader.fmt), reader)
+            if winner is not None:
+                readers[reader.fmt] = winner
         self.components.update(components)
         self.architectures.update(architectures)
         self.checkpoint_formats.update(formats)
+        self.spec_readers.update(readers)
 
     def _resolve(self, what: str, existing: Any, new: Any) -> Any:
         """The entry to store for a name both may claim, None to keep the existing one.
@@ -195,6 +200,14 @@ class Registry:
             )
         return entry
 
+    def spec_reader(self, fmt: str) -> Callable[..., Any]:
+        """The function turning a config of format ``fmt`` into a ModelSpec."""
+        entry = self.spec_readers.get(fmt)
+        if entry is None:
+            raise SpecError(f"unknown config format {fmt!r}{did_you_mean(fmt, self.spec_readers)}; "
+                            f"allowed: {allowed(self.spec_readers)}")
+        return entry.reader
+
     # ---- plugins --------------------------------------------------------------------------
     def add_plugin(
         self,
@@ -233,7 +246,8 @@ class Registry:
         components = tuple((c.slot, c.kind) for c in staged.components)
         architectures = tuple(a.name for a in staged.architectures)
         formats = tuple(f.model_type for f in staged.formats)
-        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures, formats)
+        readers = tuple(r.fmt for r in staged.readers)
+        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures, formats, readers)
         return name
 
 
@@ -247,9 +261,9 @@ def _replacing(entry: Any, replaced_plugin: str) -> Any:
     return type(entry)(**{**entry.__dict__, "replaces": replaced_plugin})
 
 
-def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Staged:
+def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> Staged:
     """Run one plugin's hooks with `register` callbacks that stage what it registers."""
-    staged = _Staged()
+    staged = Staged()
 
     def register_component(
         slot: str, kind: str, factory: Callable[..., Any], options: type[BaseModel] | None = None, *,
@@ -263,8 +277,11 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
     def register_format(family: Any, *, override: bool = False) -> None:
         staged.formats.append(checkpoint_format_entry(family, override, name))
 
+    def register_reader(fmt: str, reader: Callable[..., Any], *, override: bool = False) -> None:
+        staged.readers.append(spec_reader_entry(fmt, reader, override, name))
+
     callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture,
-                 "zoo_register_checkpoint_formats": register_format}
+                 "zoo_register_checkpoint_formats": register_format, "zoo_register_spec_readers": register_reader}
     implemented = False
     for caller in manager.get_hookcallers(plugin) or []:
         for impl in caller.get_hookimpls():
@@ -280,20 +297,8 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> _Stage
         raise PluginError(
             f"plugin {name!r} implements no zoo hook; mark {' or '.join(HOOK_NAMES)} with @zoo.hookimpl"
         )
-    _refuse_twice(staged, name)
+    refuse_twice(staged, name)
     return staged
-
-
-def _refuse_twice(staged: _Staged, name: str) -> None:
-    """A plugin that registers one name twice is broken (which one would it mean?): refused
-    whole, so it is reported and skipped like a plugin that fails to import."""
-    keys = [*(f"{c.slot} kind {c.kind!r}" for c in staged.components),
-            *(f"architecture {a.name!r}" for a in staged.architectures)]  # formats: PluginConflictError above
-    seen: set[str] = set()
-    for key in keys:
-        if key in seen:
-            raise PluginError(f"plugin {name!r}: registers {key} twice; register each name once")
-        seen.add(key)
 
 
 # ---- the process-wide registry ----------------------------------------------------------
@@ -315,8 +320,6 @@ def get_registry() -> Registry:
             return _registry
         if _building is not None:
             return _building
-        from zoo import __version__ as zoo_version
-
         registry = Registry()
         _building = registry
         try:
@@ -381,20 +384,3 @@ def _rebuild() -> None:
     global _registry
     _registry = None
     get_registry()
-
-
-# ---- readers of checkpoint configs --------------------------------------------------------
-# Named by path, as BUILTIN_PLUGINS are: the registry is where zoo's built-in parts are wired
-# in, so ``ModelSpec.from_hf_config`` asks for a reader here and the spec layer never imports
-# the hub (which imports the spec). Imported on first use: the hub pulls in torch.
-SPEC_READERS: dict[str, str] = {"hf_config": "zoo.hub.config:spec_from_hf_config"}
-
-
-def spec_reader(fmt: str) -> Callable[..., Any]:
-    """The function turning a config of format ``fmt`` (a key of SPEC_READERS) into a ModelSpec."""
-    path = SPEC_READERS.get(fmt)
-    if path is None:
-        raise SpecError(f"unknown config format {fmt!r}{did_you_mean(fmt, SPEC_READERS)}; allowed: {allowed(SPEC_READERS)}")
-    module_name, _, attr = path.partition(":")
-    reader: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
-    return reader

@@ -8,18 +8,18 @@ and kind, raised when the plugin registers, before anything is built.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
+from torch import nn
 
 from zoo.errors import PluginError, allowed, did_you_mean
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from zoo.specs.interfaces import Options
+from zoo.specs.interfaces import SLOT_BASES
+from zoo.specs.options import Options
+from zoo.specs.state import HoldsState
 
 # the component slots a spec fills; a kind registers into one of them
 SLOTS: tuple[str, ...] = ("norm", "positional", "attention", "cross_attention", "ffn", "block", "embedding", "head")
@@ -60,9 +60,6 @@ def component_entry(
     module: type | None = None,
 ) -> ComponentEntry:
     """Validate one component registration (wrong arguments are the plugin's bug)."""
-    # torch loads only once something registers (``zoo --help`` never registers)
-    from zoo.specs.interfaces import Options
-
     if slot not in SLOTS:
         raise PluginError(
             f"plugin {plugin!r} registers unknown slot {slot!r}{did_you_mean(str(slot), SLOTS)}; "
@@ -108,9 +105,6 @@ def checked_module(slot: str, kind: str, module: type | None, plugin: str) -> ty
     """The declared module class, after checking it subclasses the slot's base, implements
     every abstract member (``score_flops`` of a token mixer, ...) and declares its
     capabilities consistently (a ``stateful`` part declares its ``state_layout``)."""
-    from zoo.specs.interfaces import SLOT_BASES
-    from zoo.specs.state import HoldsState
-
     base = SLOT_BASES[slot]
     where = f"plugin {plugin!r}: {slot} kind {kind!r}"
     if module is None:
@@ -151,12 +145,27 @@ class CheckpointFormatEntry:
     replaces: str | None = None
 
 
+# what a checkpoint family must have (``zoo.hub.family.CheckpointFamily`` types them for plugins)
+FAMILY_MEMBERS: tuple[str, ...] = ("MODEL_TYPE", "ARCHITECTURE", "IGNORED", "read_config", "write_config", "tensor_rules")
+
+
+def missing_members(family: object) -> list[str]:
+    """What ``family`` lacks of the protocol (wrongly typed members included); [] when complete."""
+    problems = [name for name in FAMILY_MEMBERS if not hasattr(family, name)]
+    if problems:
+        return problems
+    if not isinstance(family.MODEL_TYPE, str) or not family.MODEL_TYPE:
+        problems.append("MODEL_TYPE (a non-empty string)")
+    if not isinstance(family.ARCHITECTURE, str):
+        problems.append("ARCHITECTURE (a string)")
+    if not isinstance(family.IGNORED, re.Pattern):
+        problems.append("IGNORED (a compiled regular expression)")
+    problems += [f"{name} (callable)" for name in FAMILY_MEMBERS[3:] if not callable(getattr(family, name))]
+    return problems
+
+
 def checkpoint_format_entry(family: Any, override: bool, plugin: str) -> CheckpointFormatEntry:
     """Validate one checkpoint-format registration: every member of the protocol, typed."""
-    from zoo.hub.family import (
-        missing_members,  # the hub: only once something registers a format
-    )
-
     missing = missing_members(family)
     if missing:
         raise PluginError(
@@ -164,3 +173,45 @@ def checkpoint_format_entry(family: Any, override: bool, plugin: str) -> Checkpo
             "(see zoo.hub.family.CheckpointFamily)"
         )
     return CheckpointFormatEntry(family.MODEL_TYPE, family, plugin, bool(override))
+
+
+@dataclass(frozen=True)
+class SpecReaderEntry:
+    """A reader of one config format into a ModelSpec (``"hf_config"``: a Hugging Face
+    config.json), registered by the plugin that knows the format (the hub's families)."""
+
+    fmt: str
+    reader: Callable[..., Any]
+    plugin: str
+    override: bool = False
+    replaces: str | None = None
+
+
+def spec_reader_entry(fmt: str, reader: Callable[..., Any], override: bool, plugin: str) -> SpecReaderEntry:
+    if not isinstance(fmt, str) or not fmt:
+        raise PluginError(f"plugin {plugin!r}: a spec reader's format must be a non-empty string, got {fmt!r}")
+    if not callable(reader):
+        raise PluginError(f"plugin {plugin!r}: spec reader {fmt!r} is not callable: {reader!r}")
+    return SpecReaderEntry(fmt, reader, plugin, bool(override))
+
+
+@dataclass
+class Staged:
+    """What one plugin's hooks asked to register, before any of it is applied."""
+
+    components: list[ComponentEntry] = field(default_factory=list)
+    architectures: list[ArchitectureEntry] = field(default_factory=list)
+    formats: list[CheckpointFormatEntry] = field(default_factory=list)
+    readers: list[SpecReaderEntry] = field(default_factory=list)
+
+
+def refuse_twice(staged: Staged, name: str) -> None:
+    """A plugin that registers one name twice is broken (which one would it mean?): refused
+    whole, so it is reported and skipped like a plugin that fails to import."""
+    keys = [*(f"{c.slot} kind {c.kind!r}" for c in staged.components),
+            *(f"architecture {a.name!r}" for a in staged.architectures)]  # formats: PluginConflictError above
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            raise PluginError(f"plugin {name!r}: registers {key} twice; register each name once")
+        seen.add(key)

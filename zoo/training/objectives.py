@@ -118,7 +118,7 @@ class Seq2Seq(Objective):
 
 def objective_for(model: ZooModel, config: TrainConfig) -> Objective:
     """The objective the model's topology calls for; its head must give logits."""
-    if not model.lm_head.logits:
+    if not model.head_gives_logits:
         raise TrainingError(
             f"head: {model.spec.head.kind!r} gives hidden states, not token scores; training needs a head "
             "with logits (causal_lm or masked_lm)")

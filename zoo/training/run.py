@@ -28,6 +28,7 @@ from zoo.training.config import TrainConfig
 from zoo.training.data import held_out_rows, load_text, rows_at
 from zoo.training.lora import LoraConfig, apply_lora, save_adapters, trainable_count
 from zoo.training.measure import peak_step_memory
+from zoo.training.plots import plot_losses
 from zoo.training.qat import apply_qat, remove_qat
 from zoo.training.step import Trainer
 
@@ -191,8 +192,6 @@ def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int
 
 
 def _write_curve(out: Path, curve: list[tuple[int, float]], result: TrainResult) -> None:
-    from zoo.training.plots import plot_losses
-
     lines = "".join(json.dumps({"tokens": t, "loss": loss}) + "\n" for t, loss in curve)
     write_text_atomic(out / "loss.jsonl", lines)
     summary = {k: v for k, v in result.as_dict().items() if k != "curve"}

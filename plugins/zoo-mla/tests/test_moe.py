@@ -3,7 +3,7 @@ import torch
 from zoo_mla.moe import DeepSeekMoE, DeepSeekMoEOptions
 
 from zoo.errors import SpecError
-from zoo.specs.interfaces import Options
+from zoo.specs.options import Options
 
 transformers = pytest.importorskip("transformers")
 

@@ -11,10 +11,10 @@ import torch._inductor.config as inductor_config
 
 import zoo
 from tests.conftest import tiny_spec
-from zoo.model.cache import KVCache
 from zoo.components.fused import FUSED_SIZES
-from zoo.model.generation import decode_step, prefill
 from zoo.harness.phases import compiling
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ path, save_pretrained read back by transformers, and the real configs giving the
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any

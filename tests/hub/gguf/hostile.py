@@ -50,7 +50,7 @@ def gguf_bytes(meta: Meta, tensors: list[tuple[str, list[int], int, bytes]], *, 
         out += string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
         out += struct.pack("<IQ", kind, where)
     out += b"\0" * (-len(out) % alignment)
-    for i, (_, _, _, data) in enumerate(tensors):
+    for _, _, _, data in tensors:
         out += data + b"\0" * (-len(data) % alignment)
     return out
 

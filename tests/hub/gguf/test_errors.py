@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import zoo
-from tests.hub.gguf_files import gguf_tensors, write_gguf
 from tests.hub.gguf.test_archs import make_model
 from tests.hub.gguf.test_quants import tiny_qwen3
+from tests.hub.gguf_files import gguf_tensors, write_gguf
 from zoo.errors import CheckpointError
 
 gguf = pytest.importorskip("gguf")

@@ -5,7 +5,7 @@ runs every phase that applies to the model's topology and is wanted by the optio
 ``order``, and gathers what each returns into one ``Row``. A phase is a subclass of
 ``Phase``: defining it registers it (``__init_subclass__``), after checking that the row
 fields it fills exist on ``Row`` and the options it reads exist on ``BenchConfig``. The
-built-in phases are the modules of this package, all imported by ``registered_phases``, so
+built-in phases are the modules of this package, all imported by ``zoo.harness.phases.registered_phases``, so
 adding one is its own file plus its fields on ``Row``, and no list to edit elsewhere.
 
 ``predict`` is the phase's analytic counterpart: its FLOPs and bytes and, on a device's
@@ -20,8 +20,6 @@ itself (zoo's prefill and decode step do), a training step does not; the model c
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,25 +119,6 @@ class Phase(ABC):
 def fraction_field(rate_field: str) -> str:
     """The row field of a rate's achieved fraction of its roofline: decode_tokens_per_s -> decode_roofline_fraction."""
     return rate_field.removesuffix("_tokens_per_s") + "_roofline_fraction"
-
-
-def registered_phases() -> dict[str, type[Phase]]:
-    """Every phase: this package's modules imported (each defines its phase), then the table."""
-    for module in pkgutil.iter_modules(_package_path()):
-        importlib.import_module(f"{__package__}.{module.name}")
-    return PHASES
-
-
-def _package_path() -> list[str]:
-    import zoo.harness.phases as package
-
-    return list(package.__path__)
-
-
-def phases_for(topology: Topology, config: BenchConfig) -> list[Phase]:
-    """The phases one run performs, in order."""
-    chosen = [cls() for cls in registered_phases().values() if topology in cls.topologies]
-    return sorted((p for p in chosen if p.wanted(config)), key=lambda p: p.order)
 
 
 def run_phase(phase: Phase, ctx: RunContext) -> dict[str, Any]:

@@ -32,6 +32,9 @@ from typing import Any
 
 import torch
 
+from zoo.components.fused import fuse_projections
+from zoo.model.generation import compile_decode_step, compile_prefill, decode_step, prefill
+
 CUDA_INDUCTOR_OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
 CUDA_MODE = "reduce-overhead + coordinate_descent_tuning"
 
@@ -79,13 +82,6 @@ def _timing_first_call(fn: Callable[..., torch.Tensor], device: torch.device, si
 
 def run_steps(model: torch.nn.Module, device: torch.device, compiled: bool) -> RunSteps:
     """The eager steps, or the model's projections fused and both steps compiled (module doc)."""
-    from zoo.components.fused import fuse_projections
-    from zoo.model.generation import (
-        compile_decode_step,
-        compile_prefill,
-        decode_step,
-        prefill,
-    )
 
     if not compiled:
         return RunSteps(prefill, decode_step)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.analysis.counts import decode_bytes_per_step, forward_flops, topology
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.harness.measure import StepClock
 from zoo.harness.phases.base import Phase, RunContext
@@ -56,7 +57,6 @@ class Decode(Phase):
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
                 dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """One step at the midpoint context: its FLOPs against the weights and the cache read."""
-        from zoo.analysis.counts import decode_bytes_per_step, forward_flops, topology
 
         shape = run_shape(topology(spec), config)
         B, at, M = shape.batch, shape.decode_midpoint, shape.memory_len

@@ -11,7 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.analysis.counts import encoder_flops, forward_flops, topology
 from zoo.analysis.devices import DevicePeaks, step_roofline
+from zoo.analysis.encoder import encoder_weight_bytes_read
 from zoo.harness.environment import sdpa_backends_used
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.phases.stats import median_spread
@@ -52,8 +54,6 @@ class Encode(Phase):
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
                 dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """One forward of the batch (an encoder-decoder's encoder only) against its weights read once."""
-        from zoo.analysis.counts import encoder_flops, forward_flops, topology
-        from zoo.analysis.encoder import encoder_weight_bytes_read
 
         shape = run_shape(topology(spec), config)
         B, S = shape.batch, shape.encoder_len

@@ -14,6 +14,8 @@ import torch
 from zoo.harness.environment import sdpa_backends_used
 from zoo.harness.phases.base import RunContext
 from zoo.harness.phases.compiling import run_steps
+from zoo.model.cache import KVCache
+from zoo.model.generation import decoder_start
 
 HOST_WARMUP_PROMPT = 32  # host devices warm up on at most this many prompt tokens
 WARMUP_DECODE_STEPS = 3  # enough for CUDA graphs to be recorded under reduce-overhead
@@ -21,9 +23,6 @@ WARMUP_DECODE_STEPS = 3  # enough for CUDA graphs to be recorded under reduce-ov
 
 class Generation:
     def __init__(self, ctx: RunContext) -> None:
-        from zoo.model.cache import KVCache
-        from zoo.model.generation import decoder_start
-
         model, config, shape = ctx.model, ctx.config, ctx.shape
         self.model, self.probe = model, ctx.probe
         self.steps = run_steps(model, ctx.device, config.compile)  # compiled: projections fused, both steps compiled

@@ -12,7 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.analysis.counts import cache_bytes, forward_flops, topology, weight_bytes_read
 from zoo.analysis.devices import DevicePeaks, step_roofline
+from zoo.analysis.encoder import memory_flops
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.phases.generation import generation
 from zoo.harness.phases.stats import median_spread
@@ -50,13 +52,6 @@ class Prefill(Phase):
                 dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """The prompt's FLOPs (and an encoder-decoder's cross K/V projections) against the
         weights read once plus the cache written."""
-        from zoo.analysis.counts import (
-            cache_bytes,
-            forward_flops,
-            topology,
-            weight_bytes_read,
-        )
-        from zoo.analysis.encoder import memory_flops
 
         shape = run_shape(topology(spec), config)
         B, T, M = shape.batch, shape.prefill_len, shape.memory_len

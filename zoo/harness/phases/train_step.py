@@ -17,14 +17,15 @@ import torch
 from torch import nn
 
 from zoo.analysis.devices import DevicePeaks, step_roofline
+from zoo.analysis.training import bytes_moved, training_flops, training_memory
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.run_config import BenchConfig
 from zoo.specs.model import ModelSpec
+from zoo.training.config import TrainConfig
+from zoo.training.measure import measure_train_step
 
 
 def _train_config(config: BenchConfig) -> Any:
-    from zoo.training.config import TrainConfig
-
     return TrainConfig(batch_size=config.batch_size, seq_len=config.prompt_len, optimizer=config.train_optimizer,
                        precision=config.train_precision, checkpointing=config.train_checkpointing,
                        compile=config.compile, seed=config.seed, steps=config.repeats, warmup=config.warmup)
@@ -44,9 +45,6 @@ class TrainStep(Phase):
         return config.train
 
     def measure(self, ctx: RunContext) -> dict[str, Any]:
-        from zoo.analysis.training import training_memory
-        from zoo.training.measure import measure_train_step
-
         ctx.progress("train step")
         train = _train_config(ctx.config)
         model = copy.deepcopy(ctx.model).float().train()  # the inference phases' model stays as it was
@@ -67,7 +65,6 @@ class TrainStep(Phase):
     def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
                 dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
         """The step's hardware FLOPs against the bytes it moves (``zoo.analysis.training``)."""
-        from zoo.analysis.training import bytes_moved, training_flops, training_memory
 
         train = _train_config(config)
         memory = training_memory(spec, train.batch_size, train.seq_len, optimizer=train.optimizer,

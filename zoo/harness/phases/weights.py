@@ -13,6 +13,7 @@ from typing import Any
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.quantized import prepare_weights
 from zoo.harness.run_config import BenchConfig
+from zoo.quant import QUANTIZED
 
 
 class Weights(Phase):
@@ -23,8 +24,6 @@ class Weights(Phase):
     fields = ("fidelity_max_logit_error", "fidelity_kl", "eval_perplexity", "eval_perplexity_reference")
 
     def wanted(self, config: BenchConfig) -> bool:
-        from zoo.quant import QUANTIZED
-
         return config.weights_dtype in QUANTIZED or config.eval_text is not None
 
     def measure(self, ctx: RunContext) -> dict[str, Any]:

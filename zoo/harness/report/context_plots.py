@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zoo.harness.context_lengths import format_context
 from zoo.harness.report.plots import _figure, _save, plain_log_axes
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_not
     (measured True, predicted False), each given a legend entry only when present; ``beyond``:
     some points are past max_seq_len (crossed)."""
     from matplotlib.lines import Line2D
-
-    from zoo.harness.context_lengths import format_context
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(contexts))

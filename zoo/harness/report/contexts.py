@@ -12,6 +12,7 @@ from zoo.files.atomic import write_text_atomic
 from zoo.harness.context_lengths import format_context
 from zoo.harness.contexts import as_frame
 from zoo.harness.report.cells import format_cell, plain
+from zoo.harness.report.context_plots import write_context_plots
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,6 @@ def context_markdown(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]]) ->
 
 def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
     """``<stem>-contexts.csv``, ``.md`` and the two context plots, each written whole."""
-    from zoo.harness.report.context_plots import write_context_plots
 
     records = frame.attrs.get("contexts")
     if not records:

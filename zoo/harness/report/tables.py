@@ -12,11 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
+from pydantic import ValidationError
+
+from zoo.analysis.counts import Topology
 from zoo.errors import BenchError
 from zoo.files.atomic import write_text_atomic
 from zoo.harness.report.cells import float_text, format_cell, values_key
+from zoo.harness.report.contexts import render_contexts
+from zoo.harness.report.plots import write_plots
 from zoo.harness.row import Row, renamed_legacy
+from zoo.harness.sweep.grid import ARCH_KEY
+from zoo.harness.sweep.labels import format_value
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked, read_log
 
 DEFAULT_RESULTS_DIR = Path("results")
@@ -47,11 +55,6 @@ def read_rows(path: Path) -> list[dict]:
 def _measurements(rows: list[dict], path: Path) -> list[Row]:
     """Each logged row as a Row (a row logged before topologies were named is a decoder's,
     or names its ``family``: ``Row`` reads both)."""
-    from typing import get_args
-
-    from pydantic import ValidationError
-
-    from zoo.analysis.counts import Topology
 
     allowed = get_args(Topology)
     out = []
@@ -158,8 +161,6 @@ def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-u
     baseline's values in place of its own (``baseline`` may name only some axes)."""
     import pandas as pd
 
-    from zoo.harness.sweep.labels import format_value
-
     rows = sorted(rows, key=lambda r: r.get("index", 0))
     by_values = {values_key(r["values"]): r for r in rows if r.get("status") == "ok"}
     records = []
@@ -215,12 +216,10 @@ def sweep_markdown(frame, keys: Sequence[str]) -> str:  # type: ignore[no-untype
 
 def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no-untyped-def]
     """``<stem>.csv``, ``<stem>.md`` and the plots the rows allow, each written whole."""
-    from zoo.harness.report.plots import write_plots
 
     keys = [c for c in frame.columns if c not in ("point_id", "label", "status", "error") and c not in ANALYSIS_COLUMNS
             and c not in MEASURED_COLUMNS and c not in MEASURED_CONTEXT and c != "measured_n_layers"
             and not c.endswith("_vs_baseline")]
-    from zoo.harness.sweep.grid import ARCH_KEY
 
     if ARCH_KEY in frame.columns and any(ARCH_KEY in r.get("values", {}) for r in rows):
         keys.insert(0, ARCH_KEY)  # an axis of its own, though also an analysis column
@@ -228,7 +227,6 @@ def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no
     write_atomic(paths["csv"], frame.to_csv(index=False))
     write_atomic(paths["md"], sweep_markdown(frame, keys))
     paths.update(write_plots(frame, rows, keys, stem))
-    from zoo.harness.report.contexts import render_contexts
 
     paths.update(render_contexts(frame, stem))  # --contexts: <stem>-contexts.csv, .md and plots
     return paths

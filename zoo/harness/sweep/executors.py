@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -24,14 +26,16 @@ import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from zoo.errors import BenchError
+from zoo.harness.run import measure, measure_in_subprocess
 from zoo.harness.sweep.grid import SweepPlan, SweepPoint
-from zoo.harness.sweep.points import evaluate_point, make_row
+from zoo.harness.sweep.points import OnRow, evaluate_point, make_row
+from zoo.harness.sweep.ray_executor import RayExecutor
 
-OnRow = Callable[[dict[str, Any]], None]
 Isolation = Literal["forkserver", "interpreter"]
 FORKSERVER_PRELOAD = ["zoo.harness.sweep.points", "zoo.harness.run", "zoo.analysis.counts", "zoo.model.generation", "torch._dynamo"]
 STDERR_TAIL_LINES = 3
@@ -46,8 +50,6 @@ class InlineExecutor:
     nothing to isolate; the whole grid of full-size models takes a second or so)."""
 
     def run(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from zoo.harness.run import measure
-
         for point in points:
             on_row(evaluate_point(plan, point, None if plan.analysis_only else measure))
 
@@ -77,8 +79,6 @@ class LocalExecutor:
 
     # -- a new interpreter per run: the harness's own subprocess entry point ------------------
     def _run_interpreters(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from zoo.harness.run import measure_in_subprocess
-
         def measure(spec, config):  # type: ignore[no-untyped-def]
             return measure_in_subprocess(spec, config, timeout=self.timeout)
 
@@ -91,8 +91,6 @@ class LocalExecutor:
 
     # -- forked from a fork server that imported torch and zoo once --------------------------
     def _run_forked(self, plan: SweepPlan, points: Sequence[SweepPoint], on_row: OnRow) -> None:
-        from multiprocessing.connection import wait as wait_any
-
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(FORKSERVER_PRELOAD)
         plan_json = plan.model_dump_json()
@@ -157,7 +155,6 @@ STALE_UNNAMED_S = 24 * 3600  # folders of older zoo versions carry no pid: remov
 def remove_stale_log_folders(root: str | Path | None = None) -> list[Path]:
     """Remove the run-log folders that killed sweeps left in the temp dir (kill -9 skips the
     ``finally`` that removes them): those whose owning process (the pid in the name) is gone."""
-    import shutil
 
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{LOG_PREFIX}*"):
@@ -233,7 +230,6 @@ def _forked_run(plan_json: str, point_json: str, conn: Any, log_path: str) -> No
         os._exit(1)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    from zoo.harness.run import measure
 
     plan = SweepPlan.model_validate_json(plan_json)
     point = SweepPoint.model_validate_json(point_json)
@@ -251,15 +247,12 @@ def make_executor(name: str = "local", *, jobs: int = 1, isolation: Isolation | 
             raise BenchError("--address is for --executor ray; the local executor runs on this machine")
         return LocalExecutor(jobs=jobs, isolation=isolation, timeout=timeout)
     if name == "ray":
-        from zoo.harness.sweep.ray_executor import RayExecutor
-
         return RayExecutor(address=address, timeout=timeout)
     raise BenchError(f"executor: unknown {name!r}; allowed: local, ray")
 
 
 def check_executor_options(jobs: int = 1, timeout: float | None = None) -> None:
     """--jobs and --timeout checked before anything runs (even when no executor is made)."""
-    import math
 
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not math.isfinite(timeout) or timeout <= 0):

@@ -24,10 +24,17 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+import zoo
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
+from zoo.files.safe_io import check_depth, read_text
+from zoo.files.safe_io import parse_scalar as parse
+from zoo.harness.context_lengths import parse_context, parse_contexts
+from zoo.harness.run import BenchConfig, make_config
 from zoo.harness.sweep.labels import label_of
+from zoo.specs.model import ModelSpec
+from zoo.specs.registry import get_registry
 
 ATTENTION_PRESETS = ("mha", "gqa", "mqa")  # --attention a,b is --vary attention.kind=a,b
 ARCH_KEY = "arch"
@@ -69,15 +76,11 @@ class SweepPlan(BaseModel):
     @field_validator("contexts", mode="before")
     @classmethod
     def _parse_contexts(cls, value: Any) -> Any:
-        from zoo.harness.context_lengths import parse_contexts
-
         return parse_contexts(value, "contexts") if value else []
 
     @field_validator("measure_up_to", mode="before")
     @classmethod
     def _parse_limit(cls, value: Any) -> Any:
-        from zoo.harness.context_lengths import parse_context
-
         return None if value is None else parse_context(value, "measure_up_to")
 
     def keys(self) -> list[str]:
@@ -147,7 +150,6 @@ def split_values(text: str) -> list[str]:
 
 def parse_scalar(raw: str) -> Any:
     """A value as --set reads it: YAML (numbers, null, true, {flow: mappings}), else the text."""
-    from zoo.files.safe_io import parse_scalar as parse
 
     return parse(raw, BenchError, repr(raw[:40]))
 
@@ -183,9 +185,6 @@ def parse_assignments(items: Iterable[str], what: str) -> dict[str, Any]:
 # ---- checking keys before anything runs ------------------------------------------------------
 def check_plan(plan: SweepPlan) -> None:
     """Unknown keys, unknown kinds, unknown presets and empty grids fail here, before any run."""
-    from zoo.harness.run import BenchConfig
-    from zoo.specs.model import ModelSpec
-    from zoo.specs.registry import get_registry
 
     registry = get_registry()
     check_name(plan.name)
@@ -207,7 +206,6 @@ def check_plan(plan: SweepPlan) -> None:
         if not isinstance(name, str) or name not in registry.architectures:
             raise SpecError(f"arch: unknown architecture {name!r}{did_you_mean(str(name), registry.architectures)}; see `zoo list`")
     bases = [ModelSpec.model_validate(plan.spec)] if plan.spec else []
-    import zoo
 
     bases += [zoo.spec(name) for name in dict.fromkeys(archs)]
     kinds: dict[str, set[str]] = {f: {getattr(b, f).kind for b in bases} for f in COMPONENT_FAMILIES}
@@ -254,7 +252,6 @@ def _check_checkpoint_axis(plan: SweepPlan) -> None:
 def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
     """Run options (shared ``[run]`` and each axis or point value of one) as BenchConfig takes
     them, so ``prompt_len = "many"`` fails before any point runs, not in every row."""
-    from zoo.harness.run import make_config
 
     def check(values: Mapping[str, Any], where: str) -> None:
         try:
@@ -285,9 +282,6 @@ def _checked_kind(registry: Any, family: str, kind: Any, key: str) -> str:
 
 
 def _check_key(key: str, where: str, kinds: Mapping[str, set[str]], registry: Any, only: set[str] | None) -> None:
-    from zoo.harness.run import BenchConfig
-    from zoo.specs.model import ModelSpec
-
     run_fields = set(BenchConfig.model_fields) - {"weights"}
     spec_fields = set(ModelSpec.model_fields)
     head, _, rest = key.partition(".")
@@ -318,9 +312,6 @@ def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
-    from pydantic import ValidationError
-
-    from zoo.files.safe_io import check_depth, read_text
 
     path = Path(path)
     text = read_text(path, BenchError, "sweep file")
@@ -340,8 +331,6 @@ def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
         data["depth"] = None
     spec_file = data.pop("spec_file", None)
     if spec_file is not None:
-        from zoo.specs.model import ModelSpec
-
         data["spec"] = ModelSpec.from_file(path.parent / spec_file).to_dict()
     try:
         plan = SweepPlan.model_validate(data)
@@ -369,7 +358,6 @@ def plan_from_options(
 ) -> SweepPlan:
     """A checked plan from compare-style arguments (what `zoo compare` and zoo.compare take);
     keywords that are no SweepPlan field are run options (repeats=3, batch_size=4)."""
-    from zoo.specs.model import ModelSpec
 
     axes = dict(vary) if isinstance(vary, Mapping) else parse_vary(vary)
     axes = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in axes.items()}
@@ -389,7 +377,6 @@ def plan_from_options(
         spec_dict = (spec if isinstance(spec, ModelSpec) else ModelSpec.model_validate(spec)).to_dict()
     plan_fields = {k: v for k, v in fields.items() if k in SweepPlan.model_fields}
     run = {**plan_fields.pop("run", {}), **{k: v for k, v in fields.items() if k not in SweepPlan.model_fields}}
-    from pydantic import ValidationError
 
     try:
         plan = SweepPlan(arch=arch, spec=spec_dict, vary=axes, set=fixed, baseline=reference, run=run, **plan_fields)

@@ -15,8 +15,19 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from zoo.errors import ZooError
+import torch
+
+import zoo
+from zoo.analysis.counts import topology
+from zoo.errors import SpecError, ZooError
+from zoo.harness.analysis_columns import analysis_columns
+from zoo.harness.contexts import context_curve
+from zoo.harness.run import BenchConfig, make_config
+from zoo.harness.source import resolve_source
 from zoo.harness.sweep.grid import ARCH_KEY, WEIGHTS_KEY, SweepPlan, SweepPoint
+from zoo.specs.model import ModelSpec, parse_layer_selector
+
+OnRow = Callable[[dict[str, Any]], None]  # what an executor hands each row it gathers
 
 Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> zoo.harness.row.Row
 
@@ -24,9 +35,6 @@ Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> zoo.harness.r
 def point_spec(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-def]
     """The point's full-size spec: base (or the point's arch), then --set and the point's
     spec values applied together, so a kind swap and its options land in one override."""
-    import zoo
-    from zoo.harness.run import BenchConfig
-    from zoo.specs.model import ModelSpec
 
     run_fields = set(BenchConfig.model_fields)
     weights = point.values.get(WEIGHTS_KEY, plan.run.get(WEIGHTS_KEY))
@@ -41,8 +49,6 @@ def point_spec(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-d
 
 
 def point_config(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-def]
-    from zoo.harness.run import BenchConfig, make_config
-
     run_fields = set(BenchConfig.model_fields)
     return make_config(**{**plan.run, **{k: v for k, v in point.values.items() if k in run_fields}})
 
@@ -63,8 +69,6 @@ def reduced_depth(spec, n_layers: int | None):  # type: ignore[no-untyped-def]
 
 def _layers_within(overrides, n_layers: int) -> dict:  # type: ignore[no-untyped-def,type-arg]
     """The per-layer overrides whose selectors name a layer below ``n_layers``, those kept."""
-    from zoo.errors import SpecError
-    from zoo.specs.model import parse_layer_selector
 
     layers = {}
     for key, override in overrides.items():
@@ -85,11 +89,6 @@ def analyse(spec, config) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     the row's analysis columns (``zoo.harness.analysis_columns``; columns a topology lacks are None).
     A checkpoint held in packed layers (a GGUF) is loaded once on the CPU: its bytes are the
     ones it holds, as in its measured row."""
-    import torch  # as the other imports here: reading and rendering results logs needs no torch
-
-    from zoo.analysis.counts import topology
-    from zoo.harness.analysis_columns import analysis_columns
-    from zoo.harness.source import resolve_source
 
     source = resolve_source(spec, config)
     _, dtype = source.placement(config)
@@ -113,8 +112,6 @@ def evaluate_point(plan: SweepPlan, point: SweepPoint, measure: Measure | None) 
             measured_layers = measured.n_layers
             measurement = measure(measured, config).model_dump(mode="json")
         if plan.contexts:  # memory and decode tokens/s at each context (zoo.harness.contexts)
-            from zoo.harness.contexts import context_curve
-
             timed = measure if measured is not None else None
             contexts = context_curve(plan, spec, config, analysis, timed, measured, measurement)
     except ZooError as exc:

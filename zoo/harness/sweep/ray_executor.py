@@ -10,14 +10,12 @@ crash) comes back as the point's failed row. Ray is optional: ``pip install -e "
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.errors import BenchError
+from zoo.harness.run import measure
 from zoo.harness.sweep.grid import SweepPlan, SweepPoint
-from zoo.harness.sweep.points import make_row
-
-if TYPE_CHECKING:  # executors imports this module when asked for Ray
-    from zoo.harness.sweep.executors import OnRow
+from zoo.harness.sweep.points import OnRow, evaluate_point, make_row
 
 
 def _import_ray() -> Any:
@@ -29,9 +27,6 @@ def _import_ray() -> Any:
 
 
 def _remote_evaluate(plan_json: str, point_json: str) -> dict[str, Any]:
-    from zoo.harness.run import measure
-    from zoo.harness.sweep.points import evaluate_point
-
     return evaluate_point(SweepPlan.model_validate_json(plan_json), SweepPoint.model_validate_json(point_json), measure)
 
 

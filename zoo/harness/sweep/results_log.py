@@ -20,11 +20,13 @@ import contextlib
 import json
 import os
 import stat
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from zoo.errors import BenchError
+from zoo.files.safe_io import read_bytes
 
 MAX_LOG_BYTES = 1 << 30  # a results log larger than this is refused rather than read (about a million rows)
 
@@ -65,7 +67,6 @@ def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
 def check_folder_writable(folder: Path) -> None:
     """Renderings are written whole beside the log (temp file + rename): an unwritable folder
     is found here, before any measurement, not after."""
-    import tempfile
 
     try:
         with tempfile.TemporaryFile(dir=folder, prefix=".zoo-probe-"):
@@ -117,7 +118,6 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    from zoo.files.safe_io import read_bytes
 
     return parse_rows(read_bytes(path, BenchError, "results log", limit=MAX_LOG_BYTES), path)
 

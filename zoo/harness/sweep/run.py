@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import BenchError
+from zoo.files.atomic import staged_folder
+from zoo.harness.context_lengths import parse_context, parse_contexts
+from zoo.harness.contexts import as_frame, baseline_label, context_records, crossovers
+from zoo.harness.report.tables import render_sweep, sweep_table
 from zoo.harness.sweep.executors import Executor, InlineExecutor, check_executor_options, make_executor
 from zoo.harness.sweep.grid import MAX_POINTS, SweepPlan, load_plan, plan_from_options
 from zoo.harness.sweep.results_log import append_line, check_folder_writable, end_tail, locked, read_locked
+from zoo.specs.model import ModelSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,8 +66,6 @@ def run_plan(
         stem = log.with_name(plan.name)
         rendered = all(stem.with_name(f"{stem.name}.{ext}").is_file() for ext in ("csv", "md"))
         if render and (len(rows) > logged_before or not rendered):  # --resume with nothing left rewrites nothing
-            from zoo.harness.report.tables import render_sweep
-
             render_sweep(frame, rows, stem)
     return frame
 
@@ -71,7 +74,6 @@ def _run_staged(plan: SweepPlan, points: list[Any], executor: Executor | None, l
                 progress: Progress | None, render: bool) -> pd.DataFrame:
     """Every point into a fresh log in a staging folder beside ``log``; renderings there too;
     then all of them replace the earlier save at once (``zoo.files.atomic.staged_folder``)."""
-    from zoo.files.atomic import staged_folder
 
     existed = log.exists()
     try:
@@ -82,8 +84,6 @@ def _run_staged(plan: SweepPlan, points: list[Any], executor: Executor | None, l
                 with locked(stage / log.name) as fd:
                     frame = _run_points(plan, points, rows, executor, fd, progress)
                 if render:
-                    from zoo.harness.report.tables import render_sweep
-
                     render_sweep(frame, rows, stage / plan.name)
     except BaseException:
         if not existed and log.is_file() and log.stat().st_size == 0:
@@ -118,14 +118,11 @@ def sweep_frame(plan: SweepPlan, rows: Iterable[Mapping[str, Any]]) -> pd.DataFr
     """One row per point; with ``plan.contexts`` also ``frame.attrs["contexts"]`` (one record per
     point and context, ``zoo.harness.contexts.context_records``; ``pd.DataFrame(...)`` of it is the
     long table) and ``frame.attrs["crossovers"]``."""
-    from zoo.harness.report.tables import sweep_table
 
     rows = list(rows)
     baseline = plan.baseline or _default_baseline(plan)
     frame = sweep_table(rows, plan.keys(), baseline)
     if plan.contexts:
-        from zoo.harness.contexts import as_frame, baseline_label, context_records, crossovers
-
         records = context_records(rows, plan.keys(), baseline)
         frame.attrs["contexts"] = records
         frame.attrs["crossovers"] = crossovers(as_frame(records, plan.keys()), baseline_label(rows, baseline))
@@ -175,7 +172,6 @@ def compare(
     list of records (``pd.DataFrame(frame.attrs["contexts"])``; see ``zoo.harness.contexts``),
     and ``frame.attrs["crossovers"]``.
     """
-    from zoo.specs.model import ModelSpec
 
     check_executor_options(jobs, timeout)
     spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
@@ -222,7 +218,6 @@ def sweep(
 
 def _context_fields(contexts: Any, measure_up_to: Any, what: str, limit_what: str) -> dict[str, Any]:
     """``contexts`` and ``measure_up_to`` parsed (BenchErrors naming ``what``), the given ones only."""
-    from zoo.harness.context_lengths import parse_context, parse_contexts
 
     fields: dict[str, Any] = {}
     if contexts is not None:

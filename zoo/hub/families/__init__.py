@@ -13,6 +13,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
+from zoo.hub.config import spec_from_hf_config
 from zoo.specs.hookspecs import hookimpl
 
 
@@ -26,3 +27,8 @@ def builtin_checkpoint_families() -> list[str]:
 def zoo_register_checkpoint_formats(register: Callable[..., None]) -> None:
     for name in builtin_checkpoint_families():
         register(importlib.import_module(name))
+
+
+@hookimpl
+def zoo_register_spec_readers(register: Callable[..., None]) -> None:
+    register("hf_config", spec_from_hf_config)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -20,9 +20,7 @@ from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.config_writer import require
 from zoo.hub.names import Rule
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "bart"
 ARCHITECTURE = "BartForConditionalGeneration"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.bert_like import (
     BERT_IGNORED,
@@ -15,9 +15,7 @@ from zoo.hub.bert_like import (
 )
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.names import Rule
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "bert"
 ARCHITECTURE = "BertModel"  # with a masked-LM head, write_config names BertForMaskedLM

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -24,9 +24,7 @@ from zoo.hub.config_reader import ConfigReader
 from zoo.hub.config_writer import require
 from zoo.hub.family import ZooShapes
 from zoo.hub.names import Pairs, Rule
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "bloom"
 ARCHITECTURE = "BloomForCausalLM"

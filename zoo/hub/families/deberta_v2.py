@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.names import Rule
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "deberta-v2"
 ARCHITECTURE = "DebertaV2Model"

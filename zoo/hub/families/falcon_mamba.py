@@ -4,14 +4,12 @@ with weightless RMS norms on dt, B and C inside the mixer (``mixer_rms_eps``).""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import no_rules
 from zoo.hub.mamba_like import MAMBA_RENAMES, read_mamba, write_mamba
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "falcon_mamba"
 ARCHITECTURE = "FalconMambaForCausalLM"

@@ -10,7 +10,7 @@ layer every ``sliding_window_pattern``-th. transformers 4 names the local base
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import (
     ConfigReader,
@@ -27,9 +27,7 @@ from zoo.hub.llama_like import (
     window_layers,
     windows,
 )
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "gemma3_text"
 ARCHITECTURE = "Gemma3ForCausalLM"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import (
@@ -29,11 +31,7 @@ from zoo.hub.names import (
     rename,
     transposed_experts,
 )
-
-if TYPE_CHECKING:
-    import torch
-
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "gpt_oss"
 ARCHITECTURE = "GptOssForCausalLM"

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import no_rules
 from zoo.hub.mamba_like import MAMBA_RENAMES, read_mamba, write_mamba
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "mamba"
 ARCHITECTURE = "MambaForCausalLM"

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import no_rules
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "mamba2"
 ARCHITECTURE = "Mamba2ForCausalLM"

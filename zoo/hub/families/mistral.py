@@ -4,7 +4,7 @@ with a sliding window on every layer."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import (
@@ -13,9 +13,7 @@ from zoo.hub.llama_like import (
     read_llama_like,
     write_llama_like,
 )
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "mistral"
 ARCHITECTURE = "MistralForCausalLM"

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_keys import BASE_CHECKS, is_neutral
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.config_writer import require
 from zoo.hub.names import Rule, split_rows
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "mpt"
 ARCHITECTURE = "MptForCausalLM"

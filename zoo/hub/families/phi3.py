@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import (
@@ -23,9 +23,7 @@ from zoo.hub.llama_like import (
     write_llama_like,
 )
 from zoo.hub.names import Rule, split_rows
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "phi3"
 ARCHITECTURE = "Phi3ForCausalLM"

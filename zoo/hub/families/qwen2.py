@@ -5,7 +5,7 @@ the q, k and v projections (always), none on the output one; a window only with
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import (
@@ -15,9 +15,7 @@ from zoo.hub.llama_like import (
     windows,
     write_llama_like,
 )
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "qwen2"
 ARCHITECTURE = "Qwen2ForCausalLM"

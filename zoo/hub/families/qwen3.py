@@ -4,7 +4,7 @@ RMS norms on queries and keys; a window only with ``use_sliding_window``."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo.hub.config_reader import ConfigReader
 from zoo.hub.llama_like import (
@@ -14,9 +14,7 @@ from zoo.hub.llama_like import (
     windows,
     write_llama_like,
 )
-
-if TYPE_CHECKING:
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "qwen3"
 ARCHITECTURE = "Qwen3ForCausalLM"

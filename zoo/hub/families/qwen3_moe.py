@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from zoo.hub.config_reader import ConfigReader, layer_selector
 from zoo.hub.llama_like import (
@@ -19,11 +21,7 @@ from zoo.hub.llama_like import (
     write_llama_like,
 )
 from zoo.hub.names import Rule
-
-if TYPE_CHECKING:
-    import torch
-
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "qwen3_moe"
 ARCHITECTURE = "Qwen3MoeForCausalLM"

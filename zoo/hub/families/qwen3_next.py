@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import (
@@ -22,11 +24,7 @@ from zoo.hub.config_reader import (
 )
 from zoo.hub.llama_like import LLAMA_RENAMES, expert_rules
 from zoo.hub.names import Rule
-
-if TYPE_CHECKING:
-    import torch
-
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import ModelSpec
 
 MODEL_TYPE = "qwen3_next"
 ARCHITECTURE = "Qwen3NextForCausalLM"

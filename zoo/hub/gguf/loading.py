@@ -129,7 +129,7 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
         model.tie_weights()
     load_gguf_weights(model, g, rules, placed, progress=progress)
     init_buffers(model)
-    model.hf_model_type = config["model_type"]  # type: ignore[assignment]
+    model.hf_model_type = config["model_type"]
     model.weights_layout = describe(g, model)
     model.checkpoint = Path(path)
     return model.eval()

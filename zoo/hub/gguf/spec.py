@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from zoo.components.rope import RopeScaling, rope_frequencies
 from zoo.errors import CheckpointError, allowed
 from zoo.hub.config import spec_from_hf_config
 from zoo.hub.gguf.reader import MAX_INT, GGUFCheckpoint
-from zoo.specs.model import MAX_LAYERS
-
-if TYPE_CHECKING:  # annotations only: the hub reads specs, the spec never imports the hub
-    from zoo.specs.model import ModelSpec
+from zoo.specs.model import MAX_LAYERS, ModelSpec
 
 
 def _f32(value: float) -> float:
@@ -107,7 +105,6 @@ def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
     """llama.cpp stores Llama 3's RoPE scaling as a ``rope_freqs`` tensor of per-frequency
     divisors (not as metadata); recover factor, high_freq_factor and the original length
     with low_freq_factor 1 (the formula only sees their ratios) and check they reproduce it."""
-    from zoo.components.rope import RopeScaling, rope_frequencies
 
     theta, dim = config["rope_parameters"]["rope_theta"], config["head_dim"]
     if g.shape("rope_freqs.weight") != (dim // 2,):

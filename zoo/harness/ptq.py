@@ -16,8 +16,13 @@ from pathlib import Path
 import torch
 
 from zoo.errors import BenchError
+from zoo.files.safe_io import read_text
+from zoo.hub.download import resolve_checkpoint
+from zoo.hub.loading import from_pretrained
+from zoo.hub.quantized_checkpoints import save_awq
 from zoo.quant import fidelity
 from zoo.quant.awq import quantize_model
+from zoo.quant.linear import INT4_GROUP_SIZES
 
 BYTE_VOCAB = 256  # a model whose vocabulary is the 256 bytes reads text without a tokenizer
 METHODS = ("awq", "rtn")
@@ -45,7 +50,6 @@ class Report:
 def text_ids(path: Path, folder: Path, vocab_size: int) -> torch.Tensor:
     """Token ids (N,) of a text file through the checkpoint's ``tokenizer.json``, or its bytes
     for a byte-vocabulary model; any other checkpoint without a tokenizer is refused."""
-    from zoo.files.safe_io import read_text
 
     text = read_text(path, BenchError, "calibration text")
     if (folder / "tokenizer.json").is_file():
@@ -65,10 +69,6 @@ def text_ids(path: Path, folder: Path, vocab_size: int) -> torch.Tensor:
 def quantize_checkpoint(weights: str | Path, calib: Path, out: Path, method: str = "awq", group_size: int = 128,
                         eval_text: Path | None = None) -> Report:
     """Quantize a float checkpoint with ``method`` into ``out`` and measure it (and RTN)."""
-    from zoo.hub.download import resolve_checkpoint
-    from zoo.hub.loading import from_pretrained
-    from zoo.hub.quantized_checkpoints import save_awq
-    from zoo.quant.linear import INT4_GROUP_SIZES
 
     if method not in METHODS:
         raise BenchError(f"method: {method!r} is not a quantization method; allowed: {', '.join(METHODS)}")

@@ -10,9 +10,9 @@ import torch
 
 import zoo
 from tests.conftest import tiny_spec
+from zoo.analysis import memory_check
+from zoo.analysis.memory_check import check_fits, needed_bytes
 from zoo.errors import BenchError, SpecError
-from zoo.harness import memory_check
-from zoo.harness.memory_check import check_fits, needed_bytes
 from zoo.harness.run import bench
 from zoo.specs.model import MAX_LAYERS
 

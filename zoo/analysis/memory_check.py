@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.analysis.counts import Topology
+from zoo.analysis.counts import Topology, cache_bytes, count_params, kv_cache_bytes, meta_model, topology
 from zoo.errors import BenchError
 from zoo.specs.model import ModelSpec
 
@@ -48,7 +48,6 @@ def _buffers(spec: ModelSpec, batch_size: int, tokens: int, dtype: torch.dtype) 
 
 def _decoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype) -> Need:
     """K/V at prompt + gen tokens; prefill's buffers and the last logits in float32."""
-    from zoo.analysis.counts import kv_cache_bytes
 
     context = prompt_len + gen_len
     kv = kv_cache_bytes(spec, batch_size, context, dtype)
@@ -59,7 +58,6 @@ def _decoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dt
 def _encoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype) -> Need:
     """No cache; one forward of the batch and the head's output for every token: logits
     (B, T, vocab), or hidden states (B, T, d) without an LM head."""
-    from zoo.analysis.counts import meta_model
 
     width = spec.vocab_size if meta_model(spec).lm_head.logits else spec.d_model
     activations = _buffers(spec, batch_size, prompt_len, dtype) + batch_size * prompt_len * width * dtype.itemsize
@@ -69,7 +67,6 @@ def _encoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dt
 def _encoder_decoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype) -> Need:
     """Self K/V at gen_len and cross K/V at prompt_len; the encoder's forward, its output
     (the memory, (B, S, d)) and the decoder's last logits in float32."""
-    from zoo.analysis.counts import cache_bytes
 
     kv = cache_bytes(spec, batch_size, gen_len, prompt_len, dtype).total
     activations = _buffers(spec, batch_size, prompt_len, dtype) + batch_size * prompt_len * spec.d_model * dtype.itemsize
@@ -84,8 +81,6 @@ NEEDS: dict[Topology, Callable[[ModelSpec, int, int, int, torch.dtype], Need]] =
 
 
 def _need(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype) -> tuple[int, Need]:
-    from zoo.analysis.counts import count_params, topology
-
     weights = count_params(spec).total * dtype.itemsize
     return weights, NEEDS[topology(spec)](spec, batch_size, prompt_len, gen_len, dtype)
 
