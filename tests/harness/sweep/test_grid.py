@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.sweep_helpers import write_sweep_file, write_tiny_spec
+from zoo.analysis.counts import kv_bytes_per_token
 from zoo.errors import BenchError, SpecError
 from zoo.harness.sweep.grid import SweepPlan, load_plan, parse_vary, plan_from_options, split_values
 from zoo.harness.sweep.points import point_config, point_spec, reduced_depth
@@ -34,6 +35,16 @@ def test_a_point_applies_kind_swap_set_and_run_options_together():
     spec = point_spec(plan, point)
     assert (spec.attention.kind, spec.attention.n_kv_heads, spec.n_layers) == ("mqa", 1, 3)
     assert point_config(plan, point).batch_size == 4
+
+
+def test_a_shared_kv_head_count_yields_to_kinds_that_fix_it():
+    """--set attention.n_kv_heads=2 --attention mha,gqa,mqa: MHA keeps one K/V head per query
+    head, GQA the 2 set, MQA one; K/V bytes per token by hand: 2 layers x (K, V) x heads x 16 x 4 B."""
+    plan = plan_from_options(arch="llama-3.2-1b", attention="mha,gqa,mqa",
+                             set=["n_layers=2", "attention.n_heads=8", "attention.n_kv_heads=2", "attention.head_dim=16"])
+    specs = [point_spec(plan, point) for point in plan.expand()]
+    assert [(s.attention.kind, s.attention.n_kv_heads) for s in specs] == [("mha", 8), ("gqa", 2), ("mqa", 1)]
+    assert [kv_bytes_per_token(s, "float32") for s in specs] == [2 * 2 * h * 16 * 4 for h in (8, 2, 1)]
 
 
 def test_reduced_depth_keeps_slices_and_drops_layers_past_the_cut():

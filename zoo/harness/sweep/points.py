@@ -25,27 +25,43 @@ from zoo.harness.contexts import context_curve
 from zoo.harness.run import BenchConfig, make_config
 from zoo.harness.source import resolve_source
 from zoo.harness.sweep.grid import ARCH_KEY, WEIGHTS_KEY, SweepPlan, SweepPoint
+from zoo.hub.loading import checkpoint_spec
 from zoo.specs.model import ModelSpec, parse_layer_selector
+from zoo.specs.registry import get_registry
 
 OnRow = Callable[[dict[str, Any]], None]  # what an executor hands each row it gathers
 
 Measure = Callable[[Any, Any], Any]  # (ModelSpec, BenchConfig) -> zoo.harness.row.Row
 
 
-def point_spec(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-def]
+def point_spec(plan: SweepPlan, point: SweepPoint) -> ModelSpec:
     """The point's full-size spec: base (or the point's arch), then --set and the point's
     spec values applied together, so a kind swap and its options land in one override."""
-
     run_fields = set(BenchConfig.model_fields)
     weights = point.values.get(WEIGHTS_KEY, plan.run.get(WEIGHTS_KEY))
     if weights is not None:  # the checkpoint's own spec, read from its config or GGUF header
-        from zoo.hub.loading import checkpoint_spec
-
         return checkpoint_spec(str(weights))
     arch = point.values.get(ARCH_KEY, plan.arch)
     base = zoo.spec(arch) if arch is not None and (ARCH_KEY in point.values or plan.spec is None) else ModelSpec.model_validate(plan.spec)
-    updates = {**plan.set, **{k: v for k, v in point.values.items() if k != ARCH_KEY and k.split(".")[0] not in run_fields}}
+    values = {k: v for k, v in point.values.items() if k != ARCH_KEY and k.split(".")[0] not in run_fields}
+    updates = {**_shared_sets(plan.set, values), **values}
     return base.override(updates) if updates else base
+
+
+def _shared_sets(shared: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--set`` values less the options a point's new kind fixes itself (its
+    ``reset_on_kind_change``: mha's and mqa's ``n_kv_heads``), so ``--set attention.n_kv_heads=2
+    --attention mha,gqa,mqa`` compares MHA, GQA with 2 K/V heads and MQA, not two refusals."""
+    kinds = {key.removesuffix(".kind"): kind for key, kind in values.items() if key.endswith(".kind")}
+    kinds.update({key: v["kind"] for key, v in values.items() if isinstance(v, Mapping) and "kind" in v})
+    registry = get_registry()
+    fixed = set()
+    for path, kind in kinds.items():
+        slot = path.split(".")[-1]
+        if str(kind) in registry.kinds(slot):
+            options = registry.component(slot, str(kind), path=f"{path}.kind").options
+            fixed |= {f"{path}.{option}" for option in options.reset_on_kind_change}
+    return {key: value for key, value in shared.items() if key not in fixed}
 
 
 def point_config(plan: SweepPlan, point: SweepPoint):  # type: ignore[no-untyped-def]
