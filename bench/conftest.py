@@ -17,8 +17,11 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--write-results", action="store_true",
-                     help="save benchmark results to the tracked results/bench-components.json")
+    parser.addoption(
+        "--write-results",
+        action="store_true",
+        help="save benchmark results to the tracked results/bench-components.json",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -36,8 +36,16 @@ FAMILIES = {  # name -> (preset, overrides)
     "gpt2": ("gpt2", {}),
     "mamba-130m": ("mamba-130m", {}),
     "mamba2-130m": ("mamba2-130m", {}),
-    "gated-deltanet": ("gpt2", {"attention.kind": "gated_deltanet", "attention.n_k_heads": 6, "attention.n_v_heads": 12,
-                                "attention.head_k_dim": 128, "attention.head_v_dim": 64}),
+    "gated-deltanet": (
+        "gpt2",
+        {
+            "attention.kind": "gated_deltanet",
+            "attention.n_k_heads": 6,
+            "attention.n_v_heads": 12,
+            "attention.head_k_dim": 128,
+            "attention.head_v_dim": 64,
+        },
+    ),
     "linear": ("gpt2", {"attention.kind": "linear"}),
     "infini": ("gpt2", {"attention.kind": "infini"}),
 }
@@ -94,11 +102,17 @@ def main() -> None:
             for case in cases:
                 one_round(case, ids, args.decode)
     peaks = device_peaks("cpu", "")
-    print(f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
-          f"{peaks.bandwidth / 1e9:.1f} GB/s")
-    print(f"float32, batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
-          f"{args.rounds} interleaved rounds (medians)\n")
-    print("| family | impl | decode tok/s | MB per step | achieved GB/s | of roofline | prefill tok/s | prefill vs gpt2 |")
+    print(
+        f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
+        f"{peaks.bandwidth / 1e9:.1f} GB/s"
+    )
+    print(
+        f"float32, batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
+        f"{args.rounds} interleaved rounds (medians)\n"
+    )
+    print(
+        "| family | impl | decode tok/s | MB per step | achieved GB/s | of roofline | prefill tok/s | prefill vs gpt2 |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     gpt2 = {c.impl: statistics.median(c.prefill) for c in cases if c.family == "gpt2"}
     for c in cases:
@@ -106,8 +120,11 @@ def main() -> None:
         nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, "float32")
         achieved = decode * nbytes
         versus = f"{pre / gpt2[c.impl]:.2f}x" if c.impl in gpt2 else "-"
-        print(f"| {c.family} | {implementations(c.model) or c.spec.attention.kind + ': only impl'} | {decode:.1f} | {nbytes / 1e6:.0f} "
-              f"| {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} | {pre:.0f} | {versus} |")
+        print(
+            f"| {c.family} | {implementations(c.model) or c.spec.attention.kind + ': only impl'} | {decode:.1f} | "
+            f"{nbytes / 1e6:.0f} "
+            f"| {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} | {pre:.0f} | {versus} |"
+        )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,18 @@ from zoo.model.cache import KVCache
 from zoo.model.generation import compile_decode_step, decode_step, prefill
 
 MODELS = {
-    "tiny": ("llama-3.2-1b", {"n_layers": 2, "d_model": 64, "attention.n_heads": 4, "attention.n_kv_heads": 2,
-                              "attention.head_dim": 16, "ffn.hidden": 128, "vocab_size": 128}),
+    "tiny": (
+        "llama-3.2-1b",
+        {
+            "n_layers": 2,
+            "d_model": 64,
+            "attention.n_heads": 4,
+            "attention.n_kv_heads": 2,
+            "attention.head_dim": 16,
+            "ffn.hidden": 128,
+            "vocab_size": 128,
+        },
+    ),
     "llama": ("llama-3.2-1b", {"n_layers": 2}),  # real widths, 2 layers
     "qwen3": ("qwen3-0.6b", {"n_layers": 2}),
 }
@@ -45,7 +55,10 @@ def decode_seconds(model: torch.nn.Module, step, cache: KVCache, prompt: torch.T
 def measure(name: str, dtype: str, args: argparse.Namespace) -> str:
     arch, overrides = MODELS[name]
     spec = zoo.spec(arch).override(overrides)
-    models = {"unfused": zoo.build(spec, dtype=dtype, seed=0).eval(), "fused": zoo.build(spec, dtype=dtype, seed=0).eval()}
+    models = {
+        "unfused": zoo.build(spec, dtype=dtype, seed=0).eval(),
+        "fused": zoo.build(spec, dtype=dtype, seed=0).eval(),
+    }
     zoo.fuse_projections(models["fused"])
     caches = {k: KVCache(m, 1, PROMPT + args.steps + 8) for k, m in models.items()}
     prompt = torch.randint(0, spec.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(0))
@@ -57,14 +70,16 @@ def measure(name: str, dtype: str, args: argparse.Namespace) -> str:
         for k, m in models.items():  # warm-up (and compilation)
             decode_seconds(m, steps[k], caches[k], prompt, 3)
         for r in range(args.rounds):
-            for k in (("unfused", "fused") if r % 2 == 0 else ("fused", "unfused")):
+            for k in ("unfused", "fused") if r % 2 == 0 else ("fused", "unfused"):
                 times[k].append(decode_seconds(models[k], steps[k], caches[k], prompt, args.steps))
     ratio = statistics.median(u / f for u, f in zip(times["unfused"], times["fused"]))
     rates = {k: 1 / statistics.median(v) for k, v in times.items()}
     mode = "compiled" if args.compile else "eager"
-    return (f"| {name:5} | {dtype:8} | {mode:8} | {rates['unfused']:8.1f} | {rates['fused']:8.1f} | "
-            f"{ratio:.3f} ({min(u / f for u, f in zip(times['unfused'], times['fused'])):.2f}-"
-            f"{max(u / f for u, f in zip(times['unfused'], times['fused'])):.2f}) |")
+    return (
+        f"| {name:5} | {dtype:8} | {mode:8} | {rates['unfused']:8.1f} | {rates['fused']:8.1f} | "
+        f"{ratio:.3f} ({min(u / f for u, f in zip(times['unfused'], times['fused'])):.2f}-"
+        f"{max(u / f for u, f in zip(times['unfused'], times['fused'])):.2f}) |"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

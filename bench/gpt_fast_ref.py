@@ -43,18 +43,21 @@ class Block(nn.Module):
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype), persistent=False)  # (B, Hkv, L, D)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype), persistent=False)  # (B, Hkv, L, D)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                input_pos: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, input_pos: torch.Tensor
+    ) -> torch.Tensor:
         s, (B, T, _) = self.s, x.shape
         q, k, v = self.wqkv(self.attn_norm(x)).split(
-            [s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_kv_heads * s.head_dim], dim=-1)
+            [s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.n_kv_heads * s.head_dim], dim=-1
+        )
         q = _rope(q.view(B, T, s.n_heads, s.head_dim), cos, sin).transpose(1, 2)  # (B, H, T, D)
         k = _rope(k.view(B, T, s.n_kv_heads, s.head_dim), cos, sin).transpose(1, 2)  # (B, Hkv, T, D)
         v = v.view(B, T, s.n_kv_heads, s.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
-        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask,
-                                           enable_gqa=s.n_heads != s.n_kv_heads)  # (B, H, T, D)
+        y = F.scaled_dot_product_attention(
+            q, self.k_cache, self.v_cache, attn_mask=mask, enable_gqa=s.n_heads != s.n_kv_heads
+        )  # (B, H, T, D)
         x = x + self.wo(y.transpose(1, 2).reshape(B, T, s.n_heads * s.head_dim))
         gate, up = self.w13(self.ffn_norm(x)).chunk(2, dim=-1)  # (B, T, F) each
         return x + self.w2(F.silu(gate) * up)
@@ -90,8 +93,17 @@ class Transformer(nn.Module):
         return self.output(self.norm(x))  # (B, T, vocab)
 
 
-def decode_tokens_per_s(s: Shape, *, batch: int, prompt_len: int, gen_len: int, device: torch.device,
-                        dtype: torch.dtype, compile: bool, repeats: int = 3) -> dict[str, float]:
+def decode_tokens_per_s(
+    s: Shape,
+    *,
+    batch: int,
+    prompt_len: int,
+    gen_len: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    compile: bool,
+    repeats: int = 3,
+) -> dict[str, float]:
     """Greedy decode of ``gen_len`` tokens after a ``prompt_len`` prefill: median tokens/s of the
     decode steps over ``repeats`` rounds (after one warm-up round, which also compiles)."""
     max_len = prompt_len + gen_len

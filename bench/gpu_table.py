@@ -33,12 +33,37 @@ sys.path.insert(0, str(BENCH_DIR))
 
 LLAMA_1B = dict(vocab=128256, dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, head_dim=64, hidden=8192)
 LLAMA_8B = dict(vocab=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128, hidden=14336)
-GDN_HYBRID = {"layers": {"0::4,1::4,2::4": {"attention": {"kind": "gated_deltanet", "n_k_heads": 8, "n_v_heads": 16,
-                                                          "head_k_dim": 128, "head_v_dim": 128}}}}
+GDN_HYBRID = {
+    "layers": {
+        "0::4,1::4,2::4": {
+            "attention": {
+                "kind": "gated_deltanet",
+                "n_k_heads": 8,
+                "n_v_heads": 16,
+                "head_k_dim": 128,
+                "head_v_dim": 128,
+            }
+        }
+    }
+}
 TINY_WIDTHS = {  # option -> tiny value, for every component that has the option (--tiny)
-    "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "hidden": 64, "n_experts": 4, "top_k": 2, "shared_hidden": 32,
-    "dt_rank": 4, "d_state": 8, "state_size": 16, "chunk_size": 16, "n_k_heads": 2, "n_v_heads": 4,
-    "head_k_dim": 16, "head_v_dim": 16, "n_groups": 1, "window": 32,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 16,
+    "hidden": 64,
+    "n_experts": 4,
+    "top_k": 2,
+    "shared_hidden": 32,
+    "dt_rank": 4,
+    "d_state": 8,
+    "state_size": 16,
+    "chunk_size": 16,
+    "n_k_heads": 2,
+    "n_v_heads": 4,
+    "head_k_dim": 16,
+    "head_v_dim": 16,
+    "n_groups": 1,
+    "window": 32,
 }
 
 
@@ -54,7 +79,9 @@ class Case:
 
 def _decode(model: str, batch: int, compiled: bool, estimate: float, **extra: Any) -> Case:
     mode = f"decode b{batch} {'compiled' if compiled else 'eager'}"
-    return Case(model, mode, {"batch_size": batch, "compile": compiled, "prompt_len": 128, "gen_len": 129}, estimate, **extra)
+    return Case(
+        model, mode, {"batch_size": batch, "compile": compiled, "prompt_len": 128, "gen_len": 129}, estimate, **extra
+    )
 
 
 def _first_token(model: str, prompt: int, estimate: float) -> Case:
@@ -68,21 +95,48 @@ def _prefill(model: str, estimate: float, **extra: Any) -> Case:
 def cases() -> list[Case]:
     """The table's rows, cheapest first within each model so a short budget still covers many."""
     rows = [_decode("llama-3.2-1b", b, c, 90 if c else 30) for c in (True, False) for b in (1, 8)]
-    rows += [_first_token("llama-3.2-1b", 128, 20), _first_token("llama-3.2-1b", 1024, 20), _prefill("llama-3.2-1b", 20)]
-    rows += [Case("gpt-fast loop", f"decode b{b} compiled", {"batch_size": b, "compile": True, "prompt_len": 128,
-                                                              "gen_len": 129, "shape": "llama-3.2-1b"}, 60) for b in (1, 8)]
+    rows += [
+        _first_token("llama-3.2-1b", 128, 20),
+        _first_token("llama-3.2-1b", 1024, 20),
+        _prefill("llama-3.2-1b", 20),
+    ]
+    rows += [
+        Case(
+            "gpt-fast loop",
+            f"decode b{b} compiled",
+            {"batch_size": b, "compile": True, "prompt_len": 128, "gen_len": 129, "shape": "llama-3.2-1b"},
+            60,
+        )
+        for b in (1, 8)
+    ]
     rows += [_decode("qwen3-0.6b", 1, True, 80), _decode("qwen3-0.6b", 1, False, 25)]
-    rows += [Case("llama-3.2-1b", f"decode b1 {w} compiled", {"weights_dtype": w, "compile": True, "prompt_len": 128,
-                                                               "gen_len": 129}, 100) for w in ("int8", "int4")]
+    rows += [
+        Case(
+            "llama-3.2-1b",
+            f"decode b1 {w} compiled",
+            {"weights_dtype": w, "compile": True, "prompt_len": 128, "gen_len": 129},
+            100,
+        )
+        for w in ("int8", "int4")
+    ]
     for arch in ("mamba-130m", "mamba-370m", "mamba2-130m"):
         rows += [_decode(arch, 1, False, 25), _prefill(arch, 20)]
-    rows += [_decode("qwen3-1.7b", 1, False, 40, overrides=GDN_HYBRID), _prefill("qwen3-1.7b", 30, overrides=GDN_HYBRID)]
+    rows += [
+        _decode("qwen3-1.7b", 1, False, 40, overrides=GDN_HYBRID),
+        _prefill("qwen3-1.7b", 30, overrides=GDN_HYBRID),
+    ]
     rows += [_decode("rwkv-4-169m-pile", 1, False, 25, plugin="zoo_rwkv")]
     rows += [Case("bert-base-uncased", "encoder 512", {"prompt_len": 512, "batch_size": 8}, 15)]
     rows += [_decode("t5-base", 1, False, 25)]
     rows += [_decode("llama-3.1-8b", b, c, 150 if c else 60) for c in (True, False) for b in (1, 8)]
-    rows += [Case("gpt-fast loop", "decode b1 compiled", {"batch_size": 1, "compile": True, "prompt_len": 128,
-                                                          "gen_len": 129, "shape": "llama-3.1-8b"}, 120)]
+    rows += [
+        Case(
+            "gpt-fast loop",
+            "decode b1 compiled",
+            {"batch_size": 1, "compile": True, "prompt_len": 128, "gen_len": 129, "shape": "llama-3.1-8b"},
+            120,
+        )
+    ]
     for arch in ("qwen3-30b-a3b", "gpt-oss-20b"):
         rows += [_decode(arch, 1, True, 240), _decode(arch, 1, False, 120), _prefill(arch, 90)]
     return rows
@@ -99,7 +153,9 @@ def tiny_spec(spec: Any) -> Any:
 
     def shrink(component: Any) -> None:
         if isinstance(component, dict):
-            as_many_kv = component.get("n_kv_heads") is not None and component.get("n_kv_heads") == component.get("n_heads")
+            as_many_kv = component.get("n_kv_heads") is not None and component.get("n_kv_heads") == component.get(
+                "n_heads"
+            )
             for key in TINY_WIDTHS.keys() & component.keys():
                 if isinstance(component[key], int) and not isinstance(component[key], bool):
                     component[key] = min(component[key], TINY_WIDTHS[key])
@@ -180,9 +236,15 @@ def measure_case(case: Case, tiny: bool, device: Any, isolate: bool, timeout: fl
         if tiny:
             shape = Shape(vocab=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, hidden=64)
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        out = decode_tokens_per_s(shape, batch=opts["batch_size"], prompt_len=32 if tiny else opts["prompt_len"],
-                                  gen_len=5 if tiny else opts["gen_len"], device=device, dtype=dtype,
-                                  compile=opts["compile"] and not tiny)
+        out = decode_tokens_per_s(
+            shape,
+            batch=opts["batch_size"],
+            prompt_len=32 if tiny else opts["prompt_len"],
+            gen_len=5 if tiny else opts["gen_len"],
+            device=device,
+            dtype=dtype,
+            compile=opts["compile"] and not tiny,
+        )
         return {"decode_tokens_per_s": out["decode_tokens_per_s"], "compile_s": out["compile_s"] or None}
     import zoo
     from zoo.harness.run import bench, measure_in_subprocess
@@ -200,8 +262,13 @@ def measure_case(case: Case, tiny: bool, device: Any, isolate: bool, timeout: fl
 def table_line(case: Case, row: dict[str, Any], bandwidth: float, joules: float | None) -> dict[str, Any]:
     """The table's columns from a Row (or the reference loop's dict)."""
     mode = case.mode
-    rate_key = ("encoder_tokens_per_s" if mode.startswith("encoder") else
-                "prefill_tokens_per_s" if mode.startswith(("prefill", "ttft")) else "decode_tokens_per_s")
+    rate_key = (
+        "encoder_tokens_per_s"
+        if mode.startswith("encoder")
+        else "prefill_tokens_per_s"
+        if mode.startswith(("prefill", "ttft"))
+        else "decode_tokens_per_s"
+    )
     rate = row.get(rate_key)
     fraction = row.get(rate_key.replace("_tokens_per_s", "_roofline_fraction"))
     achieved = None
@@ -210,10 +277,16 @@ def table_line(case: Case, row: dict[str, Any], bandwidth: float, joules: float 
         achieved = row["decode_bytes_per_step"] * rate / batch / bandwidth
     tokens = _tokens(case, row)
     return {
-        "model": case.model, "mode": mode, "tokens_per_s": rate, "roofline_fraction": fraction,
-        "measured_bandwidth_fraction": achieved, "compile_s": row.get("compile_s"),
-        "ttft_s": row.get("time_to_first_token_s"), "joules_per_token": joules / tokens if joules and tokens else None,
-        "impl": row.get("impl"), "status": "ok",
+        "model": case.model,
+        "mode": mode,
+        "tokens_per_s": rate,
+        "roofline_fraction": fraction,
+        "measured_bandwidth_fraction": achieved,
+        "compile_s": row.get("compile_s"),
+        "ttft_s": row.get("time_to_first_token_s"),
+        "joules_per_token": joules / tokens if joules and tokens else None,
+        "impl": row.get("impl"),
+        "status": "ok",
     }
 
 
@@ -229,17 +302,38 @@ def _tokens(case: Case, row: dict[str, Any]) -> int | None:
 
 
 def markdown(device_name: str, bandwidth: float, lines: list[dict[str, Any]], budget_s: float) -> str:
-    head = ["model", "mode", "tokens/s", "of roofline", "of measured bandwidth", "compile s", "TTFT ms",
-            "J/token", "status"]
-    out = [f"# GPU table: {device_name}", "",
-           f"Measured copy bandwidth {bandwidth / 1e9:,.0f} GB/s; budget {budget_s:,.0f} s; "
-           "`python bench/gpu_table.py` (zoo bench's own code per case).", "",
-           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [
+        "model",
+        "mode",
+        "tokens/s",
+        "of roofline",
+        "of measured bandwidth",
+        "compile s",
+        "TTFT ms",
+        "J/token",
+        "status",
+    ]
+    out = [
+        f"# GPU table: {device_name}",
+        "",
+        f"Measured copy bandwidth {bandwidth / 1e9:,.0f} GB/s; budget {budget_s:,.0f} s; "
+        "`python bench/gpu_table.py` (zoo bench's own code per case).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for x in lines:
-        cells = [x["model"], x["mode"], _num(x.get("tokens_per_s"), "{:,.1f}"), _num(x.get("roofline_fraction"), "{:.1%}"),
-                 _num(x.get("measured_bandwidth_fraction"), "{:.1%}"), _num(x.get("compile_s"), "{:.1f}"),
-                 _num(x.get("ttft_s") and x["ttft_s"] * 1000, "{:.2f}"), _num(x.get("joules_per_token"), "{:.4f}"),
-                 x["status"]]
+        cells = [
+            x["model"],
+            x["mode"],
+            _num(x.get("tokens_per_s"), "{:,.1f}"),
+            _num(x.get("roofline_fraction"), "{:.1%}"),
+            _num(x.get("measured_bandwidth_fraction"), "{:.1%}"),
+            _num(x.get("compile_s"), "{:.1f}"),
+            _num(x.get("ttft_s") and x["ttft_s"] * 1000, "{:.2f}"),
+            _num(x.get("joules_per_token"), "{:.4f}"),
+            x["status"],
+        ]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
@@ -259,8 +353,12 @@ def fits_memory(case: Case, device: Any, tiny: bool) -> str | None:
 
     spec = zoo.spec(case.model).override(case.overrides) if case.overrides else zoo.spec(case.model)
     o = case.options
-    need = weight_bytes(spec, torch.bfloat16, o.get("weights_dtype")) + cache_bytes(
-        spec, o.get("batch_size", 1), o.get("prompt_len", 128) + o.get("gen_len", 2), dtype=torch.bfloat16).total
+    need = (
+        weight_bytes(spec, torch.bfloat16, o.get("weights_dtype"))
+        + cache_bytes(
+            spec, o.get("batch_size", 1), o.get("prompt_len", 128) + o.get("gen_len", 2), dtype=torch.bfloat16
+        ).total
+    )
     free = torch.cuda.mem_get_info(device)[0]
     if need > 0.9 * free:
         return f"skipped: needs {need / 2**30:,.1f} GiB, {free / 2**30:,.1f} GiB free"
@@ -304,14 +402,18 @@ def run_table(args: argparse.Namespace) -> list[dict[str, Any]]:
         with jsonl.open("a") as log:
             log.write(json.dumps(line) + "\n")
         write_text_atomic(md, markdown(name, bandwidth, lines, args.budget_s))
-        print(f"{case.model:>20}  {case.mode:<24} {line['status']}  {_num(line.get('tokens_per_s'), '{:,.1f}')}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{case.model:>20}  {case.mode:<24} {line['status']}  {_num(line.get('tokens_per_s'), '{:,.1f}')}",
+            file=sys.stderr,
+            flush=True,
+        )
     print(md.read_text())
     return lines
 
 
-def _run_one(case: Case, tiny: bool, device: Any, isolate: bool, timeout: float, bandwidth: float,
-             energy: Energy) -> dict[str, Any]:
+def _run_one(
+    case: Case, tiny: bool, device: Any, isolate: bool, timeout: float, bandwidth: float, energy: Energy
+) -> dict[str, Any]:
     before = energy.joules()
     try:
         row = measure_case(case, tiny, device, isolate, timeout)
@@ -322,14 +424,20 @@ def _run_one(case: Case, tiny: bool, device: Any, isolate: bool, timeout: float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--budget-s", type=float, default=1200.0, help="stop starting cases after this (default 1200)")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (the default without CUDA)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is present")
     parser.add_argument("--only", help="a regular expression on 'model mode': run the matching cases only")
     parser.add_argument("--out", default="results", help="folder of gpu-<device>.md and .jsonl (default results/)")
-    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                        help="each case in a fresh interpreter (default: on CUDA)")
+    parser.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each case in a fresh interpreter (default: on CUDA)",
+    )
     args = parser.parse_args(argv)
     lines = run_table(args)
     return 0 if all(not x["status"].startswith("failed") for x in lines) else 1

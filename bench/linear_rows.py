@@ -27,10 +27,23 @@ import torch.nn.functional as F
 
 # (name, out, in) of each family's projections at its real width
 SHAPES = {
-    "qwen3": [("q", 2048, 1024), ("k|v", 1024, 1024), ("o", 1024, 2048), ("gate|up", 3072, 1024),
-              ("down", 1024, 3072), ("qkv fused", 4096, 1024), ("gate+up fused", 6144, 1024)],
-    "llama": [("q|o", 2048, 2048), ("k|v", 512, 2048), ("gate|up", 8192, 2048), ("down", 2048, 8192),
-              ("qkv fused", 3072, 2048), ("gate+up fused", 16384, 2048)],
+    "qwen3": [
+        ("q", 2048, 1024),
+        ("k|v", 1024, 1024),
+        ("o", 1024, 2048),
+        ("gate|up", 3072, 1024),
+        ("down", 1024, 3072),
+        ("qkv fused", 4096, 1024),
+        ("gate+up fused", 6144, 1024),
+    ],
+    "llama": [
+        ("q|o", 2048, 2048),
+        ("k|v", 512, 2048),
+        ("gate|up", 8192, 2048),
+        ("down", 2048, 8192),
+        ("qkv fused", 3072, 2048),
+        ("gate+up fused", 16384, 2048),
+    ],
 }
 HEADS = {"qwen3": ("lm head", 151936, 1024), "llama": ("lm head", 128256, 2048)}
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -60,8 +73,9 @@ def time_calls(fn: Product, w: torch.Tensor, x: torch.Tensor, seconds: float) ->
             return elapsed / calls
 
 
-def measure(shape: tuple[str, int, int], dtype: torch.dtype, products: dict[str, Product],
-            rounds: int, seconds: float) -> dict[str, list[float]]:
+def measure(
+    shape: tuple[str, int, int], dtype: torch.dtype, products: dict[str, Product], rounds: int, seconds: float
+) -> dict[str, list[float]]:
     """Per-path seconds per call, one entry per round, paths rotated each round."""
     _, out, inp = shape
     w = torch.randn(out, inp, dtype=dtype)  # (out, in)
@@ -74,14 +88,15 @@ def measure(shape: tuple[str, int, int], dtype: torch.dtype, products: dict[str,
     names = list(products)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             times[name].append(time_calls(products[name], w, x, seconds))
     return times
 
 
-def report(family: str, dtype: torch.dtype, threads: int, shape: tuple[str, int, int],
-           times: dict[str, list[float]]) -> str:
+def report(
+    family: str, dtype: torch.dtype, threads: int, shape: tuple[str, int, int], times: dict[str, list[float]]
+) -> str:
     name, out, inp = shape
     nbytes = out * inp * torch.finfo(dtype).bits // 8
     cells = []
@@ -109,8 +124,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     products = paths(args.kernel)
-    print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}; "
-          "per path: median GB/s and median per-round speed ratio against F.linear (>1 faster)")
+    print(
+        f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}; "
+        "per path: median GB/s and median per-round speed ratio against F.linear (>1 faster)"
+    )
     with torch.inference_mode():
         for threads in (int(t) for t in args.threads.split(",")):
             torch.set_num_threads(threads)

@@ -46,8 +46,11 @@ def main() -> None:
     print(f"prefill of {args.prompt_len} tokens, batch 1, float32, {args.threads} threads, {args.rounds} rounds")
     for name, rounds in times.items():
         walls, cpus = [w for w, _ in rounds], [c for _, c in rounds]
-        print(f"{name:>12}: best {args.prompt_len / min(walls):8.1f} tok/s, median {args.prompt_len / statistics.median(walls):8.1f}"
-              f" tok/s (wall); {args.prompt_len / min(cpus):8.1f} tok/s per CPU-second (best)")
+        print(
+            f"{name:>12}: best {args.prompt_len / min(walls):8.1f} tok/s, median "
+            f"{args.prompt_len / statistics.median(walls):8.1f}"
+            f" tok/s (wall); {args.prompt_len / min(cpus):8.1f} tok/s per CPU-second (best)"
+        )
 
 
 if __name__ == "__main__":

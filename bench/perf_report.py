@@ -31,7 +31,9 @@ def _row(r: Any) -> str:
     )
 
 
-def write_markdown(results: list[Any], args: argparse.Namespace, command: str, bandwidths: dict[int, float], out: Path | None) -> str:
+def write_markdown(
+    results: list[Any], args: argparse.Namespace, command: str, bandwidths: dict[int, float], out: Path | None
+) -> str:
     """The results table (and how it was made) as Markdown; written whole to ``out`` if given."""
     import transformers
 
@@ -39,12 +41,14 @@ def write_markdown(results: list[Any], args: argparse.Namespace, command: str, b
         "## Measured",
         "",
         f"- command: `{command}`",
-        f"- machine: {cpu_description()}" + (f"; GPU: {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
+        f"- machine: {cpu_description()}"
+        + (f"; GPU: {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
         f"- torch {torch.__version__}, transformers {transformers.__version__}, device {args.device}, "
         f"{'compiled' if args.compile else 'eager'}, transformers cache: {'static' if args.compile else args.hf_cache}",
         f"- {args.layers} layers per model, decode {args.decode} tokens after the prompt, "
         f"{args.repeats} alternating rounds per case; tokens/s are medians, ratios the median of per-round ratios",
-        f"- roofline bandwidth on {args.device} ({'spec sheet' if args.device.startswith('cuda') else 'measured host: `zoo hardware`'}): "
+        f"- roofline bandwidth on {args.device} "
+        f"({'spec sheet' if args.device.startswith('cuda') else 'measured host: `zoo hardware`'}): "
         + ", ".join(f"{bw / 1e9:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t, bw in sorted(bandwidths.items())),
         "",
         "| family | dtype | batch | prompt | threads | zoo prefill tok/s | hf prefill tok/s | prefill ratio "

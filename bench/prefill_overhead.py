@@ -27,8 +27,15 @@ import zoo
 from zoo.model.cache import KVCache
 from zoo.model.generation import prefill
 
-TINY = {"n_layers": 16, "d_model": 64, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 16,
-        "ffn.hidden": 128, "vocab_size": 128}
+TINY = {
+    "n_layers": 16,
+    "d_model": 64,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 16,
+    "ffn.hidden": 128,
+    "vocab_size": 128,
+}
 
 
 def ttft(run: Callable[..., torch.Tensor], model: torch.nn.Module, cache: KVCache, ids: torch.Tensor) -> float:
@@ -76,15 +83,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"first {name} prefill of {ids.shape[1]} tokens: {time.perf_counter() - start:.2f} s")
     times = {(name, n): [] for name in runs for n in prompts}
     for r in range(args.rounds):
-        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+        for name in list(runs) if r % 2 == 0 else list(runs)[::-1]:
             for n in prompts:
                 times[(name, n)].append(ttft(runs[name], model, cache, inputs[n]))
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.rounds} rounds; "
-          "time to first token, median (min) ms; top-level aten calls per prefill")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), {args.rounds} rounds; "
+        "time to first token, median (min) ms; top-level aten calls per prefill"
+    )
     print("| prefill | " + " | ".join(f"prompt {n}" for n in prompts) + " | aten calls |")
     print("|---|" + "---|" * (len(prompts) + 1))
     for name, run in runs.items():
-        cells = [f"{statistics.median(times[(name, n)]) * 1e3:.2f} ({min(times[(name, n)]) * 1e3:.2f})" for n in prompts]
+        cells = [
+            f"{statistics.median(times[(name, n)]) * 1e3:.2f} ({min(times[(name, n)]) * 1e3:.2f})" for n in prompts
+        ]
         print(f"| {name} | " + " | ".join(cells) + f" | {operator_calls(run, model, cache, inputs[prompts[0]])} |")
     if args.profile:
         profiler = cProfile.Profile()

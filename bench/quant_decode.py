@@ -99,7 +99,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, object]]:
         time_decode(models[kind], caches[kind], prompt, 2)
     rates: dict[str, list[float]] = {k: [] for k in VARIANTS}
     for r in range(args.rounds):
-        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]
+        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
         for kind in order:
             base = "bf16" if kind == LINEAR_VARIANT else kind
             rates[kind].append(time_decode(models[base], caches[base], prompt, args.steps, kind == LINEAR_VARIANT))
@@ -108,16 +108,20 @@ def measure(args: argparse.Namespace) -> list[dict[str, object]]:
     rows = []
     for kind in VARIANTS:
         base = "bf16" if kind == LINEAR_VARIANT else kind
-        rows.append({
-            "weights_dtype": kind,
-            "tokens_per_s": statistics.median(rates[kind]),
-            "runs": rates[kind],
-            "vs_bf16": statistics.median([q / b for q, b in zip(rates[kind], rates["bf16"])]),
-            "vs_linear": statistics.median([q / b for q, b in zip(rates[kind], rates[LINEAR_VARIANT])]),
-            "weight_bytes": stored_bytes(models[base]),
-            "analysis_weight_bytes": weight_bytes(spec, "bfloat16", base, args.group_size),
-            "bytes_per_step": decode_bytes_per_step(spec, 1, PROMPT_LEN + args.steps // 2, "bfloat16", base, args.group_size),
-        })
+        rows.append(
+            {
+                "weights_dtype": kind,
+                "tokens_per_s": statistics.median(rates[kind]),
+                "runs": rates[kind],
+                "vs_bf16": statistics.median([q / b for q, b in zip(rates[kind], rates["bf16"])]),
+                "vs_linear": statistics.median([q / b for q, b in zip(rates[kind], rates[LINEAR_VARIANT])]),
+                "weight_bytes": stored_bytes(models[base]),
+                "analysis_weight_bytes": weight_bytes(spec, "bfloat16", base, args.group_size),
+                "bytes_per_step": decode_bytes_per_step(
+                    spec, 1, PROMPT_LEN + args.steps // 2, "bfloat16", base, args.group_size
+                ),
+            }
+        )
     return rows
 
 
@@ -136,7 +140,8 @@ def render(args: argparse.Namespace, rows: list[dict[str, object]]) -> str:
         gbs = float(row["tokens_per_s"]) * int(row["bytes_per_step"]) / 1e9  # type: ignore[arg-type]
         runs = " ".join(f"{v:.2f}" for v in row["runs"])  # type: ignore[attr-defined]
         lines.append(
-            f"| {row['weights_dtype']} | {row['tokens_per_s']:.2f} | {runs} | {row['vs_bf16']:.2f}x | {row['vs_linear']:.2f}x | "
+            f"| {row['weights_dtype']} | {row['tokens_per_s']:.2f} | {runs} | {row['vs_bf16']:.2f}x | "
+            f"{row['vs_linear']:.2f}x | "
             f"{row['weight_bytes']:,} | {row['bytes_per_step']:,} | {gbs:.1f} |"
         )
     return "\n".join(lines) + "\n"

@@ -24,8 +24,17 @@ PROMPT, STEPS = 32, 32
 
 def _spec() -> zoo.ModelSpec:
     return zoo.spec("llama-3.2-1b").override(
-        {"d_model": 256, "n_layers": 4, "vocab_size": 2048, "ffn.hidden": 768, "max_seq_len": 256,
-         "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 16})
+        {
+            "d_model": 256,
+            "n_layers": 4,
+            "vocab_size": 2048,
+            "ffn.hidden": 768,
+            "max_seq_len": 256,
+            "attention.n_heads": 4,
+            "attention.n_kv_heads": 2,
+            "attention.head_dim": 16,
+        }
+    )
 
 
 def _independent_decode_rate(spec: zoo.ModelSpec) -> float:

@@ -44,9 +44,15 @@ def _parse() -> argparse.Namespace:
 
 def _models(args: argparse.Namespace) -> tuple[torch.nn.Module, zoo.ZooModel]:
     config = transformers.LlamaConfig(
-        vocab_size=args.vocab, hidden_size=args.d_model, intermediate_size=4 * args.d_model,
-        num_hidden_layers=args.layers, num_attention_heads=args.d_model // 64, num_key_value_heads=max(1, args.d_model // 128),
-        max_position_embeddings=args.seq_len, attn_implementation="sdpa")
+        vocab_size=args.vocab,
+        hidden_size=args.d_model,
+        intermediate_size=4 * args.d_model,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.d_model // 64,
+        num_key_value_heads=max(1, args.d_model // 128),
+        max_position_embeddings=args.seq_len,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     reference = transformers.LlamaForCausalLM(config)
     with tempfile.TemporaryDirectory() as folder:
@@ -91,17 +97,22 @@ def main() -> None:
             rounds[name].append((time.perf_counter() - wall, time.process_time() - cpu))
     tokens = args.batch_size * args.seq_len * args.steps
     params = sum(p.numel() for p in reference.parameters())
-    print(f"training step (forward, loss, backward, AdamW), llama-shaped: {args.layers} layers, d_model {args.d_model}, "
-          f"vocab {args.vocab}, {params / 1e6:.1f}M parameters; batch {args.batch_size} x {args.seq_len}, float32, "
-          f"{args.threads} thread(s), {args.rounds} interleaved rounds of {args.steps} steps\n")
+    print(
+        f"training step (forward, loss, backward, AdamW), llama-shaped: {args.layers} layers, d_model {args.d_model}, "
+        f"vocab {args.vocab}, {params / 1e6:.1f}M parameters; batch {args.batch_size} x {args.seq_len}, float32, "
+        f"{args.threads} thread(s), {args.rounds} interleaved rounds of {args.steps} steps\n"
+    )
     print("| model | first-step loss | best tok/s | median tok/s | tok per CPU-s (best) | speed vs transformers |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, times in rounds.items():
         walls, cpus = [w for w, _ in times], [c for _, c in times]
         # per-round ratio (same round, same load), median over rounds
         ratio = statistics.median(h[1] / c for h, c in zip(rounds["transformers"], cpus, strict=True))
-        print(f"| {name} | {first[name]:.5f} | {tokens / min(walls):,.0f} | {statistics.median(tokens / w for w in walls):,.0f}"
-              f" | {tokens / min(cpus):,.0f} | {ratio:.2f}x (CPU time, median of rounds) |")
+        print(
+            f"| {name} | {first[name]:.5f} | {tokens / min(walls):,.0f} | "
+            f"{statistics.median(tokens / w for w in walls):,.0f}"
+            f" | {tokens / min(cpus):,.0f} | {ratio:.2f}x (CPU time, median of rounds) |"
+        )
 
 
 if __name__ == "__main__":

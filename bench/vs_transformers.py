@@ -9,7 +9,8 @@ memory-bandwidth roofline: bytes read per token (``zoo.analysis.counts.decode_by
 weights plus KV cache at the midpoint context) over the bandwidth of a large matrix-vector
 product timed the same way.
 
-    python bench/vs_transformers.py                      # default: 4 cases, ~4 minutes on the idle 2 cores here, 7 under load
+    python bench/vs_transformers.py                      # default: 4 cases, ~4 minutes on the idle 2 cores here,
+                                                         # 7 under load
     python bench/vs_transformers.py --write-results      # the same, and regenerate results/perf-vs-transformers.md
     python bench/vs_transformers.py --full               # dtypes x batch 1, 8 x prompt 128, 512
     python bench/vs_transformers.py --profile qwen3      # where decode time goes, both libraries
@@ -130,8 +131,13 @@ def hf_runner(model: torch.nn.Module, batch: int, max_len: int, cache_kind: str,
         cache = static if static is not None else DynamicCache(config=model.config)
         start = _now(ids)
         T = ids.shape[1]
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
-                    cache_position=torch.arange(T, device=ids.device))
+        out = model(
+            input_ids=ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            cache_position=torch.arange(T, device=ids.device),
+        )
         token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
         first = token
         middle = _now(ids)
@@ -220,23 +226,35 @@ def _names(text: str) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--families", type=_names, default=list(FAMILIES), help="qwen3,llama")
     p.add_argument("--layers", type=int, default=2, help="layers of each model (real width, fewer layers)")
     p.add_argument("--dtypes", type=_names, default=["float32", "bfloat16"])
     p.add_argument("--batch", type=_ints, default=[1])
     p.add_argument("--prompt", type=_ints, default=[128])
     p.add_argument("--decode", type=int, default=64, help="decode steps timed per run")
-    p.add_argument("--threads", type=_ints, default=[1], help="torch threads, e.g. 1,2 (1: steadiest on a shared machine)")
+    p.add_argument(
+        "--threads", type=_ints, default=[1], help="torch threads, e.g. 1,2 (1: steadiest on a shared machine)"
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per case (medians)")
     p.add_argument("--hf-cache", choices=("dynamic", "static"), default="dynamic")
     p.add_argument("--compile", action="store_true", help="compile both decode steps (CUDA graphs on CUDA)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--full", action="store_true", help="the full grid: batch 1,8 x prompt 128,512, threads 1,2")
     p.add_argument("--profile", metavar="FAMILY", help="profile decode of both libraries and print the top ops")
-    p.add_argument("--out", type=Path, default=None,
-                   help="Markdown results, written whole (default: a file in the temporary folder, named at the end)")
-    p.add_argument("--write-results", action="store_true", help=f"write the tracked {RESULTS.relative_to(RESULTS.parents[1])} instead")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Markdown results, written whole (default: a file in the temporary folder, named at the end)",
+    )
+    p.add_argument(
+        "--write-results",
+        action="store_true",
+        help=f"write the tracked {RESULTS.relative_to(RESULTS.parents[1])} instead",
+    )
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
     if args.out is None:
@@ -257,7 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     console = Console()
-    command = "python " + " ".join(shlex.quote(a) for a in (sys.argv if argv is None else ["bench/vs_transformers.py", *argv]))
+    command = "python " + " ".join(
+        shlex.quote(a) for a in (sys.argv if argv is None else ["bench/vs_transformers.py", *argv])
+    )
     if args.profile:
         from perf_profile import profile_decode
 
@@ -275,13 +295,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if case.threads not in bandwidths:
                 torch.set_num_threads(case.threads)
                 bandwidths[case.threads] = roofline_bandwidth(args.device)
-            progress.update(task, description=f"{case.family} {case.dtype} b{case.batch} p{case.prompt} t{case.threads}")
+            progress.update(
+                task, description=f"{case.family} {case.dtype} b{case.batch} p{case.prompt} t{case.threads}"
+            )
             results.append(measure(case, checkpoints[case.family], args, bandwidths[case.threads]))
             progress.advance(task)
     text = write_markdown(results, args, command, bandwidths, None if args.no_write else args.out)
     print(text)
     if not args.no_write:
-        print(f"written to {args.out}" + ("" if args.write_results else " (--write-results updates the tracked file)"), file=sys.stderr)
+        print(
+            f"written to {args.out}" + ("" if args.write_results else " (--write-results updates the tracked file)"),
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -35,14 +35,24 @@ def tiny_spec(name: str, *, window: int = 4, n_layers: int | None = None) -> Mod
     if spec.layers:
         updates["layers"] = {
             key: {**value, "attention": {**value.get("attention", {}), "window": window}}
-            if value.get("attention", {}).get("window") else value
+            if value.get("attention", {}).get("window")
+            else value
             for key, value in spec.layers.items()
         }
     return spec.override(updates)
 
 
-FAMILY_PRESETS = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-oss-20b", "mistral-7b", "mixtral-8x7b", "gemma-3-270m",
-                  "mamba-130m"]
+FAMILY_PRESETS = [
+    "gpt2",
+    "llama-3.2-1b",
+    "qwen3-0.6b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "gemma-3-270m",
+    "mamba-130m",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +93,8 @@ def _seed_host_peaks() -> None:
     for threads in range(1, max(8, os.cpu_count() or 1) + 1):
         described = {**host_probe.machine(), "threads": threads}
         key = host_probe.fingerprint(described)
-        peaks = host_probe.HostPeaks(key, described, FIXED_HOST_BANDWIDTH, {"float32": FIXED_HOST_BANDWIDTH},
-                                     dict(FIXED_HOST_FLOPS), 0, 0.0)
+        peaks = host_probe.HostPeaks(
+            key, described, FIXED_HOST_BANDWIDTH, {"float32": FIXED_HOST_BANDWIDTH}, dict(FIXED_HOST_FLOPS), 0, 0.0
+        )
         entries[key] = peaks.to_json()
     (cache_dir() / host_probe.CACHE_FILE).write_text(json.dumps(entries))

@@ -24,8 +24,13 @@ def _one_thread():
 
 
 def check_compiled_decode(
-    model: torch.nn.Module, prompts: Sequence[Sequence[int]], steps: int, *, max_len: int = 16,
-    backend: str = "aot_eager", device: str = "cpu",
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    steps: int,
+    *,
+    max_len: int = 16,
+    backend: str = "aot_eager",
+    device: str = "cpu",
 ) -> tuple[Callable[..., torch.Tensor], torch.Tensor, KVCache, KVCache]:
     """Prefill the left-padded ``prompts`` into two caches, then decode ``steps`` greedy tokens
     eagerly and through ``compile_decode_step``: the logits agree (1e-5) and the step never

@@ -46,8 +46,15 @@ MAX_FILE_LINES = 400
 # modules that must not import zoo.components.* (the core names no concrete kind; the
 # registry wires built-in components in by name)
 CORE_MODULES = (
-    "zoo.model.build", "zoo.model.stack", "zoo.specs.model", "zoo.specs.components", "zoo.specs.interfaces",
-    "zoo.specs.registry", "zoo.specs.registry_entries", "zoo.specs.plugins", "zoo.specs.hookspecs",
+    "zoo.model.build",
+    "zoo.model.stack",
+    "zoo.specs.model",
+    "zoo.specs.components",
+    "zoo.specs.interfaces",
+    "zoo.specs.registry",
+    "zoo.specs.registry_entries",
+    "zoo.specs.plugins",
+    "zoo.specs.hookspecs",
 )
 # DESIGN.md's dependency direction, top to bottom: a module imports only its own folder and
 # the tiers below its own (folders in one tier import none of each other). Training sits
@@ -71,7 +78,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
 )
 # what an out-of-tree plugin may import from zoo
-PUBLIC_MODULES = frozenset({"zoo", "zoo.parts", "zoo.errors", "zoo.hub.family"})  # zoo.hub.family: the checkpoint-format protocol
+PUBLIC_MODULES = frozenset(
+    {"zoo", "zoo.parts", "zoo.errors", "zoo.hub.family"}
+)  # zoo.hub.family: the checkpoint-format protocol
 
 
 @dataclass(frozen=True)
@@ -149,8 +158,11 @@ def _own_submodules_by_name(tree: ast.AST) -> list[int]:
     for n in ast.walk(tree):
         if isinstance(n, ast.JoinedStr) and len(n.values) > 1:
             head, dot = n.values[0], n.values[1]
-            own = isinstance(head, ast.FormattedValue) and isinstance(head.value, ast.Name) and head.value.id in (
-                "__package__", "__name__")
+            own = (
+                isinstance(head, ast.FormattedValue)
+                and isinstance(head.value, ast.Name)
+                and head.value.id in ("__package__", "__name__")
+            )
             if own and isinstance(dot, ast.Constant) and str(dot.value).startswith("."):
                 lines.append(n.lineno)
     return lines
@@ -160,7 +172,9 @@ def _discovery_constants(tree: ast.AST) -> set[int]:
     """The registry's ``BUILTIN_PLUGINS`` strings: plugin discovery, loaded as entry points are."""
     found: set[int] = set()
     for stmt in ast.walk(tree):
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        targets = (
+            stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == "BUILTIN_PLUGINS" for t in targets) and stmt.value is not None:
             found |= {id(c) for c in ast.walk(stmt.value) if isinstance(c, ast.Constant)}
     return found
@@ -179,8 +193,10 @@ def _is_facade_wiring(stmt: ast.stmt) -> bool:
     """The facade's ``_LAZY`` table, its ``if TYPE_CHECKING:`` mirror of it, and its functions:
     reached per name (``_root_symbols``), not by importing the package."""
     lazy = isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict)
-    return lazy or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
-        isinstance(stmt, ast.If) and _is_type_checking(stmt.test)
+    return (
+        lazy
+        or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+        or (isinstance(stmt, ast.If) and _is_type_checking(stmt.test))
     )
 
 
@@ -202,7 +218,9 @@ def _root_symbols(path: Path, modules: dict[str, Path]) -> dict[str, set[str]]:
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             symbols[stmt.name] = {
                 _owner(f"{i.target}.{n}" if f"{i.target}.{n}" in modules else i.target, modules)
-                for i in imports(stmt, PACKAGE, True) if _owner(i.target, modules) for n in (i.names or ("",))
+                for i in imports(stmt, PACKAGE, True)
+                if _owner(i.target, modules)
+                for n in (i.names or ("",))
             }
     return symbols
 
@@ -230,7 +248,11 @@ def import_graph(package_dir: Path) -> Graph:
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         where = functools.partial(_where, path.relative_to(package_dir.parent))
-        scope = ast.Module(body=[s for s in tree.body if not _is_facade_wiring(s)], type_ignores=[]) if name == root else tree
+        scope = (
+            ast.Module(body=[s for s in tree.body if not _is_facade_wiring(s)], type_ignores=[])
+            if name == root
+            else tree
+        )
         binds_root = False
         for imp in imports(scope, name, path.name == "__init__.py"):
             if imp.target != root and not imp.target.startswith(root + "."):
@@ -271,7 +293,7 @@ def find_cycle(edges: dict[str, dict[str, str]]) -> list[str] | None:
                 state[path.pop()] = 2
                 stack.pop()
             elif state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             elif nxt not in state and nxt in edges:
                 state[nxt] = 1
                 path.append(nxt)
@@ -293,35 +315,41 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_checker_sees_cycles_through_function_imports_and_relative_imports(tmp_path):
-    pkg = _write(tmp_path, {
-        "zoo/__init__.py": "",
-        "zoo/a.py": "def f():\n    from zoo.sub import b\n",
-        "zoo/sub/__init__.py": "",
-        "zoo/sub/b.py": "from ..a import f\n",
-    })
+    pkg = _write(
+        tmp_path,
+        {
+            "zoo/__init__.py": "",
+            "zoo/a.py": "def f():\n    from zoo.sub import b\n",
+            "zoo/sub/__init__.py": "",
+            "zoo/sub/b.py": "from ..a import f\n",
+        },
+    )
     edges = import_graph(pkg).edges
     assert edges["zoo.a"] == {"zoo.sub.b": "zoo/a.py:2"} and "zoo.a" in edges["zoo.sub.b"]
     assert find_cycle(edges) == ["zoo.a", "zoo.sub.b", "zoo.a"]
 
 
 def test_the_checker_counts_type_checking_and_resolves_the_lazy_facade(tmp_path):
-    pkg = _write(tmp_path, {
-        "zoo/__init__.py": (
-            "from typing import TYPE_CHECKING\nfrom zoo.errors import E\n"
-            "_LAZY = {'build': ('zoo.model.build', 'build')}\n__version__ = '1'\n"
-            "def spec(name):\n    from zoo.archs import preset\n"
-            "if TYPE_CHECKING:\n    from zoo.model.build import build\n    from zoo.model.sample import sample\n"
-        ),
-        "zoo/errors.py": "",
-        "zoo/archs.py": "from zoo.model.build import build\n",
-        "zoo/model/build.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.archs import x\n"
-                        "def f():\n    from zoo import __version__\n",
-        "zoo/model/sample.py": "",
-        "zoo/cli.py": "import zoo\ndef main():\n    zoo.spec('x'); zoo.build(); zoo.sample()\n",
-        "zoo/pkg/__init__.py": "def g():\n    from zoo.pkg.leaf import y\n",
-        "zoo/pkg/leaf.py": "from zoo.pkg import sibling\nfrom zoo.pkg import g\n",
-        "zoo/pkg/sibling.py": "",
-    })
+    pkg = _write(
+        tmp_path,
+        {
+            "zoo/__init__.py": (
+                "from typing import TYPE_CHECKING\nfrom zoo.errors import E\n"
+                "_LAZY = {'build': ('zoo.model.build', 'build')}\n__version__ = '1'\n"
+                "def spec(name):\n    from zoo.archs import preset\n"
+                "if TYPE_CHECKING:\n    from zoo.model.build import build\n    from zoo.model.sample import sample\n"
+            ),
+            "zoo/errors.py": "",
+            "zoo/archs.py": "from zoo.model.build import build\n",
+            "zoo/model/build.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from zoo.archs import x\n"
+            "def f():\n    from zoo import __version__\n",
+            "zoo/model/sample.py": "",
+            "zoo/cli.py": "import zoo\ndef main():\n    zoo.spec('x'); zoo.build(); zoo.sample()\n",
+            "zoo/pkg/__init__.py": "def g():\n    from zoo.pkg.leaf import y\n",
+            "zoo/pkg/leaf.py": "from zoo.pkg import sibling\nfrom zoo.pkg import g\n",
+            "zoo/pkg/sibling.py": "",
+        },
+    )
     edges = import_graph(pkg).edges
     assert set(edges["zoo"]) == {"zoo.errors"}  # the facade's module-level imports only
     assert set(edges["zoo.model.build"]) == {"zoo", "zoo.archs"}  # __version__, and the TYPE_CHECKING import
@@ -331,16 +359,21 @@ def test_the_checker_counts_type_checking_and_resolves_the_lazy_facade(tmp_path)
 
 
 def test_the_checker_counts_modules_named_by_strings_but_not_plugin_discovery(tmp_path):
-    pkg = _write(tmp_path, {
-        "zoo/__init__.py": "",
-        "zoo/cli.py": '"""Runs zoo.run, see zoo.table."""\nCOMMANDS = ("zoo.run", "zoo.table:main", "zoo.nothing", "zoo run")\n',
-        "zoo/run.py": "",
-        "zoo/table.py": "",
-        "zoo/specs/registry.py": 'BUILTIN_PLUGINS: tuple = ("zoo.run",)\nREADERS = {"x": "zoo.table:read"}\n',
-        "zoo/phases/__init__.py": "import importlib\nfor n in ('a',):\n    importlib.import_module(f'{__package__}.{n}')\n",
-        "zoo/phases/a.py": "",
-        "zoo/phases/b.py": "",
-    })
+    pkg = _write(
+        tmp_path,
+        {
+            "zoo/__init__.py": "",
+            "zoo/cli.py": '"""Runs zoo.run, see zoo.table."""\n'
+            'COMMANDS = ("zoo.run", "zoo.table:main", "zoo.nothing", "zoo run")\n',
+            "zoo/run.py": "",
+            "zoo/table.py": "",
+            "zoo/specs/registry.py": 'BUILTIN_PLUGINS: tuple = ("zoo.run",)\nREADERS = {"x": "zoo.table:read"}\n',
+            "zoo/phases/__init__.py": "import importlib\nfor n in ('a',):\n    "
+            "importlib.import_module(f'{__package__}.{n}')\n",
+            "zoo/phases/a.py": "",
+            "zoo/phases/b.py": "",
+        },
+    )
     edges = import_graph(pkg).edges
     assert edges["zoo.cli"] == {"zoo.run": "zoo/cli.py:2", "zoo.table": "zoo/cli.py:2"}  # the docstring is prose
     assert set(edges["zoo.specs.registry"]) == {"zoo.table"}  # BUILTIN_PLUGINS aside
@@ -366,19 +399,25 @@ def test_the_graph_is_read(graph):
 
 def test_zoo_has_no_import_cycle(graph):
     cycle = find_cycle(graph.edges)
-    assert cycle is None, "an import cycle (every import counts: inside functions, under TYPE_CHECKING, by name):\n" + describe(cycle, graph.edges)
+    assert cycle is None, (
+        "an import cycle (every import counts: inside functions, under TYPE_CHECKING, by name):\n"
+        + describe(cycle, graph.edges)
+    )
 
 
 @pytest.mark.parametrize("module", CORE_MODULES)
 def test_the_core_imports_no_concrete_component(graph, module):
-    assert module in graph.edges, f"{module} is not in zoo/ any more: update CORE_MODULES to the module that took its job"
+    assert module in graph.edges, (
+        f"{module} is not in zoo/ any more: update CORE_MODULES to the module that took its job"
+    )
     concrete = sorted(t for t in graph.edges[module] if t.startswith("zoo.components"))
     assert not concrete, f"{module} imports concrete components {concrete}; take them through the registry"
 
 
 def _plugin_sources() -> list[Path]:
     return sorted(
-        path for path in (ROOT / "plugins").glob("*/*/**/*.py")
+        path
+        for path in (ROOT / "plugins").glob("*/*/**/*.py")
         if not {"tests", "test", "build"} & set(path.relative_to(ROOT / "plugins").parts[1:-1])
         and not path.name.startswith(("test_", "conftest", "setup"))
     )
@@ -406,8 +445,11 @@ def _python_files() -> list[Path]:
 
 
 def test_no_file_over_the_limit():
-    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in _python_files()
-            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    long = [
+        f"{p.relative_to(ROOT)}: {n} lines"
+        for p in _python_files()
+        if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
+    ]
     assert not long, f"files over {MAX_FILE_LINES} lines (split them by job):\n" + "\n".join(long)
 
 
@@ -445,7 +487,8 @@ def test_imports_go_down_the_layers(graph):
     tier = {layer: depth for depth, names in enumerate(LAYERS) for layer in names}
     upward = [
         f"{source} -> {target}  ({where})"
-        for source, targets in graph.edges.items() if source != PACKAGE
+        for source, targets in graph.edges.items()
+        if source != PACKAGE
         for target, where in targets.items()
         if target != PACKAGE and _layer(source) != _layer(target) and tier[_layer(target)] <= tier[_layer(source)]
     ]
@@ -456,7 +499,8 @@ def test_components_never_import_the_harness_hub_or_cli(graph):
     """Parts sit below the harness, the hub and the command: DESIGN.md's dependency direction."""
     bad = {
         (source, target): where
-        for source, targets in graph.edges.items() if source.startswith("zoo.components.")
+        for source, targets in graph.edges.items()
+        if source.startswith("zoo.components.")
         for target, where in targets.items()
         if target.startswith(("zoo.harness", "zoo.hub", "zoo.cli"))
     }
@@ -467,7 +511,9 @@ def test_nothing_in_zoo_imports_the_cli(graph):
     """The command is the top layer: only itself and ``python -m zoo`` (``zoo.__main__``) import it."""
     bad = {
         (source, target): where
-        for source, targets in graph.edges.items() if not source.startswith(("zoo.cli", "zoo.__main__"))
-        for target, where in targets.items() if target.startswith("zoo.cli")
+        for source, targets in graph.edges.items()
+        if not source.startswith(("zoo.cli", "zoo.__main__"))
+        for target, where in targets.items()
+        if target.startswith("zoo.cli")
     }
     assert not bad, bad

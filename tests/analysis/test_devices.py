@@ -30,7 +30,9 @@ def test_device_names_map_to_rows():
 def test_device_peaks_are_the_spec_sheet_of_a_known_board_and_none_for_unknown_gpus():
     peaks = device_peaks("cuda", "NVIDIA H100 80GB HBM3")
     assert peaks is not None and peaks.source == "spec sheet h100-sxm" and peaks.bandwidth == 3350e9
-    assert peaks.peak_flops(torch.bfloat16) == pytest.approx(989.4e12) and peaks.peak_flops(torch.float32) == pytest.approx(66.9e12)
+    assert peaks.peak_flops(torch.bfloat16) == pytest.approx(989.4e12) and peaks.peak_flops(
+        torch.float32
+    ) == pytest.approx(66.9e12)
     assert device_peaks("cuda", "NVIDIA L40S") is None  # not in the table
     assert device_peaks("mps", "Apple M2") is None  # no probe for MPS
 
@@ -38,8 +40,17 @@ def test_device_peaks_are_the_spec_sheet_of_a_known_board_and_none_for_unknown_g
 def test_a_step_is_bound_by_the_slower_of_compute_and_memory():
     peaks = gpu_peaks("l4")  # 121 TFLOP/s bf16, 300 GB/s
     memory = step_roofline(1e9, 3e9, 1, peaks, torch.bfloat16)
-    assert memory["bound"] == "memory" and memory["seconds"] == pytest.approx(0.01) and memory["tokens_per_s"] == pytest.approx(100)
+    assert (
+        memory["bound"] == "memory"
+        and memory["seconds"] == pytest.approx(0.01)
+        and memory["tokens_per_s"] == pytest.approx(100)
+    )
     compute = step_roofline(121e12, 1, 8, peaks, torch.bfloat16)
     assert compute["bound"] == "compute" and compute["tokens_per_s"] == pytest.approx(8)
-    assert step_roofline(1e9, 3e9, 1, None, torch.bfloat16) == {"flops": 10**9, "bytes": 3 * 10**9, "seconds": None,
-                                                                 "tokens_per_s": None, "bound": None}
+    assert step_roofline(1e9, 3e9, 1, None, torch.bfloat16) == {
+        "flops": 10**9,
+        "bytes": 3 * 10**9,
+        "seconds": None,
+        "tokens_per_s": None,
+        "bound": None,
+    }

@@ -21,9 +21,17 @@ from zoo.harness.run_config import make_config
 from zoo.model.build import as_spec, build
 from zoo.specs.interfaces import visible_keys
 
-MAMBA2 = {"name": "tiny-mamba2", "vocab_size": 64, "d_model": 32, "n_layers": 2, "max_seq_len": 256,
-          "norm": {"kind": "rmsnorm"}, "positional": {"kind": "none"}, "ffn": {"kind": "none"},
-          "attention": {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "state_size": 8, "chunk_size": 16}}
+MAMBA2 = {
+    "name": "tiny-mamba2",
+    "vocab_size": 64,
+    "d_model": 32,
+    "n_layers": 2,
+    "max_seq_len": 256,
+    "norm": {"kind": "rmsnorm"},
+    "positional": {"kind": "none"},
+    "ffn": {"kind": "none"},
+    "attention": {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "state_size": 8, "chunk_size": 16},
+}
 
 
 def counted(model, ids) -> dict[str, int]:
@@ -90,12 +98,23 @@ def test_each_mixer_parameter_is_charged_once():
 
 
 def test_bert_encoder_flops_leave_out_the_pooler_that_model_ids_does_not_run():
-    spec = as_spec({"name": "tiny-bert", "vocab_size": 64, "d_model": 32, "n_layers": 2, "max_seq_len": 64,
-                    "norm": {"kind": "layernorm", "bias": True}, "positional": {"kind": "learned"},
-                    "attention": {"kind": "mha", "n_heads": 4, "head_dim": 8, "bias": True, "causal": False},
-                    "ffn": {"kind": "mlp", "hidden": 64, "activation": "gelu", "bias": True},
-                    "block": {"kind": "post_norm"}, "embedding": {"kind": "token", "type_vocab_size": 2, "norm": True},
-                    "head": {"kind": "pooler"}, "final_norm": False})
+    spec = as_spec(
+        {
+            "name": "tiny-bert",
+            "vocab_size": 64,
+            "d_model": 32,
+            "n_layers": 2,
+            "max_seq_len": 64,
+            "norm": {"kind": "layernorm", "bias": True},
+            "positional": {"kind": "learned"},
+            "attention": {"kind": "mha", "n_heads": 4, "head_dim": 8, "bias": True, "causal": False},
+            "ffn": {"kind": "mlp", "hidden": 64, "activation": "gelu", "bias": True},
+            "block": {"kind": "post_norm"},
+            "embedding": {"kind": "token", "type_vocab_size": 2, "norm": True},
+            "head": {"kind": "pooler"},
+            "final_norm": False,
+        }
+    )
     model = build(spec)
     ops = counted(model, torch.randint(0, 64, (1, 12)))
     # zoo charges 2 per bias per row (FlopCounterMode counts none): q,k,v,o (4 x 32) and FFN (64 + 32) per layer
@@ -124,8 +143,18 @@ def test_bert_encoder_pass_reads_the_position_rows_it_looks_up():
     assert encoder_weight_bytes_read("bert-base-uncased", 4096, "float32") == 4 * (12 * per_layer + 1536 + 512 * 768)
 
 
-GATED_DELTANET = {**MAMBA2, "name": "tiny-gdn", "attention": {
-    "kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 16, "chunk_size": 16}}
+GATED_DELTANET = {
+    **MAMBA2,
+    "name": "tiny-gdn",
+    "attention": {
+        "kind": "gated_deltanet",
+        "n_k_heads": 2,
+        "n_v_heads": 4,
+        "head_k_dim": 8,
+        "head_v_dim": 16,
+        "chunk_size": 16,
+    },
+}
 
 
 def test_gated_deltanet_prefill_model_and_executed_flops():

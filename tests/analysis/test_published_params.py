@@ -60,5 +60,6 @@ def test_zoo_show_puts_both_side_by_side(capsys):
 
 def test_a_published_figure_must_read_like_one():
     with pytest.raises(zoo.errors.SpecError, match="published"):
-        zoo.spec("gpt2").override({"published": {"total": "lots", "active": "1B", "active_tables": "unembedding",
-                                                  "source": "x"}})
+        zoo.spec("gpt2").override(
+            {"published": {"total": "lots", "active": "1B", "active_tables": "unembedding", "source": "x"}}
+        )

@@ -12,19 +12,57 @@ import transformers
 from zoo.analysis.counts import cache_bytes, state_bytes
 from zoo.hub.config import spec_from_hf_config
 
-MAMBA = {"model_type": "mamba", "vocab_size": 64, "hidden_size": 32, "state_size": 8, "num_hidden_layers": 2,
-         "conv_kernel": 4, "expand": 2, "architectures": ["MambaForCausalLM"]}
-MAMBA2 = {"model_type": "mamba2", "vocab_size": 64, "hidden_size": 32, "state_size": 8, "num_hidden_layers": 2,
-          "conv_kernel": 4, "expand": 2, "num_heads": 4, "head_dim": 16, "n_groups": 1, "chunk_size": 8,
-          "architectures": ["Mamba2ForCausalLM"]}
-QWEN3_NEXT = {"model_type": "qwen3_next", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 4,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64,
-              "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16, "num_experts": 4,
-              "num_experts_per_tok": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-              "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
-              "full_attention_interval": 4, "max_position_embeddings": 128, "architectures": ["Qwen3NextForCausalLM"]}
-CLASSES = {"mamba": ("MambaConfig", "MambaForCausalLM"), "mamba2": ("Mamba2Config", "Mamba2ForCausalLM"),
-           "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM")}
+MAMBA = {
+    "model_type": "mamba",
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "conv_kernel": 4,
+    "expand": 2,
+    "architectures": ["MambaForCausalLM"],
+}
+MAMBA2 = {
+    "model_type": "mamba2",
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "conv_kernel": 4,
+    "expand": 2,
+    "num_heads": 4,
+    "head_dim": 16,
+    "n_groups": 1,
+    "chunk_size": 8,
+    "architectures": ["Mamba2ForCausalLM"],
+}
+QWEN3_NEXT = {
+    "model_type": "qwen3_next",
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 64,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+    "max_position_embeddings": 128,
+    "architectures": ["Qwen3NextForCausalLM"],
+}
+CLASSES = {
+    "mamba": ("MambaConfig", "MambaForCausalLM"),
+    "mamba2": ("Mamba2Config", "Mamba2ForCausalLM"),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
+}
 
 
 def transformers_state_bytes(config: dict, dtype: torch.dtype) -> int:

@@ -14,10 +14,25 @@ from zoo.training.memory_probe import allocator_activations
 from zoo.training.optim import measured_state_bytes
 from zoo.training.step import Trainer
 
-LLAMA = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 8,
-         "ffn.hidden": 64, "vocab_size": 128, "max_seq_len": 64}
-ENC = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.head_dim": 8, "ffn.hidden": 64,
-       "vocab_size": 128, "max_seq_len": 64}
+LLAMA = {
+    "n_layers": 2,
+    "d_model": 32,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 8,
+    "ffn.hidden": 64,
+    "vocab_size": 128,
+    "max_seq_len": 64,
+}
+ENC = {
+    "n_layers": 2,
+    "d_model": 32,
+    "attention.n_heads": 4,
+    "attention.head_dim": 8,
+    "ffn.hidden": 64,
+    "vocab_size": 128,
+    "max_seq_len": 64,
+}
 
 
 def specs() -> dict[str, zoo.ModelSpec]:
@@ -25,8 +40,9 @@ def specs() -> dict[str, zoo.ModelSpec]:
     return {
         "dense": llama,
         "moe": llama.override({"ffn.kind": "moe", "ffn.n_experts": 4, "ffn.top_k": 2, "ffn.hidden": 32}),
-        "mamba-hybrid": llama.override({"layers": {"0": {"attention": {"kind": "mamba2", "n_heads": 4, "head_dim": 16,
-                                                                          "state_size": 16}}}}),
+        "mamba-hybrid": llama.override(
+            {"layers": {"0": {"attention": {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "state_size": 16}}}}
+        ),
         "bert": zoo.spec("bert-base-uncased").override({**ENC, "head.kind": "masked_lm"}),
         "t5": zoo.spec("t5-small").override({**ENC, "encoder.n_layers": 2}),
     }
@@ -71,8 +87,16 @@ def test_analysed_activations_within_10_percent_of_the_allocator(name: str, prec
 
 
 def gpt2_block(h: int, a: int) -> zoo.ModelSpec:
-    return zoo.spec("gpt2").override({"n_layers": 1, "d_model": h, "attention.n_heads": a,
-                                      "attention.head_dim": h // a, "ffn.hidden": 4 * h, "vocab_size": 64})
+    return zoo.spec("gpt2").override(
+        {
+            "n_layers": 1,
+            "d_model": h,
+            "attention.n_heads": a,
+            "attention.head_dim": h // a,
+            "ffn.hidden": 4 * h,
+            "vocab_size": 64,
+        }
+    )
 
 
 def test_coefficients_against_korthikanti_2022() -> None:

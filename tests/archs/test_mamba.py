@@ -12,10 +12,13 @@ def test_mamba_130m_has_the_published_parameter_count():
     d, layers, vocab, inner, rank, n, k = 768, 24, 50280, 1536, 48, 16, 4
     per_layer = (
         d * 2 * inner  # in_proj
-        + inner * k + inner  # depthwise conv1d weight and bias
+        + inner * k
+        + inner  # depthwise conv1d weight and bias
         + inner * (rank + 2 * n)  # x_proj -> dt, B, C
-        + rank * inner + inner  # dt_proj
-        + inner * n + inner  # A_log, D
+        + rank * inner
+        + inner  # dt_proj
+        + inner * n
+        + inner  # A_log, D
         + inner * d  # out_proj
         + d  # the block's RMSNorm
     )
@@ -43,12 +46,21 @@ def test_mamba_flops_do_not_grow_with_the_context():
 
 
 def test_a_hybrid_from_layer_selectors_builds_runs_and_splits_its_cache():
-    spec = zoo.ModelSpec.model_validate({
-        "name": "hybrid", "vocab_size": 97, "d_model": 32, "n_layers": 4, "max_seq_len": 64,
-        "norm": {"kind": "rmsnorm"}, "positional": {"kind": "rope"}, "block": {"kind": "pre_norm"},
-        "attention": {"kind": "mamba", "d_state": 4}, "ffn": {"kind": "swiglu", "hidden": 48},
-        "layers": {"1::2": {"attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8}}},
-    })
+    spec = zoo.ModelSpec.model_validate(
+        {
+            "name": "hybrid",
+            "vocab_size": 97,
+            "d_model": 32,
+            "n_layers": 4,
+            "max_seq_len": 64,
+            "norm": {"kind": "rmsnorm"},
+            "positional": {"kind": "rope"},
+            "block": {"kind": "pre_norm"},
+            "attention": {"kind": "mamba", "d_state": 4},
+            "ffn": {"kind": "swiglu", "hidden": 48},
+            "layers": {"1::2": {"attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8}}},
+        }
+    )
     assert [spec.layer(i).attention.kind for i in range(4)] == ["mamba", "gqa", "mamba", "gqa"]
     model = zoo.build(spec, seed=0).eval()
     out = zoo.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=4)

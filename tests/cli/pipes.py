@@ -29,12 +29,19 @@ def environment(site: Path | None = None, **env: str) -> dict[str, str]:
     return environ
 
 
-def zoo(*args: str, site: Path | None = None, cwd: Path | None = None, timeout: float = 180,
-        **env: str) -> subprocess.CompletedProcess[str]:
+def zoo(
+    *args: str, site: Path | None = None, cwd: Path | None = None, timeout: float = 180, **env: str
+) -> subprocess.CompletedProcess[str]:
     """``zoo ARGS`` with piped stdout and stderr."""
-    return subprocess.run([*zoo_command(), *args], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, env=environment(site, **env), cwd=cwd or REPO,
-                          timeout=timeout)
+    return subprocess.run(
+        [*zoo_command(), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=environment(site, **env),
+        cwd=cwd or REPO,
+        timeout=timeout,
+    )
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -59,8 +66,9 @@ def zoo_on_a_terminal(*args: str, columns: int = 80, timeout: float = 180, **env
     environ = environment(**env)
     environ.pop("COLUMNS", None)
     environ["TERM"] = "xterm-256color"
-    process = subprocess.Popen([*zoo_command(), *args], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
-                               env=environ, cwd=REPO)
+    process = subprocess.Popen(
+        [*zoo_command(), *args], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=environ, cwd=REPO
+    )
     os.close(follower)
     chunks, deadline = [], time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 ZOO = str(Path(sys.executable).with_name("zoo"))
-BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh")
-) + "name: [" + ",".join(["*h"] * 9) + "]\n"
+BOMB = (
+    "a: &a [x,x,x,x,x,x,x,x,x]\n"
+    + "".join(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh"))
+    + "name: ["
+    + ",".join(["*h"] * 9)
+    + "]\n"
+)
 
 
 def zoo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -74,10 +78,19 @@ def test_bad_set_values_and_seeds(tmp_path, capsys):
 def test_bad_sweep_file_and_hf_config(tmp_path, capsys):
     (tmp_path / "s.toml").write_bytes(b'arch = "gpt2\xff"\n')
     assert "not UTF-8 text" in one_line(in_process(capsys, "sweep", str(tmp_path / "s.toml")))
-    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 0, "num_hidden_layers": 2,
-              "vocab_size": 97, "max_position_embeddings": 64, "intermediate_size": 96}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 0,
+        "num_hidden_layers": 2,
+        "vocab_size": 97,
+        "max_position_embeddings": 64,
+        "intermediate_size": 96,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert "num_attention_heads: expected a positive integer, got 0" in one_line(in_process(capsys, "show", "--hf-config", str(tmp_path / "config.json")))
+    assert "num_attention_heads: expected a positive integer, got 0" in one_line(
+        in_process(capsys, "show", "--hf-config", str(tmp_path / "config.json"))
+    )
 
 
 @pytest.mark.parametrize("debug", [False, True])

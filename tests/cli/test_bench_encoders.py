@@ -43,7 +43,9 @@ def test_weights_of_an_encoder_run_the_encoder_bench(bert_dir, loads, tmp_path, 
     assert main(["bench", "--weights", str(folder), *RUN, "--results-dir", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["topology"] == "encoder" and out["arch"] == str(folder) and out["params_total"] == n_params
-    assert out["weight_bytes"] == 4 * n_params and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
+    assert (
+        out["weight_bytes"] == 4 * n_params and out["encoder_tokens_per_s"] > 0 and out["decode_tokens_per_s"] is None
+    )
     assert loads == [str(folder)]  # the checkpoint's weights were measured, not random ones
     row = next(csv.DictReader((tmp_path / "bench.csv").open()))
     assert row["topology"] == "encoder" and row["gen_len"] == ""  # an encoder decodes nothing

@@ -30,20 +30,34 @@ def _zoo(*args: str) -> subprocess.CompletedProcess:
 def test_int4_with_eval_text_as_json(spec_file, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("hello quantized world " * 8)
-    done = _zoo("bench", "--spec", str(spec_file), "--weights-dtype", "int4", "--weights-group-size", "64",
-                "--eval-text", str(text), "--json", *RUN)
+    done = _zoo(
+        "bench",
+        "--spec",
+        str(spec_file),
+        "--weights-dtype",
+        "int4",
+        "--weights-group-size",
+        "64",
+        "--eval-text",
+        str(text),
+        "--json",
+        *RUN,
+    )
     assert done.returncode == 0, done.stderr
     m = json.loads(done.stdout)
     assert m["weights_dtype"] == "int4" and m["config"]["weights_group_size"] == 64
     assert m["fidelity_kl"] is not None and m["eval_perplexity"] > 1
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--weights-dtype", "int3"], "weights_dtype: 'int3' is not a weights dtype"),
-    (["--weights-dtype", "int4", "--weights-group-size", "48"], "weights_group_size: 48 is not supported"),
-    (["--weights-dtype", "float32", "--dtype", "bfloat16"], "contradicts dtype"),
-    (["--weights-dtype", "int8", "--eval-text", "/nonexistent/file.txt"], "cannot read eval_text file"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--weights-dtype", "int3"], "weights_dtype: 'int3' is not a weights dtype"),
+        (["--weights-dtype", "int4", "--weights-group-size", "48"], "weights_group_size: 48 is not supported"),
+        (["--weights-dtype", "float32", "--dtype", "bfloat16"], "contradicts dtype"),
+        (["--weights-dtype", "int8", "--eval-text", "/nonexistent/file.txt"], "cannot read eval_text file"),
+    ],
+)
 def test_bad_values_are_one_line_and_exit_2(spec_file, args, message):
     done = _zoo("bench", "--spec", str(spec_file), *args, *RUN)
     assert done.returncode == 2
@@ -54,8 +68,12 @@ def test_bad_values_are_one_line_and_exit_2(spec_file, args, message):
 def test_compare_varies_weights_dtype_with_weight_bytes_column():
     done = _zoo("compare", "--arch", "llama-3.2-1b", "--vary", "weights_dtype=bf16,int8,int4", "--analysis-only")
     assert done.returncode == 0, done.stderr
-    rows = {kind: line for line in done.stdout.splitlines() for kind in ("bf16", "int8", "int4")
-            if f"weights_dtype={kind}" in line}
+    rows = {
+        kind: line
+        for line in done.stdout.splitlines()
+        for kind in ("bf16", "int8", "int4")
+        if f"weights_dtype={kind}" in line
+    }
     assert "2,471,628,800" in rows["bf16"] and "1,236,892,160" in rows["int8"] and "1,035,401,728" in rows["int4"]
 
 

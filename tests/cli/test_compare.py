@@ -26,9 +26,28 @@ def test_compare_attention_prints_kv_bytes_exactly_32_8_1(capsys):
 
 def test_compare_measures_and_saves_csv(tmp_path, capsys):
     spec = write_tiny_spec(tmp_path)
-    argv = ["compare", "--spec", str(spec), "--vary", "positional.kind=rope,alibi,none", "--device", "cpu",
-            "--prompt-len", "8", "--gen-len", "4", "--repeats", "1", "--threads", "1", "--csv",
-            "--save", "pos-3.2", "--results-dir", str(tmp_path / "r")]
+    argv = [
+        "compare",
+        "--spec",
+        str(spec),
+        "--vary",
+        "positional.kind=rope,alibi,none",
+        "--device",
+        "cpu",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "4",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--csv",
+        "--save",
+        "pos-3.2",
+        "--results-dir",
+        str(tmp_path / "r"),
+    ]
     assert main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("point_id,label,positional.kind,status") and len(lines) == 4

@@ -23,15 +23,26 @@ def test_the_table_has_one_row_per_variant_and_context(tmp_path, capsys):
     assert main(_analysis_only(tmp_path)) == 0
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("variant") and "context" in line)
-    assert re.split(r"\s{2,}", header) == ["variant", "context", "memory MiB", "cache MiB", "memory vs baseline",
-                                          "decode tokens/s", "decode", "decode vs baseline", "decode basis", "note"]
+    assert re.split(r"\s{2,}", header) == [
+        "variant",
+        "context",
+        "memory MiB",
+        "cache MiB",
+        "memory vs baseline",
+        "decode tokens/s",
+        "decode",
+        "decode vs baseline",
+        "decode basis",
+        "note",
+    ]
     rows = [line for line in out.splitlines() if "predicted" in line]
     assert len(rows) == 6 and all("roofline h100-sxm" in row for row in rows)
     assert [re.split(r"\s{2,}", row)[1] for row in rows] == ["16", "32", "1k"] * 2
     assert sum("beyond max_seq_len 64" in row for row in rows) == 2
     # the hybrid (one Mamba layer of two) holds less cache at 1k: a crossover in memory is reported
-    assert re.search(r"^crossover: mamba\(d_state=4\) @0 (overtakes|falls behind) layers=none in memory at [\d,]+ tokens",
-                     out, re.M)  # short variant labels, not the override dicts
+    assert re.search(
+        r"^crossover: mamba\(d_state=4\) @0 (overtakes|falls behind) layers=none in memory at [\d,]+ tokens", out, re.M
+    )  # short variant labels, not the override dicts
 
 
 def test_json_marks_every_value_measured_predicted_or_analysis(tmp_path, capsys):
@@ -50,16 +61,49 @@ def test_csv_is_the_per_context_table(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 7
     header = lines[0].split(",")
-    for column in ("label", "layers", "context", "memory_bytes", "cache_bytes", "decode_tokens_per_s", "decode_source",
-                   "decode_basis", "memory_source", "decode_tokens_per_s_vs_baseline"):
+    for column in (
+        "label",
+        "layers",
+        "context",
+        "memory_bytes",
+        "cache_bytes",
+        "decode_tokens_per_s",
+        "decode_source",
+        "decode_basis",
+        "memory_source",
+        "decode_tokens_per_s_vs_baseline",
+    ):
         assert column in header
 
 
 def test_timed_compare_measures_the_small_contexts_and_saves_plots(tmp_path, capsys):
     spec = write_tiny_spec(tmp_path)
-    argv = ["compare", "--spec", str(spec), "--vary", HYBRID, "--contexts", "8,16,48", "--measure-up-to", "16",
-            "--device", "cpu", "--prompt-len", "8", "--gen-len", "4", "--repeats", "1", "--threads", "1",
-            "--save", "ctx", "--results-dir", str(tmp_path / "r"), "--json"]
+    argv = [
+        "compare",
+        "--spec",
+        str(spec),
+        "--vary",
+        HYBRID,
+        "--contexts",
+        "8,16,48",
+        "--measure-up-to",
+        "16",
+        "--device",
+        "cpu",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "4",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--save",
+        "ctx",
+        "--results-dir",
+        str(tmp_path / "r"),
+        "--json",
+    ]
     assert main(argv) == 0
     document = json.loads(capsys.readouterr().out)
     sources = [(r["context"], r["decode_source"]) for r in document["contexts"]]

@@ -8,8 +8,14 @@ import json
 
 from zoo.cli import main
 
-GDN = {"kind": "gated_deltanet", "n_k_heads": 16, "n_v_heads": 32, "head_k_dim": 128, "head_v_dim": 128,
-       "conv_kernel": 4}
+GDN = {
+    "kind": "gated_deltanet",
+    "n_k_heads": 16,
+    "n_v_heads": 32,
+    "head_k_dim": 128,
+    "head_v_dim": 128,
+    "conv_kernel": 4,
+}
 HYBRID = json.dumps({"0::4,1::4,2::4": {"attention": GDN, "positional": {"kind": "none"}}})
 
 # hand counts, qwen3-0.6b (d 1024, 28 layers, GQA 16 q / 8 kv heads of 128, QK-norm), bfloat16:
@@ -27,8 +33,25 @@ SAVED_PER_TOKEN = (28 - 7) * 2 * 8 * 128 * 2
 
 
 def test_hybrid_crossovers_equal_the_closed_form(capsys):
-    assert main(["compare", "--arch", "qwen3-0.6b", "--vary", f"layers={{}},{HYBRID}", "--dtype", "bfloat16",
-                 "--contexts", "4k,32k,128k", "--analysis-only", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--arch",
+                "qwen3-0.6b",
+                "--vary",
+                f"layers={{}},{HYBRID}",
+                "--dtype",
+                "bfloat16",
+                "--contexts",
+                "4k,32k,128k",
+                "--analysis-only",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     found = {item["measure"]: item for item in document["crossovers"]}
     # memory: weights + state + K/V x context, equal where the saved K/V pays for the extra weights and state

@@ -76,8 +76,10 @@ def test_text_pieces_hold_back_incomplete_characters():
     assert list(generate_cli.text_pieces(Bytes(), [104, *euro, 105])) == ["h", "€", "i"]
 
 
-CHATML = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} w1 {% endfor %}"
-          "{% if add_generation_prompt %}w3 {% endif %}")
+CHATML = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} w1 {% endfor %}"
+    "{% if add_generation_prompt %}w3 {% endif %}"
+)
 
 
 def test_chat_applies_the_template_and_stops_at_its_end_of_turn(checkpoint, capsys):
@@ -88,7 +90,9 @@ def test_chat_applies_the_template_and_stops_at_its_end_of_turn(checkpoint, caps
     tokenizer.save(str(folder / "tokenizer.json"))
     system, user = VOCAB - 2, VOCAB - 1
     prompt = [system, 7, 1, user, 5, 9, 1, 3]  # what the template renders, as ids
-    reply = zoo.generate(model, torch.tensor([prompt]), max_new_tokens=6, temperature=3.0, seed=1)[0, len(prompt):].tolist()
+    reply = zoo.generate(model, torch.tensor([prompt]), max_new_tokens=6, temperature=3.0, seed=1)[
+        0, len(prompt) :
+    ].tolist()
     assert len(set(reply)) > 2
     stop = WORDS[reply[3]]
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": stop}))
@@ -96,7 +100,8 @@ def test_chat_applies_the_template_and_stops_at_its_end_of_turn(checkpoint, caps
     messages = [{"role": "system", "content": "w7"}, {"role": "user", "content": "w5 w9"}]
     cut = reply.index(reply[3])
     assert zoo.chat(model, messages, weights=folder, max_new_tokens=6, temperature=3.0, seed=1) == " ".join(
-        WORDS[t] for t in reply[:cut])
+        WORDS[t] for t in reply[:cut]
+    )
     # the reply only (decoded after the rendered prompt, as it streams), not the template's text
     assert capsys.readouterr().out == "".join(" " + WORDS[t] for t in reply[: reply.index(reply[3])]) + "\n"
 
@@ -115,8 +120,12 @@ def test_system_needs_chat(checkpoint, capsys):
 
 def test_an_encoder_fails_before_the_prompt_is_printed(checkpoint, monkeypatch, capsys):
     folder, _ = checkpoint
-    encoder = zoo.build(zoo.spec("bert-base-uncased").model_copy(update={"vocab_size": VOCAB, "n_layers": 1, "d_model": 32,
-                                                                  "n_heads": 2, "max_seq_len": 64}), init=False)
+    encoder = zoo.build(
+        zoo.spec("bert-base-uncased").model_copy(
+            update={"vocab_size": VOCAB, "n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 64}
+        ),
+        init=False,
+    )
     monkeypatch.setattr(zoo.hub.loading, "from_pretrained", lambda path, dtype, device, dequantize: encoder)
     assert main(["generate", "--weights", str(folder), "w5 w9"]) == 2
     out = capsys.readouterr()
@@ -138,8 +147,11 @@ def test_a_gguf_held_packed_generates_in_bfloat16_unless_told(checkpoint, monkey
     monkeypatch.setattr(generate_cli, "resolve", lambda weights, revision, gguf_file=None: path)
     monkeypatch.setattr(generate_cli, "checkpoint_text", lambda p: text)
     seen = []
-    monkeypatch.setattr(zoo.hub.loading, "from_pretrained",
-                        lambda path, dtype, device, dequantize: seen.append((dtype, dequantize)) or model)
+    monkeypatch.setattr(
+        zoo.hub.loading,
+        "from_pretrained",
+        lambda path, dtype, device, dequantize: seen.append((dtype, dequantize)) or model,
+    )
     for extra in ([], ["--dequantize"], ["--dtype", "float16"]):
         assert main(["generate", "--weights", str(path), "w5", "--max-new-tokens", "2", *extra]) == 0
     assert seen == [("bfloat16", False), ("float32", True), ("float16", False)]

@@ -18,7 +18,10 @@ def test_show_a_recurrent_model_reports_its_state_per_sequence(capsys):
     out = json.loads(capsys.readouterr().out)["analysis"]
     assert out["params"]["total"] == 129_135_360
     assert out["kv_bytes_per_token"]["bfloat16"] == 0
-    assert out["state_bytes_per_sequence"] == {"bfloat16": 2_654_208, "float32": 2_949_120}  # conv window in the cache dtype
+    assert out["state_bytes_per_sequence"] == {
+        "bfloat16": 2_654_208,
+        "float32": 2_949_120,
+    }  # conv window in the cache dtype
 
 
 def test_show_yaml_with_overrides(capsys):

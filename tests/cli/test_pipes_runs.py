@@ -33,8 +33,9 @@ def checkpoint(tmp_path_factory):
 
 
 def test_generate_piped_starts_with_the_prompt(checkpoint):
-    result = run_zoo("generate", "--weights", str(checkpoint), "w5 w9", "--max-new-tokens", "3", "--threads", "1",
-                     "--device", "cpu")
+    result = run_zoo(
+        "generate", "--weights", str(checkpoint), "w5 w9", "--max-new-tokens", "3", "--threads", "1", "--device", "cpu"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("w5 w9") and result.stdout.endswith("\n") and result.stdout.count("\n") == 1
     assert result.stderr.count("\n") == 1 and "tokens/s" in result.stderr  # the rate, no bar
@@ -45,7 +46,9 @@ def test_bench_formats_on_a_pipe(tmp_path):
     as_json = run_zoo("bench", "--spec", spec, *TINY_BENCH, "--no-save", "--json")
     assert as_json.returncode == 0 and as_json.stderr == ""  # no progress bar on a pipe
     assert json.loads(as_json.stdout)["arch"] == "tiny-qwen3"
-    rows = list(csv.reader(io.StringIO(run_zoo("bench", "--spec", spec, *TINY_BENCH, "--no-save", "--format", "csv").stdout)))
+    rows = list(
+        csv.reader(io.StringIO(run_zoo("bench", "--spec", spec, *TINY_BENCH, "--no-save", "--format", "csv").stdout))
+    )
     header, values = rows  # one row, every column, raw numbers (the human table is --format table)
     row = dict(zip(header, values))
     assert row["arch"] == "tiny-qwen3" and row["kv_bytes_per_token"].isdigit()
@@ -73,13 +76,15 @@ def test_compare_with_every_row_failed_exits_1():
 
 def test_sweep_resume_with_nothing_left_says_where_the_rows_came_from(tmp_path):
     write_tiny_spec(tmp_path)
-    (tmp_path / "s.toml").write_text(textwrap.dedent("""\
+    (tmp_path / "s.toml").write_text(
+        textwrap.dedent("""\
         name = "s"
         spec_file = "tiny.yaml"
         analysis_only = true
         [vary]
         "attention.kind" = ["mha", "mqa"]
-    """))
+    """)
+    )
     first = run_zoo("sweep", str(tmp_path / "s.toml"), "--results-dir", str(tmp_path / "r"))
     assert first.returncode == 0 and "nothing measured" not in first.stderr
     again = run_zoo("sweep", str(tmp_path / "s.toml"), "--results-dir", str(tmp_path / "r"), "--resume", "--json")
@@ -92,15 +97,18 @@ def test_the_readme_compare_snippet_runs_as_a_plain_script(tmp_path):
     """No `if __name__ == "__main__":` guard: the runs must not re-run the script."""
     spec = write_tiny_spec(tmp_path)
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         import zoo
 
         df = zoo.compare(zoo.ModelSpec.from_file({str(spec)!r}), vary={{"positional.kind": ["rope", "alibi"]}},
                          device="cpu", prompt_len=8, gen_len=4, repeats=1, threads=1)
         print(list(df["status"]))
-    """))
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
-                            env=environment(), timeout=300)
+    """)
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=environment(), timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "['ok', 'ok']\n", (result.stdout, result.stderr)
 

@@ -94,8 +94,9 @@ def test_zoo_show_output_loads_back(tmp_path):
 @pytest.mark.parametrize("argv", [["schema"], ["show", "gpt2", "--json"], ["list"]])
 def test_a_closed_pipe_ends_quietly(argv):
     """`zoo schema | head -1`: the reader goes away; no BrokenPipeError traceback."""
-    process = subprocess.Popen([*zoo_command(), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=environment())
+    process = subprocess.Popen(
+        [*zoo_command(), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment()
+    )
     process.stdout.close()  # before it writes anything: every write meets a closed pipe
     err = process.stderr.read().decode()
     process.wait(timeout=120)
@@ -103,8 +104,9 @@ def test_a_closed_pipe_ends_quietly(argv):
 
 
 def test_head_minus_one_in_a_shell():
-    result = subprocess.run(f"{' '.join(zoo_command())} schema | head -1", shell=True, capture_output=True,
-                            text=True, env=environment())
+    result = subprocess.run(
+        f"{' '.join(zoo_command())} schema | head -1", shell=True, capture_output=True, text=True, env=environment()
+    )
     assert result.stdout == "{\n" and result.stderr == ""
 
 

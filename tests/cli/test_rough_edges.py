@@ -39,7 +39,9 @@ def test_a_failed_row_leaves_integer_columns_integers(capsys: pytest.CaptureFixt
     assert rows[0]["n_layers"] == "" and rows[1]["n_layers"] == "28" and rows[1]["params_total"].isdigit()
 
 
-def test_the_bench_table_names_the_model_and_its_csv_is_raw(tiny_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_bench_table_names_the_model_and_its_csv_is_raw(
+    tiny_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["bench", "--spec", str(tiny_file), *BENCH, "--no-save"]) == 0
     first = capsys.readouterr().out.splitlines()[1]  # after the header line
     assert first.startswith("model") and first.rstrip().endswith("mine, random weights (float32)")
@@ -52,18 +54,26 @@ def test_the_bench_table_names_the_model_and_its_csv_is_raw(tiny_file: Path, cap
 def test_floats_are_written_one_way() -> None:
     for render in (format_cell, cell_text):
         assert [render(v) for v in (123456.7, 1234.0, 12.3456, 0.001234, 0.0000123, 0.0)] == [
-            "123,457", "1,234", "12.35", "0.001234", "1.230e-05", "0"]
+            "123,457",
+            "1,234",
+            "12.35",
+            "0.001234",
+            "1.230e-05",
+            "0",
+        ]
 
 
 def test_resume_with_nothing_left_rewrites_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sweep = tmp_path / "kv.toml"
-    sweep.write_text(textwrap.dedent("""\
+    sweep.write_text(
+        textwrap.dedent("""\
         name = "kv"
         arch = "qwen3-0.6b"
         analysis_only = true
         [vary]
         "attention.n_kv_heads" = [4, 8]
-        """))
+        """)
+    )
     out = tmp_path / "r"
     assert main(["sweep", str(sweep), "--results-dir", str(out)]) == 0
     files = sorted(p for p in out.iterdir() if p.is_file() and not p.name.startswith("."))

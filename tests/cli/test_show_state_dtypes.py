@@ -11,8 +11,16 @@ import transformers
 
 from zoo.cli import main
 
-MAMBA = {"model_type": "mamba", "vocab_size": 64, "hidden_size": 32, "state_size": 8, "num_hidden_layers": 2,
-         "conv_kernel": 4, "expand": 2, "architectures": ["MambaForCausalLM"]}
+MAMBA = {
+    "model_type": "mamba",
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "conv_kernel": 4,
+    "expand": 2,
+    "architectures": ["MambaForCausalLM"],
+}
 
 
 def show(capsys, *args: str) -> dict:
@@ -26,8 +34,10 @@ def transformers_state_dtypes(dtype: torch.dtype) -> dict[str, str]:
     with torch.no_grad():
         cache = model(torch.tensor([[1, 2, 3]]), use_cache=True).cache_params
     layer = cache.layers[0]
-    return {"attention.conv": str(layer.conv_states[0].dtype).removeprefix("torch."),
-            "attention.ssm": str(layer.recurrent_states[0].dtype).removeprefix("torch.")}
+    return {
+        "attention.conv": str(layer.conv_states[0].dtype).removeprefix("torch."),
+        "attention.ssm": str(layer.recurrent_states[0].dtype).removeprefix("torch."),
+    }
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -53,8 +63,12 @@ def test_state_dtype_cache_stores_the_ssm_state_in_the_model_dtype(capsys):
 
 def test_a_hybrid_lists_its_kv_and_recurrent_state(capsys):
     shown = show(capsys, "qwen3-next-80b-a3b")["state_dtypes"]["bfloat16"]
-    assert shown == {"attention.conv": "bfloat16", "attention.recurrent": "float32",
-                     "attention.k": "bfloat16", "attention.v": "bfloat16"}
+    assert shown == {
+        "attention.conv": "bfloat16",
+        "attention.recurrent": "float32",
+        "attention.k": "bfloat16",
+        "attention.v": "bfloat16",
+    }
 
 
 def test_the_yaml_comments_carry_the_state_dtypes(capsys):

@@ -22,4 +22,6 @@ def test_slopes_match_bloom(heads: int) -> None:
 def test_slopes_match_mpt(heads: int) -> None:
     """MPT's tensor is slope * (key - last), key 0..S-1: the slope is minus its first entry / (S - 1)."""
     bias = mpt.build_mpt_alibi_tensor(heads, 2, alibi_bias_max=8)  # (H, 1, 2): [-slope, 0]
-    torch.testing.assert_close(torch.tensor(alibi_slopes(heads), dtype=torch.float32), -bias[:, 0, 0], rtol=1e-6, atol=0)
+    torch.testing.assert_close(
+        torch.tensor(alibi_slopes(heads), dtype=torch.float32), -bias[:, 0, 0], rtol=1e-6, atol=0
+    )

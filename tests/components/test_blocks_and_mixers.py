@@ -6,7 +6,14 @@ import torch
 
 import zoo
 
-TINY = {"n_layers": 1, "d_model": 32, "vocab_size": 64, "attention.n_heads": 2, "attention.n_kv_heads": 2, "ffn.hidden": 64}
+TINY = {
+    "n_layers": 1,
+    "d_model": 32,
+    "vocab_size": 64,
+    "attention.n_heads": 2,
+    "attention.n_kv_heads": 2,
+    "ffn.hidden": 64,
+}
 
 
 def test_ffn_none_builds_a_block_without_the_ffn_branch_or_its_norm():

@@ -16,9 +16,19 @@ D, HK, HV, DK, DV, K = 32, 2, 4, 8, 6, 4
 
 def _pair(chunk_size: int = 4):  # type: ignore[no-untyped-def]
     config = transformers.Qwen3NextConfig(
-        hidden_size=D, linear_num_key_heads=HK, linear_num_value_heads=HV, linear_key_head_dim=DK,
-        linear_value_head_dim=DV, linear_conv_kernel_dim=K, num_hidden_layers=1, layer_types=["linear_attention"],
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8, vocab_size=50, num_experts=0,
+        hidden_size=D,
+        linear_num_key_heads=HK,
+        linear_num_value_heads=HV,
+        linear_key_head_dim=DK,
+        linear_value_head_dim=DV,
+        linear_conv_kernel_dim=K,
+        num_hidden_layers=1,
+        layer_types=["linear_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        vocab_size=50,
+        num_experts=0,
     )
     torch.manual_seed(0)
     reference = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).eval()
@@ -60,7 +70,9 @@ def test_prefill_then_steps_match_transformers_with_its_cache():
     cache = transformers.DynamicCache(config=config)
     state = {name: torch.zeros(shape) for name, shape in ours.state_shapes(2).items()}
     with torch.no_grad():
-        torch.testing.assert_close(ours.mix(x[:, :9], state), reference(x[:, :9], cache_params=cache), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            ours.mix(x[:, :9], state), reference(x[:, :9], cache_params=cache), atol=1e-4, rtol=1e-4
+        )
         for t in range(9, 12):
             expected = reference(x[:, t : t + 1], cache_params=cache)
             torch.testing.assert_close(ours.mix(x[:, t : t + 1], state), expected, atol=1e-4, rtol=1e-4)
@@ -100,8 +112,14 @@ def test_training_gradients_through_the_chunked_rule_equal_the_token_loop(T: int
     torch.manual_seed(3)
     B, H = 2, 3
     k = torch.nn.functional.normalize(torch.randn(B, H, T, 5), dim=-1)
-    inputs = [torch.randn(B, H, T, 5), k, torch.randn(B, H, T, 4), -torch.rand(B, H, T), torch.rand(B, H, T),
-              torch.randn(B, H, 5, 4)]
+    inputs = [
+        torch.randn(B, H, T, 5),
+        k,
+        torch.randn(B, H, T, 4),
+        -torch.rand(B, H, T),
+        torch.rand(B, H, T),
+        torch.randn(B, H, 5, 4),
+    ]
     chunked = [t.clone().requires_grad_() for t in inputs]
     looped = [t.clone().requires_grad_() for t in inputs]
     out, final = chunk_gated_delta_rule(*chunked, chunk_size=chunk_size)

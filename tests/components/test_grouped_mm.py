@@ -51,4 +51,6 @@ def test_compiled_bf16_grouped_step_matches_eager():
     x = torch.randn(6, 8, dtype=torch.bfloat16)
     weights, index = moe.route(x)
     compiled = torch.compile(moe._experts_grouped, fullgraph=True)
-    torch.testing.assert_close(compiled(x, weights, index), moe._experts_grouped(x, weights, index), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        compiled(x, weights, index), moe._experts_grouped(x, weights, index), atol=2e-2, rtol=2e-2
+    )

@@ -17,12 +17,20 @@ VOCAB, H, D, S = 61, 2, 8, 4
 
 
 def _spec(update: str = "linear", n_layers: int = 1, positional: str = "none") -> zoo.ModelSpec:
-    return zoo.ModelSpec.model_validate({
-        "name": f"infini-{update}-{n_layers}", "vocab_size": VOCAB, "d_model": 16, "n_layers": n_layers,
-        "max_seq_len": 64, "norm": {"kind": "rmsnorm"}, "positional": {"kind": positional},
-        "block": {"kind": "pre_norm"}, "ffn": {"kind": "none"},
-        "attention": {"kind": "infini", "n_heads": H, "head_dim": D, "segment": S, "update": update},
-    })
+    return zoo.ModelSpec.model_validate(
+        {
+            "name": f"infini-{update}-{n_layers}",
+            "vocab_size": VOCAB,
+            "d_model": 16,
+            "n_layers": n_layers,
+            "max_seq_len": 64,
+            "norm": {"kind": "rmsnorm"},
+            "positional": {"kind": positional},
+            "block": {"kind": "pre_norm"},
+            "ffn": {"kind": "none"},
+            "attention": {"kind": "infini", "n_heads": H, "head_dim": D, "segment": S, "update": update},
+        }
+    )
 
 
 def _model(update: str = "linear", n_layers: int = 1, positional: str = "none") -> zoo.model.build.ZooModel:
@@ -120,7 +128,9 @@ def test_state_bytes_come_from_the_declaration():
 
 
 def test_compiled_decode_step_equals_eager_without_recompiling():
-    check_compiled_decode(_model("delta"), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20]], 5)  # crosses a segment end in every row
+    check_compiled_decode(
+        _model("delta"), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20]], 5
+    )  # crosses a segment end in every row
 
 
 def test_flops_grow_with_the_segment_not_the_context():

@@ -10,11 +10,20 @@ from zoo.components.feature_state import EPS, feature_map
 
 
 def _spec(n_layers: int = 1) -> zoo.ModelSpec:
-    return zoo.ModelSpec.model_validate({
-        "name": f"linear-{n_layers}", "vocab_size": 61, "d_model": 32, "n_layers": n_layers, "max_seq_len": 256,
-        "norm": {"kind": "rmsnorm"}, "positional": {"kind": "none"}, "block": {"kind": "pre_norm"},
-        "attention": {"kind": "linear", "n_heads": 4}, "ffn": {"kind": "none"},
-    })
+    return zoo.ModelSpec.model_validate(
+        {
+            "name": f"linear-{n_layers}",
+            "vocab_size": 61,
+            "d_model": 32,
+            "n_layers": n_layers,
+            "max_seq_len": 256,
+            "norm": {"kind": "rmsnorm"},
+            "positional": {"kind": "none"},
+            "block": {"kind": "pre_norm"},
+            "attention": {"kind": "linear", "n_heads": 4},
+            "ffn": {"kind": "none"},
+        }
+    )
 
 
 def test_chunked_form_equals_the_quadratic_definition_across_chunks():

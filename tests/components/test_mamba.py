@@ -25,14 +25,23 @@ def _hf_pair(falcon: bool = False):  # type: ignore[no-untyped-def]
         from transformers.models.falcon_mamba.modeling_falcon_mamba import FalconMambaMixer as Reference
 
         config = transformers.FalconMambaConfig(
-            hidden_size=D_MODEL, state_size=D_STATE, conv_kernel=D_CONV, num_hidden_layers=1, vocab_size=50,
-            use_associative_scan=False, mixer_rms_eps=1e-6,
+            hidden_size=D_MODEL,
+            state_size=D_STATE,
+            conv_kernel=D_CONV,
+            num_hidden_layers=1,
+            vocab_size=50,
+            use_associative_scan=False,
+            mixer_rms_eps=1e-6,
         )
     else:
         from transformers.models.mamba.modeling_mamba import MambaMixer as Reference
 
         config = transformers.MambaConfig(
-            hidden_size=D_MODEL, state_size=D_STATE, conv_kernel=D_CONV, num_hidden_layers=1, vocab_size=50,
+            hidden_size=D_MODEL,
+            state_size=D_STATE,
+            conv_kernel=D_CONV,
+            num_hidden_layers=1,
+            vocab_size=50,
             use_associative_scan=False,
         )
     torch.manual_seed(0)
@@ -118,8 +127,13 @@ def test_chunks_stay_in_cache():
 def test_the_scan_trains_gradients_equal_the_recurrence():
     torch.manual_seed(2)
     batch, T, d, N = 2, 11, 5, 3
-    inputs = [torch.randn(batch, T, d), torch.rand(batch, T, d), -torch.rand(d, N), torch.randn(batch, T, N),
-              torch.randn(batch, T, N)]
+    inputs = [
+        torch.randn(batch, T, d),
+        torch.rand(batch, T, d),
+        -torch.rand(d, N),
+        torch.randn(batch, T, N),
+        torch.randn(batch, T, N),
+    ]
     ours = [t.clone().requires_grad_() for t in inputs]
     loop = [t.clone().requires_grad_() for t in inputs]
     y, _ = selective_scan(*ours, None, 4)

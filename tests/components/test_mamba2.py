@@ -16,8 +16,16 @@ D, H, P, G, N, K = 32, 4, 16, 2, 8, 4
 
 def _pair(chunk_size: int = 4):  # type: ignore[no-untyped-def]
     config = transformers.Mamba2Config(
-        hidden_size=D, expand=2, num_heads=H, head_dim=P, n_groups=G, state_size=N, conv_kernel=K,
-        chunk_size=chunk_size, num_hidden_layers=1, vocab_size=50,
+        hidden_size=D,
+        expand=2,
+        num_heads=H,
+        head_dim=P,
+        n_groups=G,
+        state_size=N,
+        conv_kernel=K,
+        chunk_size=chunk_size,
+        num_hidden_layers=1,
+        vocab_size=50,
     )
     torch.manual_seed(0)
     reference = modeling.Mamba2Mixer(config, layer_idx=0).eval()
@@ -62,7 +70,9 @@ def test_prefill_then_steps_match_transformers_with_its_cache():
     cache = transformers.DynamicCache(config=config)
     state = _state(ours, 2)
     with torch.no_grad():
-        torch.testing.assert_close(ours.mix(x[:, :9], state), reference(x[:, :9], cache_params=cache), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            ours.mix(x[:, :9], state), reference(x[:, :9], cache_params=cache), atol=1e-4, rtol=1e-4
+        )
         for t in range(9, 12):
             expected = reference(x[:, t : t + 1], cache_params=cache)
             torch.testing.assert_close(ours.mix(x[:, t : t + 1], state), expected, atol=1e-4, rtol=1e-4)
@@ -101,8 +111,14 @@ def test_training_gradients_through_the_chunked_scan_equal_the_token_loop(T: int
     every input equal the one-token recurrence's."""
     torch.manual_seed(2)
     b, h, p, n = 2, 3, 4, 5
-    inputs = [torch.randn(b, T, h, p), torch.rand(b, T, h), -torch.rand(h) * 2, torch.randn(b, T, h, n),
-              torch.randn(b, T, h, n), torch.randn(b, h, p, n)]
+    inputs = [
+        torch.randn(b, T, h, p),
+        torch.rand(b, T, h),
+        -torch.rand(h) * 2,
+        torch.randn(b, T, h, n),
+        torch.randn(b, T, h, n),
+        torch.randn(b, h, p, n),
+    ]
     chunked = [t.clone().requires_grad_() for t in inputs]
     looped = [t.clone().requires_grad_() for t in inputs]
     y, final = chunk_scan(*chunked, chunk_size=256)

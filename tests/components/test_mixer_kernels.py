@@ -32,7 +32,7 @@ def _prefill_then_steps(model, ids: torch.Tensor, split: int) -> torch.Tensor:  
     cache = KVCache(model, batch_size=ids.shape[0], max_len=ids.shape[1])
     out = [prefill(model, ids[:, :split], cache)]  # (B, V)
     for t in range(split, ids.shape[1]):
-        out.append(decode_step(model, ids[:, t:t + 1], cache))  # (B, V)
+        out.append(decode_step(model, ids[:, t : t + 1], cache))  # (B, V)
     return torch.stack(out, dim=1)  # (B, T - split + 1, V)
 
 
@@ -68,6 +68,8 @@ def test_training_takes_the_reference_scan():
 
 
 def test_an_unknown_implementation_is_a_bench_error():
-    with pytest.raises(BenchError, match="impl: 'fast' is not an implementation; allowed: .*auto.*reference"), \
-            preferring("fast"):
+    with (
+        pytest.raises(BenchError, match="impl: 'fast' is not an implementation; allowed: .*auto.*reference"),
+        preferring("fast"),
+    ):
         pass

@@ -15,13 +15,20 @@ from tests.hub.encoder_checkpoints import make_hf_model, padded_batch
 transformers = pytest.importorskip("transformers")
 
 SPEC = {
-    "vocab_size": 96, "d_model": 32, "n_layers": 4, "max_seq_len": 64, "tie_embeddings": True,
+    "vocab_size": 96,
+    "d_model": 32,
+    "n_layers": 4,
+    "max_seq_len": 64,
+    "tie_embeddings": True,
     "norm": {"kind": "layernorm", "eps": 1e-5, "bias": False},
     "positional": {"kind": "rope", "theta": 50.0},
     "attention": {"kind": "mha", "n_heads": 4, "bias": False, "causal": False, "window": 8},
     "ffn": {"kind": "gated", "hidden": 48, "activation": "gelu", "bias": False},
     "block": {"kind": "pre_norm"},
-    "layers": {"0::3": {"attention": {"window": None}, "positional": {"theta": 1000.0}}, "0": {"block": {"attn_norm": False}}},
+    "layers": {
+        "0::3": {"attention": {"window": None}, "positional": {"theta": 1000.0}},
+        "0": {"block": {"attn_norm": False}},
+    },
 }
 
 
@@ -61,7 +68,12 @@ def _zoo_stack(spec: dict, hf, ids: torch.Tensor, mask: torch.Tensor) -> torch.T
 def test_layers_match_modernbert_with_padding() -> None:
     hf = make_hf_model("modernbert", "AutoModel")
     model = zoo.build(SPEC, seed=0)
-    assert [type(block.attn_norm).__name__ for block in model.layers] == ["Identity", "LayerNorm", "LayerNorm", "LayerNorm"]
+    assert [type(block.attn_norm).__name__ for block in model.layers] == [
+        "Identity",
+        "LayerNorm",
+        "LayerNorm",
+        "LayerNorm",
+    ]
     ids, mask = padded_batch(length=20)
     with torch.no_grad():
         expected = hf(input_ids=ids, attention_mask=mask).last_hidden_state

@@ -13,8 +13,12 @@ def _moe(**kw):
 
 
 def test_gathered_and_looped_expert_paths_agree():
-    for kw in [{}, {"bias": True, "router_bias": True, "routing": "topk_softmax", "activation": "swiglu_oai", "clamp_limit": 0.5},
-               {"shared_hidden": 5, "renormalize": False}, {"gated": False, "activation": "gelu"}]:
+    for kw in [
+        {},
+        {"bias": True, "router_bias": True, "routing": "topk_softmax", "activation": "swiglu_oai", "clamp_limit": 0.5},
+        {"shared_hidden": 5, "renormalize": False},
+        {"gated": False, "activation": "gelu"},
+    ]:
         moe = _moe(**kw)
         x = torch.randn(5, 6)
         weights, index = moe.route(x)

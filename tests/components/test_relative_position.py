@@ -27,8 +27,14 @@ def test_buckets_match_t5(bidirectional: bool, num_buckets: int, max_distance: i
 
 @pytest.mark.parametrize("is_decoder", [False, True])
 def test_bias_matches_t5_compute_bias(is_decoder: bool) -> None:
-    config = transformers.T5Config(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=16,
-                                   relative_attention_max_distance=40, is_decoder=is_decoder)
+    config = transformers.T5Config(
+        d_model=32,
+        d_kv=8,
+        num_heads=4,
+        relative_attention_num_buckets=16,
+        relative_attention_max_distance=40,
+        is_decoder=is_decoder,
+    )
     theirs = T5Attention(config, has_relative_attention_bias=True).eval()
     ours = RelativeBuckets(4, 16, 40, bidirectional=not is_decoder)
     with torch.no_grad():
@@ -53,11 +59,19 @@ def test_head_count_mismatch_is_an_error() -> None:
 
 
 def test_spec_builds_one_table_shared_by_every_layer() -> None:
-    spec = zoo.spec("gpt2").override({
-        "d_model": 32, "n_layers": 2, "vocab_size": 50, "attention.n_heads": 4, "attention.n_kv_heads": 4,
-        "positional.kind": "relative_buckets", "positional.num_buckets": 8, "positional.max_distance": 16,
-        "attention.scale": 1.0,
-    })
+    spec = zoo.spec("gpt2").override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": 50,
+            "attention.n_heads": 4,
+            "attention.n_kv_heads": 4,
+            "positional.kind": "relative_buckets",
+            "positional.num_buckets": 8,
+            "positional.max_distance": 16,
+            "attention.scale": 1.0,
+        }
+    )
     model = zoo.build(spec, seed=0)
     tables = [m for m in model.modules() if isinstance(m, RelativeBuckets)]
     assert len(tables) == 1 and tables[0].weight.shape == (8, 4)
@@ -75,9 +89,19 @@ def _t5_decoder_stack():  # type: ignore[no-untyped-def]
     """transformers' T5 decoder stack (no encoder: its cross-attention is skipped), perturbed."""
     from transformers.models.t5.modeling_t5 import T5Stack
 
-    config = transformers.T5Config(d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, vocab_size=60,
-                                   relative_attention_num_buckets=8, relative_attention_max_distance=12,
-                                   is_decoder=True, use_cache=False, dropout_rate=0.0)
+    config = transformers.T5Config(
+        d_model=32,
+        d_kv=8,
+        num_heads=4,
+        d_ff=48,
+        num_layers=2,
+        vocab_size=60,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=12,
+        is_decoder=True,
+        use_cache=False,
+        dropout_rate=0.0,
+    )
     stack = T5Stack(config).eval()
     with torch.no_grad():
         for param in stack.parameters():
@@ -87,19 +111,36 @@ def _t5_decoder_stack():  # type: ignore[no-untyped-def]
 
 def _zoo_twin(stack) -> ZooModel:  # type: ignore[no-untyped-def]
     """The same causal stack as a zoo spec: RMS norm, bucketed bias, scale 1, relu MLP."""
-    spec = zoo.spec("gpt2").override({
-        "d_model": 32, "n_layers": 2, "vocab_size": 60, "max_seq_len": 64,
-        "norm.kind": "rmsnorm", "norm.eps": 1e-6,
-        "positional.kind": "relative_buckets", "positional.num_buckets": 8, "positional.max_distance": 12,
-        "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8, "attention.bias": False,
-        "attention.scale": 1.0, "ffn.hidden": 48, "ffn.activation": "relu", "ffn.bias": False,
-        "tie_embeddings": False,
-    })
+    spec = zoo.spec("gpt2").override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": 60,
+            "max_seq_len": 64,
+            "norm.kind": "rmsnorm",
+            "norm.eps": 1e-6,
+            "positional.kind": "relative_buckets",
+            "positional.num_buckets": 8,
+            "positional.max_distance": 12,
+            "attention.n_heads": 4,
+            "attention.n_kv_heads": 4,
+            "attention.head_dim": 8,
+            "attention.bias": False,
+            "attention.scale": 1.0,
+            "ffn.hidden": 48,
+            "ffn.activation": "relu",
+            "ffn.bias": False,
+            "tie_embeddings": False,
+        }
+    )
     model = zoo.build(spec, seed=0)
     hf = stack.state_dict()
-    ours = {"embed.weight": hf["embed_tokens.weight"], "final_norm.weight": hf["final_layer_norm.weight"],
-            "positionals.0.weight": hf["block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
-            "lm_head.weight": torch.eye(60, 32)}  # logits = the first 32 of 60 = the hidden states
+    ours = {
+        "embed.weight": hf["embed_tokens.weight"],
+        "final_norm.weight": hf["final_layer_norm.weight"],
+        "positionals.0.weight": hf["block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+        "lm_head.weight": torch.eye(60, 32),
+    }  # logits = the first 32 of 60 = the hidden states
     for i in range(2):
         b = f"block.{i}.layer"
         ours[f"layers.{i}.attn_norm.weight"] = hf[f"{b}.0.layer_norm.weight"]
@@ -129,32 +170,62 @@ def test_causal_t5_stack_matches_transformers_full_and_cached() -> None:
 
 def test_bidirectional_t5_encoder_stack_with_padding() -> None:
     """transformers' T5EncoderModel vs zoo's bidirectional stack of the same parts, a padded row."""
-    config = transformers.T5Config(d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, vocab_size=60,
-                                   relative_attention_num_buckets=8, relative_attention_max_distance=12, dropout_rate=0.0)
+    config = transformers.T5Config(
+        d_model=32,
+        d_kv=8,
+        num_heads=4,
+        d_ff=48,
+        num_layers=2,
+        vocab_size=60,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=12,
+        dropout_rate=0.0,
+    )
     hf = transformers.T5EncoderModel(config).eval()
     with torch.no_grad():
         for param in hf.parameters():
             param.add_(torch.randn_like(param) * 0.1)
-    spec = zoo.spec("gpt2").override({
-        "d_model": 32, "n_layers": 2, "vocab_size": 60, "max_seq_len": 64, "tie_embeddings": False,
-        "norm.kind": "rmsnorm", "norm.eps": 1e-6,
-        "positional.kind": "relative_buckets", "positional.num_buckets": 8, "positional.max_distance": 12,
-        "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8, "attention.bias": False,
-        "attention.scale": 1.0, "attention.causal": False, "ffn.hidden": 48, "ffn.activation": "relu", "ffn.bias": False,
-    })
+    spec = zoo.spec("gpt2").override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": 60,
+            "max_seq_len": 64,
+            "tie_embeddings": False,
+            "norm.kind": "rmsnorm",
+            "norm.eps": 1e-6,
+            "positional.kind": "relative_buckets",
+            "positional.num_buckets": 8,
+            "positional.max_distance": 12,
+            "attention.n_heads": 4,
+            "attention.n_kv_heads": 4,
+            "attention.head_dim": 8,
+            "attention.bias": False,
+            "attention.scale": 1.0,
+            "attention.causal": False,
+            "ffn.hidden": 48,
+            "ffn.activation": "relu",
+            "ffn.bias": False,
+        }
+    )
     model = zoo.build(spec, seed=0).eval()
     table = model.positionals[0]
     assert isinstance(table, RelativeBuckets) and table.bidirectional
     state = {k.replace("encoder.", ""): v for k, v in hf.state_dict().items()}
-    ours = {"embed.weight": state["shared.weight"], "final_norm.weight": state["final_layer_norm.weight"],
-            "positionals.0.weight": state["block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
-            "lm_head.weight": torch.zeros(60, 32)}
+    ours = {
+        "embed.weight": state["shared.weight"],
+        "final_norm.weight": state["final_layer_norm.weight"],
+        "positionals.0.weight": state["block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+        "lm_head.weight": torch.zeros(60, 32),
+    }
     for i in range(2):
         b = f"block.{i}.layer"
-        ours |= {f"layers.{i}.attn_norm.weight": state[f"{b}.0.layer_norm.weight"],
-                 f"layers.{i}.ffn_norm.weight": state[f"{b}.1.layer_norm.weight"],
-                 f"layers.{i}.ffn.up_proj.weight": state[f"{b}.1.DenseReluDense.wi.weight"],
-                 f"layers.{i}.ffn.down_proj.weight": state[f"{b}.1.DenseReluDense.wo.weight"]}
+        ours |= {
+            f"layers.{i}.attn_norm.weight": state[f"{b}.0.layer_norm.weight"],
+            f"layers.{i}.ffn_norm.weight": state[f"{b}.1.layer_norm.weight"],
+            f"layers.{i}.ffn.up_proj.weight": state[f"{b}.1.DenseReluDense.wi.weight"],
+            f"layers.{i}.ffn.down_proj.weight": state[f"{b}.1.DenseReluDense.wo.weight"],
+        }
         ours |= {f"layers.{i}.attention.{n}_proj.weight": state[f"{b}.0.SelfAttention.{n}.weight"] for n in "qkvo"}
     model.load_state_dict(ours)
     ids = torch.randint(0, 60, (2, 30))

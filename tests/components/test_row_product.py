@@ -51,7 +51,9 @@ def test_one_kernel_serves_every_weight_shape_of_a_dtype():
         for out_features, in_features in [(1024, 512), (512, 1024), (768, 768), (2048, 640)]:
             weight = torch.randn(out_features, in_features)
             x = torch.randn(in_features)
-            torch.testing.assert_close(rows.compiled_row_product(weight, x, None), torch.mv(weight, x), **TOLERANCE[torch.float32])
+            torch.testing.assert_close(
+                rows.compiled_row_product(weight, x, None), torch.mv(weight, x), **TOLERANCE[torch.float32]
+            )
     assert len([key for key in rows._kernels if key[0] == torch.float32 and not key[1]]) == 1
 
 
@@ -143,10 +145,18 @@ def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op():
 def test_cached_decode_through_the_kernel_equals_the_full_forward():
     # a vocabulary of 4096 x d_model 128 makes the LM head 2 MiB, so every decode step's
     # logits come from the kernel while the full forward's come from F.linear
-    spec = zoo.spec("llama-3.2-1b").override({
-        "vocab_size": 4096, "d_model": 128, "n_layers": 2, "max_seq_len": 32,
-        "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 32, "ffn.hidden": 256,
-    })
+    spec = zoo.spec("llama-3.2-1b").override(
+        {
+            "vocab_size": 4096,
+            "d_model": 128,
+            "n_layers": 2,
+            "max_seq_len": 32,
+            "attention.n_heads": 4,
+            "attention.n_kv_heads": 2,
+            "attention.head_dim": 32,
+            "ffn.hidden": 256,
+        }
+    )
     model = zoo.build(spec, seed=0).eval()
     ids = torch.randint(0, 4096, (1, 10))
     with torch.inference_mode():

@@ -101,8 +101,17 @@ def _caps() -> None:
 def zoo_process(*args: str, cwd: Path | None = None) -> str:
     """The installed command under the caps: exit 2, one error line, which is returned."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([ZOO, *args], capture_output=True, text=True, env=env, cwd=cwd, preexec_fn=_caps,
-                            timeout=120, stdin=subprocess.DEVNULL, check=False)
+    result = subprocess.run(
+        [ZOO, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=_caps,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("zoo: error: "), result
     assert SECRET not in result.stdout + result.stderr
@@ -120,14 +129,18 @@ def test_config_linked_out_of_the_folder_is_refused_unread(ckpt: Path, tmp_path:
 def test_a_shard_linked_to_etc_passwd_is_refused_unread(ckpt: Path, tmp_path: Path) -> None:
     folder = copy_of(ckpt, tmp_path / "model")
     names = list(zoo.hub.safetensors_io.SafetensorsFile(folder / "model.safetensors").tensors)
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: "shard.safetensors" for n in names}}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {n: "shard.safetensors" for n in names}})
+    )
     (folder / "shard.safetensors").symlink_to("/etc/passwd")
     line = zoo_process("generate", "--weights", str(folder), "hi", "--device", "cpu")
     assert "leads outside its folder" in line and "root:" not in line and "header" not in line
 
 
 def test_a_73_byte_gguf_declaring_2_62_items(tmp_path: Path) -> None:
-    path = write(tmp_path / "a.gguf", gguf_bytes([("general.architecture", STRING, "llama"), ("x", ARRAY, (U32, 2**62))], []))
+    path = write(
+        tmp_path / "a.gguf", gguf_bytes([("general.architecture", STRING, "llama"), ("x", ARRAY, (U32, 2**62))], [])
+    )
     assert "items" in zoo_process("generate", "--weights", str(path), "hi", "--device", "cpu")
 
 
@@ -139,8 +152,10 @@ def test_an_8m_item_token_type_array(tmp_path: Path) -> None:
 def test_a_sweep_file_of_10_9_points(tmp_path: Path) -> None:
     values = ", ".join(str(i) for i in range(1, 1001))
     path = tmp_path / "big.toml"
-    path.write_text(f'arch = "qwen3-0.6b"\nanalysis_only = true\n[vary]\nn_layers = [{values}]\n'
-                    f'd_model = [{values}]\nvocab_size = [{values}]\n')
+    path.write_text(
+        f'arch = "qwen3-0.6b"\nanalysis_only = true\n[vary]\nn_layers = [{values}]\n'
+        f"d_model = [{values}]\nvocab_size = [{values}]\n"
+    )
     assert "1,000,000,000 points" in zoo_process("sweep", str(path), "--results-dir", str(tmp_path / "r"))
 
 
@@ -154,8 +169,18 @@ def test_eval_text_from_dev_zero_and_a_fifo(tmp_path: Path) -> None:
 def test_a_results_log_linked_to_dev_zero(tmp_path: Path) -> None:
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "c.jsonl").symlink_to("/dev/zero")
-    line = zoo_process("compare", "--arch", "qwen3-0.6b", "--vary", "n_layers=1,2", "--analysis-only", "--save", "c",
-                       "--results-dir", str(tmp_path / "r"))
+    line = zoo_process(
+        "compare",
+        "--arch",
+        "qwen3-0.6b",
+        "--vary",
+        "n_layers=1,2",
+        "--analysis-only",
+        "--save",
+        "c",
+        "--results-dir",
+        str(tmp_path / "r"),
+    )
     assert "not a regular file" in line
 
 
@@ -177,8 +202,20 @@ def test_hidden_size_10_12_beside_valid_weights(ckpt: Path, tmp_path: Path) -> N
 
 
 def test_a_huge_batch_with_weights(ckpt: Path) -> None:
-    line = zoo_process("bench", "--weights", str(ckpt), "--no-save", "--batch-size", "100000000", "--device", "cpu",
-                       "--prompt-len", "8", "--gen-len", "4")
+    line = zoo_process(
+        "bench",
+        "--weights",
+        str(ckpt),
+        "--no-save",
+        "--batch-size",
+        "100000000",
+        "--device",
+        "cpu",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "4",
+    )
     assert "needs about" in line and "batch 100,000,000" in line
 
 
@@ -196,11 +233,11 @@ def test_duplicate_keys_in_a_safetensors_header(ckpt: Path, tmp_path: Path) -> N
     folder = copy_of(ckpt, tmp_path / "model")
     data = (folder / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
-    header = data[8:8 + n].decode().rstrip()
-    first = header[1:header.index("}") + 1]  # the first entry, repeated: the same key twice
+    header = data[8 : 8 + n].decode().rstrip()
+    first = header[1 : header.index("}") + 1]  # the first entry, repeated: the same key twice
     doubled = ("{" + first + "," + header[1:]).encode()
     doubled += b" " * (-len(doubled) % 8)
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(doubled)) + doubled + data[8 + n:])
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(doubled)) + doubled + data[8 + n :])
     assert "duplicate key" in zoo_process("generate", "--weights", str(folder), "hi", "--device", "cpu")
 
 
@@ -232,36 +269,47 @@ def test_a_gguf_linked_out_of_its_folder(tmp_path: Path, capsys: Any) -> None:
     one_line(capsys, ["generate", "--weights", str(tmp_path / "m"), "hi"], "leads outside its folder")
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"llama.block_count": (STRING, "2")}, ("llama.block_count", "an integer")),
-    ({"llama.block_count": (ARRAY, (U32, [1]))}, ("llama.block_count", "array")),
-    ({"llama.block_count": (U32, 5)}, ("llama.block_count", "blocks")),
-    ({"llama.context_length": (U64, 2**64 - 1)}, ("llama.context_length",)),
-    ({"llama.embedding_length": (U32, 4096)}, ("token_embd.weight",)),
-    ({"llama.attention.head_count_kv": (U32, 0)}, ("head_count_kv",)),
-    ({"llama.attention.layer_norm_rms_epsilon": (F32, float("nan"))}, ("layer_norm_rms_epsilon", "finite")),
-    ({"llama.rope.freq_base": (STRING, "x")}, ("llama.rope.freq_base",)),
-    ({"tokenizer.ggml.bos_token_id": (U32, 10**6)}, ("tokenizer.ggml.bos_token_id", "1000000")),
-    ({"tokenizer.ggml.eos_token_id": (I64, -3)}, ("tokenizer.ggml.eos_token_id",)),
-    ({"tokenizer.ggml.tokens": (ARRAY, (U32, [1, 2]))}, ("tokenizer.ggml.tokens", "strings")),
-    ({"tokenizer.ggml.model": (STRING, "bert")}, ("tokenizer.ggml.model", "'bert'")),
-    ({"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.pre": (STRING, "evil")}, ("tokenizer.ggml.pre", "'evil'")),
-    ({"general.architecture": (U32, 7)}, ("general.architecture",)),
-    ({"general.alignment": (U32, 0)}, ("general.alignment",)),
-    ({"split.count": (U32, 2)}, ("split.count",)),
-    ({"llama.expert_count": (U32, 4), "llama.expert_used_count": (U32, 9)}, ()),
-])
-def test_one_bad_gguf_value_is_one_line(tmp_path: Path, capsys: Any, change: dict[str, Any], words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"llama.block_count": (STRING, "2")}, ("llama.block_count", "an integer")),
+        ({"llama.block_count": (ARRAY, (U32, [1]))}, ("llama.block_count", "array")),
+        ({"llama.block_count": (U32, 5)}, ("llama.block_count", "blocks")),
+        ({"llama.context_length": (U64, 2**64 - 1)}, ("llama.context_length",)),
+        ({"llama.embedding_length": (U32, 4096)}, ("token_embd.weight",)),
+        ({"llama.attention.head_count_kv": (U32, 0)}, ("head_count_kv",)),
+        ({"llama.attention.layer_norm_rms_epsilon": (F32, float("nan"))}, ("layer_norm_rms_epsilon", "finite")),
+        ({"llama.rope.freq_base": (STRING, "x")}, ("llama.rope.freq_base",)),
+        ({"tokenizer.ggml.bos_token_id": (U32, 10**6)}, ("tokenizer.ggml.bos_token_id", "1000000")),
+        ({"tokenizer.ggml.eos_token_id": (I64, -3)}, ("tokenizer.ggml.eos_token_id",)),
+        ({"tokenizer.ggml.tokens": (ARRAY, (U32, [1, 2]))}, ("tokenizer.ggml.tokens", "strings")),
+        ({"tokenizer.ggml.model": (STRING, "bert")}, ("tokenizer.ggml.model", "'bert'")),
+        (
+            {"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.pre": (STRING, "evil")},
+            ("tokenizer.ggml.pre", "'evil'"),
+        ),
+        ({"general.architecture": (U32, 7)}, ("general.architecture",)),
+        ({"general.alignment": (U32, 0)}, ("general.alignment",)),
+        ({"split.count": (U32, 2)}, ("split.count",)),
+        ({"llama.expert_count": (U32, 4), "llama.expert_used_count": (U32, 9)}, ()),
+    ],
+)
+def test_one_bad_gguf_value_is_one_line(
+    tmp_path: Path, capsys: Any, change: dict[str, Any], words: tuple[str, ...]
+) -> None:
     path = tiny_llama(tmp_path / "m.gguf", **change)
     one_line(capsys, ["generate", "--weights", str(path), "hi", "--device", "cpu"], *words)
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"GGUF", ("not a readable GGUF",)),
-    (b"GGUF" + struct.pack("<IQQ", 3, 2**63, 0), ("tensor_count",)),
-    (gguf_bytes([("general.name", STRING, b"\xc3\x28")], []), ("general.name", "not UTF-8")),
-    (gguf_bytes([("general.architecture", STRING, "llama")], [("t", [4], 999, b"\0" * 16)]), ("ggml type 999",)),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"GGUF", ("not a readable GGUF",)),
+        (b"GGUF" + struct.pack("<IQQ", 3, 2**63, 0), ("tensor_count",)),
+        (gguf_bytes([("general.name", STRING, b"\xc3\x28")], []), ("general.name", "not UTF-8")),
+        (gguf_bytes([("general.architecture", STRING, "llama")], [("t", [4], 999, b"\0" * 16)]), ("ggml type 999",)),
+    ],
+)
 def test_header_lies_are_one_line(tmp_path: Path, capsys: Any, data: bytes, words: tuple[str, ...]) -> None:
     one_line(capsys, ["generate", "--weights", str(write(tmp_path / "h.gguf", data)), "hi"], *words)
 
@@ -273,16 +321,20 @@ def test_a_gguf_directory_and_fifo(tmp_path: Path, capsys: Any) -> None:
     one_line(capsys, ["generate", "--weights", str(tmp_path / "f.gguf"), "hi"], "a FIFO")
 
 
-@pytest.mark.parametrize("key, value, words", [
-    ("vocab_size", 2**63, ("vocab_size",)),
-    ("hidden_size", 10**12, ("d_model", "out of range")),
-    ("num_hidden_layers", 10**9, ("1000000000",)),
-    ("num_attention_heads", 0, ("num_attention_heads",)),
-    ("rope_theta", "NaN", ("rope_theta",)),
-    ("max_position_embeddings", -1, ("max_position_embeddings",)),
-])
-def test_bad_config_values_are_one_line(ckpt: Path, tmp_path: Path, capsys: Any, key: str, value: Any,
-                                        words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("vocab_size", 2**63, ("vocab_size",)),
+        ("hidden_size", 10**12, ("d_model", "out of range")),
+        ("num_hidden_layers", 10**9, ("1000000000",)),
+        ("num_attention_heads", 0, ("num_attention_heads",)),
+        ("rope_theta", "NaN", ("rope_theta",)),
+        ("max_position_embeddings", -1, ("max_position_embeddings",)),
+    ],
+)
+def test_bad_config_values_are_one_line(
+    ckpt: Path, tmp_path: Path, capsys: Any, key: str, value: Any, words: tuple[str, ...]
+) -> None:
     folder = copy_of(ckpt, tmp_path / "model")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, key: value}))
@@ -311,8 +363,12 @@ def test_run_options_bounded(ckpt: Path, capsys: Any) -> None:
     one_line(capsys, ["bench", "--weights", str(ckpt), "--no-save", "--prompt-len", str(2**40)], "prompt_len")
     one_line(capsys, ["bench", "--arch", "qwen3-0.6b", "--no-save", "--set", "attention.n_heads=9999999999"], "n_heads")
     one_line(capsys, ["bench", "--arch", "qwen3-0.6b", "--no-save", "--set", "ffn.hidden=-1"], "ffn.hidden")
-    one_line(capsys, ["compare", "--arch", "qwen3-0.6b", "--vary", "n_layers=1,2,3", "--analysis-only",
-                      "--max-points", "2"], "3 points", "at most 2")
+    one_line(
+        capsys,
+        ["compare", "--arch", "qwen3-0.6b", "--vary", "n_layers=1,2,3", "--analysis-only", "--max-points", "2"],
+        "3 points",
+        "at most 2",
+    )
     one_line(capsys, ["compare", "--arch", "qwen3-0.6b", "--vary", "n_layers=1", "--max-points", "0"], "max_points")
     one_line(capsys, ["compare", "--arch", "qwen3-0.6b", "--analysis-only", "--contexts", "1e30"], "contexts")
 
@@ -339,8 +395,18 @@ def test_a_plugin_registering_one_name_twice_is_refused() -> None:
 
 
 def test_an_interrupted_compare_save_leaves_the_earlier_save(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
-    argv = ["compare", "--arch", "qwen3-0.6b", "--vary", "n_layers=1,2", "--analysis-only", "--save", "c",
-            "--results-dir", str(tmp_path)]
+    argv = [
+        "compare",
+        "--arch",
+        "qwen3-0.6b",
+        "--vary",
+        "n_layers=1,2",
+        "--analysis-only",
+        "--save",
+        "c",
+        "--results-dir",
+        str(tmp_path),
+    ]
     from zoo.harness.sweep import run as sweep_run  # where the sweep looks render_sweep up
 
     def interrupted(*args: Any, **kwargs: Any) -> None:

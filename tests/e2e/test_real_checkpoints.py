@@ -30,17 +30,43 @@ def test_zoo_generate_matches_transformers_greedy(qwen3_checkpoint, capsys):
     hf_model, folder = qwen3_checkpoint
     prompt = [5, 9, 2, 77]
     with torch.no_grad():
-        expected = hf_model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0, len(prompt):]
-    assert main(["generate", "--weights", str(folder), " ".join(WORDS[t] for t in prompt),
-                 "--max-new-tokens", "8", "--device", "cpu"]) == 0
+        expected = hf_model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0, len(prompt) :]
+    assert (
+        main(
+            [
+                "generate",
+                "--weights",
+                str(folder),
+                " ".join(WORDS[t] for t in prompt),
+                "--max-new-tokens",
+                "8",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.strip()
     assert out.split() == [WORDS[t] for t in prompt + expected.tolist()]
 
 
 def test_zoo_bench_with_weights(qwen3_checkpoint, capsys):
     _, folder = qwen3_checkpoint
-    argv = ["bench", "--weights", str(folder), "--json", "--no-save", "--device", "cpu",
-            "--prompt-len", "8", "--gen-len", "4", "--repeats", "1"]
+    argv = [
+        "bench",
+        "--weights",
+        str(folder),
+        "--json",
+        "--no-save",
+        "--device",
+        "cpu",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "4",
+        "--repeats",
+        "1",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     config = json.loads((folder / "config.json").read_text())

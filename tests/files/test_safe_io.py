@@ -14,13 +14,19 @@ from zoo.errors import SpecError
 from zoo.files.safe_io import MAX_DEPTH, bounded_repr, load_json, load_yaml, parse_scalar, read_text
 from zoo.specs.model import ModelSpec
 
-BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh")
-) + "name: [" + ",".join(["*h"] * 9) + "]\n"
+BOMB = (
+    "a: &a [x,x,x,x,x,x,x,x,x]\n"
+    + "".join(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh"))
+    + "name: ["
+    + ",".join(["*h"] * 9)
+    + "]\n"
+)
 
-FLOW_BOMB = "[&a [x,x,x,x,x,x,x,x,x], " + ", ".join(
-    f"&{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefg", "bcdefgh")
-) + "]"
+FLOW_BOMB = (
+    "[&a [x,x,x,x,x,x,x,x,x], "
+    + ", ".join(f"&{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefg", "bcdefgh"))
+    + "]"
+)
 
 
 def test_alias_bomb_is_refused_quickly():
@@ -87,8 +93,22 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
-FIELDS = ["vocab_size", "d_model", "n_layers", "max_seq_len", "attention.n_heads", "attention.kind", "ffn.hidden",
-          "positional.theta", "norm.eps", "embedding_scale", "layers", "tie_embeddings", "ffn", "name"]
+FIELDS = [
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "max_seq_len",
+    "attention.n_heads",
+    "attention.kind",
+    "ffn.hidden",
+    "positional.theta",
+    "norm.eps",
+    "embedding_scale",
+    "layers",
+    "tie_embeddings",
+    "ffn",
+    "name",
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,7 +132,11 @@ def test_override_value_fuzz(key, value):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.dictionaries(st.sampled_from(FIELDS + ["norm", "positional", "attention", "block"]), json_values, max_size=8))
+@given(
+    data=st.dictionaries(
+        st.sampled_from(FIELDS + ["norm", "positional", "attention", "block"]), json_values, max_size=8
+    )
+)
 def test_spec_mapping_fuzz(data):
     base = zoo.spec("gpt2").to_dict()
     try:

@@ -26,7 +26,8 @@ def write_sweep_file(directory: Path, name: str = "grid", failing_point: bool = 
     optionally, a 25th whose prompt exceeds the model's context: it must fail alone."""
     write_tiny_spec(directory)
     extra = '\n[[points]]\n"attention.kind" = "gqa"\nprompt_len = 100\n' if failing_point else ""
-    text = textwrap.dedent(f"""\
+    text = (
+        textwrap.dedent(f"""\
         name = "{name}"
         spec_file = "tiny.yaml"
         depth = "full"
@@ -43,7 +44,9 @@ def write_sweep_file(directory: Path, name: str = "grid", failing_point: bool = 
         seed = [0, 1]
         batch_size = [1, 2]
         prompt_len = [8, 12]
-        """) + extra
+        """)
+        + extra
+    )
     path = directory / f"{name}.toml"
     path.write_text(text)
     return path

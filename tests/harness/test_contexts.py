@@ -19,7 +19,9 @@ from zoo.harness.sweep.grid import SweepPlan
 MAMBA = {"kind": "mamba", "d_state": 4, "expand": 2, "d_conv": 4}
 
 
-@pytest.mark.parametrize("text,value", [("4k", 4096), ("4K", 4096), ("128k", 131072), ("1000", 1000), (512, 512), (" 8k ", 8192)])
+@pytest.mark.parametrize(
+    "text,value", [("4k", 4096), ("4K", 4096), ("128k", 131072), ("1000", 1000), (512, 512), (" 8k ", 8192)]
+)
 def test_context_lengths_take_a_k_suffix(text, value):
     assert parse_context(text) == value
 
@@ -73,8 +75,15 @@ def test_analysis_only_predicts_every_context_with_the_roofline(tmp_path):
 
 def test_timed_contexts_are_measured_up_to_the_limit_and_predicted_beyond(tmp_path):
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
-    frame = zoo.compare(spec, vary={"attention.kind": ["gqa"]}, contexts=[8, 16, 32, 48], measure_up_to=16,
-                        executor=InlineExecutor(), depth=1, **TINY_RUN)
+    frame = zoo.compare(
+        spec,
+        vary={"attention.kind": ["gqa"]},
+        contexts=[8, 16, 32, 48],
+        measure_up_to=16,
+        executor=InlineExecutor(),
+        depth=1,
+        **TINY_RUN,
+    )
     records = frame.attrs["contexts"]
     assert [r["decode_source"] for r in records] == ["measured", "measured", "predicted", "predicted"]
     assert records[0]["decode_basis"] == "cpu, 1 layer" and records[0]["measured_peak_bytes"] > 0
@@ -83,8 +92,12 @@ def test_timed_contexts_are_measured_up_to_the_limit_and_predicted_beyond(tmp_pa
 
 
 def _run(context, nbytes, tokens_per_s, batch=1):
-    return {"context_len": context, "decode_bytes_per_step": nbytes, "decode_tokens_per_s": tokens_per_s,
-            "config": {"batch_size": batch}}
+    return {
+        "context_len": context,
+        "decode_bytes_per_step": nbytes,
+        "decode_tokens_per_s": tokens_per_s,
+        "config": {"batch_size": batch},
+    }
 
 
 def test_the_step_time_model_scales_time_with_bytes_read():
@@ -119,14 +132,18 @@ def test_a_context_past_the_models_limit_is_predicted_from_the_points_own_run(tm
 
 
 def _row(label, values, index, decode):
-    contexts = [{"context": c, "memory_bytes": 100, "decode_tokens_per_s": d, "decode_source": "predicted"}
-                for c, d in zip((1024, 2048, 4096), decode)]
+    contexts = [
+        {"context": c, "memory_bytes": 100, "decode_tokens_per_s": d, "decode_source": "predicted"}
+        for c, d in zip((1024, 2048, 4096), decode)
+    ]
     return {"point_id": label, "index": index, "label": label, "values": values, "status": "ok", "contexts": contexts}
 
 
 def test_a_crossover_is_solved_between_two_contexts_not_interpolated():
-    rows = [_row("attention.kind=gqa", {"attention.kind": "gqa"}, 0, [100, 50, 25]),
-            _row("attention.kind=mamba", {"attention.kind": "mamba"}, 1, [70, 70, 70])]
+    rows = [
+        _row("attention.kind=gqa", {"attention.kind": "gqa"}, 0, [100, 50, 25]),
+        _row("attention.kind=mamba", {"attention.kind": "mamba"}, 1, [70, 70, 70]),
+    ]
     frame = context_frame(rows, ["attention.kind"], {"attention.kind": "gqa"})
     assert list(frame["decode_tokens_per_s_vs_baseline"]) == [1, 1, 1, 0.7, 1.4, 2.8]
     (item,) = crossovers(frame, "attention.kind=gqa")
@@ -135,33 +152,45 @@ def test_a_crossover_is_solved_between_two_contexts_not_interpolated():
     # it reaches mamba's 1/70 s at c = 1024 + (1000/70 - 10) x 102.4 = 1462.857...
     assert item["context"] == pytest.approx(1024 + (1000 / 70 - 10) * 102.4, abs=1e-6)
     assert crossover_lines([item]) == [
-        ("crossover: attention.kind=mamba overtakes attention.kind=gqa in decode tokens/s at 1,463 tokens "
-         "(between 1k and 2k)")]
-    even = context_frame([rows[0], _row("x", {"attention.kind": "x"}, 1, [50, 50, 50])], ["attention.kind"],
-                         {"attention.kind": "gqa"})
+        (
+            "crossover: attention.kind=mamba overtakes attention.kind=gqa in decode tokens/s at 1,463 tokens "
+            "(between 1k and 2k)"
+        )
+    ]
+    even = context_frame(
+        [rows[0], _row("x", {"attention.kind": "x"}, 1, [50, 50, 50])], ["attention.kind"], {"attention.kind": "gqa"}
+    )
     (item,) = crossovers(even)  # ratios 0.5, 1, 2: equal at 2k
     assert item["context"] == 2048 and item["between"] == [1024, 4096]
 
 
 def test_no_crossover_among_the_contexts_is_said():
-    rows = [_row("attention.kind=gqa", {"attention.kind": "gqa"}, 0, [100, 50, 25]),
-            _row("attention.kind=slow", {"attention.kind": "slow"}, 1, [10, 10, 10])]
+    rows = [
+        _row("attention.kind=gqa", {"attention.kind": "gqa"}, 0, [100, 50, 25]),
+        _row("attention.kind=slow", {"attention.kind": "slow"}, 1, [10, 10, 10]),
+    ]
     (item,) = crossovers(context_frame(rows, ["attention.kind"], {"attention.kind": "gqa"}), "attention.kind=gqa")
     assert item["context"] is None and item["after"] == "worse" and item["between"] == [1024, 4096]
-    assert crossover_lines([item]) == [("no crossover: attention.kind=slow is worse than attention.kind=gqa in "
-                                        "decode tokens/s at every context from 1k to 4k")]
+    assert crossover_lines([item]) == [
+        (
+            "no crossover: attention.kind=slow is worse than attention.kind=gqa in "
+            "decode tokens/s at every context from 1k to 4k"
+        )
+    ]
 
 
 def test_a_sweep_file_with_contexts_saves_the_tables_and_both_plots(tmp_path):
     write_tiny_spec(tmp_path)
     path = tmp_path / "ctx.toml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         spec_file = "tiny.yaml"
         analysis_only = true
         contexts = ["16", 32, "1k"]
         [vary]
         attention = [{ kind = "gqa" }, { kind = "mamba", d_state = 4 }]
-        """))
+        """)
+    )
     frame = zoo.sweep(path, results_dir=tmp_path / "r")
     assert len(frame.attrs["contexts"]) == 6
     for name in ("ctx-contexts.csv", "ctx-contexts.md", "ctx-memory-context.png", "ctx-decode-context.png"):
@@ -202,8 +231,12 @@ def test_a_context_whose_run_is_refused_is_noted_and_predicted(tmp_path):
     def measure(measured, run):  # type: ignore[no-untyped-def]
         if run.prompt_len + run.gen_len == 16:
             raise BenchError("needs 9 GiB, 1 GiB free")
-        return {**_run(8, 1e6, 100.0), "environment": {"device": "cpu"}, "prefill_tokens_per_s": 1.0,
-                "decode_peak_bytes": 1}
+        return {
+            **_run(8, 1e6, 100.0),
+            "environment": {"device": "cpu"},
+            "prefill_tokens_per_s": 1.0,
+            "decode_peak_bytes": 1,
+        }
 
     records = context_curve(plan, spec, config, analyse(spec, config), measure, spec, None)
     assert [r["decode_source"] for r in records] == ["measured", "predicted"]

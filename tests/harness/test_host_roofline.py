@@ -12,8 +12,15 @@ BANDWIDTH = 1e9  # bytes/s, with FLOP/s so high that both phases are memory-boun
 
 
 def test_a_cpu_row_carries_its_fractions_of_the_measured_roofline(monkeypatch):
-    fixed = host_probe.HostPeaks("f1xed", {"threads": 1}, BANDWIDTH, {"float32": BANDWIDTH},
-                                 {"float32": 1e18, "bfloat16": 1e18, "float16": 1e18}, 0, 0.0)
+    fixed = host_probe.HostPeaks(
+        "f1xed",
+        {"threads": 1},
+        BANDWIDTH,
+        {"float32": BANDWIDTH},
+        {"float32": 1e18, "bfloat16": 1e18, "float16": 1e18},
+        0,
+        0.0,
+    )
     monkeypatch.setattr(devices, "host_peaks", lambda: fixed)
     row = bench(tiny_spec("gpt2"), device="cpu", prompt_len=6, gen_len=6, repeats=1, warmup=1, threads=1)
     assert row.roofline_source == "measured host (f1xed, 1 thread)"

@@ -68,14 +68,25 @@ def test_encoder_decoder_roofline_reads_cross_kv_every_decode_step():
     spec = zoo.spec("t5-small")
     config = make_config(batch_size=8, prompt_len=512, gen_len=64)
     decode = Decode().predict(spec, config, H100, BF16)
-    read = weight_bytes_read(spec, 8, "bfloat16") + cache_bytes(spec, 8, 33, 512, "bfloat16").total  # midpoint 1 + 64 // 2
+    read = (
+        weight_bytes_read(spec, 8, "bfloat16") + cache_bytes(spec, 8, 33, 512, "bfloat16").total
+    )  # midpoint 1 + 64 // 2
     assert decode["bound"] == "memory" and decode["tokens_per_s"] == pytest.approx(8 * 3350e9 / read)
     encode = Encode().predict(spec, config, H100, BF16)
     assert encode["bound"] == "compute"
     assert encode["tokens_per_s"] == pytest.approx(8 * 512 / (encoder_flops(spec, 512, 8) / 989.4e12))
-    columns = prediction_columns(spec, make_config(**{**config.model_dump(), "predict": "h100-sxm"}),
-                                 phases_for("encoder-decoder", config), BF16, torch.device("cpu"), "a CPU")
-    assert columns["predicted_bound"] == f"encoder: compute, prefill: {Prefill().predict(spec, config, H100, BF16)['bound']}, decode: memory"
+    columns = prediction_columns(
+        spec,
+        make_config(**{**config.model_dump(), "predict": "h100-sxm"}),
+        phases_for("encoder-decoder", config),
+        BF16,
+        torch.device("cpu"),
+        "a CPU",
+    )
+    assert (
+        columns["predicted_bound"]
+        == f"encoder: compute, prefill: {Prefill().predict(spec, config, H100, BF16)['bound']}, decode: memory"
+    )
 
 
 def test_fractions_divide_by_the_roofline_of_the_device_in_hand():
@@ -89,8 +100,14 @@ def test_fractions_divide_by_the_roofline_of_the_device_in_hand():
     h100_decode = Decode().predict(spec, config, H100, BF16)["tokens_per_s"]
     assert on_h100["roofline_source"] == "spec sheet h100-sxm" and on_h100["predicted_gpu"] == "l4"
     assert on_h100["decode_roofline_fraction"] == pytest.approx(100.0 / h100_decode)
-    assert on_h100["predicted_decode_tokens_per_s"] == pytest.approx(Decode().predict(spec, config, gpu_peaks("l4"), BF16)["tokens_per_s"])
+    assert on_h100["predicted_decode_tokens_per_s"] == pytest.approx(
+        Decode().predict(spec, config, gpu_peaks("l4"), BF16)["tokens_per_s"]
+    )
     on_cpu = prediction_columns(spec, config, phases, BF16, torch.device("cpu"), "Intel(R) Xeon(R)", measured)
     assert on_cpu["roofline_source"].startswith("measured host (")  # the fixed peaks of tests/conftest.py
-    assert on_cpu["decode_roofline_fraction"] == pytest.approx(100.0 / Decode().predict(spec, config, device_peaks("cpu", ""), BF16)["tokens_per_s"])
-    assert "roofline_source" not in prediction_columns(spec, config, phases, BF16, torch.device("mps"), "Apple M2", measured)
+    assert on_cpu["decode_roofline_fraction"] == pytest.approx(
+        100.0 / Decode().predict(spec, config, device_peaks("cpu", ""), BF16)["tokens_per_s"]
+    )
+    assert "roofline_source" not in prediction_columns(
+        spec, config, phases, BF16, torch.device("mps"), "Apple M2", measured
+    )

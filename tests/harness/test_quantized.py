@@ -38,11 +38,14 @@ def test_an_unquantized_run_has_no_fidelity_columns():
     assert m.weight_bytes == zoo.count_params(_spec()).total * 2
 
 
-@pytest.mark.parametrize("options,message", [
-    ({"weights_dtype": "int2"}, "weights_dtype: 'int2'"),
-    ({"weights_dtype": "int4", "weights_group_size": 100}, "weights_group_size: 100"),
-    ({"weights_dtype": "float32", "dtype": "bfloat16"}, "contradicts dtype"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"weights_dtype": "int2"}, "weights_dtype: 'int2'"),
+        ({"weights_dtype": "int4", "weights_group_size": 100}, "weights_group_size: 100"),
+        ({"weights_dtype": "float32", "dtype": "bfloat16"}, "contradicts dtype"),
+    ],
+)
 def test_bad_weights_options_are_bench_errors(options, message):
     with pytest.raises(BenchError, match=message):
         zoo.bench(_spec(), **{**RUN, **options})

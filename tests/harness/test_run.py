@@ -42,7 +42,9 @@ def test_a_cpu_run_fills_the_row():
     assert env.sdpa_backend and env.threads >= 1 and env.torch_version == torch.__version__
     assert m.predicted_gpu == "h100-sxm" and m.predicted_decode_tokens_per_s > 0
     assert m.predicted_bound.startswith("prefill: ") and ", decode: " in m.predicted_bound
-    assert m.roofline_source.startswith("measured host (") and m.decode_roofline_fraction > 0  # the fixed peaks of tests/conftest.py
+    assert (
+        m.roofline_source.startswith("measured host (") and m.decode_roofline_fraction > 0
+    )  # the fixed peaks of tests/conftest.py
     assert Row.model_validate_json(m.model_dump_json()) == m
 
 
@@ -63,7 +65,9 @@ def test_inter_token_latency_percentiles_rest_on_every_timed_step(monkeypatch):
     assert sum(recorded) <= sum(5 / r for r in m.decode_tokens_per_s_runs)  # the steps lie within their phases
 
 
-@pytest.mark.parametrize("values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], list(np.random.default_rng(0).random(37))])
+@pytest.mark.parametrize(
+    "values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], list(np.random.default_rng(0).random(37))]
+)
 def test_percentile_is_numpys_linear_interpolation(values):
     for q in (0, 1, 50, 90, 99, 100):
         assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12, abs=0)
@@ -91,7 +95,10 @@ def test_a_phase_defined_in_any_module_runs_and_fills_its_field(tmp_path, monkey
         __import__("zoo_dummy_phase")
         m = zoo.bench(tiny_spec("bert-base-uncased"), device="cpu", prompt_len=8, repeats=1)
         assert m.phases == ["encode", "dummy"] and m.compile_s == 8.0
-        assert zoo.bench(tiny_spec("gpt2"), **{**SMALL, "repeats": 1}).phases == ["prefill", "decode"]  # not a decoder's
+        assert zoo.bench(tiny_spec("gpt2"), **{**SMALL, "repeats": 1}).phases == [
+            "prefill",
+            "decode",
+        ]  # not a decoder's
     finally:
         PHASES.pop("dummy", None)
         sys.modules.pop("zoo_dummy_phase", None)
@@ -99,8 +106,17 @@ def test_a_phase_defined_in_any_module_runs_and_fills_its_field(tmp_path, monkey
 
 def test_a_phase_filling_a_field_the_row_lacks_is_refused_when_defined():
     with pytest.raises(TypeError, match="not fields of zoo.harness.row.Row"):
-        type("Bad", (Phase,), {"name": "bad", "order": 1, "topologies": frozenset({"decoder"}),
-                               "fields": ("no_such_column",), "measure": lambda self, ctx: {}})
+        type(
+            "Bad",
+            (Phase,),
+            {
+                "name": "bad",
+                "order": 1,
+                "topologies": frozenset({"decoder"}),
+                "fields": ("no_such_column",),
+                "measure": lambda self, ctx: {},
+            },
+        )
     assert "bad" not in PHASES
 
 

@@ -11,13 +11,24 @@ from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, topol
 from zoo.harness.run import make_config, measure_in_subprocess
 from zoo.harness.sweep.executors import InlineExecutor
 
-SMALL = ["n_layers=1", "d_model=32", "attention.n_heads=2", "attention.head_dim=16", "ffn.hidden=64", "vocab_size=128",
-         "max_seq_len=64"]
+SMALL = [
+    "n_layers=1",
+    "d_model=32",
+    "attention.n_heads=2",
+    "attention.head_dim=16",
+    "ffn.hidden=64",
+    "vocab_size=128",
+    "max_seq_len=64",
+]
 RUN = {"device": "cpu", "prompt_len": 8, "gen_len": 3, "repeats": 1, "threads": 1}
 
 
 def tiny(arch: str):  # type: ignore[no-untyped-def]
-    extra = ["encoder.n_layers=1", "cross_attention.n_heads=2", "cross_attention.head_dim=16"] if arch == "transformer-base" else []
+    extra = (
+        ["encoder.n_layers=1", "cross_attention.n_heads=2", "cross_attention.head_dim=16"]
+        if arch == "transformer-base"
+        else []
+    )
     return zoo.spec(arch).override([*SMALL, *extra])
 
 
@@ -29,14 +40,22 @@ def test_the_topology_is_decided_once_from_the_built_model():
 def test_mixed_topologies_analysis_columns_per_topology(tmp_path):
     """arch=bert,gpt2,t5 in one grid: each row has its topology's columns; an encoder's KV
     columns are empty (no cache), not 0; the tables and plots render."""
-    frame = zoo.compare("gpt2", {"arch": ["bert-base-uncased", "gpt2", "t5-small"]}, measure=False, dtype="float32",
-                        results_dir=tmp_path, name="mixed")
+    frame = zoo.compare(
+        "gpt2",
+        {"arch": ["bert-base-uncased", "gpt2", "t5-small"]},
+        measure=False,
+        dtype="float32",
+        results_dir=tmp_path,
+        name="mixed",
+    )
     assert (tmp_path / "mixed.md").read_text().startswith("| arch |") and (tmp_path / "mixed-params-kv.png").exists()
     rows = {r["arch"]: r for r in frame.to_dict("records")}
     assert list(frame["status"]) == ["ok"] * 3 and list(frame["topology"]) == ["encoder", "decoder", "encoder-decoder"]
     bert, gpt2, t5 = rows["bert-base-uncased"], rows["gpt2"], rows["t5-small"]
     # missing, not 0 (integer columns are nullable integers: None here, never NaN turning 28 into 28.0)
-    assert all(pd.isna(bert[c]) for c in ("kv_bytes_per_token", "kv_bytes", "flops_per_token", "cross_kv_bytes_per_token"))
+    assert all(
+        pd.isna(bert[c]) for c in ("kv_bytes_per_token", "kv_bytes", "flops_per_token", "cross_kv_bytes_per_token")
+    )
     assert bert["encoder_flops"] == forward_flops("bert-base-uncased", 128, 128) and bert["params_total"] == 109_482_240
     assert gpt2["kv_bytes_per_token"] == zoo.kv_bytes_per_token("gpt2", "float32") and pd.isna(gpt2["encoder_flops"])
     per = cache_bytes("t5-small", 1, 1, 1, dtype="float32")
@@ -74,8 +93,9 @@ def test_reduced_depth_cuts_the_encoder_too():
 
 @pytest.mark.parametrize("option,field", [({"weights_dtype": "int8"}, "weights_dtype"), ({"compile": True}, "compile")])
 def test_decoder_only_options_fail_the_encoder_row_with_one_line(option, field):
-    frame = zoo.compare(tiny("bert-base-uncased"), {"positional.kind": ["learned"]}, executor=InlineExecutor(),
-                        **{**RUN, **option})
+    frame = zoo.compare(
+        tiny("bert-base-uncased"), {"positional.kind": ["learned"]}, executor=InlineExecutor(), **{**RUN, **option}
+    )
     assert list(frame["status"]) == ["failed"] and frame["error"][0].startswith(f"{field}: ")
 
 

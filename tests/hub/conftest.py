@@ -10,29 +10,95 @@ import pytest
 import torch
 
 VOCAB = 128
-COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
-              head_dim=16, bos_token_id=None, eos_token_id=None, pad_token_id=None, max_position_embeddings=128)
-MAMBA = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, state_size=8, conv_kernel=4, expand=2,
-             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+COMMON = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    head_dim=16,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+    max_position_embeddings=128,
+)
+MAMBA = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    vocab_size=VOCAB,
+    state_size=8,
+    conv_kernel=4,
+    expand=2,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
 
 # windows of 8 so that 20-token prompts and 32 decode steps cross them
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gpt2": ("GPT2Config", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=128,
-                                bos_token_id=None, eos_token_id=None)),
-    "llama": ("LlamaConfig", {**COMMON, "intermediate_size": 96, "tie_word_embeddings": True, "rope_parameters": {
-        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),
+    "gpt2": (
+        "GPT2Config",
+        dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=128, bos_token_id=None, eos_token_id=None),
+    ),
+    "llama": (
+        "LlamaConfig",
+        {
+            **COMMON,
+            "intermediate_size": 96,
+            "tie_word_embeddings": True,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
     "mistral": ("MistralConfig", {**COMMON, "intermediate_size": 96, "sliding_window": 8}),
     "mixtral": ("MixtralConfig", {**COMMON, "intermediate_size": 48, "num_local_experts": 4, "num_experts_per_tok": 2}),
     "qwen3": ("Qwen3Config", {**COMMON, "intermediate_size": 96, "tie_word_embeddings": True}),
-    "qwen3_moe": ("Qwen3MoeConfig", {**COMMON, "intermediate_size": 96, "moe_intermediate_size": 32, "num_experts": 4,
-                                     "num_experts_per_tok": 2, "norm_topk_prob": True}),
-    "gpt_oss": ("GptOssConfig", {**COMMON, "intermediate_size": 32, "num_local_experts": 4, "num_experts_per_tok": 2,
-                                 "sliding_window": 8, "rope_parameters": {
-                                     "rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
-                                     "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False}}),
-    "gemma3_text": ("Gemma3TextConfig", {**COMMON, "num_key_value_heads": 1, "intermediate_size": 96, "sliding_window": 8,
-                                         "layer_types": ["sliding_attention", "full_attention"]}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        {
+            **COMMON,
+            "intermediate_size": 96,
+            "moe_intermediate_size": 32,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "norm_topk_prob": True,
+        },
+    ),
+    "gpt_oss": (
+        "GptOssConfig",
+        {
+            **COMMON,
+            "intermediate_size": 32,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 8,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 32.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "original_max_position_embeddings": 16,
+                "truncate": False,
+            },
+        },
+    ),
+    "gemma3_text": (
+        "Gemma3TextConfig",
+        {
+            **COMMON,
+            "num_key_value_heads": 1,
+            "intermediate_size": 96,
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
     "mamba": ("MambaConfig", MAMBA),
     "falcon_mamba": ("FalconMambaConfig", {**MAMBA, "mixer_rms_eps": 1e-6}),
 }

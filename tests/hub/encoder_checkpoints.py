@@ -16,15 +16,54 @@ import torch
 VOCAB = 96
 # ModernBERT: 4 layers so both a global (0, 3) and local (1, 2) layer run; windows of 8
 # tokens (|q - k| <= 4) that 20-token inputs cross; distinct RoPE bases per layer type
-MODERNBERT = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48, vocab_size=VOCAB,
-                  local_attention=8, global_rope_theta=1000.0, local_rope_theta=50.0, max_position_embeddings=64,
-                  pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
-T5 = dict(d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2, vocab_size=VOCAB,
-          relative_attention_num_buckets=8, relative_attention_max_distance=12, dropout_rate=0.0,
-          pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
-BART = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-            encoder_ffn_dim=48, decoder_ffn_dim=48, vocab_size=VOCAB, max_position_embeddings=64, dropout=0.0,
-            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+MODERNBERT = dict(
+    hidden_size=32,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=48,
+    vocab_size=VOCAB,
+    local_attention=8,
+    global_rope_theta=1000.0,
+    local_rope_theta=50.0,
+    max_position_embeddings=64,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    cls_token_id=1,
+    sep_token_id=2,
+)
+T5 = dict(
+    d_model=32,
+    d_kv=8,
+    num_heads=4,
+    d_ff=48,
+    num_layers=2,
+    num_decoder_layers=2,
+    vocab_size=VOCAB,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=12,
+    dropout_rate=0.0,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+)
+BART = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=48,
+    decoder_ffn_dim=48,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    dropout=0.0,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=2,
+    forced_eos_token_id=None,
+)
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "modernbert": ("ModernBertConfig", MODERNBERT),
     "t5": ("T5Config", T5),
@@ -70,8 +109,14 @@ def padded_batch(length: int = 20, pad_id: int = 0, seed: int = 0) -> tuple[torc
 def save_tiny_bert(folder: Path) -> int:
     """A tiny random BertModel (no head, with its pooler) saved to ``folder``; its parameter count."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-                                     vocab_size=VOCAB, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = transformers.BertModel(config).eval()
     model.save_pretrained(folder)

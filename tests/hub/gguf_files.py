@@ -38,8 +38,15 @@ RENAMES = [
 ]
 # Gemma 3 and gpt-oss name transformers' post_attention_layernorm post_attention_norm
 POST_ATTENTION = (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", r"blk.\1.post_attention_norm.weight")
-ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe",
-        "gemma3_text": "gemma3", "gpt_oss": "gpt-oss"}
+ARCH = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "qwen3_moe": "qwen3moe",
+    "gemma3_text": "gemma3",
+    "gpt_oss": "gpt-oss",
+}
 
 
 def llama_permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -136,16 +143,22 @@ def _metadata(w: Any, config: Any) -> None:
     if mt in ("qwen3_moe", "gpt_oss"):
         w.add_expert_count(getattr(config, "num_experts", None) or config.num_local_experts)
         w.add_expert_used_count(config.num_experts_per_tok)
-        w.add_expert_feed_forward_length(config.moe_intermediate_size if mt == "qwen3_moe" else config.intermediate_size)
+        w.add_expert_feed_forward_length(
+            config.moe_intermediate_size if mt == "qwen3_moe" else config.intermediate_size
+        )
     if mt != "gpt_oss":
         w.add_feed_forward_length(config.intermediate_size)
     if mt in ("gemma3_text", "gpt_oss", "mistral") and config.sliding_window:
         w.add_sliding_window(config.sliding_window)
 
 
-def write_gguf(path: Path, model: Any, tensors: dict[str, torch.Tensor] | None = None,
-               encode: Callable[[str, torch.Tensor], tuple[np.ndarray, Any]] | None = None,
-               vocab: Callable[[Any], None] | None = None) -> Path:
+def write_gguf(
+    path: Path,
+    model: Any,
+    tensors: dict[str, torch.Tensor] | None = None,
+    encode: Callable[[str, torch.Tensor], tuple[np.ndarray, Any]] | None = None,
+    vocab: Callable[[Any], None] | None = None,
+) -> Path:
     """Write ``model`` (or these GGUF-layout ``tensors``) as a GGUF; ``encode`` may turn a
     tensor into (raw quantized bytes, GGMLQuantizationType)."""
     config = model.config

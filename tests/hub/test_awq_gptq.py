@@ -56,8 +56,9 @@ def pack_gptq_columns(ints: torch.Tensor, bits: int) -> torch.Tensor:
     return pack_gptq_rows(ints.T.contiguous(), bits).T.contiguous()
 
 
-def quantized_layer(method: str, in_f: int, out_f: int, group: int, *, sym: bool, act_order: bool, bits: int,
-                    gen: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def quantized_layer(
+    method: str, in_f: int, out_f: int, group: int, *, sym: bool, act_order: bool, bits: int, gen: torch.Generator
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Random packed tensors of one layer and the float weight (out, in) they mean."""
     g = in_f if group == -1 else group
     n_groups = in_f // g
@@ -74,12 +75,24 @@ def quantized_layer(method: str, in_f: int, out_f: int, group: int, *, sym: bool
     weight = ((q - zeros[g_idx]).float() * scales.float()[g_idx]).T.contiguous()  # (out, in)
     if method == "awq":
         return {"qweight": pack_awq(q), "qzeros": pack_awq(zeros), "scales": scales}, weight
-    return {"qweight": pack_gptq_rows(q, bits), "qzeros": pack_gptq_columns(zeros - 1, bits), "scales": scales,
-            "g_idx": g_idx.to(torch.int32)}, weight
+    return {
+        "qweight": pack_gptq_rows(q, bits),
+        "qzeros": pack_gptq_columns(zeros - 1, bits),
+        "scales": scales,
+        "g_idx": g_idx.to(torch.int32),
+    }, weight
 
 
-def write_checkpoint(tmp_path: Path, family: str, method: str, *, group: int = 32, sym: bool = False,
-                     act_order: bool = False, bits: int = 4):  # type: ignore[no-untyped-def]
+def write_checkpoint(
+    tmp_path: Path,
+    family: str,
+    method: str,
+    *,
+    group: int = 32,
+    sym: bool = False,
+    act_order: bool = False,
+    bits: int = 4,
+):  # type: ignore[no-untyped-def]
     """A tiny checkpoint of ``family`` whose layers' linears are packed; the transformers
     model with the dequantized weights is the reference."""
     hf = make_hf_model(family)
@@ -90,8 +103,16 @@ def write_checkpoint(tmp_path: Path, family: str, method: str, *, group: int = 3
     with torch.no_grad():
         for name, module in hf.named_modules():
             if name.rsplit(".", 1)[-1] in LINEARS:
-                packed, weight = quantized_layer(method, module.in_features, module.out_features, group, sym=sym,
-                                                 act_order=act_order, bits=bits, gen=gen)
+                packed, weight = quantized_layer(
+                    method,
+                    module.in_features,
+                    module.out_features,
+                    group,
+                    sym=sym,
+                    act_order=act_order,
+                    bits=bits,
+                    gen=gen,
+                )
                 module.weight.copy_(weight)
                 del tensors[f"{name}.weight"]
                 tensors.update({f"{name}.{k}": v for k, v in packed.items()})
@@ -99,9 +120,17 @@ def write_checkpoint(tmp_path: Path, family: str, method: str, *, group: int = 3
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"] = (
         {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"}
-        if method == "awq" else
-        {"quant_method": "gptq", "bits": bits, "group_size": group, "sym": sym, "desc_act": act_order,
-         "checkpoint_format": "gptq", "damp_percent": 0.01})
+        if method == "awq"
+        else {
+            "quant_method": "gptq",
+            "bits": bits,
+            "group_size": group,
+            "sym": sym,
+            "desc_act": act_order,
+            "checkpoint_format": "gptq",
+            "damp_percent": 0.01,
+        }
+    )
     (folder / "config.json").write_text(json.dumps(config))
     return hf, folder
 
@@ -163,10 +192,13 @@ def test_weight_bytes_are_the_layout_as_stored(tmp_path: Path) -> None:
     assert stored_bytes(model) == floats + packed
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda t: t[:, :-1].contiguous(), "has shape"),
-    (lambda t: t.float(), "has dtype float32"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t[:, :-1].contiguous(), "has shape"),
+        (lambda t: t.float(), "has dtype float32"),
+    ],
+)
 def test_corrupt_qweight_is_an_error_naming_the_tensor(tmp_path: Path, change, message: str) -> None:  # type: ignore[no-untyped-def]
     _, folder = write_checkpoint(tmp_path, "llama", "awq")
     tensors = load_file(folder / "model.safetensors")

@@ -66,7 +66,9 @@ def test_missing_tensor(qwen3_copy: Path) -> None:
 
 def test_unexpected_tensor(qwen3_copy: Path) -> None:
     _rewrite(qwen3_copy, lambda t: t.__setitem__("model.layers.0.mlp.extra.weight", torch.zeros(2)))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: unexpected tensor 'model\.layers\.0\.mlp\.extra\.weight'"):
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors: unexpected tensor 'model\.layers\.0\.mlp\.extra\.weight'"
+    ):
         _load(qwen3_copy)
 
 
@@ -75,7 +77,10 @@ def _shard(folder: Path) -> None:
     tensors = load_file(folder / "model.safetensors")
     (folder / "model.safetensors").unlink()
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for shard, keys in shards.items():
         save_file({k: tensors[k] for k in keys}, folder / shard, metadata={"format": "pt"})
     index = {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}

@@ -21,10 +21,18 @@ def toy_family(model_type: str = "toy") -> SimpleNamespace:
 
     def read_config(r):  # type: ignore[no-untyped-def]
         d = r.need("width")
-        return {"vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("depth"), "max_seq_len": 16,
-                "norm": {"kind": "rmsnorm"}, "positional": {"kind": "none"},
-                "attention": {"kind": "mha", "n_heads": 2, "head_dim": d // 2},
-                "ffn": {"kind": "swiglu", "hidden": 2 * d}, "block": {"kind": "pre_norm"}, "tie_embeddings": False}
+        return {
+            "vocab_size": r.need("vocab_size"),
+            "d_model": d,
+            "n_layers": r.need("depth"),
+            "max_seq_len": 16,
+            "norm": {"kind": "rmsnorm"},
+            "positional": {"kind": "none"},
+            "attention": {"kind": "mha", "n_heads": 2, "head_dim": d // 2},
+            "ffn": {"kind": "swiglu", "hidden": 2 * d},
+            "block": {"kind": "pre_norm"},
+            "tie_embeddings": False,
+        }
 
     def write_config(spec):  # type: ignore[no-untyped-def]
         return {"model_type": model_type, "vocab_size": spec.vocab_size, "width": spec.d_model, "depth": spec.n_layers}
@@ -32,8 +40,14 @@ def toy_family(model_type: str = "toy") -> SimpleNamespace:
     def tensor_rules(zoo_names, hf_keys):  # type: ignore[no-untyped-def]
         return [], [(r"(.+)", r"toy.\1")]
 
-    return SimpleNamespace(MODEL_TYPE=model_type, ARCHITECTURE="ToyForCausalLM", IGNORED=re.compile(r"^toy\.extra$"),
-                           read_config=read_config, write_config=write_config, tensor_rules=tensor_rules)
+    return SimpleNamespace(
+        MODEL_TYPE=model_type,
+        ARCHITECTURE="ToyForCausalLM",
+        IGNORED=re.compile(r"^toy\.extra$"),
+        read_config=read_config,
+        write_config=write_config,
+        tensor_rules=tensor_rules,
+    )
 
 
 def plugin(*families: object, override: bool = False) -> object:
@@ -71,7 +85,9 @@ def test_a_registered_family_reads_loads_and_saves(tmp_path):
 
 def test_unknown_model_types_list_the_registered_ones():
     zoo.register_plugin(plugin(toy_family()), name="toy-formats")
-    with pytest.raises(CheckpointError, match=r"model_type: 'toyy' is not supported \(did you mean 'toy'\?\); allowed: .*\btoy\b"):
+    with pytest.raises(
+        CheckpointError, match=r"model_type: 'toyy' is not supported \(did you mean 'toy'\?\); allowed: .*\btoy\b"
+    ):
         zoo.ModelSpec.from_hf_config({"model_type": "toyy"})
 
 
@@ -90,8 +106,11 @@ def test_two_plugins_registering_one_model_type_clash():
 
 def test_a_builtin_model_type_is_taken_over_only_with_override():
     gpt2 = {"model_type": "gpt2", "vocab_size": 40, "n_embd": 16, "n_layer": 1, "n_head": 2, "n_positions": 16}
-    with pytest.raises(PluginConflictError, match=r"checkpoint format 'gpt2' is registered by both "
-                       r"'zoo.hub.families' \(built in\) and 'sneaky-formats'.*override=True"):
+    with pytest.raises(
+        PluginConflictError,
+        match=r"checkpoint format 'gpt2' is registered by both "
+        r"'zoo.hub.families' \(built in\) and 'sneaky-formats'.*override=True",
+    ):
         zoo.register_plugin(plugin(toy_family("gpt2")), name="sneaky-formats")
     assert "sneaky-formats" not in get_registry().plugins
     assert zoo.ModelSpec.from_hf_config(gpt2).positional.kind == "learned"  # still the built-in reader
@@ -128,12 +147,24 @@ def test_a_runtime_llama_like_family_loads_a_tiny_checkpoint(tmp_path):
     def write_config(spec):  # type: ignore[no-untyped-def]
         return llama_like.write_llama_like(spec, "my_llama")
 
-    family = SimpleNamespace(MODEL_TYPE="my_llama", ARCHITECTURE="MyLlamaForCausalLM", IGNORED=re.compile("$^"),
-                             read_config=read_config, write_config=write_config,
-                             tensor_rules=llama_like.no_rules(llama_like.LLAMA_RENAMES))
+    family = SimpleNamespace(
+        MODEL_TYPE="my_llama",
+        ARCHITECTURE="MyLlamaForCausalLM",
+        IGNORED=re.compile("$^"),
+        read_config=read_config,
+        write_config=write_config,
+        tensor_rules=llama_like.no_rules(llama_like.LLAMA_RENAMES),
+    )
     zoo.register_plugin(plugin(family), name="my-llama-formats")
-    config = {"model_type": "my_llama", "vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 2,
-              "num_attention_heads": 2, "intermediate_size": 24, "max_position_embeddings": 32}
+    config = {
+        "model_type": "my_llama",
+        "vocab_size": 40,
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 24,
+        "max_position_embeddings": 32,
+    }
     model = zoo.build(zoo.ModelSpec.from_hf_config(config), seed=0)
     out = zoo.save_pretrained(model, tmp_path / "mine", model_type="my_llama")
     assert json.loads((out / "config.json").read_text())["architectures"] == ["MyLlamaForCausalLM"]

@@ -14,8 +14,15 @@ from zoo.hub.config import spec_from_hf_config
 
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-            max_position_embeddings=40, type_vocab_size=2)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=40,
+    type_vocab_size=2,
+)
 
 
 def _hf(cls_name: str, config_name: str, seed: int = 0, **extra):  # type: ignore[no-untyped-def]
@@ -77,8 +84,12 @@ def test_masked_lm_logits_match_transformers_and_the_decoder_is_tied(tmp_path, f
     out = zoo.save_pretrained(model, tmp_path / "again")
     back = getattr(transformers, cls).from_pretrained(out).eval()
     with torch.no_grad():
-        torch.testing.assert_close(back(input_ids=ids, attention_mask=mask, token_type_ids=types).logits[real],
-                                   want[real], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            back(input_ids=ids, attention_mask=mask, token_type_ids=types).logits[real],
+            want[real],
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 def test_legacy_bert_names_load(tmp_path):
@@ -89,8 +100,10 @@ def test_legacy_bert_names_load(tmp_path):
     from safetensors.torch import load_file, save_file
 
     tensors = load_file(tmp_path / "model.safetensors")
-    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-               for k, v in tensors.items()}
+    renamed = {
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        for k, v in tensors.items()
+    }
     assert any(k.startswith("bert.") for k in renamed) and any(k.endswith("gamma") for k in renamed)
     save_file(renamed, tmp_path / "model.safetensors", metadata={"format": "pt"})
     model = zoo.from_pretrained(tmp_path, progress=False)
@@ -105,12 +118,28 @@ def test_bert_preset_counts_and_config():
     spec = zoo.spec("bert-base-uncased")
     assert zoo.count_params(spec).total == 109_482_240  # BertModel, with the pooler
     assert zoo.count_params(spec.override({"head.kind": "none"})).total == 108_891_648
-    config = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": 30522, "hidden_size": 768,
-              "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
-              "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512,
-              "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0,
-              "position_embedding_type": "absolute", "use_cache": True, "classifier_dropout": None,
-              "gradient_checkpointing": False, "transformers_version": "4.6.0.dev0"}
+    config = {
+        "model_type": "bert",
+        "architectures": ["BertForMaskedLM"],
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "use_cache": True,
+        "classifier_dropout": None,
+        "gradient_checkpointing": False,
+        "transformers_version": "4.6.0.dev0",
+    }
     masked = spec_from_hf_config(config)
     assert masked.head.kind == "masked_lm" and zoo.count_params(masked).total == 109_514_298
     pooled = spec_from_hf_config({**config, "architectures": ["BertModel"]})
@@ -119,8 +148,14 @@ def test_bert_preset_counts_and_config():
 
 
 def test_an_encoder_refuses_to_generate():
-    tiny = {"n_layers": 1, "d_model": 32, "attention.n_heads": 2, "attention.n_kv_heads": 2, "attention.head_dim": 16,
-            "ffn.hidden": 64}
+    tiny = {
+        "n_layers": 1,
+        "d_model": 32,
+        "attention.n_heads": 2,
+        "attention.n_kv_heads": 2,
+        "attention.head_dim": 16,
+        "ffn.hidden": 64,
+    }
     model = zoo.build(zoo.spec("bert-base-uncased").override(tiny), seed=0)
     with pytest.raises(zoo.errors.GenerationError, match="cannot generate"):
         zoo.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=2)

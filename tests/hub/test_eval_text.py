@@ -33,8 +33,16 @@ def test_perplexity_matches_transformers_and_survives_int8(hf_checkpoints, tmp_p
     text.write_text(TEXT)
     with torch.no_grad():
         expected = math.exp(float(model(torch.tensor([ids]), labels=torch.tensor([ids])).loss))
-    run = {"weights": str(checkpoint), "eval_text": str(text), "device": "cpu", "dtype": "float32",
-           "prompt_len": 8, "gen_len": 3, "repeats": 1, "threads": 1}
+    run = {
+        "weights": str(checkpoint),
+        "eval_text": str(text),
+        "device": "cpu",
+        "dtype": "float32",
+        "prompt_len": 8,
+        "gen_len": 3,
+        "repeats": 1,
+        "threads": 1,
+    }
     plain = zoo.bench(None, **run)
     assert plain.eval_perplexity == pytest.approx(expected, rel=1e-4)
     quantized = zoo.bench(None, weights_dtype="int8", **run)

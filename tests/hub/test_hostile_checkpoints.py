@@ -28,17 +28,20 @@ def write_raw(path: Path, header: object, data: bytes = b"\0" * 64) -> Path:
 GOOD = {"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"dtype": 5, "shape": [2], "data_offsets": [0, 8]}, "dtype 5 is not supported"),
-    ({"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}, "shape must be a list"),
-    ({"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}, "shape must be a list of non-negative"),
-    ({"dtype": "F32", "shape": [True], "data_offsets": [0, 4]}, "shape must be a list of non-negative"),
-    ({"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}, "bytes stored for shape"),
-    ({"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}, "data_offsets must be two non-negative"),
-    ({"dtype": "F32", "shape": [2], "data_offsets": {"a": 1}}, "data_offsets must be two"),
-    ({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "extra": 1}, "corrupt header entry"),
-    ([1, 2], "corrupt header entry"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"dtype": 5, "shape": [2], "data_offsets": [0, 8]}, "dtype 5 is not supported"),
+        ({"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}, "shape must be a list"),
+        ({"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}, "shape must be a list of non-negative"),
+        ({"dtype": "F32", "shape": [True], "data_offsets": [0, 4]}, "shape must be a list of non-negative"),
+        ({"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}, "bytes stored for shape"),
+        ({"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}, "data_offsets must be two non-negative"),
+        ({"dtype": "F32", "shape": [2], "data_offsets": {"a": 1}}, "data_offsets must be two"),
+        ({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "extra": 1}, "corrupt header entry"),
+        ([1, 2], "corrupt header entry"),
+    ],
+)
 def test_header_entries_of_the_wrong_type(tmp_path, entry, message):
     path = write_raw(tmp_path / "m.safetensors", {"t": entry})
     with pytest.raises(CheckpointError, match=message):
@@ -46,8 +49,10 @@ def test_header_entries_of_the_wrong_type(tmp_path, entry, message):
 
 
 def test_overlapping_offsets_are_refused(tmp_path):
-    header = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-              "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}
+    header = {
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
+    }
     with pytest.raises(CheckpointError, match="'a' and 'b' overlap"):
         SafetensorsFile(write_raw(tmp_path / "m.safetensors", header))
     header["b"]["data_offsets"] = [16, 32]
@@ -71,16 +76,20 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
     max_leaves=12,
 )
-entries = st.fixed_dictionaries({
-    "dtype": st.sampled_from(["F32", "BF16", "I8", "X"]) | json_values,
-    "shape": st.lists(st.integers(-3, 5), max_size=3) | json_values,
-    "data_offsets": st.lists(st.integers(-8, 80), min_size=2, max_size=2) | json_values,
-})
+entries = st.fixed_dictionaries(
+    {
+        "dtype": st.sampled_from(["F32", "BF16", "I8", "X"]) | json_values,
+        "shape": st.lists(st.integers(-3, 5), max_size=3) | json_values,
+        "data_offsets": st.lists(st.integers(-8, 80), min_size=2, max_size=2) | json_values,
+    }
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(header=st.dictionaries(st.text(min_size=1, max_size=4), entries | json_values, max_size=4),
-       metadata=st.none() | json_values)
+@given(
+    header=st.dictionaries(st.text(min_size=1, max_size=4), entries | json_values, max_size=4),
+    metadata=st.none() | json_values,
+)
 def test_header_fuzz_only_ever_raises_checkpoint_error(tmp_path, header, metadata):
     if metadata is not None:
         header = {**header, "__metadata__": metadata}
@@ -163,28 +172,43 @@ def test_a_link_out_of_the_folder_is_refused_unread(saved, tmp_path, name):
 
 
 # ---- config.json and generation_config.json ------------------------------------------------------
-LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 97,
-         "max_position_embeddings": 64, "intermediate_size": 96}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 97,
+    "max_position_embeddings": 64,
+    "intermediate_size": 96,
+}
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("num_attention_heads", 0, "num_attention_heads: expected a positive integer, got 0"),
-    ("hidden_size", [64], "hidden_size: expected a positive integer"),
-    ("vocab_size", "97", "vocab_size: expected a positive integer, got '97'"),
-    ("num_hidden_layers", True, "num_hidden_layers: expected a positive integer"),
-    ("rms_norm_eps", "small", "rms_norm_eps: expected a finite number"),
-    ("hidden_act", ["silu"], "hidden_act: expected a string"),
-    ("rope_scaling", [1], "rope_scaling: expected an object"),
-    ("tie_word_embeddings", "yes", "tie_word_embeddings: expected true or false"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("num_attention_heads", 0, "num_attention_heads: expected a positive integer, got 0"),
+        ("hidden_size", [64], "hidden_size: expected a positive integer"),
+        ("vocab_size", "97", "vocab_size: expected a positive integer, got '97'"),
+        ("num_hidden_layers", True, "num_hidden_layers: expected a positive integer"),
+        ("rms_norm_eps", "small", "rms_norm_eps: expected a finite number"),
+        ("hidden_act", ["silu"], "hidden_act: expected a string"),
+        ("rope_scaling", [1], "rope_scaling: expected an object"),
+        ("tie_word_embeddings", "yes", "tie_word_embeddings: expected true or false"),
+    ],
+)
 def test_config_values_of_the_wrong_type(key, value, message):
     with pytest.raises(CheckpointError, match=message.replace("[", "\\[")):
         spec_from_hf_config({**LLAMA, key: value})
 
 
 @settings(max_examples=80, deadline=None)
-@given(key=st.sampled_from(sorted(LLAMA) + ["head_dim", "num_key_value_heads", "rope_theta", "rope_parameters",
-                                            "layer_types", "sliding_window"]), value=json_values)
+@given(
+    key=st.sampled_from(
+        sorted(LLAMA)
+        + ["head_dim", "num_key_value_heads", "rope_theta", "rope_parameters", "layer_types", "sliding_window"]
+    ),
+    value=json_values,
+)
 def test_config_fuzz_only_ever_raises_checkpoint_error(key, value):
     try:
         spec_from_hf_config({**LLAMA, key: value})
@@ -192,14 +216,17 @@ def test_config_fuzz_only_ever_raises_checkpoint_error(key, value):
         pass
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"\x00garbage", "not valid JSON"),
-    (b"[1, 2]", "expected a JSON object"),
-    (b'{"eos_token_id": "end"}', "eos_token_id: expected a token id"),
-    (b'{"eos_token_id": [1, -2]}', "eos_token_id: expected a token id"),
-    (b'{"eos_token_id": 1, "eos_token_id": 2}', "duplicate key"),
-    (b"\xff\xfe{}", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x00garbage", "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"eos_token_id": "end"}', "eos_token_id: expected a token id"),
+        (b'{"eos_token_id": [1, -2]}', "eos_token_id: expected a token id"),
+        (b'{"eos_token_id": 1, "eos_token_id": 2}', "duplicate key"),
+        (b"\xff\xfe{}", "not UTF-8"),
+    ],
+)
 def test_garbage_generation_config(tmp_path, content, message):
     (tmp_path / "generation_config.json").write_bytes(content)
     with pytest.raises(CheckpointError, match=message):
@@ -212,10 +239,26 @@ def test_good_generation_config(tmp_path):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(changes=st.dictionaries(st.sampled_from(["vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
-                                                "num_key_value_heads", "head_dim", "max_position_embeddings",
-                                                "rope_theta", "rms_norm_eps", "tie_word_embeddings"]),
-                               json_values | st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**63, 10**12, -1]), max_size=2))
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(
+            [
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "max_position_embeddings",
+                "rope_theta",
+                "rms_norm_eps",
+                "tie_word_embeddings",
+            ]
+        ),
+        json_values | st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**63, 10**12, -1]),
+        max_size=2,
+    )
+)
 def test_config_values_beside_real_weights_load_or_raise_one_zoo_error(saved, tmp_path_factory, changes):
     """A tampered config.json beside valid weights: loads, or one ZooError (the memory check
     refuses sizes that cannot fit before anything is allocated)."""

@@ -44,8 +44,12 @@ def test_logits_and_greedy_decoding_match_transformers(family: str, hf_checkpoin
     prompt = _prompt()
     with torch.no_grad():
         reference = hf_model.generate(
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-            do_sample=False, pad_token_id=0,
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
         )[:, PROMPT_LEN:]
     assert torch.equal(zoo_greedy(model, prompt, NEW_TOKENS), reference)
 

@@ -46,7 +46,10 @@ def test_mxfp4_gpt_oss_checkpoint_loads_with_transformers_logits(hf_checkpoints,
         expected_state[name] = mxfp4.convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
     save_file(tensors, target / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((target / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"],
+    }
     (target / "config.json").write_text(json.dumps(config))
 
     reference = type(hf_model)(hf_model.config).eval()  # same weights, experts replaced by the dequantized ones

@@ -24,8 +24,8 @@ def _left_padded(pad_id: int, vocab: int = VOCAB) -> tuple[list[torch.Tensor], t
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = row
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = row
+        mask[i, width - len(row) :] = 1
     return rows, ids, mask
 
 
@@ -38,7 +38,7 @@ def test_left_padded_decoder_rows_match_transformers_on_each_row_alone(family, h
         got = model(ids, attention_mask=mask)  # (B, T, vocab)
         for i, row in enumerate(rows):
             expected = hf_model(row[None]).logits[0]  # (n, vocab)
-            torch.testing.assert_close(got[i, -len(row):], expected, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got[i, -len(row) :], expected, atol=1e-4, rtol=1e-4)
 
 
 def test_left_padded_llama_matches_transformers_with_generates_position_ids(hf_checkpoints):
@@ -54,8 +54,14 @@ def test_left_padded_llama_matches_transformers_with_generates_position_ids(hf_c
 
 def test_left_padded_bert_keeps_transformers_slot_positions(tmp_path):
     transformers.logging.set_verbosity_error()
-    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=48, max_position_embeddings=40)
+    config = transformers.BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=40,
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

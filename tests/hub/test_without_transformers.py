@@ -34,6 +34,9 @@ print("ok")
 def test_save_load_and_generate_never_import_transformers(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PROBE, str(tmp_path), *FAMILY_PRESETS],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

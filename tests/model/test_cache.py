@@ -32,8 +32,14 @@ def test_cache_overflow_is_a_clear_error():
         model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
 
 
-@pytest.mark.parametrize("combination", [("mha", None, False, False, "rope", "swiglu"), ("mqa", 4, True, True, "alibi", "moe"),
-                                         ("gqa", 4, False, False, "learned", "swiglu")])
+@pytest.mark.parametrize(
+    "combination",
+    [
+        ("mha", None, False, False, "rope", "swiglu"),
+        ("mqa", 4, True, True, "alibi", "moe"),
+        ("gqa", 4, False, False, "learned", "swiglu"),
+    ],
+)
 @pytest.mark.parametrize(("batch", "length"), [(1, 3), (2, 17)])
 def test_allocated_bytes_equal_the_analysis_for_every_layout(combination, batch, length):
     from tests.model.test_generation import grid_spec

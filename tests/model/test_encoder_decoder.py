@@ -10,9 +10,19 @@ import zoo
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
-TINY = {"vocab_size": 97, "d_model": 32, "n_layers": 2, "ffn.hidden": 64, "encoder": {"n_layers": 3, "final_norm": False},
-        "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8,
-        "cross_attention.n_heads": 4, "cross_attention.n_kv_heads": 4, "cross_attention.head_dim": 8}
+TINY = {
+    "vocab_size": 97,
+    "d_model": 32,
+    "n_layers": 2,
+    "ffn.hidden": 64,
+    "encoder": {"n_layers": 3, "final_norm": False},
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 4,
+    "attention.head_dim": 8,
+    "cross_attention.n_heads": 4,
+    "cross_attention.n_kv_heads": 4,
+    "cross_attention.head_dim": 8,
+}
 
 
 def tiny(**changes):  # type: ignore[no-untyped-def]
@@ -58,7 +68,11 @@ def test_the_cache_holds_self_kv_per_token_and_cross_kv_per_encoder_token():
     spec = tiny()
     model = zoo.build(spec, seed=0)
     assert [path for path, _ in model.stateful_modules()] == [
-        "layers.0.attention", "layers.0.cross_attention", "layers.1.attention", "layers.1.cross_attention"]
+        "layers.0.attention",
+        "layers.0.cross_attention",
+        "layers.1.attention",
+        "layers.1.cross_attention",
+    ]
     got = zoo.cache_bytes(spec, batch_size=2, context_len=10, memory_len=7, dtype="float32")
     per_layer = 2 * 4 * 8 * 4  # K and V, 4 heads of 8, float32
     assert (got.token, got.sequence, got.memory) == (2 * 2 * 10 * per_layer, 0, 2 * 2 * 7 * per_layer)

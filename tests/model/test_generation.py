@@ -18,8 +18,11 @@ POSITIONAL = {
     "learned": {"kind": "learned"},
     "sinusoidal": {"kind": "sinusoidal"},
     "rope": {"kind": "rope"},
-    "rope-llama3": {"kind": "rope", "theta": 500000.0,
-                    "scaling": {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8}},
+    "rope-llama3": {
+        "kind": "rope",
+        "theta": 500000.0,
+        "scaling": {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8},
+    },
     "rope-yarn": {"kind": "rope", "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}},
     "rope-partial": {"kind": "rope", "partial_rotary_factor": 0.5},
     "alibi": {"kind": "alibi"},
@@ -34,16 +37,28 @@ GRID = list(itertools.product(KV_HEADS, (None, WINDOW), (False, True), (False, T
 def grid_spec(
     attention: str, window: int | None, sinks: bool, qk_norm: bool, positional: str, ffn: str, n_layers: int = 2
 ) -> ModelSpec:
-    return ModelSpec.model_validate({
-        "name": f"grid-{attention}-{window}-{sinks}-{qk_norm}-{positional}-{ffn}-{n_layers}",
-        "vocab_size": VOCAB, "d_model": 32, "n_layers": n_layers, "max_seq_len": 32,
-        "norm": {"kind": "rmsnorm"},
-        "positional": POSITIONAL[positional],
-        "attention": {"kind": attention, "n_heads": 4, "n_kv_heads": KV_HEADS[attention], "head_dim": 8,
-                      "window": window, "sinks": sinks, "qk_norm": qk_norm},
-        "ffn": FFN[ffn],
-        "block": {"kind": "pre_norm"},
-    })
+    return ModelSpec.model_validate(
+        {
+            "name": f"grid-{attention}-{window}-{sinks}-{qk_norm}-{positional}-{ffn}-{n_layers}",
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": n_layers,
+            "max_seq_len": 32,
+            "norm": {"kind": "rmsnorm"},
+            "positional": POSITIONAL[positional],
+            "attention": {
+                "kind": attention,
+                "n_heads": 4,
+                "n_kv_heads": KV_HEADS[attention],
+                "head_dim": 8,
+                "window": window,
+                "sinks": sinks,
+                "qk_norm": qk_norm,
+            },
+            "ffn": FFN[ffn],
+            "block": {"kind": "pre_norm"},
+        }
+    )
 
 
 def grid_model(*combination, n_layers: int = 2) -> zoo.model.build.ZooModel:
@@ -75,24 +90,51 @@ MAMBA = {"kind": "mamba", "d_state": 4, "d_conv": 3}
 MIXERS = {
     "mamba": {"attention": MAMBA, "ffn": {"kind": "none"}, "positional": {"kind": "none"}},
     "mamba-moe": {"attention": MAMBA, "ffn": FFN["moe"], "positional": {"kind": "none"}},
-    "mamba-then-gqa": {"attention": MAMBA, "ffn": FFN["swiglu"], "positional": {"kind": "rope"},
-                       "layers": {"1::2": {"attention": GQA}}},
-    "windowed-gqa-then-mamba": {"attention": {**GQA, "window": WINDOW}, "ffn": {"kind": "none"},
-                                "positional": {"kind": "alibi"}, "layers": {"1::2": {"attention": MAMBA}}},
-    "linear-rope": {"attention": {"kind": "linear", "n_heads": 4, "head_dim": 8}, "ffn": FFN["swiglu"],
-                    "positional": {"kind": "rope"}},
-    "linear-then-mamba": {"attention": {"kind": "linear", "n_heads": 2}, "ffn": FFN["moe"],
-                          "positional": {"kind": "none"}, "layers": {"1": {"attention": MAMBA}}},
-    "infini-delta-then-gqa": {"attention": {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"},
-                              "ffn": FFN["swiglu"], "positional": {"kind": "none"}, "layers": {"1": {"attention": GQA}}},
+    "mamba-then-gqa": {
+        "attention": MAMBA,
+        "ffn": FFN["swiglu"],
+        "positional": {"kind": "rope"},
+        "layers": {"1::2": {"attention": GQA}},
+    },
+    "windowed-gqa-then-mamba": {
+        "attention": {**GQA, "window": WINDOW},
+        "ffn": {"kind": "none"},
+        "positional": {"kind": "alibi"},
+        "layers": {"1::2": {"attention": MAMBA}},
+    },
+    "linear-rope": {
+        "attention": {"kind": "linear", "n_heads": 4, "head_dim": 8},
+        "ffn": FFN["swiglu"],
+        "positional": {"kind": "rope"},
+    },
+    "linear-then-mamba": {
+        "attention": {"kind": "linear", "n_heads": 2},
+        "ffn": FFN["moe"],
+        "positional": {"kind": "none"},
+        "layers": {"1": {"attention": MAMBA}},
+    },
+    "infini-delta-then-gqa": {
+        "attention": {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"},
+        "ffn": FFN["swiglu"],
+        "positional": {"kind": "none"},
+        "layers": {"1": {"attention": GQA}},
+    },
 }
 
 
 def mixer_model(name: str, n_layers: int = 2) -> zoo.model.build.ZooModel:
-    spec = ModelSpec.model_validate({
-        "name": f"mixers-{name}-{n_layers}", "vocab_size": VOCAB, "d_model": 32, "n_layers": n_layers,
-        "max_seq_len": 32, "norm": {"kind": "rmsnorm"}, "block": {"kind": "pre_norm"}, **MIXERS[name],
-    })
+    spec = ModelSpec.model_validate(
+        {
+            "name": f"mixers-{name}-{n_layers}",
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": n_layers,
+            "max_seq_len": 32,
+            "norm": {"kind": "rmsnorm"},
+            "block": {"kind": "pre_norm"},
+            **MIXERS[name],
+        }
+    )
     return zoo.build(spec, seed=0).eval()
 
 
@@ -226,8 +268,10 @@ def test_seeded_sampling_repeats_and_seeds_differ():
         ({"top_k": 0}, "top_k"),
         ({"max_new_tokens": -1}, "max_new_tokens"),
         ({"input_ids": torch.tensor([[1, VOCAB]])}, r"\[0, 61\)"),
-        ({"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])},
-         "left-padded"),
+        (
+            {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])},
+            "left-padded",
+        ),
         ({"input_ids": [[1, 2], []]}, "at least one token"),
     ],
 )

@@ -29,7 +29,9 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
     # window, sinks, QK-norm, RoPE and a MoE whose 3 rows x top-2 > 4 experts (dense path)
     model = grid_model("gqa", 4, True, True, "rope", "moe").to(device)
     prompts = [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]]
-    step, token, eager_cache, compiled_cache = check_compiled_decode(model, prompts, 8, backend=backend, device=device)  # past the window of 4
+    step, token, eager_cache, compiled_cache = check_compiled_decode(
+        model, prompts, 8, backend=backend, device=device
+    )  # past the window of 4
     assert compiled_cache.length == eager_cache.length == 6 + 8
     assert int(compiled_cache.position) == 14
     with pytest.raises(GenerationError, match="max_len=16"):  # the bounds check stays outside the graph
@@ -41,7 +43,9 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
 def test_compiled_recurrent_decode_step_equals_eager_without_recompiling(name):
     """The recurrent state (conv window and SSM state) is updated in place inside the
     graph, from a left-padded prefill, and the step compiles once."""
-    _, _, eager_cache, compiled_cache = check_compiled_decode(mixer_model(name), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]], 6)
+    _, _, eager_cache, compiled_cache = check_compiled_decode(
+        mixer_model(name), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]], 6
+    )
     for eager_tensors, compiled_tensors in zip(eager_cache.layers, compiled_cache.layers):
         for key in eager_tensors:
             torch.testing.assert_close(compiled_tensors[key], eager_tensors[key], atol=1e-5, rtol=1e-5)
@@ -87,15 +91,35 @@ def test_compiled_encoder_decoder_and_recurrent_decode_steps_do_not_recompile():
     from tests.model.test_state import Plugin
     from zoo.specs.registry import reset_registry
 
-    tiny = {"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "ffn.hidden": 64, "encoder": {"n_layers": 1},
-            "attention.n_heads": 4, "attention.n_kv_heads": 4, "attention.head_dim": 8,
-            "cross_attention.n_heads": 4, "cross_attention.n_kv_heads": 4, "cross_attention.head_dim": 8}
+    tiny = {
+        "vocab_size": VOCAB,
+        "d_model": 32,
+        "n_layers": 2,
+        "ffn.hidden": 64,
+        "encoder": {"n_layers": 1},
+        "attention.n_heads": 4,
+        "attention.n_kv_heads": 4,
+        "attention.head_dim": 8,
+        "cross_attention.n_heads": 4,
+        "cross_attention.n_kv_heads": 4,
+        "cross_attention.head_dim": 8,
+    }
     seq2seq = zoo.build(zoo.spec("transformer-base").override(tiny), seed=0).eval()
     zoo.register_plugin(Plugin(), name="runsum-plugin")
     try:
-        hybrid = zoo.build(zoo.spec("gpt2").override({"n_layers": 2, "d_model": 32, "vocab_size": VOCAB,
-                                                      "attention.n_heads": 2, "attention.n_kv_heads": 2,
-                                                      "layers": {"0": {"attention": {"kind": "runsum"}}}}), seed=0)
+        hybrid = zoo.build(
+            zoo.spec("gpt2").override(
+                {
+                    "n_layers": 2,
+                    "d_model": 32,
+                    "vocab_size": VOCAB,
+                    "attention.n_heads": 2,
+                    "attention.n_kv_heads": 2,
+                    "layers": {"0": {"attention": {"kind": "runsum"}}},
+                }
+            ),
+            seed=0,
+        )
         ids, mask = left_pad([[5, 9, 2], [11, 4, 6, 1]])
         memory = seq2seq.encode(ids, mask)
         for model, extra in ((seq2seq, {"memory": memory}), (hybrid, {"attention_mask": mask})):

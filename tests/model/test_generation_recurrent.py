@@ -16,13 +16,22 @@ from zoo.specs.model import ModelSpec
 
 VOCAB = 61
 MIXERS = {
-    "gated_deltanet": {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 6,
-                       "chunk_size": 4},
+    "gated_deltanet": {
+        "kind": "gated_deltanet",
+        "n_k_heads": 2,
+        "n_v_heads": 4,
+        "head_k_dim": 8,
+        "head_v_dim": 6,
+        "chunk_size": 4,
+    },
     "mamba2": {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "n_groups": 2, "state_size": 8, "chunk_size": 4},
 }
 GATED_ATTENTION = {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2, "head_dim": 8, "qk_norm": True, "output_gate": True}
-FFN = {"none": {"kind": "none"}, "swiglu": {"kind": "swiglu", "hidden": 24},
-       "moe-shared": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "shared_hidden": 8, "shared_gate": True}}
+FFN = {
+    "none": {"kind": "none"},
+    "swiglu": {"kind": "swiglu", "hidden": 24},
+    "moe-shared": {"kind": "moe", "n_experts": 4, "top_k": 2, "hidden": 16, "shared_hidden": 8, "shared_gate": True},
+}
 LAYOUTS = ("alone", "hybrid")  # hybrid: every second layer gated attention with partial RoPE
 GRID = list(itertools.product(MIXERS, FFN, LAYOUTS))
 
@@ -31,11 +40,21 @@ def recurrent_model(mixer: str, ffn: str, layout: str) -> zoo.model.build.ZooMod
     layers = {}
     if layout == "hybrid":
         layers = {"1::2": {"attention": GATED_ATTENTION, "positional": {"kind": "rope", "partial_rotary_factor": 0.5}}}
-    spec = ModelSpec.model_validate({
-        "name": f"recurrent-{mixer}-{ffn}-{layout}", "vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "max_seq_len": 32,
-        "norm": {"kind": "rmsnorm", "unit_offset": True}, "positional": {"kind": "none"},
-        "attention": MIXERS[mixer], "ffn": FFN[ffn], "block": {"kind": "pre_norm"}, "layers": layers,
-    })
+    spec = ModelSpec.model_validate(
+        {
+            "name": f"recurrent-{mixer}-{ffn}-{layout}",
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": 2,
+            "max_seq_len": 32,
+            "norm": {"kind": "rmsnorm", "unit_offset": True},
+            "positional": {"kind": "none"},
+            "attention": MIXERS[mixer],
+            "ffn": FFN[ffn],
+            "block": {"kind": "pre_norm"},
+            "layers": layers,
+        }
+    )
     model = zoo.build(spec, seed=0).eval()
     with torch.no_grad():  # non-trivial norms, so a wrong norm path shows
         for name, param in model.named_parameters():
@@ -75,7 +94,9 @@ def test_left_padded_rows_equal_their_unpadded_runs(combination):
 
 @pytest.mark.parametrize("mixer", MIXERS)
 def test_compiled_decode_step_equals_eager_without_recompiling(mixer):
-    check_compiled_decode(recurrent_model(mixer, "moe-shared", "hybrid"), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]], 5)
+    check_compiled_decode(
+        recurrent_model(mixer, "moe-shared", "hybrid"), [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]], 5
+    )
 
 
 @pytest.mark.parametrize("mixer", MIXERS)

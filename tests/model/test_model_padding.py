@@ -23,14 +23,28 @@ SPECS = {  # name -> (positional, attention, per-layer overrides)
     "learned-windowed": ({"kind": "learned"}, {**GQA, "window": 3}, {}),
     "sinusoidal": ({"kind": "sinusoidal"}, GQA, {}),
     "rope": (ROPE, GQA, {}),
-    "rope-partial-yarn": ({"kind": "rope", "partial_rotary_factor": 0.5, "scaling": {
-        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}}, GQA, {}),
+    "rope-partial-yarn": (
+        {
+            "kind": "rope",
+            "partial_rotary_factor": 0.5,
+            "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8},
+        },
+        GQA,
+        {},
+    ),
     "alibi": ({"kind": "alibi"}, GQA, {}),
     "mamba": (NONE, MAMBA, {}),
-    "mamba2": (NONE, {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "n_groups": 2, "state_size": 8, "chunk_size": 4}, {}),
+    "mamba2": (
+        NONE,
+        {"kind": "mamba2", "n_heads": 4, "head_dim": 16, "n_groups": 2, "state_size": 8, "chunk_size": 4},
+        {},
+    ),
     "linear-rope": (ROPE, {"kind": "linear", "n_heads": 4, "head_dim": 8}, {}),
-    "gated_deltanet": (NONE, {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8,
-                              "head_v_dim": 6, "chunk_size": 4}, {}),
+    "gated_deltanet": (
+        NONE,
+        {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 6, "chunk_size": 4},
+        {},
+    ),
     "infini-rope": (ROPE, {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"}, {}),
     "mamba-then-learned-gqa": ({"kind": "learned"}, MAMBA, {"1": {"attention": GQA}}),
     "mamba-then-rope-gqa": (ROPE, MAMBA, {"1": {"attention": GQA}}),
@@ -40,11 +54,21 @@ PROMPTS = (9, 3, 6)
 
 def tiny(name: str, causal: bool = True) -> zoo.model.build.ZooModel:
     positional, attention, layers = SPECS[name]
-    spec = ModelSpec.model_validate({
-        "name": f"padding-{name}", "vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "max_seq_len": 32,
-        "norm": {"kind": "rmsnorm"}, "positional": positional, "attention": {**attention, **({} if causal else {"causal": False})},
-        "ffn": {"kind": "swiglu", "hidden": 24}, "block": {"kind": "pre_norm"}, "layers": layers,
-    })
+    spec = ModelSpec.model_validate(
+        {
+            "name": f"padding-{name}",
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": 2,
+            "max_seq_len": 32,
+            "norm": {"kind": "rmsnorm"},
+            "positional": positional,
+            "attention": {**attention, **({} if causal else {"causal": False})},
+            "ffn": {"kind": "swiglu", "hidden": 24},
+            "block": {"kind": "pre_norm"},
+            "layers": layers,
+        }
+    )
     return zoo.build(spec, seed=0).eval()
 
 

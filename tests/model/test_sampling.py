@@ -38,8 +38,14 @@ def test_seeded_draws_repeat_and_follow_the_distribution():
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"temperature": -1.0}, "temperature"), ({"temperature": float("nan")}, "temperature"),
-     ({"top_k": 0}, "top_k"), ({"top_k": 2.5}, "top_k"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.01}, "top_p")],
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.01}, "top_p"),
+    ],
 )
 def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(GenerationError, match=field):

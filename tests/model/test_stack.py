@@ -30,11 +30,21 @@ ROPE_LAYERS = {
 
 
 def tiny(name: str, positional: dict, layers: dict, n_layers: int = 7, attention: dict | None = None) -> ModelSpec:
-    return ModelSpec.model_validate({
-        "name": name, "vocab_size": VOCAB, "d_model": 32, "n_layers": n_layers, "max_seq_len": 32,
-        "norm": {"kind": "rmsnorm"}, "positional": positional, "attention": attention or GQA,
-        "ffn": {"kind": "swiglu", "hidden": 24}, "block": {"kind": "pre_norm"}, "layers": layers,
-    })
+    return ModelSpec.model_validate(
+        {
+            "name": name,
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": n_layers,
+            "max_seq_len": 32,
+            "norm": {"kind": "rmsnorm"},
+            "positional": positional,
+            "attention": attention or GQA,
+            "ffn": {"kind": "swiglu", "hidden": 24},
+            "block": {"kind": "pre_norm"},
+            "layers": layers,
+        }
+    )
 
 
 def per_layer_reference(model: zoo.model.build.ZooModel, ids: torch.Tensor) -> torch.Tensor:
@@ -43,8 +53,10 @@ def per_layer_reference(model: zoo.model.build.ZooModel, ids: torch.Tensor) -> t
     B, T = ids.shape
     pos = torch.arange(T)[None, :].expand(B, T)
     families = PartFamilies()
-    own = [build_component(layer.positional, context(spec, layer, "decoder", families), families)
-           for layer in spec.layer_specs()]
+    own = [
+        build_component(layer.positional, context(spec, layer, "decoder", families), families)
+        for layer in spec.layer_specs()
+    ]
     x = model.embed(ids, Positions(ids=pos, positional=own[0]))  # (B, T, d)
     for module, block in zip(own, model.layers):
         x = block(x, Positions(ids=pos, positional=module, rotation=module.rotation(pos)))

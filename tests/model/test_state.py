@@ -49,15 +49,25 @@ class RunningSum(TokenMixer):
 class Plugin:
     @zoo.hookimpl
     def zoo_register_components(self, register):  # type: ignore[no-untyped-def]
-        register("attention", "runsum", lambda options, ctx: RunningSum(options, ctx), options=Options, module=RunningSum)
+        register(
+            "attention", "runsum", lambda options, ctx: RunningSum(options, ctx), options=Options, module=RunningSum
+        )
 
 
 @pytest.fixture
 def hybrid():
     zoo.register_plugin(Plugin(), name="runsum-plugin")
     spec = zoo.spec("qwen3-0.6b").override(
-        {"n_layers": 2, "d_model": 32, "vocab_size": 64, "attention.n_heads": 2, "attention.n_kv_heads": 1,
-         "attention.head_dim": 16, "ffn.hidden": 64, "layers": {"0": {"attention": {"kind": "runsum"}}}}
+        {
+            "n_layers": 2,
+            "d_model": 32,
+            "vocab_size": 64,
+            "attention.n_heads": 2,
+            "attention.n_kv_heads": 1,
+            "attention.head_dim": 16,
+            "ffn.hidden": 64,
+            "layers": {"0": {"attention": {"kind": "runsum"}}},
+        }
     )
     yield zoo.build(spec, seed=0)
     reset_registry()
@@ -105,7 +115,13 @@ def test_a_factory_building_another_class_than_declared_is_a_plugin_error():
     class Liar:
         @zoo.hookimpl
         def zoo_register_components(self, register):  # type: ignore[no-untyped-def]
-            register("ffn", "liar", lambda options, ctx: nn.Identity(), options=Options, module=zoo.specs.interfaces.FeedForward)
+            register(
+                "ffn",
+                "liar",
+                lambda options, ctx: nn.Identity(),
+                options=Options,
+                module=zoo.specs.interfaces.FeedForward,
+            )
 
     zoo.register_plugin(Liar(), name="liar")
     try:

@@ -34,8 +34,12 @@ def test_a_broken_plugin_fails_one_line_per_defect(broken, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2, lines
     mislabelled, forgetful = sorted(lines, key=lambda line: "forgetful" in line)
-    assert mislabelled.startswith("misdeclared: attention kind 'mislabelled': layers.0.attention: state 'sum' declared per token")
-    assert forgetful.startswith("misdeclared: attention kind 'forgetful': prefill + cached decode differs from the full forward")
+    assert mislabelled.startswith(
+        "misdeclared: attention kind 'mislabelled': layers.0.attention: state 'sum' declared per token"
+    )
+    assert forgetful.startswith(
+        "misdeclared: attention kind 'forgetful': prefill + cached decode differs from the full forward"
+    )
 
 
 @pytest.mark.parametrize("plugin", ["mla", "rwkv", "titans"])
@@ -54,7 +58,11 @@ def test_tiny_sizes_come_from_the_kinds(zoo_mla):
     spec = next(s.spec for s in subjects(get_registry().plugins["mla"]) if s.kind == "mla").to_dict()
     assert (spec["d_model"], spec["n_layers"], spec["vocab_size"]) == (64, 2, 64)
     assert {k: spec["attention"][k] for k in ("n_heads", "q_lora_rank", "kv_lora_rank", "v_head_dim")} == {
-        "n_heads": 4, "q_lora_rank": None, "kv_lora_rank": 16, "v_head_dim": 8}
+        "n_heads": 4,
+        "q_lora_rank": None,
+        "kv_lora_rank": 16,
+        "v_head_dim": 8,
+    }
     assert (spec["ffn"]["n_experts"], spec["ffn"]["top_k"], spec["ffn"]["hidden"]) == (4, 2, 32)
     assert spec["layers"]["0"]["ffn"]["hidden"] == 128
 

@@ -26,10 +26,22 @@ def test_deepseek_v2_lite_through_a_spec():
     spec = zoo.spec("deepseek-v2-lite")
     assert zoo.count_params(spec).total == 15_706_484_224
     assert zoo.kv_bytes_per_token(spec) == 27 * (512 + 64) * 2  # latent + rope key per layer, bf16
-    tiny = spec.override({"d_model": 32, "n_layers": 2, "vocab_size": 50, "attention.n_heads": 2,
-                          "attention.kv_lora_rank": 8, "attention.qk_nope_head_dim": 8,
-                          "attention.qk_rope_head_dim": 4, "attention.v_head_dim": 8, "ffn.n_experts": 4,
-                          "ffn.top_k": 2, "ffn.hidden": 8, "layers": {"0": {"ffn": {"kind": "swiglu", "hidden": 16}}}})
+    tiny = spec.override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": 50,
+            "attention.n_heads": 2,
+            "attention.kv_lora_rank": 8,
+            "attention.qk_nope_head_dim": 8,
+            "attention.qk_rope_head_dim": 4,
+            "attention.v_head_dim": 8,
+            "ffn.n_experts": 4,
+            "ffn.top_k": 2,
+            "ffn.hidden": 8,
+            "layers": {"0": {"ffn": {"kind": "swiglu", "hidden": 16}}},
+        }
+    )
     logits = zoo.build(tiny, seed=0)(torch.randint(0, 50, (1, 5)))
     assert logits.shape == (1, 5, 50) and torch.isfinite(logits).all()
 
@@ -49,20 +61,52 @@ def test_zoo_show_and_zoo_plugins(capsys):
 def test_zoo_bench_measures_the_plugins_latent_cache(capsys):
     import zoo as zoo_api
 
-    spec = zoo_api.spec("deepseek-v2-lite").override({
-        "d_model": 32, "n_layers": 2, "vocab_size": 50, "attention.n_heads": 2, "attention.kv_lora_rank": 8,
-        "attention.qk_nope_head_dim": 8, "attention.qk_rope_head_dim": 4, "attention.v_head_dim": 8,
-        "ffn.n_experts": 4, "ffn.top_k": 2, "ffn.hidden": 8, "layers": {"0": {"ffn": {"kind": "swiglu", "hidden": 16}}},
-    })
-    argv = ["bench", "--arch", "deepseek-v2-lite", "--json", "--no-save", "--device", "cpu", "--prompt-len", "8",
-            "--gen-len", "4", "--repeats", "1"]
+    spec = zoo_api.spec("deepseek-v2-lite").override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": 50,
+            "attention.n_heads": 2,
+            "attention.kv_lora_rank": 8,
+            "attention.qk_nope_head_dim": 8,
+            "attention.qk_rope_head_dim": 4,
+            "attention.v_head_dim": 8,
+            "ffn.n_experts": 4,
+            "ffn.top_k": 2,
+            "ffn.hidden": 8,
+            "layers": {"0": {"ffn": {"kind": "swiglu", "hidden": 16}}},
+        }
+    )
+    argv = [
+        "bench",
+        "--arch",
+        "deepseek-v2-lite",
+        "--json",
+        "--no-save",
+        "--device",
+        "cpu",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "4",
+        "--repeats",
+        "1",
+    ]
     for key, value in spec.to_dict().items():
         if key in ("d_model", "n_layers", "vocab_size"):
             argv += ["--set", f"{key}={value}"]
     for key in ("n_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         argv += ["--set", f"attention.{key}={getattr(spec.attention, key)}"]
-    argv += ["--set", "ffn.n_experts=4", "--set", "ffn.top_k=2", "--set", "ffn.hidden=8",
-             "--set", "layers={'0': {'ffn': {'kind': 'swiglu', 'hidden': 16}}}"]
+    argv += [
+        "--set",
+        "ffn.n_experts=4",
+        "--set",
+        "ffn.top_k=2",
+        "--set",
+        "ffn.hidden=8",
+        "--set",
+        "layers={'0': {'ffn': {'kind': 'swiglu', 'hidden': 16}}}",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     # the allocated cache holds the latent (8) and the rope key (4) per layer, nothing per head

@@ -50,15 +50,18 @@ def test_the_plugin_imports_public_zoo_api_only():
 
 
 def test_the_channel_mix_owns_its_state_and_needs_a_block_that_feeds_it():
-    spec = zoo.spec("rwkv-4-169m-pile").override({"d_model": 32, "n_layers": 1, "vocab_size": 40,
-                                                  "attention.attention_hidden": 32, "ffn.hidden": 64})
+    spec = zoo.spec("rwkv-4-169m-pile").override(
+        {"d_model": 32, "n_layers": 1, "vocab_size": 40, "attention.attention_hidden": 32, "ffn.hidden": 64}
+    )
     zoo.build(spec, seed=0)
     # with another mixer the channel mix still keeps its token shift: its own declared state
     mixed = zoo.build(spec.override({"attention": {"kind": "mha", "n_heads": 2}}), device="meta")
     paths = [path for path, _ in mixed.stateful_modules()]
     assert paths == ["layers.0.attention", "layers.0.ffn"]
     assert set(mixed.state_layout(1, 8)[1]) == {"ffn_x"}
-    with pytest.raises(zoo.errors.SpecError, match="ffn.kind: rwkv keeps state.*pre_norm block.*allowed block kinds: rwkv"):
+    with pytest.raises(
+        zoo.errors.SpecError, match="ffn.kind: rwkv keeps state.*pre_norm block.*allowed block kinds: rwkv"
+    ):
         zoo.build(spec.override({"block": {"kind": "pre_norm"}}), device="meta")
 
 
@@ -69,10 +72,17 @@ def test_the_time_mix_works_in_a_built_in_block():
     from zoo.model.cache import KVCache
     from zoo.model.generation import decode_step, prefill
 
-    spec = zoo.spec("rwkv-4-169m-pile").override({
-        "d_model": 32, "n_layers": 2, "vocab_size": 40, "attention.attention_hidden": 16,
-        "ffn": {"kind": "swiglu", "hidden": 48}, "block": {"kind": "pre_norm"},
-        "layers": {"1": {"attention": {"kind": "gqa", "n_heads": 2, "n_kv_heads": 1}}}})
+    spec = zoo.spec("rwkv-4-169m-pile").override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": 40,
+            "attention.attention_hidden": 16,
+            "ffn": {"kind": "swiglu", "hidden": 48},
+            "block": {"kind": "pre_norm"},
+            "layers": {"1": {"attention": {"kind": "gqa", "n_heads": 2, "n_kv_heads": 1}}},
+        }
+    )
     model = zoo.build(spec, seed=0).eval()
     ids = torch.randint(0, 40, (2, 9))
     with torch.no_grad():

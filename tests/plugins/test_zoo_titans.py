@@ -21,7 +21,11 @@ def _installed(zoo_titans):
 def test_the_plugin_arrives_through_its_entry_point():
     info = get_registry().plugins["titans"]
     assert (info.source, info.distribution, info.version) == ("entry point", "zoo-titans", "0.1.0")
-    assert set(info.components) == {("attention", "titans-mal"), ("attention", "titans-mag"), ("attention", "titans-mac")}
+    assert set(info.components) == {
+        ("attention", "titans-mal"),
+        ("attention", "titans-mag"),
+        ("attention", "titans-mac"),
+    }
     assert set(info.architectures) == {"titans", "titans-mal", "titans-mac"}
 
 
@@ -41,8 +45,18 @@ def test_compare_shows_the_memory_as_state(capsys):
     (128x256 + 256x128) floats x 3 sets (weights, momentum, the segment's first weights) x 4 bytes, its conv
     window 6144 x 3, and the segment's K/V, 2 x 8 heads x 1024 slots (512 retrieved + 512 own) x 128, in the
     cache dtype (compare counts float32): the same at every context, where GQA's K/V grows with it."""
-    args = ["compare", "--arch", "qwen3-0.6b", "--vary", "attention.kind=gqa,titans-mac,mamba2",
-            "--contexts", "4k,32k,128k", "--analysis-only", "--format", "json"]
+    args = [
+        "compare",
+        "--arch",
+        "qwen3-0.6b",
+        "--vary",
+        "attention.kind=gqa,titans-mac,mamba2",
+        "--contexts",
+        "4k,32k,128k",
+        "--analysis-only",
+        "--format",
+        "json",
+    ]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     layer = 16 * 2 * 128 * 256 * 3 * 4 + 6144 * 3 * 4 + 2 * 8 * 1024 * 128 * 4

@@ -22,9 +22,18 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny byte-vocabulary llama whose norms have a few large channels (activation outliers)."""
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
-                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=256,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -69,8 +78,24 @@ def test_saved_awq_checkpoint_loads_as_the_quantized_model(checkpoint: Path, tmp
 def test_cli_prints_awq_and_rtn(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     calib = tmp_path / "calib.txt"
     calib.write_text(TEXT)
-    assert main(["quantize", "--method", "awq", "--calib", str(calib), "--weights", str(checkpoint),
-                 "--out", str(tmp_path / "out"), "--group-size", "32"]) == 0
+    assert (
+        main(
+            [
+                "quantize",
+                "--method",
+                "awq",
+                "--calib",
+                str(calib),
+                "--weights",
+                str(checkpoint),
+                "--out",
+                str(tmp_path / "out"),
+                "--group-size",
+                "32",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[2:]] == ["float", "awq", "rtn"]
     assert (tmp_path / "out" / "model.safetensors").is_file()
@@ -82,6 +107,20 @@ def test_cli_refuses_a_checkpoint_without_tokenizer(tmp_path: Path, capsys: pyte
     make_hf_model("llama").save_pretrained(tmp_path / "m")  # vocabulary 128, no tokenizer.json
     calib = tmp_path / "calib.txt"
     calib.write_text(TEXT)
-    assert main(["quantize", "--calib", str(calib), "--weights", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
-                 "--group-size", "32"]) == 2
+    assert (
+        main(
+            [
+                "quantize",
+                "--calib",
+                str(calib),
+                "--weights",
+                str(tmp_path / "m"),
+                "--out",
+                str(tmp_path / "o"),
+                "--group-size",
+                "32",
+            ]
+        )
+        == 2
+    )
     assert "no tokenizer.json" in capsys.readouterr().err

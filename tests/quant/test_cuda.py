@@ -12,10 +12,14 @@ from zoo.quant.linear import Int4Linear, Int8Linear
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
-@pytest.mark.parametrize("make", [
-    lambda w: Int8Linear(w, None, torch.bfloat16),
-    lambda w: Int4Linear(w, None, torch.bfloat16, 32),
-], ids=["int8", "int4"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: Int8Linear(w, None, torch.bfloat16),
+        lambda w: Int4Linear(w, None, torch.bfloat16, 32),
+    ],
+    ids=["int8", "int4"],
+)
 def test_cuda_kernel_equals_the_dequantized_linear(make):
     weight = (torch.randn(96, 256, generator=torch.Generator().manual_seed(0)) * 0.05).to("cuda", torch.bfloat16)
     layer = make(weight)

@@ -32,10 +32,14 @@ def test_int4_error_is_at_most_half_a_step_per_group(weight, group_size):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("make", [
-    lambda w, b, dt: Int8Linear(w, b, dt),
-    lambda w, b, dt: Int4Linear(w, b, dt, 32),
-], ids=["int8", "int4"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w, b, dt: Int8Linear(w, b, dt),
+        lambda w, b, dt: Int4Linear(w, b, dt, 32),
+    ],
+    ids=["int8", "int4"],
+)
 def test_kernel_equals_the_dequantized_linear(weight, make, dtype):
     bias = torch.randn(40) * 0.1
     layer = make(weight.to(dtype), bias.to(dtype), dtype)

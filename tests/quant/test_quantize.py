@@ -27,9 +27,15 @@ def test_every_linear_is_quantized_and_logits_stay_close(kind):
     assert not [m for m in model.modules() if type(m) is torch.nn.Linear or type(m).__name__ == "Linear"]
     assert sum(isinstance(m, QuantizedLinear) for m in model.modules()) == 2 * 7 + 1  # q k v o gate up down, head
     if kind == "int8":  # the tied input table reads the head's int8 rows: one matrix stored
-        assert model.embed.quantized_rows.qweight is model.lm_head.qweight and model.embed.quantized_rows.scales is model.lm_head.scales
+        assert (
+            model.embed.quantized_rows.qweight is model.lm_head.qweight
+            and model.embed.quantized_rows.scales is model.lm_head.scales
+        )
     else:  # int4's packed layout has no rows to read: the table gets int8 rows of its own
-        assert model.embed.quantized_rows.qweight.dtype == torch.int8 and model.embed.quantized_rows.qweight.shape == (spec.vocab_size, 64)
+        assert model.embed.quantized_rows.qweight.dtype == torch.int8 and model.embed.quantized_rows.qweight.shape == (
+            spec.vocab_size,
+            64,
+        )
     assert (got - reference).abs().max() < 0.2 * reference.abs().max()
 
 

@@ -38,7 +38,12 @@ def test_kind_swap_keeps_shared_options_and_applies_new_defaults():
 def test_kind_swap_works_on_every_preset():
     for name in zoo.list_architectures():
         spec = zoo.spec(name)
-        for key, value in [("positional.kind", "alibi"), ("positional.kind", "none"), ("attention.kind", "mqa"), ("ffn.kind", "mlp")]:
+        for key, value in [
+            ("positional.kind", "alibi"),
+            ("positional.kind", "none"),
+            ("attention.kind", "mqa"),
+            ("ffn.kind", "mlp"),
+        ]:
             updates = {key: value}
             if key == "attention.kind" and "n_heads" not in spec.attention.options_dict():
                 updates["attention.n_heads"] = 4  # a mixer without heads (mamba) has none to carry over
@@ -80,7 +85,10 @@ def test_bad_layer_selectors_name_the_key(key):
         ({"attention.kind": "mqa", "attention.n_kv_heads": 2}, r"attention\.n_kv_heads: mqa needs"),
         ({"ffn.kind": "moe"}, r"ffn\.n_experts: required"),
         ({"layers": {"99": {"attention": {"window": 4}}}}, r"layers\.99: layer 99 is out of range"),
-        ({"layers": {"0": {"atention": {"window": 4}}}}, r"layers\.0\.atention: unknown component \(did you mean 'attention'\?\)"),
+        (
+            {"layers": {"0": {"atention": {"window": 4}}}},
+            r"layers\.0\.atention: unknown component \(did you mean 'attention'\?\)",
+        ),
     ],
 )
 def test_bad_input_raises_spec_error_naming_the_field(updates, match):
@@ -90,13 +98,28 @@ def test_bad_input_raises_spec_error_naming_the_field(updates, match):
 
 def test_direct_construction_raises_spec_error():
     with pytest.raises(SpecError, match="n_layers: required"):
-        ModelSpec(vocab_size=10, d_model=8, max_seq_len=8, norm="rmsnorm", positional="rope",
-                  attention={"kind": "gqa", "n_heads": 2}, ffn="swiglu")
+        ModelSpec(
+            vocab_size=10,
+            d_model=8,
+            max_seq_len=8,
+            norm="rmsnorm",
+            positional="rope",
+            attention={"kind": "gqa", "n_heads": 2},
+            ffn="swiglu",
+        )
 
 
 def test_head_dim_defaults_to_d_model_over_heads_only_when_absent():
-    spec = ModelSpec(vocab_size=10, d_model=64, n_layers=1, max_seq_len=8, norm="rmsnorm", positional="rope",
-                     attention={"kind": "gqa", "n_heads": 4}, ffn="swiglu")
+    spec = ModelSpec(
+        vocab_size=10,
+        d_model=64,
+        n_layers=1,
+        max_seq_len=8,
+        norm="rmsnorm",
+        positional="rope",
+        attention={"kind": "gqa", "n_heads": 4},
+        ffn="swiglu",
+    )
     assert spec.attention.head_dim == 16 and spec.ffn.hidden == 256
 
 
@@ -132,7 +155,9 @@ def test_an_option_that_follows_another_is_carried_along():
     four = bert.override(["attention.n_heads=4"])
     assert (four.attention.n_heads, four.attention.n_kv_heads) == (4, 4) and bert.attention.n_kv_heads == 12
     layered = zoo.spec("gpt2").override({"layers": {"0": {"attention": {"n_heads": 4}}}})
-    assert [(layered.layer(i).attention.options.n_heads, layered.layer(i).attention.options.n_kv_heads) for i in (0, 1)] == [(4, 4), (12, 12)]
+    assert [
+        (layered.layer(i).attention.options.n_heads, layered.layer(i).attention.options.n_kv_heads) for i in (0, 1)
+    ] == [(4, 4), (12, 12)]
     cross = zoo.spec("transformer-base").override(["cross_attention.n_heads=2"])  # cross-attention: the same rule
     assert (cross.cross_attention.n_heads, cross.cross_attention.n_kv_heads) == (2, 2)
     with pytest.raises(SpecError, match="mha needs n_kv_heads == n_heads"):  # both given: no silent change

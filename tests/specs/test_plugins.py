@@ -18,8 +18,10 @@ from zoo.errors import PluginConflictError, PluginWarning
 from zoo.specs import plugins as plugin_loading
 from zoo.specs.registry import get_registry, reset_registry
 
-BROKEN_LINE = ("zoo: warning: plugin 'broken' (broken-plugin) skipped: "
-               "import failed: RuntimeError: this plugin is broken on purpose")
+BROKEN_LINE = (
+    "zoo: warning: plugin 'broken' (broken-plugin) skipped: "
+    "import failed: RuntimeError: this plugin is broken on purpose"
+)
 
 
 @pytest.fixture
@@ -66,14 +68,23 @@ def test_zoo_plugins_lists_versions_what_each_registers_and_failures(site, capsy
     report = json.loads(out)
     good = next(p for p in report["plugins"] if p["name"] == "good")
     assert good == {
-        "name": "good", "version": "2.3.4", "source": "entry point", "distribution": "good-plugin",
-        "components": {"norm": ["goodnorm"]}, "architectures": [], "checkpoint_formats": [], "overridden": [],
+        "name": "good",
+        "version": "2.3.4",
+        "source": "entry point",
+        "distribution": "good-plugin",
+        "components": {"norm": ["goodnorm"]},
+        "architectures": [],
+        "checkpoint_formats": [],
+        "overridden": [],
     }
     assert {p["name"] for p in report["plugins"]} >= {"zoo.archs", "zoo.components.attention", "good"}
-    assert report["failures"] == [{
-        "name": "broken", "distribution": "broken-plugin",
-        "error": "import failed: RuntimeError: this plugin is broken on purpose",
-    }]
+    assert report["failures"] == [
+        {
+            "name": "broken",
+            "distribution": "broken-plugin",
+            "error": "import failed: RuntimeError: this plugin is broken on purpose",
+        }
+    ]
     code, out, _ = run(capsys, "plugins")
     assert code == 0 and "goodnorm" in out and "2.3.4" in out and "skipped plugin" in out
 
@@ -141,7 +152,9 @@ def test_help_imports_neither_torch_nor_any_plugin(site):
         "print(sorted(m for m in ('torch', 'good_plugin', 'zoo_mla', 'zoo.specs.registry') if m in sys.modules))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -150,15 +163,21 @@ def test_help_imports_neither_torch_nor_any_plugin(site):
 HOSTILE = {
     "exits": ("import sys\nsys.exit(0)\n", "import failed: SystemExit: 0"),
     "baseexc": ("class Boom(BaseException):\n    pass\nraise Boom('at import')\n", "import failed: Boom: at import"),
-    "hookexit": ("import sys, zoo\n@zoo.hookimpl\ndef zoo_register_components(register):\n    sys.exit(3)\n",
-                 "zoo_register_components raised SystemExit: 3"),
-    "plainopts": ("import pydantic, zoo\nfrom zoo.components.norms import build_rmsnorm\n"
-                  "class Opts(pydantic.BaseModel):\n    eps: float = 1e-6\n"
-                  "@zoo.hookimpl\ndef zoo_register_components(register):\n"
-                  "    register('norm', 'plainnorm', build_rmsnorm, options=Opts)\n",
-                  "options of norm kind 'plainnorm' must be a subclass of zoo.parts.Options"),
-    "badsig": ("import zoo\n@zoo.hookimpl\ndef zoo_register_components(register, extra):\n    pass\n",
-               "its hooks do not match zoo's hookspecs"),
+    "hookexit": (
+        "import sys, zoo\n@zoo.hookimpl\ndef zoo_register_components(register):\n    sys.exit(3)\n",
+        "zoo_register_components raised SystemExit: 3",
+    ),
+    "plainopts": (
+        "import pydantic, zoo\nfrom zoo.components.norms import build_rmsnorm\n"
+        "class Opts(pydantic.BaseModel):\n    eps: float = 1e-6\n"
+        "@zoo.hookimpl\ndef zoo_register_components(register):\n"
+        "    register('norm', 'plainnorm', build_rmsnorm, options=Opts)\n",
+        "options of norm kind 'plainnorm' must be a subclass of zoo.parts.Options",
+    ),
+    "badsig": (
+        "import zoo\n@zoo.hookimpl\ndef zoo_register_components(register, extra):\n    pass\n",
+        "its hooks do not match zoo's hookspecs",
+    ),
 }
 
 
@@ -172,13 +191,24 @@ def test_hostile_plugins_are_skipped_with_one_line(site, capsys, name):
 
 
 ARCH_PLUGINS = {
-    "raises": ("import zoo\ndef bad():\n    raise RuntimeError('factory boom')\n"
-               "@zoo.hookimpl\ndef zoo_register_architectures(register):\n    register('boom-arch', bad)\n",
-               "boom-arch", "its factory raised RuntimeError: factory boom"),
-    "invalid": ("import zoo\n@zoo.hookimpl\ndef zoo_register_architectures(register):\n"
-                "    register('bad-arch', {'vocab_size': 0})\n", "bad-arch", "is not a valid spec: vocab_size"),
-    "exits": ("import sys, zoo\n@zoo.hookimpl\ndef zoo_register_architectures(register):\n"
-              "    register('exit-arch', lambda: sys.exit(0))\n", "exit-arch", "its factory raised SystemExit"),
+    "raises": (
+        "import zoo\ndef bad():\n    raise RuntimeError('factory boom')\n"
+        "@zoo.hookimpl\ndef zoo_register_architectures(register):\n    register('boom-arch', bad)\n",
+        "boom-arch",
+        "its factory raised RuntimeError: factory boom",
+    ),
+    "invalid": (
+        "import zoo\n@zoo.hookimpl\ndef zoo_register_architectures(register):\n"
+        "    register('bad-arch', {'vocab_size': 0})\n",
+        "bad-arch",
+        "is not a valid spec: vocab_size",
+    ),
+    "exits": (
+        "import sys, zoo\n@zoo.hookimpl\ndef zoo_register_architectures(register):\n"
+        "    register('exit-arch', lambda: sys.exit(0))\n",
+        "exit-arch",
+        "its factory raised SystemExit",
+    ),
 }
 
 
@@ -198,4 +228,5 @@ def test_a_plugin_exiting_at_import_does_not_end_the_command(site):
     result = run_zoo(["show", "gpt2", "--format", "json"], site)
     assert result.returncode == 0 and json.loads(result.stdout)["spec"]["name"] == "gpt2"
     assert [line for line in result.stderr.splitlines() if "exits" in line] == [
-        "zoo: warning: plugin 'exits' (exits-plugin) skipped: import failed: SystemExit: 0"]
+        "zoo: warning: plugin 'exits' (exits-plugin) skipped: import failed: SystemExit: 0"
+    ]

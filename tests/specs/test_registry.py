@@ -70,6 +70,7 @@ def test_registering_again_under_a_name_replaces_the_notebook_plugin():
             @zoo.hookimpl
             def zoo_register_components(self, register):
                 register("norm", kind, lambda o, d: None)
+
         return Notebook()
 
     try:
@@ -109,7 +110,9 @@ def test_the_spec_reads_hf_configs_through_the_registered_reader():
     assert registry.plugins["zoo.hub.families"].spec_readers == ("hf_config",)
     config = {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 100, "n_positions": 64}
     assert ModelSpec.from_hf_config(config) == spec_from_hf_config(config)
-    with pytest.raises(SpecError, match=r"unknown config format 'hf_conifg' \(did you mean 'hf_config'\?\); allowed: hf_config"):
+    with pytest.raises(
+        SpecError, match=r"unknown config format 'hf_conifg' \(did you mean 'hf_config'\?\); allowed: hf_config"
+    ):
         registry.spec_reader("hf_conifg")
 
 

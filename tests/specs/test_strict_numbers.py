@@ -25,7 +25,10 @@ def test_booleans_still_set_boolean_fields():
 
 
 @settings(max_examples=30, deadline=None)
-@given(value=st.sampled_from([math.inf, -math.inf, math.nan]), key=st.sampled_from(["positional.theta", "norm.eps", "embedding_scale"]))
+@given(
+    value=st.sampled_from([math.inf, -math.inf, math.nan]),
+    key=st.sampled_from(["positional.theta", "norm.eps", "embedding_scale"]),
+)
 def test_non_finite_floats_are_refused_with_their_value(value, key):
     spec = zoo.spec("llama-3.2-1b")
     with pytest.raises(SpecError) as info:

@@ -25,8 +25,16 @@ from zoo.training.lora import (
 from zoo.training.optim import measured_state_bytes
 from zoo.training.step import Trainer
 
-TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 8,
-        "ffn.hidden": 64, "vocab_size": 256, "max_seq_len": 64}
+TINY = {
+    "n_layers": 2,
+    "d_model": 32,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 8,
+    "ffn.hidden": 64,
+    "vocab_size": 256,
+    "max_seq_len": 64,
+}
 # by hand, r=4 on q (32 -> 32) and v (32 -> 16): A is (4, 32) for both, B (32, 4) and (16, 4)
 ADAPTER_PARAMS = 2 * ((4 * 32 + 32 * 4) + (4 * 32 + 16 * 4))  # 896
 
@@ -92,14 +100,38 @@ def test_unknown_target_and_bad_option_name_what_is_allowed() -> None:
 
 
 def test_train_cli_fine_tunes_a_checkpoint_with_lora(tmp_path, capsys) -> None:
-    hf = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    hf = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(hf).save_pretrained(tmp_path / "ckpt", safe_serialization=True)
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    code = main(["train", "--weights", str(tmp_path / "ckpt"), "--lora", "r=4,targets=q,v", "--text", str(text),
-                 "--tokens", "2048", "--batch-size", "4", "--seq-len", "32", "--out", str(tmp_path / "run")])
+    code = main(
+        [
+            "train",
+            "--weights",
+            str(tmp_path / "ckpt"),
+            "--lora",
+            "r=4,targets=q,v",
+            "--text",
+            str(text),
+            "--tokens",
+            "2048",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "32",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert f"trainable parameters: {ADAPTER_PARAMS:,}" in out and "analysed" in out

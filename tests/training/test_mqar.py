@@ -50,6 +50,7 @@ def test_without_random_filler_the_other_slots_are_blank() -> None:
 def test_query_gaps_follow_the_power_law() -> None:
     """Gaps are drawn with p(g) proportional to g^(a-1): with a = 0.01 most queries come soon after
     the pairs; a = 1 is uniform over the even slots."""
+
     def mean_offset(power_a: float) -> float:
         setting = MQARSetting(vocab_size=256, seq_len=128, num_kv_pairs=4, power_a=power_a, random_non_queries=False)
         _, labels = mqar(setting, 400, seed=0)
@@ -70,11 +71,50 @@ def test_seeded_and_different_per_seed() -> None:
 def test_probe_cli_trains_variants_in_parallel_and_writes_the_table(tmp_path, capsys) -> None:
     from zoo.cli import main
 
-    code = main(["probe", "mqar", "--arch", "llama-3.2-1b", "--set", "n_layers=1", "--set", "d_model=32",
-                 "--set", "attention.n_heads=2", "--set", "attention.n_kv_heads=2", "--set", "attention.head_dim=16",
-                 "--set", "ffn.hidden=64", "--variant", "gqa:attention.kind=gqa", "--variant", "lin:attention.kind=linear",
-                 "--pairs", "4", "--seq-len", "32", "--vocab", "64", "--steps", "2", "--batch-size", "4",
-                 "--train-examples", "16", "--threads", "1", "--jobs", "2", "--out", str(tmp_path), "--name", "t"])
+    code = main(
+        [
+            "probe",
+            "mqar",
+            "--arch",
+            "llama-3.2-1b",
+            "--set",
+            "n_layers=1",
+            "--set",
+            "d_model=32",
+            "--set",
+            "attention.n_heads=2",
+            "--set",
+            "attention.n_kv_heads=2",
+            "--set",
+            "attention.head_dim=16",
+            "--set",
+            "ffn.hidden=64",
+            "--variant",
+            "gqa:attention.kind=gqa",
+            "--variant",
+            "lin:attention.kind=linear",
+            "--pairs",
+            "4",
+            "--seq-len",
+            "32",
+            "--vocab",
+            "64",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--train-examples",
+            "16",
+            "--threads",
+            "1",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "t",
+        ]
+    )
     assert code == 0
     table = (tmp_path / "mqar-t.md").read_text().splitlines()
     assert [row.split("|")[1].strip() for row in table[2:]] == ["gqa", "lin"]  # task order, whichever finished first

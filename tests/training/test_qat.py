@@ -17,8 +17,17 @@ from zoo.training.config import TrainConfig
 from zoo.training.qat import apply_qat, remove_qat
 from zoo.training.step import Trainer
 
-TINY = {"n_layers": 2, "d_model": 64, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 16,
-        "ffn.hidden": 128, "vocab_size": 256, "max_seq_len": 64, "tie_embeddings": False}
+TINY = {
+    "n_layers": 2,
+    "d_model": 64,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 16,
+    "ffn.hidden": 128,
+    "vocab_size": 256,
+    "max_seq_len": 64,
+    "tie_embeddings": False,
+}
 
 
 def ids() -> torch.Tensor:
@@ -67,8 +76,20 @@ def test_train_cli_compares_qat_and_post_training_quantization(tmp_path, capsys)
 
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    common = ["train", "--arch", "llama-3.2-1b", *[f"--set={k}={v}" for k, v in TINY.items()], "--text", str(text),
-              "--tokens", "512", "--batch-size", "4", "--seq-len", "32"]
+    common = [
+        "train",
+        "--arch",
+        "llama-3.2-1b",
+        *[f"--set={k}={v}" for k, v in TINY.items()],
+        "--text",
+        str(text),
+        "--tokens",
+        "512",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+    ]
     assert main([*common, "--qat", "int4"]) == 0
     assert "fake-quantized to int4" in capsys.readouterr().out
     assert main([*common, "--ptq", "int4"]) == 0

@@ -14,8 +14,16 @@ from zoo.training.objectives import CausalLM, MaskedLM, Seq2Seq, objective_for
 from zoo.training.run import train_variant
 from zoo.training.step import Trainer
 
-TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 8,
-        "ffn.hidden": 64, "vocab_size": 256, "max_seq_len": 64}
+TINY = {
+    "n_layers": 2,
+    "d_model": 32,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 8,
+    "ffn.hidden": 64,
+    "vocab_size": 256,
+    "max_seq_len": 64,
+}
 
 
 def tiny_llama() -> zoo.ModelSpec:
@@ -54,9 +62,14 @@ def test_one_adamw_step_equals_a_plain_pytorch_loop() -> None:
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), batch.input_ids[:, 1:].flatten())
     loss.backward()
     params = list({id(p): p for p in reference.parameters()}.values())
-    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=1e-3, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+        betas=(0.9, 0.95),
+    )
     optimizer.step()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-7, msg=name)
@@ -65,8 +78,16 @@ def test_one_adamw_step_equals_a_plain_pytorch_loop() -> None:
 def test_objectives_follow_the_topology() -> None:
     config = TrainConfig()
     assert isinstance(objective_for(zoo.build(tiny_llama(), device="meta"), config), CausalLM)
-    bert = zoo.spec("bert-base-uncased").override({"n_layers": 1, "d_model": 32, "attention.n_heads": 2,
-                                                    "attention.head_dim": 16, "ffn.hidden": 64, "head.kind": "masked_lm"})
+    bert = zoo.spec("bert-base-uncased").override(
+        {
+            "n_layers": 1,
+            "d_model": 32,
+            "attention.n_heads": 2,
+            "attention.head_dim": 16,
+            "ffn.hidden": 64,
+            "head.kind": "masked_lm",
+        }
+    )
     assert isinstance(objective_for(zoo.build(bert, device="meta"), config), MaskedLM)
     assert isinstance(objective_for(zoo.build("t5-small", device="meta"), config), Seq2Seq)
 
@@ -117,8 +138,27 @@ def test_train_cli(tmp_path, capsys) -> None:
     text = tmp_path / "text.txt"
     text.write_text("hello world " * 300)
     sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
-    assert main(["train", "--arch", "llama-3.2-1b", *sets, "--text", str(text), "--tokens", "512",
-                 "--batch-size", "2", "--seq-len", "16", "--out", str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--arch",
+                "llama-3.2-1b",
+                *sets,
+                "--text",
+                str(text),
+                "--tokens",
+                "512",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "16",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "tokenizer: bytes" in out and "held-out loss" in out
     assert main(["train", "--arch", "llama-3.2-1b", "--text", str(tmp_path / "none"), "--tokens", "8"]) == 2

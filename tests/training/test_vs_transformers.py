@@ -11,8 +11,15 @@ from zoo.training.objectives import objective_for
 
 
 def test_tiny_llama_loss_equals_transformers(tmp_path) -> None:
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     reference = transformers.LlamaForCausalLM(config).eval()
     reference.save_pretrained(tmp_path, safe_serialization=True)
@@ -25,8 +32,14 @@ def test_tiny_llama_loss_equals_transformers(tmp_path) -> None:
 
 
 def test_tiny_bert_masked_lm_loss_equals_transformers(tmp_path) -> None:
-    config = transformers.BertConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     reference = transformers.BertForMaskedLM(config).eval()
     reference.save_pretrained(tmp_path, safe_serialization=True)

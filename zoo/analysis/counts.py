@@ -122,8 +122,9 @@ def count_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> ParamC
     # a tied table serves as the unembedding: active (reported as embedding); an untied
     # input table is a lookup, not a multiply
     active = total - inactive - (0 if tied else embedding)
-    return ParamCount(total=total, active=active, embedding=embedding, unembedding=unembedding,
-                      by_component=by_family, tied=tied)
+    return ParamCount(
+        total=total, active=active, embedding=embedding, unembedding=unembedding, by_component=by_family, tied=tied
+    )
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,8 @@ def _not_per_token(module: nn.Module) -> int:
     """Mixer parameters not multiplied as matrix weights per token: elementwise ones (counted
     in ``score_flops``) and memory projections (once per prompt, ``memory_flops``)."""
     return sum(
-        sum(p.numel() for p in m.parameters()) - m.matmul_param_count() + m.memory_param_count() for m in _mixers(module)
+        sum(p.numel() for p in m.parameters()) - m.matmul_param_count() + m.memory_param_count()
+        for m in _mixers(module)
     )
 
 
@@ -287,6 +289,7 @@ def forward_flops(
     minimum): model FLOPs (MFU) by default, executed FLOPs for the roofline.
     """
     model = _model_for(spec)
+
     def mixing(module: Mixer, keys: int) -> int:
         return int(module.executed_score_flops(n_new, keys) if executed else module.score_flops(n_new, keys))
 
@@ -300,7 +303,11 @@ def forward_flops(
 
 
 def encoder_flops(
-    spec: ModelSpec | ZooModel | str | Mapping[str, Any], memory_len: int, batch_size: int = 1, *, executed: bool = False
+    spec: ModelSpec | ZooModel | str | Mapping[str, Any],
+    memory_len: int,
+    batch_size: int = 1,
+    *,
+    executed: bool = False,
 ) -> int:
     """FLOPs of an encoder-decoder's encoder over ``memory_len`` tokens per row (0 without one)."""
     model = _model_for(spec)
@@ -368,4 +375,3 @@ def encoder_params(spec: ModelSpec | ZooModel | str | Mapping[str, Any]) -> int:
         return 0
     by_family, inactive = _walk_counts(model, "encoder")
     return sum(by_family.values()) - inactive - by_family.get("embedding", 0)
-

@@ -42,18 +42,72 @@ class GPUSpec:
 GPUS: dict[str, GPUSpec] = {
     g.key: g
     for g in (
-        GPUSpec("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 989.4, 66.9, 3350, 80, ("H100 80GB HBM3", "H100 SXM"),
-                "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 SXM: BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 3.35 TB/s)"),
-        GPUSpec("h100-pcie", "NVIDIA H100 PCIe 80GB", 756.5, 756.5, 51.2, 2000, 80, ("H100 PCIe",),
-                "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 PCIe: BF16 1,513 TFLOPS with sparsity, FP32 51 TFLOPS, 2 TB/s)"),
-        GPUSpec("h200", "NVIDIA H200 SXM 141GB", 989.4, 989.4, 66.9, 4800, 141, ("H200",),
-                "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 4.8 TB/s)"),
-        GPUSpec("a100-80gb", "NVIDIA A100 SXM4 80GB", 312.0, 312.0, 19.5, 2039, 80, ("A100-SXM4-80GB",),
-                "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (A100 80GB SXM: BF16 312 TFLOPS dense, FP32 19.5, 2,039 GB/s)"),
-        GPUSpec("l4", "NVIDIA L4 24GB", 121.0, 121.0, 30.3, 300, 24, ("L4",),
-                "https://www.nvidia.com/en-us/data-center/l4/ (L4: BF16 242 TFLOPS with sparsity, FP32 30.3 TFLOPS, 300 GB/s)"),
-        GPUSpec("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 165.2, 165.2, 82.6, 1008, 24, ("RTX 4090",),
-                "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (RTX 4090: FP16/BF16 tensor 165.2 TFLOPS dense with FP32 accumulate, FP32 82.6, 1,008 GB/s)"),
+        GPUSpec(
+            "h100-sxm",
+            "NVIDIA H100 SXM5 80GB",
+            989.4,
+            989.4,
+            66.9,
+            3350,
+            80,
+            ("H100 80GB HBM3", "H100 SXM"),
+            "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 SXM: BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 3.35 TB/s)",  # noqa: E501
+        ),
+        GPUSpec(
+            "h100-pcie",
+            "NVIDIA H100 PCIe 80GB",
+            756.5,
+            756.5,
+            51.2,
+            2000,
+            80,
+            ("H100 PCIe",),
+            "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 PCIe: BF16 1,513 TFLOPS with sparsity, FP32 51 TFLOPS, 2 TB/s)",  # noqa: E501
+        ),
+        GPUSpec(
+            "h200",
+            "NVIDIA H200 SXM 141GB",
+            989.4,
+            989.4,
+            66.9,
+            4800,
+            141,
+            ("H200",),
+            "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 4.8 TB/s)",  # noqa: E501
+        ),
+        GPUSpec(
+            "a100-80gb",
+            "NVIDIA A100 SXM4 80GB",
+            312.0,
+            312.0,
+            19.5,
+            2039,
+            80,
+            ("A100-SXM4-80GB",),
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (A100 80GB SXM: BF16 312 TFLOPS dense, FP32 19.5, 2,039 GB/s)",  # noqa: E501
+        ),
+        GPUSpec(
+            "l4",
+            "NVIDIA L4 24GB",
+            121.0,
+            121.0,
+            30.3,
+            300,
+            24,
+            ("L4",),
+            "https://www.nvidia.com/en-us/data-center/l4/ (L4: BF16 242 TFLOPS with sparsity, FP32 30.3 TFLOPS, 300 GB/s)",  # noqa: E501
+        ),
+        GPUSpec(
+            "rtx-4090",
+            "NVIDIA GeForce RTX 4090 24GB",
+            165.2,
+            165.2,
+            82.6,
+            1008,
+            24,
+            ("RTX 4090",),
+            "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (RTX 4090: FP16/BF16 tensor 165.2 TFLOPS dense with FP32 accumulate, FP32 82.6, 1,008 GB/s)",  # noqa: E501
+        ),
     )
 }
 
@@ -95,7 +149,8 @@ def gpu_peaks(key: str) -> DevicePeaks:
     """The peaks of a GPU of the table (``--predict`` names one)."""
     board = gpu(key)
     return DevicePeaks(
-        source=f"spec sheet {key}", bandwidth=board.bandwidth,
+        source=f"spec sheet {key}",
+        bandwidth=board.bandwidth,
         flops={torch.bfloat16: board.bf16_tflops * 1e12, torch.float16: board.fp16_tflops * 1e12},
         fallback_flops=board.fp32_tflops * 1e12,
     )
@@ -108,7 +163,9 @@ def measured_host_peaks(host: HostPeaks) -> DevicePeaks:
     threads = host.machine.get("threads")
     return DevicePeaks(
         source=f"measured host ({host.fingerprint}, {threads} thread{'s' if threads != 1 else ''})",
-        bandwidth=host.bandwidth, flops=flops, fallback_flops=host.matmul_flops["float32"],
+        bandwidth=host.bandwidth,
+        flops=flops,
+        fallback_flops=host.matmul_flops["float32"],
     )
 
 
@@ -133,10 +190,18 @@ def _step_time(flops: float, nbytes: float, peak_flops: float, bandwidth: float)
     return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
-def step_roofline(flops: float, nbytes: float, tokens: int, peaks: DevicePeaks | None, dtype: torch.dtype) -> dict[str, object]:
+def step_roofline(
+    flops: float, nbytes: float, tokens: int, peaks: DevicePeaks | None, dtype: torch.dtype
+) -> dict[str, object]:
     """One phase's analytic counterpart: its FLOPs and bytes and, on ``peaks``, the time it
     takes at least (compute or memory, whichever is slower), tokens/s and the bound."""
-    out: dict[str, object] = {"flops": int(flops), "bytes": int(nbytes), "seconds": None, "tokens_per_s": None, "bound": None}
+    out: dict[str, object] = {
+        "flops": int(flops),
+        "bytes": int(nbytes),
+        "seconds": None,
+        "tokens_per_s": None,
+        "bound": None,
+    }
     if peaks is not None:
         seconds, bound = _step_time(flops, nbytes, peaks.peak_flops(dtype), peaks.bandwidth)
         out.update(seconds=seconds, tokens_per_s=tokens / seconds, bound=bound)

@@ -106,8 +106,12 @@ def cpu_description() -> str:
 
 def machine() -> dict[str, Any]:
     """What the peaks depend on: CPU model, logical CPUs, torch version, torch's thread count now."""
-    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+    return {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def fingerprint(described: dict[str, Any]) -> str:

@@ -69,14 +69,18 @@ def _encoder_decoder(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len:
     (the memory, (B, S, d)) and the decoder's last logits in float32."""
 
     kv = cache_bytes(spec, batch_size, gen_len, prompt_len, dtype).total
-    activations = _buffers(spec, batch_size, prompt_len, dtype) + batch_size * prompt_len * spec.d_model * dtype.itemsize
+    activations = (
+        _buffers(spec, batch_size, prompt_len, dtype) + batch_size * prompt_len * spec.d_model * dtype.itemsize
+    )
     activations += batch_size * spec.vocab_size * 4
     note = f"KV cache {gib(kv)} at batch {batch_size:,} x {gen_len:,} decoder + {prompt_len:,} encoder tokens"
     return Need(kv, activations, note)
 
 
 NEEDS: dict[Topology, Callable[[ModelSpec, int, int, int, torch.dtype], Need]] = {
-    "decoder": _decoder, "encoder": _encoder, "encoder-decoder": _encoder_decoder,
+    "decoder": _decoder,
+    "encoder": _encoder,
+    "encoder-decoder": _encoder_decoder,
 }
 
 
@@ -103,7 +107,9 @@ def free_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_fits(spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype, device: torch.device) -> None:
+def check_fits(
+    spec: ModelSpec, batch_size: int, prompt_len: int, gen_len: int, dtype: torch.dtype, device: torch.device
+) -> None:
     """Raise a one-line BenchError when the run (of the spec's topology: ``NEEDS``) needs more
     memory than is free."""
     weights, need = _need(spec, batch_size, prompt_len, gen_len, dtype)

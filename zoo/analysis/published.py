@@ -10,9 +10,11 @@ from zoo.specs.model import ModelSpec
 from zoo.specs.published import ActiveTables
 
 # what zoo's ``active`` counts, said once for `zoo show` and the docs
-ACTIVE_CONVENTION = ("per token: attention, norms, the router, shared experts and top-k routed experts of every "
-                     "layer, and the unembedding (LM head); not the input embedding, a lookup (as gpt-oss counts). "
-                     "active_with_embedding adds the input table (as Mistral and Qwen count); a tied table counts once")
+ACTIVE_CONVENTION = (
+    "per token: attention, norms, the router, shared experts and top-k routed experts of every "
+    "layer, and the unembedding (LM head); not the input embedding, a lookup (as gpt-oss counts). "
+    "active_with_embedding adds the input table (as Mistral and Qwen count); a tied table counts once"
+)
 
 
 def active_under(count: ParamCount, tables: ActiveTables) -> int:
@@ -27,6 +29,11 @@ def published_comparison(spec: ModelSpec) -> dict[str, Any] | None:
         return None
     count = count_params(spec)
     active = active_under(count, published.active_tables)
-    return {**published.model_dump(),
-            "zoo": {"total": published.render(count.total, published.total),
-                    "active": published.render(active, published.active), "active_exact": active}}
+    return {
+        **published.model_dump(),
+        "zoo": {
+            "total": published.render(count.total, published.total),
+            "active": published.render(active, published.active),
+            "active_exact": active,
+        },
+    }

@@ -55,6 +55,4 @@ def quantization_saving(
         return 0
     else:
         model = quantized_meta_model(spec_of(spec), str(torch_dtype), weights_dtype, group_size)
-    return sum(
-        m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear)
-    )
+    return sum(m.dense_bytes(torch_dtype) - m.stored_bytes() for m in model.modules() if isinstance(m, QuantizedLinear))

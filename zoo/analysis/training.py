@@ -79,10 +79,16 @@ class TrainingMemory:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "weights": self.weights, "gradients": self.gradients, "optimizer_state": self.optimizer_state,
-            "master_weights": self.master_weights, "weight_copies": self.weight_copies,
-            "activations": self.activations, "activations_checkpointed": self.checkpointed_activations,
-            "activations_by_kind": dict(self.by_kind), "checkpointing": self.checkpointing, "total": self.total,
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer_state": self.optimizer_state,
+            "master_weights": self.master_weights,
+            "weight_copies": self.weight_copies,
+            "activations": self.activations,
+            "activations_checkpointed": self.checkpointed_activations,
+            "activations_by_kind": dict(self.by_kind),
+            "checkpointing": self.checkpointing,
+            "total": self.total,
         }
 
 
@@ -162,8 +168,11 @@ def _part_labels(model: ZooModel) -> list[tuple[nn.Module, str, int]]:
         assert spec is not None
         for block, layer in zip(layers, spec.layer_specs()):
             for name, child in block.named_children():
-                kind = {"attention": f"attention:{layer.attention.kind}", "ffn": f"ffn:{layer.ffn.kind}",
-                        "cross_attention": "cross_attention"}.get(name, "norms")
+                kind = {
+                    "attention": f"attention:{layer.attention.kind}",
+                    "ffn": f"ffn:{layer.ffn.kind}",
+                    "cross_attention": "cross_attention",
+                }.get(name, "norms")
                 parts.append((child, prefix + kind, number))
             parts.append((block, prefix + "block", number))
             number += 1
@@ -191,8 +200,14 @@ def _lm_loss(model: ZooModel, batch_size: int, seq_len: int) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), ids.flatten())
 
 
-def activation_bytes(spec: ModelSpec, batch_size: int, seq_len: int, precision: str = "float32",
-                     attention: str = "fused", adapt: Adapt | None = None) -> tuple[dict[str, int], list[int], int, int]:
+def activation_bytes(
+    spec: ModelSpec,
+    batch_size: int,
+    seq_len: int,
+    precision: str = "float32",
+    attention: str = "fused",
+    adapt: Adapt | None = None,
+) -> tuple[dict[str, int], list[int], int, int]:
     """(bytes by part kind, bytes per layer, bf16 weight-copy bytes, block-input bytes) that a
     training forward saves for backward, traced on fake tensors. Frozen weights change what is
     saved (a frozen projection's input is not kept for its weight's gradient)."""
@@ -203,9 +218,14 @@ def activation_bytes(spec: ModelSpec, batch_size: int, seq_len: int, precision: 
         saved, copies = _SavedBytes(params), _WeightCopies(params)
         parts = _part_labels(model)
         inputs: list[int] = []
-        hooks = [block.register_forward_pre_hook(lambda m, a: inputs.append(a[0].numel() * a[0].element_size()))
-                 for block, label, _ in parts if label.endswith("block")]
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16-mixed" else contextlib.nullcontext()
+        hooks = [
+            block.register_forward_pre_hook(lambda m, a: inputs.append(a[0].numel() * a[0].element_size()))
+            for block, label, _ in parts
+            if label.endswith("block")
+        ]
+        autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16-mixed" else contextlib.nullcontext()
+        )
         kernel = sdpa_kernel(SDPBackend.MATH) if attention == "materialised" else contextlib.nullcontext()
         with contextlib.ExitStack() as stack:
             for module, label, number in parts:
@@ -231,9 +251,18 @@ def activation_bytes(spec: ModelSpec, batch_size: int, seq_len: int, precision: 
     return dict(by_kind), per_layer, weight_copies, sum(inputs)
 
 
-def training_memory(spec: ModelSpec, batch_size: int, seq_len: int, *, optimizer: str = "adamw",
-                    momentum: float = 0.0, precision: str = "float32", checkpointing: bool = False,
-                    attention: str = "fused", adapt: Adapt | None = None) -> TrainingMemory:
+def training_memory(
+    spec: ModelSpec,
+    batch_size: int,
+    seq_len: int,
+    *,
+    optimizer: str = "adamw",
+    momentum: float = 0.0,
+    precision: str = "float32",
+    checkpointing: bool = False,
+    attention: str = "fused",
+    adapt: Adapt | None = None,
+) -> TrainingMemory:
     """Bytes of one training step of ``spec`` at (batch_size, seq_len), by part.
 
     ``adapt``: applied to the built model first (``zoo.training.lora`` wraps and freezes it);
@@ -249,7 +278,9 @@ def training_memory(spec: ModelSpec, batch_size: int, seq_len: int, *, optimizer
     by_kind, per_layer, copies, inputs = activation_bytes(spec, batch_size, seq_len, precision, attention, adapt)
     activations = sum(by_kind.values())
     checkpointed = inputs + by_kind.get(OUTSIDE, 0) + max(per_layer, default=0)
-    return TrainingMemory(weights, grads, state, 0, copies, activations, by_kind, per_layer, checkpointed, checkpointing)
+    return TrainingMemory(
+        weights, grads, state, 0, copies, activations, by_kind, per_layer, checkpointed, checkpointing
+    )
 
 
 def training_flops(spec: ModelSpec, batch_size: int, seq_len: int, checkpointing: bool = False) -> tuple[int, int]:
@@ -257,7 +288,9 @@ def training_flops(spec: ModelSpec, batch_size: int, seq_len: int, checkpointing
     gradient for its input and for its weight), so model FLOPs are 3 forwards; hardware FLOPs
     add the forward recomputed under checkpointing. Forward FLOPs are the module graph's
     (matmul parameters and each mixer's declared score FLOPs), not 6N."""
-    forward = forward_flops(spec, seq_len, seq_len, batch_size, memory_len=seq_len) + encoder_flops(spec, seq_len, batch_size)
+    forward = forward_flops(spec, seq_len, seq_len, batch_size, memory_len=seq_len) + encoder_flops(
+        spec, seq_len, batch_size
+    )
     return 3 * forward, (4 if checkpointing else 3) * forward
 
 
@@ -283,13 +316,27 @@ def bytes_moved(memory: TrainingMemory, precision: str, checkpointing: bool) -> 
     params = memory.weights // 4
     compute_bytes = 2 if precision == "bf16-mixed" else 4
     activations = memory.checkpointed_activations if checkpointing else memory.activations
-    return (2 * compute_bytes * params + memory.gradients + 2 * (memory.weights + memory.optimizer_state)
-            + memory.gradients + 2 * activations)
+    return (
+        2 * compute_bytes * params
+        + memory.gradients
+        + 2 * (memory.weights + memory.optimizer_state)
+        + memory.gradients
+        + 2 * activations
+    )
 
 
-def training_roofline(spec: ModelSpec, gpu_key: str, batch_size: int, seq_len: int, *, optimizer: str = "adamw",
-                      momentum: float = 0.0, precision: str = "bf16-mixed", checkpointing: bool = False,
-                      tokens_per_step: int | None = None) -> TrainingRoofline:
+def training_roofline(
+    spec: ModelSpec,
+    gpu_key: str,
+    batch_size: int,
+    seq_len: int,
+    *,
+    optimizer: str = "adamw",
+    momentum: float = 0.0,
+    precision: str = "bf16-mixed",
+    checkpointing: bool = False,
+    tokens_per_step: int | None = None,
+) -> TrainingRoofline:
     """Lower bound on a step's time on a named GPU, and whether its memory fits.
 
     Compute: hardware FLOPs over the peak for the compute dtype. Memory traffic: the weights
@@ -298,8 +345,15 @@ def training_roofline(spec: ModelSpec, gpu_key: str, batch_size: int, seq_len: i
     once and read once.
     """
     board = gpu(gpu_key)
-    memory = training_memory(spec, batch_size, seq_len, optimizer=optimizer, momentum=momentum,
-                             precision=precision, checkpointing=checkpointing)
+    memory = training_memory(
+        spec,
+        batch_size,
+        seq_len,
+        optimizer=optimizer,
+        momentum=momentum,
+        precision=precision,
+        checkpointing=checkpointing,
+    )
     model_flops, hardware_flops = training_flops(spec, batch_size, seq_len, checkpointing)
     compute_dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
     moved = bytes_moved(memory, precision, checkpointing)
@@ -307,6 +361,16 @@ def training_roofline(spec: ModelSpec, gpu_key: str, batch_size: int, seq_len: i
     step = max(compute_s, memory_s)
     tokens = tokens_per_step or batch_size * seq_len
     capacity = int(board.memory_gib * 2**30)
-    return TrainingRoofline(board.key, step, tokens / step, "compute" if compute_s >= memory_s else "memory",
-                            model_flops, hardware_flops, moved, memory, memory.total <= capacity, capacity,
-                            "step >= max(hardware FLOPs / peak FLOP/s, bytes moved / bandwidth)")
+    return TrainingRoofline(
+        board.key,
+        step,
+        tokens / step,
+        "compute" if compute_s >= memory_s else "memory",
+        model_flops,
+        hardware_flops,
+        moved,
+        memory,
+        memory.total <= capacity,
+        capacity,
+        "step >= max(hardware FLOPs / peak FLOP/s, bytes moved / bandwidth)",
+    )

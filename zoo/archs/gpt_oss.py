@@ -54,8 +54,12 @@ def gpt_oss(name: str) -> dict[str, Any]:
         },
         "block": {"kind": "pre_norm"},
         "layers": {"0::2": {"attention": {"window": 128}}},  # sliding on even layers
-        "published": {"total": PUBLISHED[name][0], "active": PUBLISHED[name][1], "active_tables": "unembedding",
-                      "source": MODEL_CARD},
+        "published": {
+            "total": PUBLISHED[name][0],
+            "active": PUBLISHED[name][1],
+            "active_tables": "unembedding",
+            "source": MODEL_CARD,
+        },
     }
 
 

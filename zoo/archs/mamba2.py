@@ -21,8 +21,16 @@ def mamba2_130m() -> dict[str, Any]:
         "tie_embeddings": True,
         "norm": {"kind": "rmsnorm", "eps": 1e-5},
         "positional": {"kind": "none"},
-        "attention": {"kind": "mamba2", "n_heads": 24, "head_dim": 64, "n_groups": 1, "state_size": 128,
-                      "conv_kernel": 4, "chunk_size": 256, "eps": 1e-5},
+        "attention": {
+            "kind": "mamba2",
+            "n_heads": 24,
+            "head_dim": 64,
+            "n_groups": 1,
+            "state_size": 128,
+            "conv_kernel": 4,
+            "chunk_size": 256,
+            "eps": 1e-5,
+        },
         "ffn": {"kind": "none"},
         "block": {"kind": "pre_norm"},
     }

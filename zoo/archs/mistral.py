@@ -36,10 +36,21 @@ def mixtral_8x7b() -> dict[str, Any]:
     return {
         **_base("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 1000000.0),
         "attention": {"kind": "gqa", "n_heads": 32, "n_kv_heads": 8, "head_dim": 128},
-        "ffn": {"kind": "moe", "n_experts": 8, "top_k": 2, "hidden": 14336, "routing": "softmax_topk", "renormalize": True},
+        "ffn": {
+            "kind": "moe",
+            "n_experts": 8,
+            "top_k": 2,
+            "hidden": 14336,
+            "routing": "softmax_topk",
+            "renormalize": True,
+        },
         # "46.7B total parameters but only uses 12.9B parameters per token": both embedding tables counted
-        "published": {"total": "46.7B", "active": "12.9B", "active_tables": "embedding+unembedding",
-                      "source": "https://mistral.ai/news/mixtral-of-experts"},
+        "published": {
+            "total": "46.7B",
+            "active": "12.9B",
+            "active_tables": "embedding+unembedding",
+            "source": "https://mistral.ai/news/mixtral-of-experts",
+        },
     }
 
 

@@ -58,8 +58,13 @@ def qwen3_30b_a3b() -> dict[str, Any]:
             "renormalize": True,
         },
         # the model card: "30.5B in total and 3.3B activated" (3.353B: Qwen truncates; both embedding tables counted)
-        "published": {"total": "30.5B", "active": "3.3B", "active_tables": "embedding+unembedding",
-                      "rounding": "down", "source": "https://huggingface.co/Qwen/Qwen3-30B-A3B"},
+        "published": {
+            "total": "30.5B",
+            "active": "3.3B",
+            "active_tables": "embedding+unembedding",
+            "rounding": "down",
+            "source": "https://huggingface.co/Qwen/Qwen3-30B-A3B",
+        },
     }
 
 

@@ -23,18 +23,36 @@ def qwen3_next_80b_a3b() -> dict[str, Any]:
         "tie_embeddings": False,
         "norm": {"kind": "rmsnorm", "eps": 1e-6, "unit_offset": True},
         "positional": {"kind": "rope", "theta": 10000000.0, "partial_rotary_factor": 0.25},
-        "attention": {"kind": "gqa", "n_heads": 16, "n_kv_heads": 2, "head_dim": 256, "qk_norm": True, "output_gate": True},
+        "attention": {
+            "kind": "gqa",
+            "n_heads": 16,
+            "n_kv_heads": 2,
+            "head_dim": 256,
+            "qk_norm": True,
+            "output_gate": True,
+        },
         "ffn": {
-            "kind": "moe", "n_experts": 512, "top_k": 10, "hidden": 512, "routing": "softmax_topk",
-            "renormalize": True, "shared_hidden": 512, "shared_gate": True,
+            "kind": "moe",
+            "n_experts": 512,
+            "top_k": 10,
+            "hidden": 512,
+            "routing": "softmax_topk",
+            "renormalize": True,
+            "shared_hidden": 512,
+            "shared_gate": True,
         },
         "block": {"kind": "pre_norm"},
         # three of every four layers are Gated DeltaNet, which takes no positions
         "layers": {
             "0::4,1::4,2::4": {
                 "attention": {
-                    "kind": "gated_deltanet", "n_k_heads": 16, "n_v_heads": 32, "head_k_dim": 128, "head_v_dim": 128,
-                    "conv_kernel": 4, "eps": 1e-6,
+                    "kind": "gated_deltanet",
+                    "n_k_heads": 16,
+                    "n_v_heads": 32,
+                    "head_k_dim": 128,
+                    "head_v_dim": 128,
+                    "conv_kernel": 4,
+                    "eps": 1e-6,
                 },
                 "positional": {"kind": "none"},
             }

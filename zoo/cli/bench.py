@@ -19,51 +19,117 @@ DEFAULTS_NOTE = (
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "bench", help="measure params, memory, KV cache and tokens/s of one model",
+        "bench",
+        help="measure params, memory, KV cache and tokens/s of one model",
         description="Measure one model: parameters, weight and KV bytes, peak memory and tokens/s "
         "of prefill and decode, time to first token. " + DEFAULTS_NOTE,
     )
     add_spec_arguments(p)
-    p.add_argument("--weights", metavar="ID_OR_DIR", help="benchmark a real checkpoint instead of random weights: a "
-                   "hub id, a folder or a GGUF file (its 4- to 8-bit matrices stay packed as int4 / int8)")
-    p.add_argument("--dequantize", action="store_true",
-                   help="load a GGUF's packed matrices as floats of --dtype instead (default float32 on CPU)")
-    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)")
-    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bfloat16 on CUDA and for quantized weights, "
-                   "a packed GGUF's included; float32 elsewhere)")
-    p.add_argument("--batch-size", type=int, default=1, help="rows per batch (default: 1)")
-    p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row (default: 128)")
-    p.add_argument("--gen-len", type=int, help="tokens generated per row, the first by prefill (default: 16; "
-                   "an encoder generates none)")
-    p.add_argument("--repeats", type=int, default=2, help="timed rounds; medians and spread over them (default: 2)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default: 1)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the decode step (reduce-overhead on CUDA)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--impl", default="auto", metavar="NAME",
-                   help="token-mixer implementations: auto (the fastest that runs here), reference (pure PyTorch) "
-                   "or a kernel's name, e.g. cpu-scan (default: auto)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default: 0)")
-    p.add_argument("--predict", metavar="GPU", help="roofline estimate on a GPU: h100-sxm, h100-pcie, h200, a100-80gb, l4, rtx-4090")
-    p.add_argument("--weights-dtype", metavar="KIND",
-                   help="bf16, float32 (the model in that dtype), int8 or int4 (weight-only quantized linear layers, "
-                   "the rest in --dtype, default bfloat16) (default: unquantized)")
-    p.add_argument("--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)")
-    p.add_argument("--eval-text", metavar="FILE", help="report the perplexity of this UTF-8 text file, tokenized by "
-                   "the checkpoint's own tokenizer (a checkpoint without one is an error); random weights, which "
-                   "have no tokenizer, score its UTF-8 bytes (a quantization fidelity check)")
-    p.add_argument("--train", action="store_true", help="also time a training step: forward, backward and optimizer "
-                   "on random tokens (batch --batch-size, sequence --prompt-len), with MFU and peak memory")
-    p.add_argument("--train-optimizer", choices=("adamw", "sgd", "adafactor"), default="adamw",
-                   help="the training step's optimizer (default: adamw)")
-    p.add_argument("--train-precision", choices=("float32", "bf16-mixed"), default="float32",
-                   help="float32, or bf16 autocast over float32 master weights (default: float32)")
-    p.add_argument("--train-checkpointing", action="store_true", help="recompute each block's forward in backward")
+    _add_weights_arguments(p)
+    _add_run_arguments(p)
+    _add_train_arguments(p)
     add_format_arguments(p)
-    p.add_argument("--results-dir", default="results", help="where results are appended, created if absent "
-                   "(default: results/ under the current folder)")
+    p.add_argument(
+        "--results-dir",
+        default="results",
+        help="where results are appended, created if absent (default: results/ under the current folder)",
+    )
     p.add_argument("--results-name", default="bench", help="results file stem: NAME.jsonl, .csv, .md (default: bench)")
     p.add_argument("--no-save", action="store_true", help="do not append to the results files")
     p.set_defaults(func=run_bench)
+
+
+def _add_weights_arguments(p: argparse.ArgumentParser) -> None:
+    """Which weights, on which device, in which dtype and layout."""
+    g = p.add_argument_group("weights")
+    g.add_argument(
+        "--weights",
+        metavar="ID_OR_DIR",
+        help="benchmark a real checkpoint instead of random weights: a "
+        "hub id, a folder or a GGUF file (its 4- to 8-bit matrices stay packed as int4 / int8)",
+    )
+    g.add_argument(
+        "--dequantize",
+        action="store_true",
+        help="load a GGUF's packed matrices as floats of --dtype instead (default float32 on CPU)",
+    )
+    g.add_argument(
+        "--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N, mps (default: auto)"
+    )
+    g.add_argument(
+        "--dtype",
+        help="float32, bfloat16, float16 (default: bfloat16 on CUDA and for quantized weights, "
+        "a packed GGUF's included; float32 elsewhere)",
+    )
+    g.add_argument(
+        "--weights-dtype",
+        metavar="KIND",
+        help="bf16, float32 (the model in that dtype), int8 or int4 (weight-only quantized linear layers, "
+        "the rest in --dtype, default bfloat16) (default: unquantized)",
+    )
+    g.add_argument(
+        "--weights-group-size", type=int, metavar="N", help="int4 group size: 32, 64, 128, 256 (default: 32)"
+    )
+    g.add_argument(
+        "--eval-text",
+        metavar="FILE",
+        help="report the perplexity of this UTF-8 text file, tokenized by "
+        "the checkpoint's own tokenizer (a checkpoint without one is an error); random weights, which "
+        "have no tokenizer, score its UTF-8 bytes (a quantization fidelity check)",
+    )
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The shape and timing of the run."""
+    g = p.add_argument_group("run")
+    g.add_argument("--batch-size", type=int, default=1, help="rows per batch (default: 1)")
+    g.add_argument("--prompt-len", type=int, default=128, help="prompt tokens per row (default: 128)")
+    g.add_argument(
+        "--gen-len",
+        type=int,
+        help="tokens generated per row, the first by prefill (default: 16; an encoder generates none)",
+    )
+    g.add_argument("--repeats", type=int, default=2, help="timed rounds; medians and spread over them (default: 2)")
+    g.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default: 1)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the decode step (reduce-overhead on CUDA)")
+    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    g.add_argument(
+        "--impl",
+        default="auto",
+        metavar="NAME",
+        help="token-mixer implementations: auto (the fastest that runs here), reference (pure PyTorch) "
+        "or a kernel's name, e.g. cpu-scan (default: auto)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default: 0)")
+    g.add_argument(
+        "--predict",
+        metavar="GPU",
+        help="roofline estimate on a GPU: h100-sxm, h100-pcie, h200, a100-80gb, l4, rtx-4090",
+    )
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The optional training step (phase train_step)."""
+    g = p.add_argument_group("training step")
+    g.add_argument(
+        "--train",
+        action="store_true",
+        help="also time a training step: forward, backward and optimizer "
+        "on random tokens (batch --batch-size, sequence --prompt-len), with MFU and peak memory",
+    )
+    g.add_argument(
+        "--train-optimizer",
+        choices=("adamw", "sgd", "adafactor"),
+        default="adamw",
+        help="the training step's optimizer (default: adamw)",
+    )
+    g.add_argument(
+        "--train-precision",
+        choices=("float32", "bf16-mixed"),
+        default="float32",
+        help="float32, or bf16 autocast over float32 master weights (default: float32)",
+    )
+    g.add_argument("--train-checkpointing", action="store_true", help="recompute each block's forward in backward")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -72,12 +138,33 @@ def run_bench(args: argparse.Namespace) -> int:
     from zoo.harness.run import bench, make_config
 
     options = dict(
-        device=args.device, dtype=args.dtype, batch_size=args.batch_size, prompt_len=args.prompt_len,
-        repeats=args.repeats, warmup=args.warmup, compile=args.compile, seed=args.seed, weights=args.weights,
-        predict=args.predict, threads=args.threads, dequantize=args.dequantize, **({} if args.gen_len is None else {"gen_len": args.gen_len}),
-        weights_dtype=args.weights_dtype, weights_group_size=args.weights_group_size, eval_text=args.eval_text,
-        impl=args.impl, **({"train": True, "train_optimizer": args.train_optimizer, "train_precision": args.train_precision,
-                            "train_checkpointing": args.train_checkpointing} if args.train else {}),
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        prompt_len=args.prompt_len,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        compile=args.compile,
+        seed=args.seed,
+        weights=args.weights,
+        predict=args.predict,
+        threads=args.threads,
+        dequantize=args.dequantize,
+        **({} if args.gen_len is None else {"gen_len": args.gen_len}),
+        weights_dtype=args.weights_dtype,
+        weights_group_size=args.weights_group_size,
+        eval_text=args.eval_text,
+        impl=args.impl,
+        **(
+            {
+                "train": True,
+                "train_optimizer": args.train_optimizer,
+                "train_precision": args.train_precision,
+                "train_checkpointing": args.train_checkpointing,
+            }
+            if args.train
+            else {}
+        ),
     )
     make_config(**options)  # a bad option is one line before anything is read or measured
     spec = None if args.weights and not (args.arch or args.spec_file or args.hf_config) else load_spec(args)
@@ -144,42 +231,73 @@ def _run_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
 
 
 def _model_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    rows = [("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
-            ("weights dtype", m.weights_dtype), ("weight bytes", _bytes(m.weight_bytes))]
+    rows = [
+        ("params total / active / embedding", f"{m.params_total:,} / {m.params_active:,} / {m.params_embedding:,}"),
+        ("weights dtype", m.weights_dtype),
+        ("weight bytes", _bytes(m.weight_bytes)),
+    ]
     if m.kv_bytes is not None:
-        rows += [("KV bytes per token", f"{m.kv_bytes_per_token:,}"), ("state bytes per sequence", _bytes(m.state_bytes))]
+        rows += [
+            ("KV bytes per token", f"{m.kv_bytes_per_token:,}"),
+            ("state bytes per sequence", _bytes(m.state_bytes)),
+        ]
         if m.cross_kv_bytes is not None:
-            rows += [(f"self KV bytes at {m.context_len} tokens", _bytes(m.self_kv_bytes)),
-                     (f"cross KV bytes of {m.memory_len} encoder tokens", _bytes(m.cross_kv_bytes))]
+            rows += [
+                (f"self KV bytes at {m.context_len} tokens", _bytes(m.self_kv_bytes)),
+                (f"cross KV bytes of {m.memory_len} encoder tokens", _bytes(m.cross_kv_bytes)),
+            ]
         rows.append((f"KV + state bytes at context {m.context_len}", _bytes(m.kv_bytes)))
     return rows
 
 
 def _memory_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    peaks = [("peak memory, encoder", m.encoder_peak_bytes), ("peak memory, prefill", m.prefill_peak_bytes),
-             ("peak memory, decode", m.decode_peak_bytes)]
-    return [*((name, _bytes(value)) for name, value in peaks if value is not None), ("memory measured as", m.memory_method)]
+    peaks = [
+        ("peak memory, encoder", m.encoder_peak_bytes),
+        ("peak memory, prefill", m.prefill_peak_bytes),
+        ("peak memory, decode", m.decode_peak_bytes),
+    ]
+    return [
+        *((name, _bytes(value)) for name, value in peaks if value is not None),
+        ("memory measured as", m.memory_method),
+    ]
 
 
 def _phase_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     rows = []
     if m.encoder_tokens_per_s is not None:
-        rows += [("encoder tokens/s (median (min–max))",
-                  _spread(m.encoder_tokens_per_s, m.encoder_tokens_per_s_min, m.encoder_tokens_per_s_max)),
-                 ("encoder time", _ms(m.encoder_time_s)), ("encoder FLOPs per forward", f"{m.encoder_flops:,}")]
+        rows += [
+            (
+                "encoder tokens/s (median (min–max))",
+                _spread(m.encoder_tokens_per_s, m.encoder_tokens_per_s_min, m.encoder_tokens_per_s_max),
+            ),
+            ("encoder time", _ms(m.encoder_time_s)),
+            ("encoder FLOPs per forward", f"{m.encoder_flops:,}"),
+        ]
     if m.prefill_tokens_per_s is not None:
         what = "" if m.topology == "decoder" else " (start token)"
-        rows.append((f"prefill tokens/s{what} (median (min–max))",
-                     _spread(m.prefill_tokens_per_s, m.prefill_tokens_per_s_min, m.prefill_tokens_per_s_max)))
+        rows.append(
+            (
+                f"prefill tokens/s{what} (median (min–max))",
+                _spread(m.prefill_tokens_per_s, m.prefill_tokens_per_s_min, m.prefill_tokens_per_s_max),
+            )
+        )
     if m.decode_tokens_per_s is not None:
-        rows += [("decode tokens/s (median (min–max))",
-                  _spread(m.decode_tokens_per_s, m.decode_tokens_per_s_min, m.decode_tokens_per_s_max)),
-                 (f"time to first token (median (min–max) of {m.config.repeats} repeats)",
-                  f"{_ms(m.time_to_first_token_s)} ({_ms(m.ttft_min_s)}–{_ms(m.ttft_max_s)})"),
-                 (f"inter-token latency p50 / p90 / p99 (over {m.itl_steps} steps)",
-                  f"{_ms(m.itl_p50_s)} / {_ms(m.itl_p90_s)} / {_ms(m.itl_p99_s)}"),
-                 ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
-                 ("bytes read per decode step", _bytes(m.decode_bytes_per_step))]
+        rows += [
+            (
+                "decode tokens/s (median (min–max))",
+                _spread(m.decode_tokens_per_s, m.decode_tokens_per_s_min, m.decode_tokens_per_s_max),
+            ),
+            (
+                f"time to first token (median (min–max) of {m.config.repeats} repeats)",
+                f"{_ms(m.time_to_first_token_s)} ({_ms(m.ttft_min_s)}–{_ms(m.ttft_max_s)})",
+            ),
+            (
+                f"inter-token latency p50 / p90 / p99 (over {m.itl_steps} steps)",
+                f"{_ms(m.itl_p50_s)} / {_ms(m.itl_p90_s)} / {_ms(m.itl_p99_s)}",
+            ),
+            ("FLOPs per decoded token", "-" if m.flops_per_token is None else f"{m.flops_per_token:,}"),
+            ("bytes read per decode step", _bytes(m.decode_bytes_per_step)),
+        ]
     return rows + _train_rows(m)
 
 
@@ -189,9 +307,11 @@ def _train_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
         return []
     c = m.config
     return [
-        (f"training step ({m.train_objective}, {c.train_optimizer}, {c.train_precision}"
-         f"{', checkpointed' if c.train_checkpointing else ''}) tokens/s (median (min–max))",
-         _spread(m.train_tokens_per_s, m.train_tokens_per_s_min, m.train_tokens_per_s_max)),
+        (
+            f"training step ({m.train_objective}, {c.train_optimizer}, {c.train_precision}"
+            f"{', checkpointed' if c.train_checkpointing else ''}) tokens/s (median (min–max))",
+            _spread(m.train_tokens_per_s, m.train_tokens_per_s_min, m.train_tokens_per_s_max),
+        ),
         ("training step time p50 / p90", f"{_ms(m.train_step_s_p50)} / {_ms(m.train_step_s_p90)}"),
         ("training memory, measured / analysed", f"{_bytes(m.train_peak_bytes)} / {_bytes(m.train_memory_analysed)}"),
         ("MFU / HFU", _mfu(m)),
@@ -202,15 +322,19 @@ def _mfu(m) -> str:  # type: ignore[no-untyped-def]
     """MFU and HFU with the formula's numbers and the peak they divide by."""
     if m.train_mfu is None:
         return f"- ({m.train_peak_flops_source})"
-    return (f"{m.train_mfu:.1%} / {m.train_hfu:.1%} = {m.train_model_flops_per_step:.3g} FLOPs/step / "
-            f"{_ms(m.train_step_s_p50)} / {m.train_peak_flops:.3g} FLOP/s ({m.train_peak_flops_source})")
+    return (
+        f"{m.train_mfu:.1%} / {m.train_hfu:.1%} = {m.train_model_flops_per_step:.3g} FLOPs/step / "
+        f"{_ms(m.train_step_s_p50)} / {m.train_peak_flops:.3g} FLOP/s ({m.train_peak_flops_source})"
+    )
 
 
 def _fidelity_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     rows = []
     if m.fidelity_max_logit_error is not None:
-        rows += [("max logit error vs unquantized", f"{m.fidelity_max_logit_error:.4g}"),
-                 ("KL(unquantized || this), nats/token", f"{m.fidelity_kl:.4g}")]
+        rows += [
+            ("max logit error vs unquantized", f"{m.fidelity_max_logit_error:.4g}"),
+            ("KL(unquantized || this), nats/token", f"{m.fidelity_kl:.4g}"),
+        ]
     if m.eval_perplexity is not None:
         rows.append(("perplexity of --eval-text", f"{m.eval_perplexity:.4g}"))
     if m.eval_perplexity_reference is not None:
@@ -224,11 +348,17 @@ RATES = (("encoder", "encoder"), ("prefill", "prefill"), ("decode", "decode"))  
 def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     rows = []
     if m.predicted_gpu:
-        rows += [(f"roofline on {m.predicted_gpu}: {label} tokens/s", _rate(getattr(m, f"predicted_{prefix}_tokens_per_s")))
-                 for prefix, label in RATES if getattr(m, f"predicted_{prefix}_tokens_per_s") is not None]
+        rows += [
+            (f"roofline on {m.predicted_gpu}: {label} tokens/s", _rate(getattr(m, f"predicted_{prefix}_tokens_per_s")))
+            for prefix, label in RATES
+            if getattr(m, f"predicted_{prefix}_tokens_per_s") is not None
+        ]
         rows.append(("roofline bound", m.predicted_bound))
-    fractions = [(label, getattr(m, f"{prefix}_roofline_fraction")) for prefix, label in RATES
-                 if getattr(m, f"{prefix}_tokens_per_s") is not None]
+    fractions = [
+        (label, getattr(m, f"{prefix}_roofline_fraction"))
+        for prefix, label in RATES
+        if getattr(m, f"{prefix}_tokens_per_s") is not None
+    ]
     if m.roofline_source or m.predicted_gpu:
         text = " / ".join("-" if f is None else f"{f:.1%}" for _, f in fractions)
         where = f" ({m.roofline_source})" if m.roofline_source else " (no peaks known for this device)"
@@ -239,10 +369,24 @@ def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
 def row_table(m) -> TableData:  # type: ignore[no-untyped-def]
     """A Row as a two-column table: what ran, the model, each phase, the roofline, the environment."""
     e = m.environment
-    rows = [*_what_rows(m), *_run_rows(m), *_model_rows(m), *_memory_rows(m), *_phase_rows(m), *_fidelity_rows(m), *_roofline_rows(m)]
+    rows = [
+        *_what_rows(m),
+        *_run_rows(m),
+        *_model_rows(m),
+        *_memory_rows(m),
+        *_phase_rows(m),
+        *_fidelity_rows(m),
+        *_roofline_rows(m),
+    ]
     compile_text = e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"
-    rows += [("device", f"{e.device} ({e.device_name})"), ("dtype", e.dtype), ("SDPA backend", e.sdpa_backend),
-             ("compile", compile_text), ("threads", str(e.threads)), ("torch", e.torch_version),
-             ("zoo commit", e.zoo_commit or "-")]
+    rows += [
+        ("device", f"{e.device} ({e.device_name})"),
+        ("dtype", e.dtype),
+        ("SDPA backend", e.sdpa_backend),
+        ("compile", compile_text),
+        ("threads", str(e.threads)),
+        ("torch", e.torch_version),
+        ("zoo commit", e.zoo_commit or "-"),
+    ]
     title = f"zoo bench: {m.arch}" + ("" if m.topology == "decoder" else f" ({m.topology})")
     return TableData(title, ["measure", "value"], [[n, v] for n, v in rows], right={"value"})

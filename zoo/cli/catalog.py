@@ -52,8 +52,12 @@ def fingerprint() -> str:
     """A hash of what the rows depend on; computed without importing torch or any plugin."""
     import zoo
 
-    parts: list[Any] = [CACHE_FORMAT, zoo.__version__, os.environ.get("ZOO_PLUGINS"),
-                        _tree_stamp(Path(zoo.__file__).parent)]
+    parts: list[Any] = [
+        CACHE_FORMAT,
+        zoo.__version__,
+        os.environ.get("ZOO_PLUGINS"),
+        _tree_stamp(Path(zoo.__file__).parent),
+    ]
     for ep in sorted(metadata.entry_points(group="zoo"), key=lambda e: (e.name, e.value)):
         dist = ep.dist
         parts.append([ep.name, ep.value, dist.name if dist else None, dist.version if dist else None])
@@ -85,14 +89,16 @@ def build_catalog() -> dict[str, Any]:
             continue
         count = zoo.count_params(spec)
         kind = topology(spec)
-        rows.append({
-            "name": name,
-            "topology": kind,
-            "params": count.total,
-            "active": count.active,  # an encoder-only model keeps no cache: no KV bytes (None)
-            "kv_bytes_per_token_bf16": None if kind == "encoder" else zoo.kv_bytes_per_token(spec),
-            "plugin": registry.architectures[name].plugin,
-        })
+        rows.append(
+            {
+                "name": name,
+                "topology": kind,
+                "params": count.total,
+                "active": count.active,  # an encoder-only model keeps no cache: no KV bytes (None)
+                "kv_bytes_per_token_bf16": None if kind == "encoder" else zoo.kv_bytes_per_token(spec),
+                "plugin": registry.architectures[name].plugin,
+            }
+        )
     catalog = {"architectures": rows, "components": {slot: registry.kinds(slot) for slot in SLOTS}}
     return {**catalog, "_cacheable": not registry.failures and not broken}
 

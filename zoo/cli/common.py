@@ -19,7 +19,11 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, positional_arch: bool
     parser.add_argument("--spec", dest="spec_file", metavar="FILE", help="a spec in YAML or JSON")
     parser.add_argument("--hf-config", metavar="FILE", help="a Hugging Face config.json")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a spec field, e.g. attention.n_kv_heads=1 (repeatable)",
     )
 
@@ -67,8 +71,14 @@ def progress_bar(console: Any, what: str) -> Iterator[Callable[[str, int, int], 
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(what, total=None)
 

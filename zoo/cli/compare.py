@@ -7,8 +7,9 @@ import argparse
 import sys
 
 from zoo.cli.common import progress_bar
-from zoo.cli.compare_train import TRAIN_COLUMNS, add_train_arguments, train_options
-from zoo.cli.output import TableData, add_format_arguments, print_json, print_table
+from zoo.cli.compare_output import print_frame
+from zoo.cli.compare_train import add_train_arguments, train_options
+from zoo.cli.output import add_format_arguments
 
 COMPARE_NOTE = (
     "Analysis columns (parameters, weight and KV bytes, FLOPs) are exact, of the full-size model. "
@@ -19,54 +20,111 @@ COMPARE_NOTE = (
     "--contexts 4k,32k,128k adds a table with one row per variant and context: memory (weights + "
     "cache, exact) and decode tokens/s, measured up to --measure-up-to and predicted beyond."
 )
-CONTEXTS_HELP = ("context lengths (k = 1024), e.g. 4k,8k,16k,32k,64k,128k: memory and decode tokens/s per variant "
-                 "at each, one row per variant and context; decode measured up to --measure-up-to, predicted beyond")
+CONTEXTS_HELP = (
+    "context lengths (k = 1024), e.g. 4k,8k,16k,32k,64k,128k: memory and decode tokens/s per variant "
+    "at each, one row per variant and context; decode measured up to --measure-up-to, predicted beyond"
+)
 MAX_POINTS_HELP = "refuse a grid of more points than this (default: 1000; each point is a run)"
 MEASURE_UP_TO_HELP = "measure decode at contexts up to this (e.g. 8k), predict beyond (default: 4k on CPU, 32k on CUDA)"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("compare", help="variants of a model side by side (--vary, --attention)",
-                              description="Compare variants of one model. " + COMPARE_NOTE)
-    p.add_argument("--arch", help="architecture name (see `zoo list`)")
-    p.add_argument("--spec", dest="spec_file", metavar="FILE", help="a spec in YAML or JSON")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="a spec field every variant shares, e.g. n_layers=4 (repeatable)")
-    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                   help="an axis: a spec field (attention.kind=mha,gqa), a run option (batch_size=1,4) or arch=a,b (repeatable; the grid is their product)")
-    p.add_argument("--attention", metavar="KINDS", help="shorthand for --vary attention.kind=KINDS, e.g. mha,gqa,mqa")
-    p.add_argument("--weights", metavar="A,B,...", help="checkpoints side by side, one row each (folders, GGUF files, "
-                   "hub ids), measured whole: shorthand for --vary weights=A,B; no --arch or --spec")
-    p.add_argument("--dequantize", action="store_true", help="load GGUF checkpoints' packed matrices as floats of --dtype")
-    p.add_argument("--baseline", action="append", default=[], metavar="KEY=VALUE",
-                   help="the row ratios are to (default: the first value of the first axis)")
+    _add_compare_parser(subparsers)
+    _add_sweep_parser(subparsers)
+
+
+def _add_compare_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="variants of a model side by side (--vary, --attention)",
+        description="Compare variants of one model. " + COMPARE_NOTE,
+    )
+    _add_grid_options(p)
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the row ratios are to (default: the first value of the first axis)",
+    )
     p.add_argument("--analysis-only", action="store_true", help="no timing: analysis of the full-size models only")
     p.add_argument("--depth", default="2", help="layers of the timed model, or 'full' (default: 2)")
     p.add_argument("--contexts", metavar="LIST", help=CONTEXTS_HELP)
     p.add_argument("--measure-up-to", metavar="N", help=MEASURE_UP_TO_HELP)
-    p.add_argument("--predict", metavar="GPU", help="the roofline GPU for --analysis-only context predictions and "
-                   "each run's estimate: h100-sxm (default for --contexts), h100-pcie, h200, a100-80gb, l4, rtx-4090")
+    p.add_argument(
+        "--predict",
+        metavar="GPU",
+        help="the roofline GPU for --analysis-only context predictions and "
+        "each run's estimate: h100-sxm (default for --contexts), h100-pcie, h200, a100-80gb, l4, rtx-4090",
+    )
     _add_run_options(p)
     add_train_arguments(p)
     p.add_argument("--max-points", type=int, metavar="N", help=MAX_POINTS_HELP)
-    p.add_argument("--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)")
+    p.add_argument(
+        "--save", metavar="NAME", help="also write results-dir/NAME.jsonl, .csv, .md and plots (replacing them)"
+    )
     p.add_argument("--results-dir", default="results", help="where --save writes (default: results/)")
     _add_output_options(p)
     p.set_defaults(func=run_compare)
 
-    s = subparsers.add_parser("sweep", help="run a TOML sweep file, one row per point, resumable",
-                              description="Run the grid of a TOML sweep file (see bench/sweeps/). Each point runs "
-                              "in its own process; its row is appended to results-dir/NAME.jsonl as it ends "
-                              "(a failure is a failed row), and NAME.csv, NAME.md and the plots are rendered from it.")
+
+def _add_grid_options(p: argparse.ArgumentParser) -> None:
+    """What is compared: a base model and its axes, or checkpoints side by side."""
+    p.add_argument("--arch", help="architecture name (see `zoo list`)")
+    p.add_argument("--spec", dest="spec_file", metavar="FILE", help="a spec in YAML or JSON")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a spec field every variant shares, e.g. n_layers=4 (repeatable)",
+    )
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="an axis: a spec field (attention.kind=mha,gqa), a run option (batch_size=1,4) or arch=a,b "
+        "(repeatable; the grid is their product)",
+    )
+    p.add_argument("--attention", metavar="KINDS", help="shorthand for --vary attention.kind=KINDS, e.g. mha,gqa,mqa")
+    p.add_argument(
+        "--weights",
+        metavar="A,B,...",
+        help="checkpoints side by side, one row each (folders, GGUF files, "
+        "hub ids), measured whole: shorthand for --vary weights=A,B; no --arch or --spec",
+    )
+    p.add_argument(
+        "--dequantize", action="store_true", help="load GGUF checkpoints' packed matrices as floats of --dtype"
+    )
+
+
+def _add_sweep_parser(subparsers: argparse._SubParsersAction) -> None:
+    s = subparsers.add_parser(
+        "sweep",
+        help="run a TOML sweep file, one row per point, resumable",
+        description="Run the grid of a TOML sweep file (see bench/sweeps/). Each point runs "
+        "in its own process; its row is appended to results-dir/NAME.jsonl as it ends "
+        "(a failure is a failed row), and NAME.csv, NAME.md and the plots are rendered from it.",
+    )
     s.add_argument("file", help="a sweep file, e.g. bench/sweeps/attention.toml")
     s.add_argument("--resume", action="store_true", help="skip the points the results file already holds")
     s.add_argument("--overwrite", action="store_true", help="start again, discarding the results file's rows")
     s.add_argument("--results-dir", default="results", help="where rows are written (default: results/)")
     s.add_argument("--executor", default="local", help="local (default) or ray")
-    s.add_argument("--address", help="Ray cluster address for --executor ray (auto: the running cluster; default: a local instance)")
-    s.add_argument("--jobs", type=int, default=1, help="local runs at a time (default: 1; parallel runs share the cores)")
-    s.add_argument("--fresh-interpreter", action="store_true",
-                   help="start each local run in a new Python interpreter instead of forking it from a preloaded server")
+    s.add_argument(
+        "--address",
+        help="Ray cluster address for --executor ray (auto: the running cluster; default: a local instance)",
+    )
+    s.add_argument(
+        "--jobs", type=int, default=1, help="local runs at a time (default: 1; parallel runs share the cores)"
+    )
+    s.add_argument(
+        "--fresh-interpreter",
+        action="store_true",
+        help="start each local run in a new Python interpreter instead of forking it from a preloaded server",
+    )
     s.add_argument("--timeout", type=float, help="seconds a run may take before it is killed and recorded as failed")
     s.add_argument("--contexts", metavar="LIST", help=CONTEXTS_HELP + " (replaces the file's contexts)")
     s.add_argument("--measure-up-to", metavar="N", help=MEASURE_UP_TO_HELP)
@@ -77,8 +135,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     add_format_arguments(p)
-    p.add_argument("--csv", dest="format", action="store_const", const="csv",
-                   help="same as --format csv: every column of every row (the table shows a selection)")
+    p.add_argument(
+        "--csv",
+        dest="format",
+        action="store_const",
+        const="csv",
+        help="same as --format csv: every column of every row (the table shows a selection)",
+    )
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -123,19 +186,40 @@ def run_compare(args: argparse.Namespace) -> int:
         from zoo.specs.model import ModelSpec
 
         spec = ModelSpec.from_file(args.spec_file)
-    run = {k: v for k, v in {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
-                             "prompt_len": args.prompt_len, "gen_len": args.gen_len, "repeats": args.repeats,
-                             "threads": args.threads, "predict": args.predict, "impl": args.impl,
-                             "dequantize": args.dequantize or None}.items() if v is not None}
+    run = {
+        k: v
+        for k, v in {
+            "device": args.device,
+            "dtype": args.dtype,
+            "batch_size": args.batch_size,
+            "prompt_len": args.prompt_len,
+            "gen_len": args.gen_len,
+            "repeats": args.repeats,
+            "threads": args.threads,
+            "predict": args.predict,
+            "impl": args.impl,
+            "dequantize": args.dequantize or None,
+        }.items()
+        if v is not None
+    }
     run.update(train_options(args))
     err = Console(stderr=True)
     with progress_bar(err, "compare") as update:
         frame = compare(
-            spec if spec is not None else args.arch, vary, attention=args.attention, set=args.overrides,
-            baseline=args.baseline, measure=not args.analysis_only, depth=_depth(args.depth), jobs=args.jobs,
-            results_dir=args.results_dir if args.save else None, name=args.save or "compare",
+            spec if spec is not None else args.arch,
+            vary,
+            attention=args.attention,
+            set=args.overrides,
+            baseline=args.baseline,
+            measure=not args.analysis_only,
+            depth=_depth(args.depth),
+            jobs=args.jobs,
+            results_dir=args.results_dir if args.save else None,
+            name=args.save or "compare",
             **({} if args.max_points is None else {"max_points": args.max_points}),
-            progress=_row_progress(update), **_context_options(args), **run,
+            progress=_row_progress(update),
+            **_context_options(args),
+            **run,
         )
     title = args.arch or args.spec_file or ("checkpoints" if args.weights else "architectures")
     print_frame(frame, f"zoo compare: {title}", args.format)
@@ -170,19 +254,30 @@ def run_sweep(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     with progress_bar(err, args.file) as update:
         frame = sweep(
-            plan, results_dir=args.results_dir, resume=args.resume, overwrite=args.overwrite,
-            executor=args.executor, jobs=args.jobs, timeout=args.timeout, address=args.address,
-            isolation="interpreter" if args.fresh_interpreter else None, progress=count(update),
+            plan,
+            results_dir=args.results_dir,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            executor=args.executor,
+            jobs=args.jobs,
+            timeout=args.timeout,
+            address=args.address,
+            isolation="interpreter" if args.fresh_interpreter else None,
+            progress=count(update),
             **options,
         )
     print_frame(frame, f"zoo sweep: {args.file}", args.format)
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
     earlier = len(frame) - measured
     if earlier and not measured:
-        sys.stderr.write(f"zoo: nothing measured: every point of {args.file} was already in {log} "
-                         f"({_provenance(frame, log)}); --overwrite measures them again\n")
+        sys.stderr.write(
+            f"zoo: nothing measured: every point of {args.file} was already in {log} "
+            f"({_provenance(frame, log)}); --overwrite measures them again\n"
+        )
     elif earlier:
-        sys.stderr.write(f"zoo: measured {measured} points; {earlier} rows were already in {log} ({_provenance(frame, log)})\n")
+        sys.stderr.write(
+            f"zoo: measured {measured} points; {earlier} rows were already in {log} ({_provenance(frame, log)})\n"
+        )
     sys.stderr.write(f"zoo: {len(frame)} rows ({failed} failed) in {log}\n")
     return _status(frame)
 
@@ -194,8 +289,13 @@ def _provenance(frame, log) -> str:  # type: ignore[no-untyped-def]
     ids = set(frame["point_id"]) if len(frame) else set()
     rows = [r for r in read_log(log) if r.get("point_id") in ids] if log.exists() else []
     finished = sorted(str(r["finished_at"]) for r in rows if r.get("finished_at"))
-    devices = sorted({str((r.get("measurement") or {}).get("environment", {}).get("device_name"))
-                      for r in rows if r.get("measurement")})
+    devices = sorted(
+        {
+            str((r.get("measurement") or {}).get("environment", {}).get("device_name"))
+            for r in rows
+            if r.get("measurement")
+        }
+    )
     parts = []
     if finished:
         parts.append(f"finished {finished[0]}" + (f" to {finished[-1]}" if finished[-1] != finished[0] else ""))
@@ -223,85 +323,6 @@ def _status(frame) -> int:  # type: ignore[no-untyped-def]
         sys.stderr.write(f"zoo: every row failed; the first: {first}\n")
         return 1
     return 0
-
-
-def print_frame(frame, title: str, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    """The comparison in the chosen format: json and csv carry every column, table and md a selection.
-
-    With --contexts (``frame.attrs["contexts"]``): json adds ``contexts`` (one record per variant
-    and context) and ``crossovers``; csv is the per-context table (every column); table and md
-    print the variants' table, then the per-context one and a line per crossover.
-    """
-    contexts = frame.attrs.get("contexts")
-    if fmt == "json":
-        import json
-
-        document = {"rows": json.loads(frame.to_json(orient="records"))}
-        if contexts is not None:
-            document["contexts"] = contexts
-            document["crossovers"] = frame.attrs.get("crossovers", [])
-        print_json(document)
-    elif fmt == "csv":
-        from zoo.harness.contexts import as_frame
-
-        sys.stdout.write((frame if contexts is None else as_frame(contexts)).to_csv(index=False))
-    else:
-        print_table(frame_table(frame, title), fmt)
-        if contexts is not None:
-            from zoo.harness.contexts import as_frame
-            from zoo.harness.report.contexts import crossover_lines
-
-            sys.stdout.write("\n")
-            print_table(context_table(as_frame(contexts), title + ", by context"), fmt)
-            lines = crossover_lines(frame.attrs.get("crossovers", []))
-            sys.stdout.write("".join(f"\n{line}" for line in lines) + ("\n" if lines else ""))
-
-
-TABLE_COLUMNS = ("topology", "weights_layout", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
-                 "kv_bytes_vs_baseline", "measured_n_layers", "encoder_tokens_per_s", "encoder_tokens_per_s_vs_baseline",
-                 "prefill_tokens_per_s", "decode_tokens_per_s",
-                 "decode_tokens_per_s_vs_baseline", "decode_peak_bytes", "peak_bytes",
-                 "weight_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity", *TRAIN_COLUMNS)
-SHOWN_WHEN_VARYING = ("weight_bytes", "topology", "weights_layout")  # same in every row (most comparisons): left out
-KV_COLUMNS = ("kv_bytes_per_token", "cross_kv_bytes_per_token", "kv_bytes")
-
-
-def frame_table(frame, title: str) -> TableData:  # type: ignore[no-untyped-def]
-    """The comparison as a table: variant, figures, ratios; failed rows show their error.
-
-    KV bytes depend on the dtype: its name is in those columns' headers when every row has
-    the same, else a dtype column follows the variant.
-    """
-    columns = [
-        c for c in TABLE_COLUMNS
-        if c in frame.columns and frame[c].notna().any() and (c not in SHOWN_WHEN_VARYING or frame[c].nunique() > 1)
-    ]
-    dtypes = sorted({str(d) for d in frame["dtype"].dropna()}) if "dtype" in frame.columns else []
-    one_dtype = dtypes[0] if len(dtypes) == 1 else None
-    headers = ["variant", *(["dtype"] if len(dtypes) > 1 else [])]
-    for column in columns:
-        header = column.replace("_", " ")
-        headers.append(f"{header} ({one_dtype})" if one_dtype and column in KV_COLUMNS else header)
-    headers.append("status")
-    rows = []
-    for record in frame.to_dict("records"):
-        cells = [_py(record[c]) for c in columns]
-        status = record["status"] if record["status"] == "ok" else f"failed: {record['error']}"
-        rows.append([record["label"], *([record.get("dtype")] if len(dtypes) > 1 else []), *cells, status])
-    return TableData(title, headers, rows, right=set(headers[1 + (len(dtypes) > 1):-1]))
-
-
-def context_table(contexts, title: str) -> TableData:  # type: ignore[no-untyped-def]
-    """The per-context frame as a table (columns: ``zoo.harness.report.contexts.table_rows``)."""
-    from zoo.harness.report.contexts import NUMERIC_HEADERS, table_rows
-
-    headers, rows = table_rows(contexts)
-    return TableData(title, headers, rows, right={h for h in headers if h in NUMERIC_HEADERS})
-
-
-def _py(value):  # type: ignore[no-untyped-def]
-    """numpy scalars as Python numbers (so integers print as integers)."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def _row_progress(update):  # type: ignore[no-untyped-def]

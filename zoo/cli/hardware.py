@@ -11,7 +11,8 @@ from zoo.cli.output import TableData, add_format_arguments, print_json, print_ta
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "hardware", help="the measured roofline of this machine (bandwidth, matmul FLOP/s per dtype)",
+        "hardware",
+        help="the measured roofline of this machine (bandwidth, matmul FLOP/s per dtype)",
         description="Show the peaks every bench row on this machine is a fraction of: the CPU's copy and "
         "one-row product bandwidth and matmul FLOP/s per dtype, measured once per machine and thread count "
         "(a few seconds) and cached in zoo's cache folder; with a CUDA board of zoo's table, its spec sheet too.",
@@ -34,12 +35,17 @@ def run_hardware(args: argparse.Namespace) -> int:
             raise BenchError(f"--threads: {args.threads} (allowed: 1 or more)")
         torch.set_num_threads(args.threads)
     host = host_peaks(refresh=args.refresh)
-    document: dict[str, Any] = {"host": {**host.to_json(), "bandwidth": host.bandwidth, "description": cpu_description()}}
+    document: dict[str, Any] = {
+        "host": {**host.to_json(), "bandwidth": host.bandwidth, "description": cpu_description()}
+    }
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
         board = device_peaks("cuda", name)
-        document["cuda"] = {"device_name": name, "source": board.source if board else None,
-                            "bandwidth": board.bandwidth if board else None}
+        document["cuda"] = {
+            "device_name": name,
+            "source": board.source if board else None,
+            "bandwidth": board.bandwidth if board else None,
+        }
     if args.format == "json":
         print_json(document)
         return 0
@@ -50,11 +56,15 @@ def run_hardware(args: argparse.Namespace) -> int:
 def _host_table(host: Any, description: str) -> TableData:
     rows: list[list[Any]] = [
         ["copy bandwidth", host.copy_bytes_per_s / 1e9, "GB/s", "read + written by a large copy_"],
-        *[[f"one-row product {dtype}", rate / 1e9, "GB/s", "weight bytes streamed"]
-          for dtype, rate in host.gemv_bytes_per_s.items()],
+        *[
+            [f"one-row product {dtype}", rate / 1e9, "GB/s", "weight bytes streamed"]
+            for dtype, rate in host.gemv_bytes_per_s.items()
+        ],
         ["roofline bandwidth", host.bandwidth / 1e9, "GB/s", "the fastest of the above"],
         *[[f"matmul {dtype}", rate / 1e9, "GFLOP/s", "square GEMM"] for dtype, rate in host.matmul_flops.items()],
     ]
-    title = (f"{description}; torch {host.machine['torch']}, {host.machine['threads']} threads; "
-             f"fingerprint {host.fingerprint}; probe {host.probe_bytes >> 20} MiB, {host.probe_seconds:.1f} s")
+    title = (
+        f"{description}; torch {host.machine['torch']}, {host.machine['threads']} threads; "
+        f"fingerprint {host.fingerprint}; probe {host.probe_bytes >> 20} MiB, {host.probe_seconds:.1f} s"
+    )
     return TableData(title, ["peak", "value", "unit", "measured as"], rows)

@@ -13,7 +13,8 @@ from zoo.cli.output import TableData, add_format_arguments, print_json, print_ta
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "list", help="architectures, and component kinds by family",
+        "list",
+        help="architectures, and component kinds by family",
         description="Architectures with parameters and KV bytes per token, and the component kinds of each "
         "family. The figures are cached (see ZOO_CACHE_DIR) until zoo or a plugin changes, so a "
         "repeated `zoo list` does not import torch. --format csv prints the architectures only.",
@@ -23,19 +24,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_list)
 
     p = subparsers.add_parser(
-        "show", help="a spec as YAML or JSON, with parameters and KV bytes",
+        "show",
+        help="a spec as YAML or JSON, with parameters and KV bytes",
         description="A spec with its analysis. In YAML the analysis is a block of comments, so the output "
-        "loads back with `zoo show --spec FILE`; in JSON it is {\"spec\": ..., \"analysis\": ...}, which "
+        'loads back with `zoo show --spec FILE`; in JSON it is {"spec": ..., "analysis": ...}, which '
         "--spec also reads (the analysis is ignored).",
     )
     add_spec_arguments(p, positional_arch=True)
-    p.add_argument("--weights", metavar="PATH", help="a checkpoint: a folder with config.json, a GGUF file or a hub "
-                   "repo id; its spec and how its weights are stored, read from metadata (no weight is loaded)")
+    p.add_argument(
+        "--weights",
+        metavar="PATH",
+        help="a checkpoint: a folder with config.json, a GGUF file or a hub "
+        "repo id; its spec and how its weights are stored, read from metadata (no weight is loaded)",
+    )
     add_format_arguments(p, formats=("yaml", "json"), default="yaml")
     p.set_defaults(func=run_show)
 
     p = subparsers.add_parser(
-        "schema", help="JSON Schema of ModelSpec (for editors)",
+        "schema",
+        help="JSON Schema of ModelSpec (for editors)",
         description="Print the JSON Schema of ModelSpec on stdout: point an editor's YAML/JSON language server at "
         "it for completion and checking of spec files (`zoo schema > zoo-spec.schema.json`).",
     )
@@ -50,12 +57,25 @@ def run_list(args: argparse.Namespace) -> int:
         print_json(document)
         return 0
     architectures = TableData(
-        "architectures", ["name", "params", "active", "KV bytes/token (bf16)", "topology", "from"],
-        [[r["name"], r["params"], r["active"], _or_none(r["kv_bytes_per_token_bf16"]), r.get("topology"), r["plugin"]]
-         for r in document["architectures"]],
+        "architectures",
+        ["name", "params", "active", "KV bytes/token (bf16)", "topology", "from"],
+        [
+            [
+                r["name"],
+                r["params"],
+                r["active"],
+                _or_none(r["kv_bytes_per_token_bf16"]),
+                r.get("topology"),
+                r["plugin"],
+            ]
+            for r in document["architectures"]
+        ],
     )
-    components = TableData("components", ["family", "kinds"],
-                           [[family, ", ".join(kinds)] for family, kinds in document["components"].items()])
+    components = TableData(
+        "components",
+        ["family", "kinds"],
+        [[family, ", ".join(kinds)] for family, kinds in document["components"].items()],
+    )
     print_table(architectures, args.format)
     if args.format != "csv":
         print()
@@ -99,8 +119,13 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     if published is not None:
         summary["params"]["published"] = published
     if kind == "encoder":
-        return {**summary, "cache": NO_CACHE, "kv_bytes_per_token": None, "state_bytes_per_sequence": None,
-                "kv_cache_bytes_at_max_seq_len_bf16": None}
+        return {
+            **summary,
+            "cache": NO_CACHE,
+            "kv_bytes_per_token": None,
+            "state_bytes_per_sequence": None,
+            "kv_cache_bytes_at_max_seq_len_bf16": None,
+        }
     per = {dtype: cache_bytes(spec, 1, 1, 1, dtype=dtype) for dtype in DTYPES}
     summary["kv_bytes_per_token"] = {dtype: per[dtype].token for dtype in DTYPES}
     if kind == "encoder-decoder":
@@ -110,8 +135,9 @@ def analysis_summary(spec) -> dict:  # type: ignore[no-untyped-def]
     memory = spec.max_seq_len if kind == "encoder-decoder" else 0
     summary["kv_cache_bytes_at_max_seq_len_bf16"] = cache_bytes(spec, 1, spec.max_seq_len, memory, "bfloat16").total
     if kind == "encoder-decoder":  # the figure above is not max_seq_len x the per-token bytes: say what it holds
-        summary["kv_cache_at_max_seq_len_holds"] = (f"self K/V of {spec.max_seq_len} decoder tokens + "
-                                                    f"cross K/V of {spec.max_seq_len} encoder tokens")
+        summary["kv_cache_at_max_seq_len_holds"] = (
+            f"self K/V of {spec.max_seq_len} decoder tokens + cross K/V of {spec.max_seq_len} encoder tokens"
+        )
     return summary
 
 
@@ -124,12 +150,20 @@ def checkpoint_summary(path: Path) -> dict[str, Any]:
 
         g = GGUFCheckpoint(path)
         types = Counter(g.type_name(name) for name in g.tensors)
-        return {"file": str(path), "format": "gguf", "bytes": path.stat().st_size,
-                "tensor_types": dict(types.most_common()),
-                "linear_layers_load_as": {t: layout(t) or "float (the run's dtype)" for t in types}}
+        return {
+            "file": str(path),
+            "format": "gguf",
+            "bytes": path.stat().st_size,
+            "tensor_types": dict(types.most_common()),
+            "linear_layers_load_as": {t: layout(t) or "float (the run's dtype)" for t in types},
+        }
     files = sorted(path.glob("*.safetensors"))
-    return {"file": str(path), "format": "safetensors", "bytes": sum(f.stat().st_size for f in files),
-            "files": [f.name for f in files]}
+    return {
+        "file": str(path),
+        "format": "safetensors",
+        "bytes": sum(f.stat().st_size for f in files),
+        "files": [f.name for f in files],
+    }
 
 
 def _spec_and_checkpoint(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:

@@ -73,14 +73,21 @@ def cell_text(value: Any, raw: bool = False) -> str:
     return str(value)
 
 
-def add_format_arguments(parser: argparse.ArgumentParser, formats: Sequence[str] = TABLE_FORMATS,
-                         default: str = "table") -> None:
+def add_format_arguments(
+    parser: argparse.ArgumentParser, formats: Sequence[str] = TABLE_FORMATS, default: str = "table"
+) -> None:
     """``--format F`` and its alias ``--json`` (= ``--format json``)."""
     note = "; a table is never cut, and on a pipe it is plain columns" if "table" in formats else ""
-    parser.add_argument("--format", choices=tuple(formats), default=default,
-                        help=f"{', '.join(formats)} (default: {default}){note}")
-    parser.add_argument("--json", dest="format", action="store_const", const="json",
-                        help="same as --format json: one JSON document on stdout")
+    parser.add_argument(
+        "--format", choices=tuple(formats), default=default, help=f"{', '.join(formats)} (default: {default}){note}"
+    )
+    parser.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="same as --format json: one JSON document on stdout",
+    )
 
 
 def print_json(document: Any, out: TextIO | None = None) -> None:
@@ -115,8 +122,10 @@ def render_markdown(table: TableData) -> str:
         return text.replace("|", "\\|").replace("\n", "<br>")
 
     right = table.right_columns()
-    lines = ["| " + " | ".join(cell(c) for c in table.columns) + " |",
-             "|" + "|".join("---:" if c in right else "---" for c in table.columns) + "|"]
+    lines = [
+        "| " + " | ".join(cell(c) for c in table.columns) + " |",
+        "|" + "|".join("---:" if c in right else "---" for c in table.columns) + "|",
+    ]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.text_rows()]
     return "\n".join(lines) + "\n"
 
@@ -168,8 +177,10 @@ def _print_terminal(table: TableData, out: TextIO) -> None:
 
     width = shutil.get_terminal_size((80, 24)).columns
     rows, right = table.text_rows(), table.right_columns()
-    needed = [max([len(c), *(len(line) for r in rows for line in r[i].splitlines() or [""])])
-              for i, c in enumerate(table.columns)]
+    needed = [
+        max([len(c), *(len(line) for r in rows for line in r[i].splitlines() or [""])])
+        for i, c in enumerate(table.columns)
+    ]
     if sum(needed) + 3 * len(needed) + 1 > width:  # cells + borders and padding: would not fit
         out.write(render_records(table))
         return

@@ -24,7 +24,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--format csv, which prints the plugins only, as a warning line on stderr.",
     )
     p.add_argument(
-        "--check", nargs="?", const="", default=None, metavar="NAME",
+        "--check",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="NAME",
         help="run zoo's part contract on every kind plugin NAME registers (default: every installed plugin): "
         "builds, parameter counts, declared state bytes, cached decode, causality, save/load; "
         "one line per failure, exit 2 if any",
@@ -81,12 +85,22 @@ def run_plugins(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json({"plugins": rows, "failures": failures, "ZOO_PLUGINS": chosen})
         return 0
-    print_table(TableData("plugins", ["plugin", "version", "from", "components", "architectures"],
-                          [_table_row(row) for row in rows]), args.format)
+    print_table(
+        TableData(
+            "plugins", ["plugin", "version", "from", "components", "architectures"], [_table_row(row) for row in rows]
+        ),
+        args.format,
+    )
     if failures and args.format != "csv":
         print()
-        print_table(TableData("skipped plugins", ["skipped plugin", "distribution", "error"],
-                              [[f["name"], f["distribution"] or "", f["error"]] for f in failures]), args.format)
+        print_table(
+            TableData(
+                "skipped plugins",
+                ["skipped plugin", "distribution", "error"],
+                [[f["name"], f["distribution"] or "", f["error"]] for f in failures],
+            ),
+            args.format,
+        )
     if chosen is not None:
         sys.stderr.write(f"zoo: ZOO_PLUGINS={chosen!r}: only these installed plugins were loaded\n")
     return 0
@@ -96,7 +110,8 @@ def _table_row(row: dict[str, Any]) -> list[str]:
     source = row["distribution"] or row["source"]
     shadowed = {(o.get("family"), o.get("kind")): o["by"] for o in row["overridden"] if "kind" in o}
     components = "\n".join(
-        f"{family}: " + ", ".join(
+        f"{family}: "
+        + ", ".join(
             kind + (f" (overridden by {shadowed[(family, kind)]})" if (family, kind) in shadowed else "")
             for kind in kinds
         )

@@ -20,9 +20,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("task", choices=["mqar"], help="the probe (Zoology's MQAR)")
     add_spec_arguments(p)
     p.add_argument("--vary", metavar="KEY=V1,V2", help="one variant per value, e.g. attention.kind=gqa,linear")
-    p.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
-                   help="a named variant with its own overrides (repeatable), e.g. gdn:attention.kind=gated_deltanet,"
-                        "attention.n_k_heads=2,attention.n_v_heads=2")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:KEY=VALUE,...",
+        help="a named variant with its own overrides (repeatable), e.g. gdn:attention.kind=gated_deltanet,"
+        "attention.n_k_heads=2,attention.n_v_heads=2",
+    )
     p.add_argument("--pairs", default="8", help="key-value pair counts, comma separated (default 8)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--vocab", type=int, default=8192, help="MQAR vocabulary (Zoology: 8192); sets vocab_size")
@@ -30,9 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay on matrices (Zoology: 0.1)")
-    p.add_argument("--random-non-queries", action="store_true",
-                   help="fill the slots between queries with random tokens (Zoology's generator default); off by "
-                        "default as in the paper's Figure 2 configs: with a small vocab random filler repeats keys")
+    p.add_argument(
+        "--random-non-queries",
+        action="store_true",
+        help="fill the slots between queries with random tokens (Zoology's generator default); off by "
+        "default as in the paper's Figure 2 configs: with a small vocab random filler repeats keys",
+    )
     p.add_argument("--train-examples", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
@@ -63,23 +71,40 @@ def run(args: argparse.Namespace) -> int:
 
     base = load_spec(args).override({"vocab_size": args.vocab, "max_seq_len": max(args.seq_len, 2)})
     # Zoology's optimizer: AdamW with torch's betas (0.9, 0.999), not zoo's LM default (0.9, 0.95).
-    config = TrainConfig(batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.999),
-                         seed=args.seed)
-    tasks = [(label, base.override(sets) if sets else base,
-              MQARSetting(vocab_size=args.vocab, seq_len=args.seq_len, num_kv_pairs=int(pairs),
-                          random_non_queries=args.random_non_queries))
-             for pairs in args.pairs.split(",") for label, sets in variants(args)]
+    config = TrainConfig(
+        batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.999), seed=args.seed
+    )
+    tasks = [
+        (
+            label,
+            base.override(sets) if sets else base,
+            MQARSetting(
+                vocab_size=args.vocab,
+                seq_len=args.seq_len,
+                num_kv_pairs=int(pairs),
+                random_non_queries=args.random_non_queries,
+            ),
+        )
+        for pairs in args.pairs.split(",")
+        for label, sets in variants(args)
+    ]
     rows = []
-    with ProcessPoolExecutor(max(1, args.jobs), mp_context=get_context("spawn"), initializer=_threads,
-                             initargs=(args.threads,)) as pool:
-        futures = [pool.submit(_probe, label, spec, setting, config, args.steps, args.train_examples)
-                   for label, spec, setting in tasks]
+    with ProcessPoolExecutor(
+        max(1, args.jobs), mp_context=get_context("spawn"), initializer=_threads, initargs=(args.threads,)
+    ) as pool:
+        futures = [
+            pool.submit(_probe, label, spec, setting, config, args.steps, args.train_examples)
+            for label, spec, setting in tasks
+        ]
         for future in futures:  # in task order, so the table's rows are too
             result = future.result()
             rows.append(result)
-            print(f"{result['variant']:>16} pairs={result['num_kv_pairs']:<3} "
-                  f"state={result['state_bytes_per_sequence']:>9,} B  acc={result['accuracy']:.3f}  "
-                  f"loss={result['final_loss']:.3f}  {result['seconds']:.0f}s", flush=True)
+            print(
+                f"{result['variant']:>16} pairs={result['num_kv_pairs']:<3} "
+                f"state={result['state_bytes_per_sequence']:>9,} B  acc={result['accuracy']:.3f}  "
+                f"loss={result['final_loss']:.3f}  {result['seconds']:.0f}s",
+                flush=True,
+            )
             if args.out:
                 write(rows, Path(args.out), args.name)
     return 0
@@ -92,8 +117,9 @@ def _threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def _probe(label: str, spec: ModelSpec, setting: MQARSetting, config: TrainConfig, steps: int,
-           n_train: int) -> dict[str, object]:
+def _probe(
+    label: str, spec: ModelSpec, setting: MQARSetting, config: TrainConfig, steps: int, n_train: int
+) -> dict[str, object]:
     """One variant in a worker process (spawned: a fresh torch, its own threads)."""
     from zoo.training.probe import probe_variant
 
@@ -106,10 +132,15 @@ def write(rows: list[dict[str, object]], out: Path, name: str) -> None:
     from zoo.training.plots import plot_recall
 
     out.mkdir(parents=True, exist_ok=True)
-    head = "| variant | mixer | params | state/KV bytes per seq | pairs | seq | steps | loss | recall |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
-    lines = [f"| {r['variant']} | {r['attention']} | {r['params']:,} | {r['state_bytes_per_sequence']:,} | "
-             f"{r['num_kv_pairs']} | {r['seq_len']} | {r['steps']} | {r['final_loss']:.3f} | {r['accuracy']:.3f} |"
-             for r in rows]
+    head = (
+        "| variant | mixer | params | state/KV bytes per seq | pairs | seq | steps | loss | recall |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = [
+        f"| {r['variant']} | {r['attention']} | {r['params']:,} | {r['state_bytes_per_sequence']:,} | "
+        f"{r['num_kv_pairs']} | {r['seq_len']} | {r['steps']} | {r['final_loss']:.3f} | {r['accuracy']:.3f} |"
+        for r in rows
+    ]
     write_text(out / f"mqar-{name}.md", head + "\n".join(lines) + "\n")
     write_text(out / f"mqar-{name}.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     plot_recall(rows, out / f"mqar-{name}.png")

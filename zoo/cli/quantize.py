@@ -9,15 +9,23 @@ from pathlib import Path
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("quantize", help="quantize a checkpoint to 4-bit (AWQ or RTN) and measure it")
-    p.add_argument("--method", choices=("awq", "rtn"), default="awq",
-                   help="awq: activation-aware scales (Lin et al. 2023); rtn: round to nearest")
+    p.add_argument(
+        "--method",
+        choices=("awq", "rtn"),
+        default="awq",
+        help="awq: activation-aware scales (Lin et al. 2023); rtn: round to nearest",
+    )
     p.add_argument("--calib", required=True, type=Path, metavar="FILE", help="calibration text (UTF-8)")
     p.add_argument("--weights", required=True, metavar="REPO_OR_DIR", help="the float checkpoint")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="folder for the AWQ-format checkpoint")
     p.add_argument("--bits", type=int, choices=(4,), default=4, help="weight bits (4)")
     p.add_argument("--group-size", type=int, default=128, help="inputs per scale and zero (32, 64, 128, 256)")
-    p.add_argument("--eval-text", type=Path, metavar="FILE",
-                   help="held-out text for perplexity and KL (default: the last quarter of --calib, not calibrated on)")
+    p.add_argument(
+        "--eval-text",
+        type=Path,
+        metavar="FILE",
+        help="held-out text for perplexity and KL (default: the last quarter of --calib, not calibrated on)",
+    )
     p.set_defaults(func=run_quantize)
 
 

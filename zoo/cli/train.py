@@ -11,14 +11,29 @@ from zoo.errors import TrainingError
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="train a variant (from scratch, or fine-tune --weights) on a text")
     add_spec_arguments(p)
-    p.add_argument("--weights", metavar="CHECKPOINT", help="fine-tune this checkpoint (a Hugging Face folder or "
-                   "repo id, or a GGUF file) instead of training --arch/--spec from scratch")
-    p.add_argument("--lora", metavar="r=16,targets=q,v", help="train LoRA adapters only (keys: r, alpha, dropout, "
-                   "targets among q,k,v,o,gate,up,down); writes adapters.safetensors and adapter_config.json")
-    p.add_argument("--qat", choices=["int8", "int4"], help="quantization-aware training: fake-quantized weights "
-                   "(zoo.quant's maths, straight-through gradient)")
-    p.add_argument("--ptq", choices=["int8", "int4"], help="also report the held-out loss with the trained weights "
-                   "quantized after training: run once with --qat X and once with --ptq X to compare on one budget")
+    p.add_argument(
+        "--weights",
+        metavar="CHECKPOINT",
+        help="fine-tune this checkpoint (a Hugging Face folder or "
+        "repo id, or a GGUF file) instead of training --arch/--spec from scratch",
+    )
+    p.add_argument(
+        "--lora",
+        metavar="r=16,targets=q,v",
+        help="train LoRA adapters only (keys: r, alpha, dropout, "
+        "targets among q,k,v,o,gate,up,down); writes adapters.safetensors and adapter_config.json",
+    )
+    p.add_argument(
+        "--qat",
+        choices=["int8", "int4"],
+        help="quantization-aware training: fake-quantized weights (zoo.quant's maths, straight-through gradient)",
+    )
+    p.add_argument(
+        "--ptq",
+        choices=["int8", "int4"],
+        help="also report the held-out loss with the trained weights "
+        "quantized after training: run once with --qat X and once with --ptq X to compare on one budget",
+    )
     p.add_argument("--qat-group-size", type=int, help="int4 group size of --qat/--ptq (default: zoo.quant's, 32)")
     p.add_argument("--text", required=True, metavar="FILE", help="training text; its last 10%% is held out")
     p.add_argument("--tokens", type=int, required=True, help="training tokens (the step count is tokens / batch)")
@@ -64,18 +79,42 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     spec, tune = _spec_and_tune(args)
-    config = TrainConfig(batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, optimizer=args.optimizer,
-                         precision=args.precision, checkpointing=args.checkpointing, compile=args.compile)
-    result = train_variant(spec, args.text, args.tokens, args.seed, config=config, tokenizer=args.tokenizer,
-                           out=args.out, resume=args.resume, checkpoint_every=args.checkpoint_every, tune=tune)
-    print(f"tokenizer: {result.tokenizer}  steps: {result.steps}  tokens: {result.tokens:,}  "
-          f"trainable parameters: {result.trainable_params:,}")
-    print(f"held-out loss: {result.held_out_loss:.4f}  perplexity: {result.perplexity:.2f}  "
-          f"train tokens/s: {result.tokens_per_s:,.0f}" + (f"  (weights fake-quantized to {tune.qat})" if tune.qat else ""))
+    config = TrainConfig(
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        precision=args.precision,
+        checkpointing=args.checkpointing,
+        compile=args.compile,
+    )
+    result = train_variant(
+        spec,
+        args.text,
+        args.tokens,
+        args.seed,
+        config=config,
+        tokenizer=args.tokenizer,
+        out=args.out,
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        tune=tune,
+    )
+    print(
+        f"tokenizer: {result.tokenizer}  steps: {result.steps}  tokens: {result.tokens:,}  "
+        f"trainable parameters: {result.trainable_params:,}"
+    )
+    print(
+        f"held-out loss: {result.held_out_loss:.4f}  perplexity: {result.perplexity:.2f}  "
+        f"train tokens/s: {result.tokens_per_s:,.0f}"
+        + (f"  (weights fake-quantized to {tune.qat})" if tune.qat else "")
+    )
     if result.held_out_loss_ptq is not None:
         print(f"held-out loss with {tune.ptq} weights (post-training quantization): {result.held_out_loss_ptq:.4f}")
-    print(f"step memory: measured {result.step_memory_measured / 2**20:.2f} MiB (CPU: weights, grads, optimizer "
-          f"state + saved activations), analysed {result.step_memory_analysed / 2**20:.2f} MiB")
+    print(
+        f"step memory: measured {result.step_memory_measured / 2**20:.2f} MiB (CPU: weights, grads, optimizer "
+        f"state + saved activations), analysed {result.step_memory_analysed / 2**20:.2f} MiB"
+    )
     if args.out:
         extra = ", adapters.safetensors, adapter_config.json" if tune.lora else ""
         print(f"wrote {args.out}/loss.jsonl, loss.png, result.json, checkpoint.safetensors{extra}")

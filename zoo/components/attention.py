@@ -239,7 +239,9 @@ class Attention(TokenMixer):
             v_cache.index_copy_(2, time % length, v.to(v_cache.dtype))
             newest = time[-1]
             key_time = newest - (newest - slots) % length  # (W,) time held by each slot
-            return self._attend(q, k_cache, v_cache, positions, time, key_time, _gather_valid(cache.key_valid, key_time))
+            return self._attend(
+                q, k_cache, v_cache, positions, time, key_time, _gather_valid(cache.key_valid, key_time)
+            )
         # a chunk: attend over the ring as it was plus the new keys, then keep the last W
         before = time[0] - 1
         old_time = before - (before - slots) % length  # (W,)
@@ -269,7 +271,9 @@ class Attention(TokenMixer):
         plain causal attention needs no mask: none for one query, ``is_causal`` for S == T.
         """
         k, v = k.to(q.dtype), v.to(q.dtype)
-        bias = positions.positional.score_bias(query_time[None], key_time.expand(1, -1) if key_time.dim() == 1 else key_time, self.n_heads)
+        bias = positions.positional.score_bias(
+            query_time[None], key_time.expand(1, -1) if key_time.dim() == 1 else key_time, self.n_heads
+        )
         T, S = q.shape[2], k.shape[2]
         plain = self.sinks is None and bias is None and key_valid is None and self.window is None
         if plain and not self.causal:
@@ -307,8 +311,10 @@ class Attention(TokenMixer):
         return torch.matmul(probs.to(v.dtype), v)  # (B, H, T, D)
 
     def extra_repr(self) -> str:
-        return (f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}, "
-                f"causal={self.causal}")
+        return (
+            f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}, "
+            f"causal={self.causal}"
+        )
 
 
 def bidirectional_keys_seen(length: int, half: int) -> int:

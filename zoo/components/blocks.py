@@ -23,7 +23,9 @@ from zoo.specs.state import NO_STATE, BlockState, Memory
 
 
 class PreNormOptions(Options):
-    attn_norm: bool = Field(True, description="norm before attention; ModernBERT's layer 0 has none (its input is the normed embedding)")
+    attn_norm: bool = Field(
+        True, description="norm before attention; ModernBERT's layer 0 has none (its input is the normed embedding)"
+    )
 
 
 class PostNormOptions(Options):
@@ -78,7 +80,11 @@ class PostNormBlock(Block):
     takes_cross_attention: ClassVar[bool] = True
 
     def __init__(
-        self, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None, cross_attention: CrossMixer | None = None
+        self,
+        ctx: BuildContext,
+        attention: TokenMixer,
+        ffn: FeedForward | None,
+        cross_attention: CrossMixer | None = None,
     ) -> None:
         super().__init__()
         self.attention = attention
@@ -144,7 +150,10 @@ class SandwichBlock(Block):
 
 
 def build_pre_norm(
-    options: PreNormOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
+    options: PreNormOptions,
+    ctx: BuildContext,
+    attention: TokenMixer,
+    ffn: FeedForward | None,
     cross_attention: CrossMixer | None = None,
 ) -> PreNormBlock:
     """Pre-norm residual block."""
@@ -152,19 +161,26 @@ def build_pre_norm(
 
 
 def build_post_norm(
-    options: PostNormOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None,
+    options: PostNormOptions,
+    ctx: BuildContext,
+    attention: TokenMixer,
+    ffn: FeedForward | None,
     cross_attention: CrossMixer | None = None,
 ) -> PostNormBlock:
     """Post-norm residual block."""
     return PostNormBlock(ctx, attention, ffn, cross_attention)
 
 
-def build_parallel(options: ParallelOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> ParallelBlock:
+def build_parallel(
+    options: ParallelOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None
+) -> ParallelBlock:
     """Parallel attention and FFN branches."""
     return ParallelBlock(ctx, attention, ffn, options.shared_norm)
 
 
-def build_sandwich(options: SandwichOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> SandwichBlock:
+def build_sandwich(
+    options: SandwichOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None
+) -> SandwichBlock:
     """Sandwich norms around both branches (Gemma 3)."""
     return SandwichBlock(ctx, attention, ffn)
 

@@ -76,13 +76,18 @@ def load() -> types.ModuleType | None:
         from torch.utils import cpp_extension
 
         _module = cpp_extension.load_inline(
-            name="zoo_cpu_scan", cpp_sources=[SOURCE], functions=["scan"],
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"], extra_ldflags=["-fopenmp"],
+            name="zoo_cpu_scan",
+            cpp_sources=[SOURCE],
+            functions=["scan"],
+            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
             verbose=False,
         )
     except Exception as exc:
         _failed = f"{type(exc).__name__}: {exc}"
-        log.warning("zoo: the C++ selective scan could not be built (%s); using the PyTorch scan", _failed.splitlines()[0])
+        log.warning(
+            "zoo: the C++ selective scan could not be built (%s); using the PyTorch scan", _failed.splitlines()[0]
+        )
     return _module
 
 

@@ -73,10 +73,17 @@ class CrossAttention(CrossMixer):
         elif state is not None:
             k, v, valid = state.tensors["k"], state.tensors["v"], state.memory_valid  # (B, Hkv, M, D)
         else:
-            raise GenerationError("memory: cross-attention needs the encoder output (model.encode(...)) or a cache holding it")
+            raise GenerationError(
+                "memory: cross-attention needs the encoder output (model.encode(...)) or a cache holding it"
+            )
         mask = None if valid is None else valid[:, None, None, :]  # (B, 1, 1, S)
         out = F.scaled_dot_product_attention(
-            q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
+            q,
+            k.to(q.dtype),
+            v.to(q.dtype),
+            attn_mask=mask,
+            scale=self.scale,
+            enable_gqa=self.n_kv_heads != self.n_heads,
         )  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self.o_proj(out if gate is None else out * torch.sigmoid(gate))

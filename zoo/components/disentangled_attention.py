@@ -89,9 +89,7 @@ class DisentangledAttention(TokenMixer):
         """(B, T, H*D) -> (B, H, T, D)."""
         return y.view(*y.shape[:-1], self.n_heads, self.head_dim).transpose(-3, -2)
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         if state is not None:
             raise GenerationError("attention.kind: disentangled is an encoder's attention; it keeps no cache")
         table_module = positions.positional
@@ -136,13 +134,20 @@ def build_disentangled_attention(options: DisentangledAttentionOptions, ctx: Bui
     """DeBERTa's disentangled attention; the layer's positional must be ``disentangled``."""
     positional = ctx.layer.positional
     if positional.kind != "disentangled":
-        raise SpecError(f"positional.kind: {positional.kind!r}; attention.kind disentangled reads the relative "
-                        "table of positional.kind disentangled")
+        raise SpecError(
+            f"positional.kind: {positional.kind!r}; attention.kind disentangled reads the relative "
+            "table of positional.kind disentangled"
+        )
     span = positional.options.position_buckets or positional.options.max_relative_positions or ctx.max_seq_len
     return DisentangledAttention(options, ctx, 2 * span)
 
 
 @hookimpl
 def zoo_register_components(register: Callable[..., None]) -> None:
-    register("attention", "disentangled", build_disentangled_attention, options=DisentangledAttentionOptions,
-             module=DisentangledAttention)
+    register(
+        "attention",
+        "disentangled",
+        build_disentangled_attention,
+        options=DisentangledAttentionOptions,
+        module=DisentangledAttention,
+    )

@@ -106,4 +106,6 @@ def build_disentangled(options: DisentangledOptions, ctx: BuildContext) -> Disen
 
 @hookimpl
 def zoo_register_components(register: Callable[..., None]) -> None:
-    register("positional", "disentangled", build_disentangled, options=DisentangledOptions, module=DisentangledPositions)
+    register(
+        "positional", "disentangled", build_disentangled, options=DisentangledOptions, module=DisentangledPositions
+    )

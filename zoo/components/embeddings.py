@@ -19,8 +19,9 @@ class TokenEmbeddingOptions(Options):
     type_vocab_size: NonNegativeInt = Field(0, description="token-type (segment) table size; 0: none (BERT: 2)")
     norm: bool = Field(False, description="a norm of the model's norm kind after the sum (BERT's LayerNorm)")
     dim: PositiveInt | None = Field(
-        None, description="table width (ELECTRA's embedding_size); default d_model. Narrower: a Linear "
-        "projects the (normed) sum to d_model (ELECTRA's embeddings_project)"
+        None,
+        description="table width (ELECTRA's embedding_size); default d_model. Narrower: a Linear "
+        "projects the (normed) sum to d_model (ELECTRA's embeddings_project)",
     )
 
 
@@ -52,7 +53,6 @@ class TokenEmbedding(nn.Embedding, Embedding):
             x = x + self.token_type(types)  # (B, T, dim)
         x = x if self.norm is None else self.norm(x)
         return x if self.project is None else self.project(x)  # (B, T, d)
-
 
     def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Rows of the token table (B, T, d): the float table, or the int8 rows that replace it

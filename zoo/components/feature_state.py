@@ -39,7 +39,13 @@ class FeatureStateOptions(Options):
     def _fill_head_dim(cls, data: Any, info: ValidationInfo) -> Any:
         d_model = (info.context or {}).get("d_model")
         n_heads = data.get("n_heads") if isinstance(data, dict) else None
-        if isinstance(data, dict) and data.get("head_dim") is None and isinstance(n_heads, int) and n_heads > 0 and isinstance(d_model, int):
+        if (
+            isinstance(data, dict)
+            and data.get("head_dim") is None
+            and isinstance(n_heads, int)
+            and n_heads > 0
+            and isinstance(d_model, int)
+        ):
             if d_model % n_heads:
                 raise ValueError(f"head_dim: not given and d_model={d_model} is not divisible by n_heads={n_heads}")
             data = {**data, "head_dim": d_model // n_heads}

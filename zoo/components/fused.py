@@ -62,8 +62,13 @@ def fuse_group(module: nn.Module, fused: str, parts: Sequence[str]) -> bool:
         return False
     first = linears[0]
     widths = tuple(int(p.out_features) for p in linears)
-    joint = Linear(first.in_features, sum(widths), bias=first.bias is not None,
-                   device=first.weight.device, dtype=first.weight.dtype)
+    joint = Linear(
+        first.in_features,
+        sum(widths),
+        bias=first.bias is not None,
+        device=first.weight.device,
+        dtype=first.weight.dtype,
+    )
     with torch.no_grad():
         joint.weight.copy_(torch.cat([p.weight for p in linears], dim=0))  # (sum out, in)
         if joint.bias is not None:

@@ -32,7 +32,13 @@ from zoo.specs.options import Options
 
 
 class GatedDeltaNetOptions(Options):
-    tiny: ClassVar[Mapping[str, Any]] = {"n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 16, "head_v_dim": 16, "chunk_size": 4}
+    tiny: ClassVar[Mapping[str, Any]] = {
+        "n_k_heads": 2,
+        "n_v_heads": 4,
+        "head_k_dim": 16,
+        "head_v_dim": 16,
+        "chunk_size": 4,
+    }
 
     n_k_heads: PositiveInt = Field(description="query/key heads (linear_num_key_heads)")
     n_v_heads: PositiveInt = Field(description="value heads, each with its own state (linear_num_value_heads)")
@@ -221,12 +227,15 @@ class GatedDeltaNetMixer(GatedDeltaNet, SequenceStateMixer):
 def build_gated_deltanet(options: GatedDeltaNetOptions, ctx: BuildContext) -> nn.Module:
     """Gated DeltaNet (Qwen3-Next's linear-attention layers)."""
     o = options
-    mixer = GatedDeltaNetMixer(ctx.d_model, o.n_k_heads, o.n_v_heads, o.head_k_dim, o.head_v_dim, o.conv_kernel, o.eps,
-                               o.chunk_size)
+    mixer = GatedDeltaNetMixer(
+        ctx.d_model, o.n_k_heads, o.n_v_heads, o.head_k_dim, o.head_v_dim, o.conv_kernel, o.eps, o.chunk_size
+    )
     mixer.state_dtype = ctx.state_dtype
     return mixer
 
 
 @hookimpl
 def zoo_register_components(register: Callable[..., None]) -> None:
-    register("attention", "gated_deltanet", build_gated_deltanet, module=GatedDeltaNetMixer, options=GatedDeltaNetOptions)
+    register(
+        "attention", "gated_deltanet", build_gated_deltanet, module=GatedDeltaNetMixer, options=GatedDeltaNetOptions
+    )

@@ -74,8 +74,8 @@ class InfiniAttention(FeatureStateMixer):
 
     # ---- state ----------------------------------------------------------------------------
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
-        """M and z per sequence (``state_dtype``: float32 unless the spec says ``cache``); the current segment's K/V as a ring of at most
-        ``segment`` slots per token (the cache's dtype)."""
+        """M and z per sequence (``state_dtype``: float32 unless the spec says ``cache``); the current segment's K/V
+        as a ring of at most ``segment`` slots per token (the cache's dtype)."""
         H, D = self.n_heads, self.head_dim
         ring = (batch_size, H, min(self.segment, max_len), D)
         return {
@@ -122,13 +122,23 @@ class InfiniAttention(FeatureStateMixer):
         minus the row's left pads (pads get negative positions); uncached: the running
         count of the attention mask."""
         if state is not None:
-            pads = torch.zeros(B, dtype=torch.long, device=device) if state.key_valid is None else (~state.key_valid).sum(-1)
+            pads = (
+                torch.zeros(B, dtype=torch.long, device=device)
+                if state.key_valid is None
+                else (~state.key_valid).sum(-1)
+            )
             pos = state.time[None, :] - pads[:, None]  # (B, T)
-            valid = state.token_valid if state.token_valid is not None else torch.ones(B, T, dtype=torch.bool, device=device)
+            valid = (
+                state.token_valid
+                if state.token_valid is not None
+                else torch.ones(B, T, dtype=torch.bool, device=device)
+            )
             return pos, valid
         mask = None if positions is None else positions.key_valid
         if mask is None:
-            return torch.arange(T, device=device)[None, :].expand(B, T), torch.ones(B, T, dtype=torch.bool, device=device)
+            return torch.arange(T, device=device)[None, :].expand(B, T), torch.ones(
+                B, T, dtype=torch.bool, device=device
+            )
         mask = mask.to(torch.bool)
         return mask.long().cumsum(-1) - 1, mask
 
@@ -153,7 +163,13 @@ class InfiniAttention(FeatureStateMixer):
         return ext_k, ext_v, torch.cat([old_pos, pos], dim=1), torch.cat([old_valid, valid], dim=1)
 
     def _local(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, key_pos: torch.Tensor, key_valid: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        pos: torch.Tensor,
+        key_pos: torch.Tensor,
+        key_valid: torch.Tensor,
     ) -> torch.Tensor:
         """Causal softmax inside each query's segment, one block of ``segment`` queries at a
         time against the keys it can reach (at most 2·segment - 1): q (B, H, T, D), k, v
@@ -164,17 +180,32 @@ class InfiniAttention(FeatureStateMixer):
             b = min(a + S, T)
             lo = max(0, R + a - S + 1)
             qp, kp = pos[:, a:b, None], key_pos[:, None, lo : R + b]  # (B, L, 1), (B, 1, K)
-            seen = key_valid[:, None, lo : R + b] & (kp <= qp) & (kp.div(S, rounding_mode="floor") == qp.div(S, rounding_mode="floor"))
-            own = torch.arange(R + a, R + b, device=q.device)[:, None] == torch.arange(lo, R + b, device=q.device)[None, :]
+            seen = (
+                key_valid[:, None, lo : R + b]
+                & (kp <= qp)
+                & (kp.div(S, rounding_mode="floor") == qp.div(S, rounding_mode="floor"))
+            )
+            own = (
+                torch.arange(R + a, R + b, device=q.device)[:, None]
+                == torch.arange(lo, R + b, device=q.device)[None, :]
+            )
             seen = (seen | own)[:, None]  # (B, 1, L, K)
-            scores = torch.matmul(q[:, :, a:b], k[:, :, lo : R + b].transpose(-1, -2)) * self.head_dim**-0.5  # (B, H, L, K)
+            scores = (
+                torch.matmul(q[:, :, a:b], k[:, :, lo : R + b].transpose(-1, -2)) * self.head_dim**-0.5
+            )  # (B, H, L, K)
             probs = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)
             out.append(torch.matmul(probs, v[:, :, lo : R + b]))  # (B, H, L, D)
         return out[0] if len(out) == 1 else torch.cat(out, dim=2)
 
     def _memory(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor,
-        mem: torch.Tensor, z: torch.Tensor,
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        pos: torch.Tensor,
+        valid: torch.Tensor,
+        mem: torch.Tensor,
+        z: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Memory reads for σ(q) (B, H, T, D) and the writes of every segment that ends in
         this call, from σ(k), v (B, H, R+T, D). Per block of ``segment`` tokens a row ends at

@@ -15,8 +15,8 @@ Measured on an Intel Xeon (avx512_bf16, torch 2.13, one thread, 2 cores shared w
 jobs) with ``python bench/linear_rows.py`` (7 rounds; the quieter rerun ``--rounds 5``;
 float16 ``--dtypes float16 --threads 1 --rounds 5``): interleaved rounds in one process,
 so read the ratios. The absolute GB/s move with the machine's load, and two-thread figures
-on the shared cores were noise (0.1-18 GB/s, ratios both ways). An older Xeon (Sapphire Rapids, torch 2.11) measured ``torch.mv`` ahead in bf16
-(13.2 against 9.3 GB/s on a 151936 x 1024 head): rerun the bench on a new CPU or torch.
+on the shared cores were noise (0.1-18 GB/s, ratios both ways). An older Xeon (Sapphire Rapids, torch 2.11) measured
+``torch.mv`` ahead in bf16 (13.2 against 9.3 GB/s on a 151936 x 1024 head): rerun the bench on a new CPU or torch.
 
 With ``ZOO_ROW_KERNEL=1`` one-row products go through the fused kernel of
 ``zoo/components/row_product.py`` instead (faster on some CPUs, slower on others: its module

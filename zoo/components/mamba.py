@@ -75,7 +75,9 @@ class DtProjection(nn.Module):
         with torch.no_grad():
             std = self.weight.shape[1] ** -0.5
             self.weight.uniform_(-std, std)
-            step = torch.exp(torch.rand_like(self.bias, dtype=torch.float32) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+            step = torch.exp(
+                torch.rand_like(self.bias, dtype=torch.float32) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)
+            )
             step = step.clamp(min=1e-4)
             self.bias.copy_(step + torch.log(-torch.expm1(-step)))
 
@@ -105,7 +107,12 @@ class MambaMixer(TokenMixer, KernelChoice):
         self.state_dtype = ctx.state_dtype
         self.in_proj = Linear(d, 2 * self.d_inner, bias=options.bias)
         self.conv1d = nn.Conv1d(
-            self.d_inner, self.d_inner, self.d_conv, groups=self.d_inner, padding=self.d_conv - 1, bias=options.conv_bias
+            self.d_inner,
+            self.d_inner,
+            self.d_conv,
+            groups=self.d_inner,
+            padding=self.d_conv - 1,
+            bias=options.conv_bias,
         )
         self.x_proj = Linear(self.d_inner, self.dt_rank + 2 * self.d_state, bias=False)
         self.dt_proj = DtProjection(self.dt_rank, self.d_inner)
@@ -163,7 +170,9 @@ class MambaMixer(TokenMixer, KernelChoice):
             xs = xs * valid[..., None].to(xs.dtype)  # padding enters the convolution as zeros
         window = None if tensors is None else tensors["conv"]
         weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
-        xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window)).transpose(1, 2)  # (B, T, d_inner)
+        xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window)).transpose(
+            1, 2
+        )  # (B, T, d_inner)
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         if self.norm_eps is not None:
             dt, Bm, Cm = (_weightless_rms(t, self.norm_eps) for t in (dt, Bm, Cm))
@@ -173,7 +182,10 @@ class MambaMixer(TokenMixer, KernelChoice):
         A = -torch.exp(self.A_log.float())  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
         # the kernel is opaque to autograd and to dynamo: training and compiled graphs run the reference
-        fused = not (torch.is_grad_enabled() or torch.compiler.is_compiling()) and self.resolve_kernel(x.device) == "cpu-scan"
+        fused = (
+            not (torch.is_grad_enabled() or torch.compiler.is_compiling())
+            and self.resolve_kernel(x.device) == "cpu-scan"
+        )
         if fused:
             y = cpu_scan.scan_into(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner); ssm updated in place
         elif ssm is not None and T == 1:

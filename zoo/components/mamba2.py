@@ -113,7 +113,9 @@ class Mamba2Mixer(nn.Module):
         with torch.no_grad():
             self.A_log.copy_(torch.arange(1, self.n_heads + 1, dtype=torch.float32).log())
             self.D.fill_(1.0)
-            dt = torch.exp(torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(min=1e-4)
+            dt = torch.exp(torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)).clamp(
+                min=1e-4
+            )
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
     def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
@@ -135,11 +137,17 @@ class Mamba2Mixer(nn.Module):
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)
-        xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, None if state is None else state["conv"])
-        xs, Bm, Cm = torch.split(xbc.transpose(1, 2).float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1)
+        xbc = causal_conv(
+            xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, None if state is None else state["conv"]
+        )
+        xs, Bm, Cm = torch.split(
+            xbc.transpose(1, 2).float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1
+        )
         per_group = self.n_heads // self.n_groups
         xs = xs.reshape(batch, T, self.n_heads, self.head_dim)  # (B, T, H, P)
-        Bm, Cm = (t.reshape(batch, T, self.n_groups, -1).repeat_interleave(per_group, dim=2) for t in (Bm, Cm))  # (B, T, H, N)
+        Bm, Cm = (
+            t.reshape(batch, T, self.n_groups, -1).repeat_interleave(per_group, dim=2) for t in (Bm, Cm)
+        )  # (B, T, H, N)
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)  # (B, T, H)
         if token_valid is not None:
             dt = dt * token_valid[..., None]
@@ -149,7 +157,9 @@ class Mamba2Mixer(nn.Module):
             y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm.float())
             y = y[:, None]  # (B, 1, H, P)
         else:
-            initial = ssm.float() if ssm is not None else xs.new_zeros(batch, self.n_heads, self.head_dim, self.state_size)
+            initial = (
+                ssm.float() if ssm is not None else xs.new_zeros(batch, self.n_heads, self.head_dim, self.state_size)
+            )
             y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
         if ssm is not None:
             ssm.copy_(new)
@@ -174,8 +184,9 @@ class Mamba2TokenMixer(Mamba2Mixer, SequenceStateMixer):
 
     def executed_score_flops(self, n_new: int, context_len: int) -> int:
         """A prefill runs the chunked SSD scan over chunks of ``chunk_size`` (the last one
-        padded; a prompt shorter than a chunk is one chunk of its length): per chunk of L tokens and head, C·Bᵀ (2 L² N), scores·x (2 L² P), the chunk's
-        state (2 L P N) and the carried state's read (2 L P N), plus the elementwise part.
+        padded; a prompt shorter than a chunk is one chunk of its length): per chunk of L tokens and head, C·Bᵀ (2 L²
+        N), scores·x (2 L² P), the chunk's state (2 L P N) and the carried state's read (2 L P N), plus the
+        elementwise part.
         One token (decode) is the recurrence: ``score_flops``."""
         if n_new == 1:
             return self.score_flops(1, context_len)
@@ -188,8 +199,19 @@ def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
     """The Mamba2 mixer (multi-head SSD with grouped B/C)."""
     o = options
     limit = (o.dt_min, math.inf if o.dt_max is None else o.dt_max)
-    mixer = Mamba2TokenMixer(ctx.d_model, o.n_heads * o.head_dim, o.n_heads, o.n_groups, o.state_size, o.conv_kernel,
-                             o.chunk_size, o.bias, o.conv_bias, o.eps, limit)
+    mixer = Mamba2TokenMixer(
+        ctx.d_model,
+        o.n_heads * o.head_dim,
+        o.n_heads,
+        o.n_groups,
+        o.state_size,
+        o.conv_kernel,
+        o.chunk_size,
+        o.bias,
+        o.conv_bias,
+        o.eps,
+        limit,
+    )
     mixer.state_dtype = ctx.state_dtype
     return mixer
 

@@ -39,7 +39,9 @@ def chunk_length(batch: int, d_inner: int, d_state: int) -> int:
     return length
 
 
-def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, window: torch.Tensor | None) -> torch.Tensor:
+def causal_conv(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, window: torch.Tensor | None
+) -> torch.Tensor:
     """Depthwise causal convolution of x (B, d, T) with weight (d, K); returns (B, d, T).
 
     ``window`` (B, d, K), when given, holds the last K inputs before this call (zeros at the
@@ -127,7 +129,9 @@ def _prefix_scan_autograd(states: torch.Tensor, decay: torch.Tensor) -> tuple[to
     about 15% slower than the buffers on the CPU."""
     shift = 1
     while shift < states.shape[1]:
-        states = torch.cat((states[:, :shift], torch.addcmul(states[:, shift:], decay[:, shift:], states[:, :-shift])), dim=1)
+        states = torch.cat(
+            (states[:, :shift], torch.addcmul(states[:, shift:], decay[:, shift:], states[:, :-shift])), dim=1
+        )
         decay = torch.cat((decay[:, :shift], decay[:, shift:] * decay[:, :-shift]), dim=1)
         shift *= 2
     return states, decay

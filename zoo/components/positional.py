@@ -148,9 +148,7 @@ class Alibi(StackPositional):
         super().__init__()
         self.max_bias = max_bias
 
-    def score_bias(
-        self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int
-    ) -> torch.Tensor:
+    def score_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int) -> torch.Tensor:
         slopes = torch.tensor(alibi_slopes(n_heads, self.max_bias), device=query_positions.device)  # (H,)
         distance = key_positions[:, None, :] - query_positions[:, :, None]  # (B, T, S)
         return slopes[None, :, None, None] * distance[:, None].float()  # (B, H, T, S)

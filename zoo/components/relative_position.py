@@ -40,7 +40,9 @@ class RelativeBucketsOptions(Options):
         if exact < 1:
             raise ValueError(f"num_buckets: {self.num_buckets} leaves no exact bucket; allowed: 4 or more")
         if self.max_distance <= exact:
-            raise ValueError(f"max_distance: must exceed the {exact} exactly bucketed distances, got {self.max_distance}")
+            raise ValueError(
+                f"max_distance: must exceed the {exact} exactly bucketed distances, got {self.max_distance}"
+            )
         return self
 
 
@@ -86,9 +88,7 @@ class RelativeBuckets(Positional):
         if not self.weight.is_meta:
             nn.init.normal_(self.weight, std=0.02)
 
-    def score_bias(
-        self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int
-    ) -> torch.Tensor:
+    def score_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int) -> torch.Tensor:
         """Bias (B, H, T, S) for queries at (B, T) and keys at (B, S) positions (or times)."""
         if n_heads != self.n_heads:
             raise ValueError(f"relative position table has {self.n_heads} heads, attention asked for {n_heads}")
@@ -107,7 +107,9 @@ def table_geometry(options: RelativeBucketsOptions, ctx: BuildContext) -> tuple[
     """What the table reads of its layer: the mixer's heads, and whether it is causal."""
     attention = ctx.layer.attention.options
     bidirectional = options.bidirectional
-    if bidirectional is None:  # an encoder stack's table; else the mixer's own causal option (a kind without one is causal)
+    if (
+        bidirectional is None
+    ):  # an encoder stack's table; else the mixer's own causal option (a kind without one is causal)
         bidirectional = not ctx.causal or not bool(getattr(attention, "causal", True))
     return int(attention.n_heads), bidirectional
 
@@ -120,4 +122,6 @@ def build_relative_buckets(options: RelativeBucketsOptions, ctx: BuildContext) -
 
 @hookimpl
 def zoo_register_components(register: Callable[..., None]) -> None:
-    register("positional", "relative_buckets", build_relative_buckets, options=RelativeBucketsOptions, module=RelativeBuckets)
+    register(
+        "positional", "relative_buckets", build_relative_buckets, options=RelativeBucketsOptions, module=RelativeBuckets
+    )

@@ -40,9 +40,7 @@ class SequenceStateMixer(TokenMixer):
             for name, shape in self.state_shapes(batch_size).items()
         }
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); padding tokens (``token_valid`` / ``key_valid`` False)
         leave the state untouched, so a left-padded row equals its unpadded run."""
         if state is None:

@@ -60,8 +60,10 @@ def inside(folder: str | Path, name: str | Path, error: ErrorType, what: str = "
             if repo / "blobs" in target.parents:
                 return target
             break
-    raise error(f"{Path(folder) / name}: {what} is a link that leads outside its folder {folder}; zoo reads "
-                "checkpoint files only inside their folder (the Hugging Face cache's snapshot links excepted)")
+    raise error(
+        f"{Path(folder) / name}: {what} is a link that leads outside its folder {folder}; zoo reads "
+        "checkpoint files only inside their folder (the Hugging Face cache's snapshot links excepted)"
+    )
 
 
 def open_regular(path: str | Path, error: ErrorType, what: str = "file") -> int:
@@ -73,8 +75,15 @@ def open_regular(path: str | Path, error: ErrorType, what: str = "file") -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file"
+        )
         raise error(f"{path}: cannot read {what}: it is {kind}; only regular files are read")
     return fd
 
@@ -100,8 +109,9 @@ def read_bytes(path: str | Path, error: ErrorType, what: str = "file", limit: in
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
     if size > limit or len(data) > limit:
-        raise error(f"{path}: {what} of {max(size, len(data)):,} bytes is larger than zoo reads "
-                    f"(at most {limit:,} bytes)")
+        raise error(
+            f"{path}: {what} of {max(size, len(data)):,} bytes is larger than zoo reads (at most {limit:,} bytes)"
+        )
     return data
 
 

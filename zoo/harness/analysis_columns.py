@@ -47,44 +47,66 @@ def dtype_label(weights_dtype: str | None, dtype: torch.dtype) -> str:
     return normalize(weights_dtype) or {torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def analysis_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype,
-                     held: nn.Module | None = None) -> dict[str, Any]:
+def analysis_columns(
+    spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype, held: nn.Module | None = None
+) -> dict[str, Any]:
     """Every analysis column of a run of ``spec`` as ``config`` shapes it (module docstring);
     ``held``: a loaded model holding its own packed layers (a GGUF), whose weight bytes and
     bytes per decode step are the ones it holds (``zoo.quant.stored_bytes``), not the spec's."""
 
     count = count_params(spec)
     columns: dict[str, Any] = {
-        "arch": spec.name, "topology": topology, "n_layers": spec.n_layers, "dtype": str(dtype).removeprefix("torch."),
-        "params_total": count.total, "params_active": count.active, "params_embedding": count.embedding,
+        "arch": spec.name,
+        "topology": topology,
+        "n_layers": spec.n_layers,
+        "dtype": str(dtype).removeprefix("torch."),
+        "params_total": count.total,
+        "params_active": count.active,
+        "params_embedding": count.embedding,
         "params_unembedding": count.unembedding,
         "weight_bytes": weight_bytes(spec, dtype, config.weights_dtype, config.weights_group_size),
         "weights_dtype": dtype_label(config.weights_dtype, dtype),
     }
     if held is not None:  # its layout ("Q4_1/Q8_0 -> int4 x210, ...; the rest bfloat16") and the bytes it holds
         columns.update(weight_bytes=stored_bytes(held), weights_dtype=held.weights_layout)
-    return {**columns, **_cache_columns(spec, config, topology, dtype), **_flop_columns(spec, config, topology, dtype, held)}
+    return {
+        **columns,
+        **_cache_columns(spec, config, topology, dtype),
+        **_flop_columns(spec, config, topology, dtype, held),
+    }
 
 
 def _cache_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype) -> dict[str, Any]:
     shape = run_shape(topology, config)
     columns: dict[str, Any] = {"context_len": shape.context_len, "memory_len": shape.memory_len or None}
     if not shape.has_cache:
-        return {**columns, "kv_bytes_per_token": None, "cross_kv_bytes_per_token": None, "state_bytes": None,
-                "kv_bytes": None, "self_kv_bytes": None, "cross_kv_bytes": None}
+        return {
+            **columns,
+            "kv_bytes_per_token": None,
+            "cross_kv_bytes_per_token": None,
+            "state_bytes": None,
+            "kv_bytes": None,
+            "self_kv_bytes": None,
+            "cross_kv_bytes": None,
+        }
     M = shape.memory_len
     per = cache_bytes(spec, 1, 1, 1 if M else 0, dtype=dtype)
     run = cache_bytes(spec, shape.batch, shape.context_len, M, dtype=dtype)
     return {
-        **columns, "kv_bytes_per_token": per.token, "cross_kv_bytes_per_token": per.memory if M else None,
-        "state_bytes": per.sequence, "kv_bytes": run.total,
-        "self_kv_bytes": run.token if M else None, "cross_kv_bytes": run.memory if M else None,
+        **columns,
+        "kv_bytes_per_token": per.token,
+        "cross_kv_bytes_per_token": per.memory if M else None,
+        "state_bytes": per.sequence,
+        "kv_bytes": run.total,
+        "self_kv_bytes": run.token if M else None,
+        "cross_kv_bytes": run.memory if M else None,
         "kv_curve": [[n, cache_bytes(spec, 1, n, M, dtype=dtype).total] for n in context_lengths(spec.max_seq_len)],
     }
 
 
-def _flop_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype,
-                  held: nn.Module | None) -> dict[str, Any]:
+def _flop_columns(
+    spec: ModelSpec, config: BenchConfig, topology: Topology, dtype: torch.dtype, held: nn.Module | None
+) -> dict[str, Any]:
     """FLOPs per decoded token at the midpoint (None where a plugin's mixer declares none),
     bytes per decode step there, and an encoder's FLOPs per forward of the batch."""
 
@@ -99,5 +121,6 @@ def _flop_columns(spec: ModelSpec, config: BenchConfig, topology: Topology, dtyp
         except PluginError:
             pass
         columns["decode_bytes_per_step"] = decode_bytes_per_step(
-            spec, B, at, dtype, config.weights_dtype, config.weights_group_size, memory_len=M, held=held)
+            spec, B, at, dtype, config.weights_dtype, config.weights_group_size, memory_len=M, held=held
+        )
     return columns

@@ -21,8 +21,9 @@ from zoo.errors import BenchError, ZooError
 def run_child(module: str, request: Mapping[str, Any], timeout: float | None = None) -> dict[str, Any]:
     """The reply of ``python -m module`` to ``request``: a dict holding the ``row``."""
     try:
-        done = subprocess.run([sys.executable, "-m", module], input=json.dumps(request), capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-m", module], input=json.dumps(request), capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         raise BenchError(f"run: the benchmark subprocess exceeded its timeout of {timeout} s") from None
     lines = done.stdout.strip().splitlines()

@@ -23,7 +23,9 @@ def parse_context(value: Any, what: str = "--contexts") -> int:
     if isinstance(value, float) and value.is_integer():
         digits = str(int(value))
     if not digits.isdigit() or not 1 <= int(digits) * scale <= MAX_CONTEXT:
-        raise BenchError(f"{what}: {value!r} is not a context length; allowed: {CONTEXT_HELP} (at most {MAX_CONTEXT:,})")
+        raise BenchError(
+            f"{what}: {value!r} is not a context length; allowed: {CONTEXT_HELP} (at most {MAX_CONTEXT:,})"
+        )
     return int(digits) * scale
 
 

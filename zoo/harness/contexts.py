@@ -62,8 +62,13 @@ def measure_limit(plan_limit: int | None, device_type: str) -> int:
 
 
 def context_curve(
-    plan: Any, spec: Any, config: Any, analysis: Mapping[str, Any], measure: Measure | None,
-    measured_spec: Any = None, measurement: Mapping[str, Any] | None = None,
+    plan: Any,
+    spec: Any,
+    config: Any,
+    analysis: Mapping[str, Any],
+    measure: Measure | None,
+    measured_spec: Any = None,
+    measurement: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The point's record at each of ``plan.contexts`` (see the module docstring)."""
 
@@ -100,8 +105,10 @@ class StepTimeModel:
 
     def __init__(self, runs: Sequence[Mapping[str, Any]]) -> None:
         self.batch = int(runs[-1]["config"]["batch_size"])
-        self.points = sorted((float(r["decode_bytes_per_step"]), self.batch / float(r["decode_tokens_per_s"]),
-                              int(r["context_len"])) for r in runs)
+        self.points = sorted(
+            (float(r["decode_bytes_per_step"]), self.batch / float(r["decode_tokens_per_s"]), int(r["context_len"]))
+            for r in runs
+        )
         self.fit: tuple[float, float] | None = None
         xs, ts = [x for x, _, _ in self.points], [t for _, t, _ in self.points]
         if len(set(xs)) >= self.MIN_FIT_RUNS:
@@ -127,11 +134,18 @@ def memory_record(spec: Any, config: Any, analysis: Mapping[str, Any], context: 
 
     cache = cache_bytes(spec, config.batch_size, context, dtype=analysis["dtype"])
     return {
-        "context": context, "weight_bytes": analysis["weight_bytes"], "cache_bytes": cache.total,
-        "cache_token_bytes": cache.token, "cache_sequence_bytes": cache.sequence,
-        "memory_bytes": analysis["weight_bytes"] + cache.total, "memory_source": "analysis",
-        "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
-        "prefill_tokens_per_s": None, "measured_peak_bytes": None,
+        "context": context,
+        "weight_bytes": analysis["weight_bytes"],
+        "cache_bytes": cache.total,
+        "cache_token_bytes": cache.token,
+        "cache_sequence_bytes": cache.sequence,
+        "memory_bytes": analysis["weight_bytes"] + cache.total,
+        "memory_source": "analysis",
+        "decode_tokens_per_s": None,
+        "decode_source": None,
+        "decode_basis": None,
+        "prefill_tokens_per_s": None,
+        "measured_peak_bytes": None,
         "note": f"beyond max_seq_len {spec.max_seq_len:,}" if context > spec.max_seq_len else None,
     }
 
@@ -141,10 +155,18 @@ def _no_decode_record(spec: Any, analysis: Mapping[str, Any], context: int) -> d
     lengths (its decoder's context and the encoder's input), which one context cannot name: the
     record keeps the weights and says why there is nothing else."""
     return {
-        "context": context, "weight_bytes": analysis["weight_bytes"], "cache_bytes": None,
-        "cache_token_bytes": None, "cache_sequence_bytes": None, "memory_bytes": None, "memory_source": None,
-        "decode_tokens_per_s": None, "decode_source": None, "decode_basis": None,
-        "prefill_tokens_per_s": None, "measured_peak_bytes": None,
+        "context": context,
+        "weight_bytes": analysis["weight_bytes"],
+        "cache_bytes": None,
+        "cache_token_bytes": None,
+        "cache_sequence_bytes": None,
+        "memory_bytes": None,
+        "memory_source": None,
+        "decode_tokens_per_s": None,
+        "decode_source": None,
+        "decode_basis": None,
+        "prefill_tokens_per_s": None,
+        "measured_peak_bytes": None,
         "note": f"contexts are for decoders; {spec.name} is an {analysis['topology']} (see its bench columns)",
     }
 
@@ -164,15 +186,22 @@ def _measure_at(record: dict[str, Any], measure: Measure, measured_spec: Any, co
         return
     m = result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
     record.update(
-        decode_tokens_per_s=m["decode_tokens_per_s"], decode_source="measured",
+        decode_tokens_per_s=m["decode_tokens_per_s"],
+        decode_source="measured",
         decode_basis=f"{m['environment']['device']}, {_layers(measured_spec.n_layers)}",
-        prefill_tokens_per_s=m["prefill_tokens_per_s"], measured_peak_bytes=m["decode_peak_bytes"], _measurement=m,
+        prefill_tokens_per_s=m["prefill_tokens_per_s"],
+        measured_peak_bytes=m["decode_peak_bytes"],
+        _measurement=m,
     )
 
 
 def _predict_at(
-    record: dict[str, Any], spec: Any, config: Any, analysis: Mapping[str, Any],
-    model: StepTimeModel | None, measured_spec: Any,
+    record: dict[str, Any],
+    spec: Any,
+    config: Any,
+    analysis: Mapping[str, Any],
+    model: StepTimeModel | None,
+    measured_spec: Any,
 ) -> None:
     """From this device's step-time model, else (no run) the GPU roofline of the full model."""
     context, gen, dtype = record["context"], config.gen_len, analysis["dtype"]
@@ -180,8 +209,9 @@ def _predict_at(
     record["decode_source"] = "predicted"
     try:
         if model is not None:
-            nbytes = decode_bytes_per_step(measured_spec, config.batch_size, at, dtype, config.weights_dtype,
-                                           config.weights_group_size)
+            nbytes = decode_bytes_per_step(
+                measured_spec, config.batch_size, at, dtype, config.weights_dtype, config.weights_group_size
+            )
             record["decode_tokens_per_s"], record["decode_basis"] = model.predict(nbytes)
             return
         gpu = config.predict or DEFAULT_PREDICT_GPU
@@ -202,13 +232,27 @@ def _torch_dtype(name: str) -> Any:
 
 
 # ---- the long table and crossovers -----------------------------------------------------------
-CONTEXT_COLUMNS = ("context", "memory_bytes", "cache_bytes", "cache_token_bytes", "cache_sequence_bytes", "weight_bytes",
-                   "memory_source", "decode_tokens_per_s", "decode_source", "decode_basis", "prefill_tokens_per_s",
-                   "measured_peak_bytes", "note")
+CONTEXT_COLUMNS = (
+    "context",
+    "memory_bytes",
+    "cache_bytes",
+    "cache_token_bytes",
+    "cache_sequence_bytes",
+    "weight_bytes",
+    "memory_source",
+    "decode_tokens_per_s",
+    "decode_source",
+    "decode_basis",
+    "prefill_tokens_per_s",
+    "measured_peak_bytes",
+    "note",
+)
 RATIO_COLUMNS = ("memory_bytes", "decode_tokens_per_s")
 
 
-def context_records(rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
+def context_records(
+    rows: Iterable[Mapping[str, Any]], keys: Sequence[str], baseline: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """One record per (variant, context), in plan order then by context, with
     ``memory_bytes_vs_baseline`` and ``decode_tokens_per_s_vs_baseline`` at the same context.
     Plain dicts (JSON values, None for missing): what ``frame.attrs["contexts"]`` holds, since
@@ -262,8 +306,11 @@ def crossovers(frame: pd.DataFrame, baseline_label: str | None = None) -> list[d
     for column, measure in (("memory_bytes", "memory"), ("decode_tokens_per_s", "decode tokens/s")):
         ratio = f"{column}_vs_baseline"
         for label, group in frame.groupby("label", sort=False):
-            points = [(int(c), _cost(column, v), _cost(column, v / float(r)))  # v / ratio: the baseline's value
-                      for c, v, r in zip(group["context"], group[column], group[ratio]) if _present(v) and _present(r)]
+            points = [
+                (int(c), _cost(column, v), _cost(column, v / float(r)))  # v / ratio: the baseline's value
+                for c, v, r in zip(group["context"], group[column], group[ratio])
+                if _present(v) and _present(r)
+            ]
             if not points or all(abs(mine - base) <= 1e-12 * abs(base) for _, mine, base in points):
                 continue  # the baseline itself (or a variant equal to it)
             item = {"variant": label, "baseline": baseline_label, "measure": measure}
@@ -272,8 +319,14 @@ def crossovers(frame: pd.DataFrame, baseline_label: str | None = None) -> list[d
                 out.append({**item, "between": [c1, c2], "context": at, "after": "better" if after < 0 else "worse"})
             if not changes:
                 side = next(mine - base for _, mine, base in points if mine != base)
-                out.append({**item, "between": [points[0][0], points[-1][0]], "context": None,
-                            "after": "better" if side < 0 else "worse"})
+                out.append(
+                    {
+                        **item,
+                        "between": [points[0][0], points[-1][0]],
+                        "context": None,
+                        "after": "better" if side < 0 else "worse",
+                    }
+                )
     return out
 
 

@@ -112,7 +112,8 @@ def check_subject(subject: Subject, info: PluginInfo) -> list[str]:
     except (ZooError, ValueError, RuntimeError) as error:
         return [f"does not build at tiny size ({type(error).__name__}: {error})"]
     checks: list[Callable[[], list[str]]] = [
-        lambda: _params(subject.spec, meta, model), lambda: _state_bytes(subject.spec, model),
+        lambda: _params(subject.spec, meta, model),
+        lambda: _state_bytes(subject.spec, model),
     ]
     if model.attention_modules and all(module.causal for module in model.attention_modules):
         checks += [lambda: _decode(model), lambda: _interleaved(model), lambda: _causal(model)]
@@ -147,8 +148,11 @@ def _state_bytes(spec: ModelSpec, model: ZooModel) -> list[str]:
     if allocated != declared:
         failures.append(f"declared cache bytes {declared} != allocated {allocated} (batch {BATCH}, context {LENGTH})")
     for (path, _), base, long, wide in zip(
-        model.stateful_modules(), model.state_layout(1, LENGTH), model.state_layout(1, 2 * LENGTH),
-        model.state_layout(2, LENGTH), strict=True,
+        model.stateful_modules(),
+        model.state_layout(1, LENGTH),
+        model.state_layout(1, 2 * LENGTH),
+        model.state_layout(2, LENGTH),
+        strict=True,
     ):
         for name, tensor in base.items():
             one, two, batch2 = (t[name].nbytes(dtype) for t in (base, long, wide))
@@ -177,15 +181,20 @@ def _decode(model: ZooModel) -> list[str]:
     if float(diff.max()) <= TOL * max(1.0, float(full.abs().max())):
         return []
     first = int((diff > TOL).nonzero()[0]) + LENGTH - 1
-    return [(f"prefill + cached decode differs from the full forward (max |diff| {float(diff.max()):.3g}, "
-            f"first at token {first})")]
+    return [
+        (
+            f"prefill + cached decode differs from the full forward (max |diff| {float(diff.max()):.3g}, "
+            f"first at token {first})"
+        )
+    ]
 
 
 def _interleaved(model: ZooModel) -> list[str]:
     a, b = _prompt(model, 3, LENGTH + 4), _prompt(model, 4, LENGTH + 4)
     alone = KVCache(model, BATCH, LENGTH + 4)
-    expected = [prefill(model, a[:, :LENGTH], alone)] + [decode_step(model, a[:, t : t + 1], alone)
-                                                        for t in range(LENGTH, LENGTH + 4)]
+    expected = [prefill(model, a[:, :LENGTH], alone)] + [
+        decode_step(model, a[:, t : t + 1], alone) for t in range(LENGTH, LENGTH + 4)
+    ]
     first, second = KVCache(model, BATCH, LENGTH + 4), KVCache(model, BATCH, LENGTH + 4)
     got = [prefill(model, a[:, :LENGTH], first)]
     prefill(model, b[:, :LENGTH], second)
@@ -195,8 +204,12 @@ def _interleaved(model: ZooModel) -> list[str]:
     diff = float((torch.stack(got) - torch.stack(expected)).abs().max())
     if diff <= TOL:
         return []
-    return [(f"state outside its declaration: two caches decoded interleaved differ from one decoded alone "
-            f"(max |diff| {diff:.3g}); declared state bytes do not hold the state")]
+    return [
+        (
+            f"state outside its declaration: two caches decoded interleaved differ from one decoded alone "
+            f"(max |diff| {diff:.3g}); declared state bytes do not hold the state"
+        )
+    ]
 
 
 def _causal(model: ZooModel) -> list[str]:

@@ -32,9 +32,14 @@ def pick_device(requested: str = "auto") -> torch.device:
         raise BenchError(f"device: unknown device {requested!r}; allowed: auto, cpu, cuda, cuda:N, mps") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise BenchError("device: cuda is not available on this machine (no CUDA device or a CPU build of torch); allowed: auto, cpu")
+            raise BenchError(
+                "device: cuda is not available on this machine (no CUDA device or a CPU build of torch); allowed: "
+                "auto, cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise BenchError(f"device: {requested} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise BenchError(
+                f"device: {requested} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
     elif device.type == "mps":
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
             raise BenchError("device: mps is not available on this machine; allowed: auto, cpu")
@@ -64,7 +69,13 @@ def zoo_git_commit() -> str | None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if commit.returncode:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -127,7 +138,7 @@ def sdpa_backends_used(step: Callable[[], object]) -> str:
     found = []
     for event in prof.key_averages():
         if event.key.startswith(_SDPA_PREFIX):
-            kind = event.key[len(_SDPA_PREFIX):]
+            kind = event.key[len(_SDPA_PREFIX) :]
             label = _SDPA_NAMES.get(kind, kind)
             if label not in found:
                 found.append(label)

@@ -5,8 +5,8 @@ Each phase that has an analytic counterpart (``Phase.predict``) and a headline r
 
 - ``predicted_<rate>``: its roofline on ``config.predict``'s GPU, with the bound of each
   phase in ``predicted_bound`` ("prefill: compute, decode: memory");
-- ``<what>_roofline_fraction`` (``phases.base.fraction_field``): the measured rate over its roofline on the device the run
-  is on, with the peaks ``zoo.analysis.devices.device_peaks`` gives for it (a GPU of the
+- ``<what>_roofline_fraction`` (``phases.base.fraction_field``): the measured rate over its roofline on the device
+  the run is on, with the peaks ``zoo.analysis.devices.device_peaks`` gives for it (a GPU of the
   table: its spec sheet; the host CPU: its measured peaks at the run's thread count), named in
   ``roofline_source``.
 """
@@ -26,8 +26,14 @@ from zoo.specs.model import ModelSpec
 
 
 def prediction_columns(
-    spec: ModelSpec, config: BenchConfig, phases: Sequence[Phase], dtype: torch.dtype, device: torch.device,
-    device_name: str, measured: Mapping[str, Any] | None = None, held: nn.Module | None = None,
+    spec: ModelSpec,
+    config: BenchConfig,
+    phases: Sequence[Phase],
+    dtype: torch.dtype,
+    device: torch.device,
+    device_name: str,
+    measured: Mapping[str, Any] | None = None,
+    held: nn.Module | None = None,
 ) -> dict[str, Any]:
     """The predicted and fraction columns of a row (before the run, ``measured`` None: the
     predictions only, which also refuses early what cannot be predicted); ``held``: the loaded

@@ -59,15 +59,23 @@ def text_ids(path: Path, folder: Path, vocab_size: int) -> torch.Tensor:
     elif vocab_size == BYTE_VOCAB:
         ids = list(text.encode("utf-8"))
     else:
-        raise BenchError(f"{folder}: no tokenizer.json, and its vocabulary ({vocab_size}) is not bytes; calibration "
-                         "text must be tokenized by the checkpoint's own tokenizer")
+        raise BenchError(
+            f"{folder}: no tokenizer.json, and its vocabulary ({vocab_size}) is not bytes; calibration "
+            "text must be tokenized by the checkpoint's own tokenizer"
+        )
     if len(ids) < 8:
         raise BenchError(f"{path}: {len(ids)} tokens; calibration needs at least 8")
     return torch.tensor(ids, dtype=torch.long)
 
 
-def quantize_checkpoint(weights: str | Path, calib: Path, out: Path, method: str = "awq", group_size: int = 128,
-                        eval_text: Path | None = None) -> Report:
+def quantize_checkpoint(
+    weights: str | Path,
+    calib: Path,
+    out: Path,
+    method: str = "awq",
+    group_size: int = 128,
+    eval_text: Path | None = None,
+) -> Report:
     """Quantize a float checkpoint with ``method`` into ``out`` and measure it (and RTN)."""
 
     if method not in METHODS:
@@ -96,8 +104,13 @@ def quantize_checkpoint(weights: str | Path, calib: Path, out: Path, method: str
         kl = fidelity.compare_logits(reference_logits, _logits(quantized, held_out, window)).kl_divergence
         chosen, rtn = (sum(e[i] for e in result.errors.values()) for i in (0, 1))
         figures.append(MethodFigures(name, ppl, kl, chosen, rtn))
-    return Report(out, fidelity.perplexity(reference, held_out, reference.spec.max_seq_len), figures,
-                  tokens.numel(), held_out.numel())
+    return Report(
+        out,
+        fidelity.perplexity(reference, held_out, reference.spec.max_seq_len),
+        figures,
+        tokens.numel(),
+        held_out.numel(),
+    )
 
 
 @torch.no_grad()

@@ -84,8 +84,10 @@ def _refuse_unread(source: ModelSource, given: Collection[str]) -> None:
     for option in sorted(given):
         if option in readers and option not in read_here:
             flag = "--" + option.replace("_", "-")
-            raise BenchError(f"{option}: read by the {', '.join(sorted(readers[option]))} phase; {source.spec.name} is an "
-                             f"{source.topology} and runs none of them (allowed: without {flag})")
+            raise BenchError(
+                f"{option}: read by the {', '.join(sorted(readers[option]))} phase; {source.spec.name} is an "
+                f"{source.topology} and runs none of them (allowed: without {flag})"
+            )
 
 
 def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), progress: Progress | None = None) -> Row:
@@ -105,27 +107,48 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
     ticks("build")
     with preferring(config.impl):
         model = source.load(device, dtype, config.seed)
-    ctx = RunContext(model, model.spec or spec, topology, config, run_shape(topology, config), device, dtype,
-                     probe_for(device), ticks)
+    ctx = RunContext(
+        model,
+        model.spec or spec,
+        topology,
+        config,
+        run_shape(topology, config),
+        device,
+        dtype,
+        probe_for(device),
+        ticks,
+    )
     measured: dict[str, Any] = {}
     for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
         measured.update(run_phase(phase, ctx))
     ticks("done")
     peaks = [measured.get(f) for f in ("encoder_peak_bytes", "prefill_peak_bytes", "decode_peak_bytes")]
     environment = Environment(
-        torch_version=torch.__version__, python_version=_python(), device=str(device), device_name=name,
-        dtype=str(dtype).removeprefix("torch."), sdpa_backend=ctx.environment.get("sdpa_backend", "none"),
-        compile_mode=ctx.environment.get("compile_mode", "none"), threads=torch.get_num_threads(),
+        torch_version=torch.__version__,
+        python_version=_python(),
+        device=str(device),
+        device_name=name,
+        dtype=str(dtype).removeprefix("torch."),
+        sdpa_backend=ctx.environment.get("sdpa_backend", "none"),
+        compile_mode=ctx.environment.get("compile_mode", "none"),
+        threads=torch.get_num_threads(),
         zoo_commit=zoo_git_commit(),
     )
     held = _held(ctx.model)
-    analysis = {k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype, held).items() if k in Row.model_fields}
+    analysis = {
+        k: v for k, v in analysis_columns(ctx.spec, config, topology, dtype, held).items() if k in Row.model_fields
+    }
     return Row(
-        **analysis, config=config, phases=[p.name for p in phases], **measured,
-        memory_method=ctx.probe.memory_method, peak_bytes=max((p for p in peaks if p is not None), default=None),
+        **analysis,
+        config=config,
+        phases=[p.name for p in phases],
+        **measured,
+        memory_method=ctx.probe.memory_method,
+        peak_bytes=max((p for p in peaks if p is not None), default=None),
         impl=implementations(ctx.model),
         **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured, held),
-        environment=environment, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        environment=environment,
+        timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 
 

@@ -43,37 +43,57 @@ class BenchConfig(StrictNumbers):
     repeats: int = Field(2, ge=1, description="timed rounds; medians and spread over these")
     warmup: int = Field(1, ge=1, description="untimed rounds before timing")
     compile: bool = Field(
-        False, description="fuse q|k|v and gate|up, torch.compile prefill and decode step (CUDA graphs and "
-        "coordinate-descent tuning on CUDA; zoo/harness/phases/compiling.py)"
+        False,
+        description="fuse q|k|v and gate|up, torch.compile prefill and decode step (CUDA graphs and "
+        "coordinate-descent tuning on CUDA; zoo/harness/phases/compiling.py)",
     )
     seed: int = Field(0, ge=0, lt=2**64, description="seed of the random weights and prompt (0 to 2**64 - 1)")
-    weights: str | None = Field(None, description="a checkpoint (hub id, directory or GGUF file) instead of random "
-                                "weights; a GGUF's 4- to 8-bit matrices stay packed (int4 / int8) and the run "
-                                "computes in bfloat16 unless dtype says otherwise")
-    dequantize: bool = Field(False, description="load a GGUF's packed matrices as floats of dtype (default float32 on CPU)")
+    weights: str | None = Field(
+        None,
+        description="a checkpoint (hub id, directory or GGUF file) instead of random "
+        "weights; a GGUF's 4- to 8-bit matrices stay packed (int4 / int8) and the run "
+        "computes in bfloat16 unless dtype says otherwise",
+    )
+    dequantize: bool = Field(
+        False, description="load a GGUF's packed matrices as floats of dtype (default float32 on CPU)"
+    )
     predict: str | None = Field(None, description="a GPU of zoo.analysis.devices.GPUS for a roofline estimate")
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice")
     weights_dtype: str | None = Field(
-        None, description="bf16, float32 (the model in that dtype) or int8, int4 (weight-only quantized linears; "
-        "the rest in dtype, default bfloat16); default: unquantized in dtype"
+        None,
+        description="bf16, float32 (the model in that dtype) or int8, int4 (weight-only quantized linears; "
+        "the rest in dtype, default bfloat16); default: unquantized in dtype",
     )
     weights_group_size: int | None = Field(None, description="int4 group size: 32, 64, 128 or 256 (default 32)")
     eval_text: str | None = Field(None, description="a UTF-8 text file whose perplexity the run reports")
     train: bool = Field(False, description="also time a training step (forward, backward, optimizer) on random tokens")
     train_optimizer: Literal["adamw", "sgd", "adafactor"] = Field("adamw", description="the training step's optimizer")
     train_precision: Literal["float32", "bf16-mixed"] = Field(
-        "float32", description="the training step's compute: float32, or bf16 autocast over float32 master weights")
-    train_checkpointing: bool = Field(False, description="recompute each block's forward in the training step's backward")
-    train_tokens: int | None = Field(None, ge=1, description="train each variant from scratch for this many tokens of "
-                                     "train_text (seeded) and report its held-out loss (phase train_run)")
+        "float32", description="the training step's compute: float32, or bf16 autocast over float32 master weights"
+    )
+    train_checkpointing: bool = Field(
+        False, description="recompute each block's forward in the training step's backward"
+    )
+    train_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="train each variant from scratch for this many tokens of "
+        "train_text (seeded) and report its held-out loss (phase train_run)",
+    )
     train_text: str | None = Field(None, description="the training text of train_tokens; its last 10% is held out")
     train_tokenizer: str | None = Field(None, description="a tokenizer.json for train_text (default: UTF-8 bytes)")
     train_batch_size: int = Field(8, ge=1, description="rows per step of the train_tokens run (of prompt_len tokens)")
     train_lr: float = Field(1e-3, gt=0, description="the train_tokens run's learning rate (constant)")
-    train_dir: str | None = Field(None, description="where each variant's checkpoint goes, so a run started again "
-                                  "resumes (default: zoo's cache folder, train-runs/)")
-    impl: str = Field("auto", description="token-mixer implementations: auto (the fastest that runs here), reference "
-                      "(the pure-PyTorch maths) or a kernel's name (zoo.components.kernels); the row's impl says what ran")
+    train_dir: str | None = Field(
+        None,
+        description="where each variant's checkpoint goes, so a run started again "
+        "resumes (default: zoo's cache folder, train-runs/)",
+    )
+    impl: str = Field(
+        "auto",
+        description="token-mixer implementations: auto (the fastest that runs here), reference "
+        "(the pure-PyTorch maths) or a kernel's name (zoo.components.kernels); the row's impl says what ran",
+    )
 
     @field_validator("threads")
     @classmethod
@@ -105,11 +125,14 @@ class BenchConfig(StrictNumbers):
     @model_validator(mode="after")
     def _check_train_run(self) -> BenchConfig:
         if (self.train_tokens is None) != (self.train_text is None):
-            raise ValueError("train_tokens and train_text: give both (a token budget and the text it is drawn from) "
-                             "or neither")
+            raise ValueError(
+                "train_tokens and train_text: give both (a token budget and the text it is drawn from) or neither"
+            )
         if self.train_tokens is not None and self.weights is not None:
-            raise ValueError("train_tokens: trains each variant from scratch; a checkpoint (weights) is fine-tuned "
-                             "by `zoo train --weights`")
+            raise ValueError(
+                "train_tokens: trains each variant from scratch; a checkpoint (weights) is fine-tuned "
+                "by `zoo train --weights`"
+            )
         return self
 
     @model_validator(mode="after")

@@ -33,10 +33,12 @@ def run_shape(topology: Topology, config: BenchConfig) -> RunShape:
     if topology == "encoder":
         return RunShape(B, encoder_len=P, prefill_len=0, context_len=P, memory_len=0, has_cache=False)
     if topology == "encoder-decoder":
-        return RunShape(B, encoder_len=P, prefill_len=1, context_len=G, memory_len=P, has_cache=True,
-                        decode_midpoint=1 + G // 2)
-    return RunShape(B, encoder_len=0, prefill_len=P, context_len=P + G, memory_len=0, has_cache=True,
-                    decode_midpoint=P + G // 2)
+        return RunShape(
+            B, encoder_len=P, prefill_len=1, context_len=G, memory_len=P, has_cache=True, decode_midpoint=1 + G // 2
+        )
+    return RunShape(
+        B, encoder_len=0, prefill_len=P, context_len=P + G, memory_len=0, has_cache=True, decode_midpoint=P + G // 2
+    )
 
 
 def check_shape(spec: ModelSpec, topology: Topology, config: BenchConfig) -> None:
@@ -44,7 +46,9 @@ def check_shape(spec: ModelSpec, topology: Topology, config: BenchConfig) -> Non
     shape = run_shape(topology, config)
     limit = spec.max_seq_len
     if topology == "decoder" and shape.context_len > limit:
-        raise BenchError(f"prompt_len + gen_len = {shape.context_len} exceeds max_seq_len={limit} of {spec.name}; "
-                         f"allowed: at most {limit}")
+        raise BenchError(
+            f"prompt_len + gen_len = {shape.context_len} exceeds max_seq_len={limit} of {spec.name}; "
+            f"allowed: at most {limit}"
+        )
     if shape.encoder_len > limit:
         raise BenchError(f"prompt_len: {shape.encoder_len} exceeds max_seq_len={limit} of {spec.name}")

@@ -43,10 +43,14 @@ class ModelSource:
             return device, run_dtype(config, device, self)
         device, dtype = next(self.model.parameters()).device, next(self.model.parameters()).dtype
         if config.device != "auto" and pick_device(config.device) != device:
-            raise BenchError(f"device: the model is on {device}, not {config.device}; move it first, or leave device out")
+            raise BenchError(
+                f"device: the model is on {device}, not {config.device}; move it first, or leave device out"
+            )
         if run_dtype(config, device) != dtype and config.dtype is not None:
-            raise BenchError(f"dtype: the model holds {str(dtype).removeprefix('torch.')}, not {config.dtype}; "
-                             "convert it first, or leave dtype out")
+            raise BenchError(
+                f"dtype: the model holds {str(dtype).removeprefix('torch.')}, not {config.dtype}; "
+                "convert it first, or leave dtype out"
+            )
         return device, dtype
 
     def load(self, device: torch.device, dtype: torch.dtype, seed: int) -> Any:
@@ -56,8 +60,9 @@ class ModelSource:
         if self.weights is None:
             return build(self.spec, device=device, dtype=dtype, seed=seed).eval()
 
-        return from_pretrained(self.weights, device=device, dtype=dtype, progress=False,
-                               dequantize=self.dequantize).eval()
+        return from_pretrained(
+            self.weights, device=device, dtype=dtype, progress=False, dequantize=self.dequantize
+        ).eval()
 
 
 def names_checkpoint(what: object) -> bool:
@@ -76,8 +81,10 @@ def model_source(model: Any, config: BenchConfig) -> tuple[ModelSource, BenchCon
     if not isinstance(model, ZooModel):
         raise BenchError(f"expected a ZooModel, a spec, a preset name or a checkpoint path, got {type(model).__name__}")
     if config.weights_dtype is not None or config.dequantize:
-        raise BenchError("weights_dtype: would change the given model in place; quantize a copy "
-                         "(zoo.quantize) or pass the checkpoint's path")
+        raise BenchError(
+            "weights_dtype: would change the given model in place; quantize a copy "
+            "(zoo.quantize) or pass the checkpoint's path"
+        )
     if model.checkpoint is not None:
         config = config.model_copy(update={"weights": str(model.checkpoint)})
     return ModelSource(model.spec, topology(model.spec), config.weights, model=model), config

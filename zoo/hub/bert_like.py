@@ -48,8 +48,11 @@ def read_bert_like(r: ConfigReader, layout: BertLayout) -> dict[str, Any]:
     masked = any(str(a).endswith(("ForMaskedLM", "ForPreTraining")) for a in r.get("architectures", []))
     activation = r.activation("hidden_act", "gelu")
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("num_hidden_layers"),
-        "max_seq_len": max_seq_len, "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("num_hidden_layers"),
+        "max_seq_len": max_seq_len,
+        "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "norm": {"kind": "layernorm", "eps": r.get("layer_norm_eps", 1e-12), "bias": True},
         "positional": positional,
         "attention": {"kind": "mha", "n_heads": heads, "head_dim": d // heads, "bias": True, "causal": False},
@@ -63,21 +66,37 @@ def read_bert_like(r: ConfigReader, layout: BertLayout) -> dict[str, Any]:
 
 def write_bert_like(spec: ModelSpec, model_type: str, layout: BertLayout) -> dict[str, Any]:
     """The config.json (``architectures`` by the head) computing what ``spec`` computes."""
-    require(spec, model_type, attention=("mha", "gqa", "mqa"), ffn=("mlp",), norm=("layernorm",),
-            positional=("learned",), block=("post_norm",))
+    require(
+        spec,
+        model_type,
+        attention=("mha", "gqa", "mqa"),
+        ffn=("mlp",),
+        norm=("layernorm",),
+        positional=("learned",),
+        block=("post_norm",),
+    )
     base = spec.layer(0)
     att, ffn, norm, positional = base.attention, base.ffn, base.norm, base.positional
     embedding = spec.part("embedding")
     if embedding.kind != "token":
-        raise CheckpointError(f"spec {spec.name!r}: embedding.kind {embedding.kind!r} has no {model_type} config; allowed: token")
+        raise CheckpointError(
+            f"spec {spec.name!r}: embedding.kind {embedding.kind!r} has no {model_type} config; allowed: token"
+        )
     masked = spec.part("head").kind == "masked_lm"
     config: dict[str, Any] = {
         "architectures": [layout.masked_architecture if masked else layout.base_architecture],
-        "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
-        "hidden_act": ffn.options.activation, "max_position_embeddings": positional.options.max_positions or spec.max_seq_len,
-        "type_vocab_size": embedding.options.type_vocab_size, "layer_norm_eps": norm.options.eps,
-        "tie_word_embeddings": spec.tie_embeddings, "position_embedding_type": "absolute",
+        "model_type": model_type,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": att.options.n_heads,
+        "intermediate_size": ffn.options.hidden,
+        "hidden_act": ffn.options.activation,
+        "max_position_embeddings": positional.options.max_positions or spec.max_seq_len,
+        "type_vocab_size": embedding.options.type_vocab_size,
+        "layer_norm_eps": norm.options.eps,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "position_embedding_type": "absolute",
     }
     if layout.position_offset:
         config["pad_token_id"] = positional.options.offset - 1

@@ -59,8 +59,10 @@ def _refuse_quantized(data: Mapping[str, Any], reader: ConfigReader, source: str
         if packed_format(data, source) is not None:  # read by the loader, for every family
             reader.used.add("quantization_config")
             return
-        raise CheckpointError(f"{source}: quantization_config: quantized checkpoints ({quantization.get('quant_method')}) "
-                              f"are not supported for model_type {data.get('model_type')!r}; allowed: unquantized safetensors")
+        raise CheckpointError(
+            f"{source}: quantization_config: quantized checkpoints ({quantization.get('quant_method')}) "
+            f"are not supported for model_type {data.get('model_type')!r}; allowed: unquantized safetensors"
+        )
 
 
 def spec_from_hf_config(config: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:

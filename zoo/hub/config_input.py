@@ -14,21 +14,57 @@ from zoo.files.safe_io import bounded_repr, inside, load_json, read_text
 
 # What each numeric or structured key must hold (null = absent); checked before any family reads
 # them, so a 0 head count, a list or a string where a number belongs is one error naming the key.
-POSITIVE_INTS = frozenset({
-    "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
-    "max_position_embeddings", "intermediate_size", "head_dim", "n_embd", "n_head", "n_layer", "n_positions",
-    "n_inner", "num_local_experts", "num_experts_per_tok", "num_experts", "experts_per_token",
-    "moe_intermediate_size", "sliding_window", "decoder_sparse_step", "sliding_window_pattern",
-    "_sliding_window_pattern", "initial_context_length",
-})
-FINITE_NUMBERS = frozenset({
-    "rope_theta", "rms_norm_eps", "layer_norm_epsilon", "partial_rotary_factor", "rope_local_base_freq",
-    "swiglu_limit", "swiglu_alpha", "query_pre_attn_scalar",
-})
-BOOLEANS = frozenset({
-    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "norm_topk_prob", "scale_attn_weights",
-    "scale_attn_by_inverse_layer_idx", "use_bidirectional_attention",
-})
+POSITIVE_INTS = frozenset(
+    {
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "max_position_embeddings",
+        "intermediate_size",
+        "head_dim",
+        "n_embd",
+        "n_head",
+        "n_layer",
+        "n_positions",
+        "n_inner",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "num_experts",
+        "experts_per_token",
+        "moe_intermediate_size",
+        "sliding_window",
+        "decoder_sparse_step",
+        "sliding_window_pattern",
+        "_sliding_window_pattern",
+        "initial_context_length",
+    }
+)
+FINITE_NUMBERS = frozenset(
+    {
+        "rope_theta",
+        "rms_norm_eps",
+        "layer_norm_epsilon",
+        "partial_rotary_factor",
+        "rope_local_base_freq",
+        "swiglu_limit",
+        "swiglu_alpha",
+        "query_pre_attn_scalar",
+    }
+)
+BOOLEANS = frozenset(
+    {
+        "tie_word_embeddings",
+        "attention_bias",
+        "mlp_bias",
+        "use_sliding_window",
+        "norm_topk_prob",
+        "scale_attn_weights",
+        "scale_attn_by_inverse_layer_idx",
+        "use_bidirectional_attention",
+    }
+)
 STRINGS = frozenset({"model_type", "hidden_act", "activation_function", "hidden_activation"})
 MAPPINGS = frozenset({"rope_parameters", "rope_scaling", "quantization_config"})
 
@@ -58,7 +94,9 @@ def check_value_types(data: Mapping[str, Any], source: str) -> None:
         problem = None
         if key in POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             problem = "expected a positive integer"
-        elif key in FINITE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        elif key in FINITE_NUMBERS and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
             problem = "expected a finite number"
         elif key in BOOLEANS and not isinstance(value, bool):
             problem = "expected true or false"
@@ -68,7 +106,9 @@ def check_value_types(data: Mapping[str, Any], source: str) -> None:
             problem = "expected an object"
         elif key == "layer_types" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             problem = "expected a list of strings"
-        elif key == "mlp_only_layers" and not (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        elif key == "mlp_only_layers" and not (
+            isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
             problem = "expected a list of layer indices"
         if problem:
             raise CheckpointError(f"{source}: {key}: {problem}, got {bounded_repr(value, 60)}")

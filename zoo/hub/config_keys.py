@@ -27,32 +27,109 @@ from __future__ import annotations
 
 from typing import Any
 
-IDENTITY_KEYS = frozenset({
-    "_name_or_path", "name_or_path", "_commit_hash", "transformers_version", "architectures", "model_type",
-    "auto_map", "tokenizer_class", "finetuning_task", "prefix", "task_specific_params", "problem_type",
-    "id2label", "label2id", "num_labels", "summary_activation", "summary_first_dropout", "summary_proj_to_labels",
-    "summary_type", "summary_use_proj",
-})
-TOKEN_ID_KEYS = frozenset({
-    "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id", "cls_token_id",
-    "mask_token_id", "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id",
-})
-RUNTIME_KEYS = frozenset({
-    "dtype", "torch_dtype", "use_bfloat16", "torchscript", "tf_legacy_loss", "gradient_checkpointing",
-    "use_cache", "return_dict", "use_return_dict", "output_attentions", "output_hidden_states",
-    "_attn_implementation", "_attn_implementation_internal", "_attn_implementation_autoset",
-    "attn_implementation", "cache_implementation", "initializer_range", "initializer_factor",
-    "chunk_size_feed_forward", "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-    "reorder_and_upcast_attn", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
-    "pretraining_tp", "_sliding_window_pattern", "sliding_window_pattern", "max_window_layers", "n_ctx",
-})
-GENERATION_KEYS = frozenset({
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
-    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
-    "output_scores", "return_dict_in_generate", "remove_invalid_values", "exponential_decay_length_penalty",
-    "suppress_tokens", "begin_suppress_tokens",
-})
+IDENTITY_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "name_or_path",
+        "_commit_hash",
+        "transformers_version",
+        "architectures",
+        "model_type",
+        "auto_map",
+        "tokenizer_class",
+        "finetuning_task",
+        "prefix",
+        "task_specific_params",
+        "problem_type",
+        "id2label",
+        "label2id",
+        "num_labels",
+        "summary_activation",
+        "summary_first_dropout",
+        "summary_proj_to_labels",
+        "summary_type",
+        "summary_use_proj",
+    }
+)
+TOKEN_ID_KEYS = frozenset(
+    {
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "unk_token_id",
+        "sep_token_id",
+        "cls_token_id",
+        "mask_token_id",
+        "decoder_start_token_id",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+    }
+)
+RUNTIME_KEYS = frozenset(
+    {
+        "dtype",
+        "torch_dtype",
+        "use_bfloat16",
+        "torchscript",
+        "tf_legacy_loss",
+        "gradient_checkpointing",
+        "use_cache",
+        "return_dict",
+        "use_return_dict",
+        "output_attentions",
+        "output_hidden_states",
+        "_attn_implementation",
+        "_attn_implementation_internal",
+        "_attn_implementation_autoset",
+        "attn_implementation",
+        "cache_implementation",
+        "initializer_range",
+        "initializer_factor",
+        "chunk_size_feed_forward",
+        "attention_dropout",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "resid_pdrop",
+        "embd_pdrop",
+        "attn_pdrop",
+        "reorder_and_upcast_attn",
+        "output_router_logits",
+        "router_aux_loss_coef",
+        "router_jitter_noise",
+        "pretraining_tp",
+        "_sliding_window_pattern",
+        "sliding_window_pattern",
+        "max_window_layers",
+        "n_ctx",
+    }
+)
+GENERATION_KEYS = frozenset(
+    {
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "output_scores",
+        "return_dict_in_generate",
+        "remove_invalid_values",
+        "exponential_decay_length_penalty",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+    }
+)
 NEUTRAL_KEYS = IDENTITY_KEYS | TOKEN_ID_KEYS | RUNTIME_KEYS | GENERATION_KEYS
 
 # Base-class keys that would change the computation, with the values that leave it alone.

@@ -12,7 +12,14 @@ from zoo.errors import CheckpointError, allowed, did_you_mean
 from zoo.hub.config_keys import NEUTRAL_KEYS, is_neutral  # noqa: F401 - NEUTRAL_KEYS re-exported
 
 # the keys accepted unread: the rule and its lists live in zoo/hub/config_keys.py
-ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 
 
 class ConfigReader:
@@ -42,7 +49,9 @@ class ConfigReader:
         self.used.add(key)
         value = self.config.get(key)
         if value not in allowed_values:
-            raise self.error(key, f"{value!r} is not supported ({why}); allowed: {', '.join(map(repr, allowed_values))}")
+            raise self.error(
+                key, f"{value!r} is not supported ({why}); allowed: {', '.join(map(repr, allowed_values))}"
+            )
 
     def activation(self, key: str, default: str) -> str:
         name = self.get(key, default)
@@ -53,8 +62,11 @@ class ConfigReader:
     def check_all_used(self) -> None:
         left = sorted(k for k in self.config if k not in self.used and not is_neutral(k))
         if left:
-            raise self.error(left[0], f"unknown config key for model_type {self.config.get('model_type')!r}; zoo cannot "
-                             "tell whether it changes the computation, so it refuses to drop it")
+            raise self.error(
+                left[0],
+                f"unknown config key for model_type {self.config.get('model_type')!r}; zoo cannot "
+                "tell whether it changes the computation, so it refuses to drop it",
+            )
 
 
 # ---- RoPE -----------------------------------------------------------------------------------
@@ -73,13 +85,27 @@ def rope_options(reader: ConfigReader, params: Mapping[str, Any] | None, key: st
             raise reader.error(f"{key}.{next(iter(params))}", "unexpected for rope_type 'default'")
         return options
     if rope_type not in ("linear", "llama3", "yarn"):
-        raise reader.error(f"{key}.rope_type", f"{rope_type!r} is not supported; allowed: default, linear, llama3, yarn")
+        raise reader.error(
+            f"{key}.rope_type", f"{rope_type!r} is not supported; allowed: default, linear, llama3, yarn"
+        )
     scaling: dict[str, Any] = {"type": rope_type}
-    known = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
-             "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"}
+    known = {
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+    }
     for name, value in params.items():
         if name not in known:
-            raise reader.error(f"{key}.{name}", f"unknown RoPE scaling field{did_you_mean(name, known)}; allowed: {allowed(known)}")
+            raise reader.error(
+                f"{key}.{name}", f"unknown RoPE scaling field{did_you_mean(name, known)}; allowed: {allowed(known)}"
+            )
         if value is not None:
             scaling[name] = value
     if rope_type in ("llama3", "yarn") and "original_max_position_embeddings" not in scaling:

@@ -18,5 +18,7 @@ def require(spec: ModelSpec, model_type: str, **kinds: Collection[str]) -> None:
         for part, accepted in kinds.items():
             kind = getattr(layer, part).kind
             if kind not in accepted:
-                raise CheckpointError(f"spec {spec.name!r}: layers.{layer.index}.{part}.kind {kind!r} has no {model_type} "
-                                      f"config; allowed: {allowed(accepted)}")
+                raise CheckpointError(
+                    f"spec {spec.name!r}: layers.{layer.index}.{part}.kind {kind!r} has no {model_type} "
+                    f"config; allowed: {allowed(accepted)}"
+                )

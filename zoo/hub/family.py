@@ -81,7 +81,9 @@ class ZooShapes(dict):  # type: ignore[type-arg]
 
 
 # ---- a family's plan, completed ----------------------------------------------------------
-def tensor_rules(family: CheckpointFamily, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> list[Rule]:
+def tensor_rules(
+    family: CheckpointFamily, zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]
+) -> list[Rule]:
     """Every zoo parameter's rule for this family: the family's own rules, then its renames
     for the rest; a parameter neither covers is an error."""
     rules, renames = family.tensor_rules(zoo_shapes, hf_keys)

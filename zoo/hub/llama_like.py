@@ -41,8 +41,16 @@ LLAMA_RENAMES: list[tuple[str, str]] = [
 SCALING_KEYS = {
     "linear": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-             "attention_factor", "truncate"),
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+    ),
 }
 ATTENTION_KINDS = ("gqa", "mha", "mqa")
 
@@ -70,12 +78,19 @@ def read_llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str 
     key, params = rope_params(r)
     bias = bool(r.get("attention_bias", False))
     attention: dict[str, Any] = {
-        "kind": "gqa", "n_heads": heads, "n_kv_heads": r.get("num_key_value_heads", heads),
-        "head_dim": r.get("head_dim", d // heads), "bias": bias, "qk_norm": qk_norm,
+        "kind": "gqa",
+        "n_heads": heads,
+        "n_kv_heads": r.get("num_key_value_heads", heads),
+        "head_dim": r.get("head_dim", d // heads),
+        "bias": bias,
+        "qk_norm": qk_norm,
     }
     spec: dict[str, Any] = {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
-        "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": n_layers,
+        "max_seq_len": r.need("max_position_embeddings"),
+        "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
         "norm": {"kind": "rmsnorm", "eps": r.get("rms_norm_eps", 1e-6)},
         "positional": rope_options(r, params, key),
         "attention": attention,
@@ -84,8 +99,12 @@ def read_llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str 
         "layers": {},
     }
     if r.activation("hidden_act", "silu") != "silu":
-        spec["ffn"] = {"kind": "gated", "hidden": spec["ffn"]["hidden"], "activation": ACTIVATIONS[r.config["hidden_act"]],
-                       "bias": spec["ffn"]["bias"]}
+        spec["ffn"] = {
+            "kind": "gated",
+            "hidden": spec["ffn"]["hidden"],
+            "activation": ACTIVATIONS[r.config["hidden_act"]],
+            "bias": spec["ffn"]["bias"],
+        }
     window = r.get("sliding_window")
     enabled = bool(r.get(sliding_key, False)) if sliding_key else True
     if r.config.get("layer_types") is not None and not any(t == "sliding_attention" for t in r.config["layer_types"]):
@@ -100,8 +119,14 @@ def read_llama_like(r: ConfigReader, *, qk_norm: bool = False, sliding_key: str 
 
 def experts(r: ConfigReader, spec: dict[str, Any], *, n_experts: int, hidden_key: str, renormalize: bool) -> None:
     """Replace the FFN by softmax-top-k experts."""
-    spec["ffn"] = {"kind": "moe", "n_experts": n_experts, "top_k": r.need("num_experts_per_tok"),
-                   "hidden": r.need(hidden_key), "routing": "softmax_topk", "renormalize": renormalize}
+    spec["ffn"] = {
+        "kind": "moe",
+        "n_experts": n_experts,
+        "top_k": r.need("num_experts_per_tok"),
+        "hidden": r.need(hidden_key),
+        "routing": "softmax_topk",
+        "renormalize": renormalize,
+    }
 
 
 # ---- spec -> config.json --------------------------------------------------------------------
@@ -121,24 +146,43 @@ def windows(spec: ModelSpec) -> tuple[list[str], int | None]:
     """(layer_types, the one sliding_window or None)."""
     sizes = {layer.attention.options.window for layer in spec.layer_specs() if layer.attention.options.window}
     if len(sizes) > 1:
-        raise CheckpointError(f"layers: windows {sorted(sizes)} differ between layers; HF configs hold one sliding_window")
-    types = ["sliding_attention" if layer.attention.options.window else "full_attention" for layer in spec.layer_specs()]
+        raise CheckpointError(
+            f"layers: windows {sorted(sizes)} differ between layers; HF configs hold one sliding_window"
+        )
+    types = [
+        "sliding_attention" if layer.attention.options.window else "full_attention" for layer in spec.layer_specs()
+    ]
     return types, (sizes.pop() if sizes else None)
 
 
 def write_llama_like(spec: ModelSpec, model_type: str, ffn_kinds: Collection[str] = ("swiglu",)) -> dict[str, Any]:
     """The config keys every llama-like family writes (the family adds its own)."""
-    require(spec, model_type, attention=ATTENTION_KINDS, norm=("rmsnorm",), positional=("rope",), ffn=ffn_kinds,
-            block=("pre_norm",))
+    require(
+        spec,
+        model_type,
+        attention=ATTENTION_KINDS,
+        norm=("rmsnorm",),
+        positional=("rope",),
+        ffn=ffn_kinds,
+        block=("pre_norm",),
+    )
     base = spec.layer(0)
     att, norm = base.attention, base.norm
     _, window = windows(spec)
     config: dict[str, Any] = {
-        "model_type": model_type, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads,
-        "head_dim": att.options.head_dim, "max_position_embeddings": spec.max_seq_len, "rms_norm_eps": norm.options.eps,
-        "tie_word_embeddings": spec.tie_embeddings, "rope_parameters": rope_config(base.positional),
-        "hidden_act": "silu", "sliding_window": window,
+        "model_type": model_type,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": att.options.n_heads,
+        "num_key_value_heads": att.options.kv_heads,
+        "head_dim": att.options.head_dim,
+        "max_position_embeddings": spec.max_seq_len,
+        "rms_norm_eps": norm.options.eps,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "rope_parameters": rope_config(base.positional),
+        "hidden_act": "silu",
+        "sliding_window": window,
     }
     dense = next((layer.ffn.options for layer in spec.layer_specs() if layer.ffn.kind != "moe"), None)
     if dense is not None:
@@ -157,8 +201,13 @@ def layers_with(zoo_names: Iterable[str], suffix: str) -> list[str]:
     return sorted({m.group(1) for n in zoo_names if (m := re.fullmatch(rf"layers\.(\d+)\.{suffix}", n))}, key=int)
 
 
-def expert_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str], moe_prefix: str, router: str,
-                 per_expert: tuple[str, str, str]) -> list[Rule]:
+def expert_rules(
+    zoo_shapes: Mapping[str, torch.Size],
+    hf_keys: Collection[str],
+    moe_prefix: str,
+    router: str,
+    per_expert: tuple[str, str, str],
+) -> list[Rule]:
     """MoE layers: the hub's per-expert tensors, or transformers 5's fused 3-D ones."""
     rules = []
     for i in layers_with(zoo_shapes, r"ffn\.w_up"):
@@ -171,7 +220,9 @@ def expert_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str],
         else:
             n = int(zoo_shapes[f"{z}.w_up"][0])
             for zoo_name, hf_name in zip(("w_gate", "w_up", "w_down"), per_expert):
-                rules.append(stacked_experts(f"{z}.{zoo_name}", [f"{h}.experts.{e}.{hf_name}.weight" for e in range(n)]))
+                rules.append(
+                    stacked_experts(f"{z}.{zoo_name}", [f"{h}.experts.{e}.{hf_name}.weight" for e in range(n)])
+                )
         rules.append(rename(f"{z}.router.weight", f"{h}.{router}.weight"))
     return rules
 

@@ -46,18 +46,26 @@ def checkpoint_files(folder: Path) -> dict[str, SafetensorsFile]:
             path = shard_path(folder, shard, index)
             if not path.exists():
                 tensor = next(t for t, s in weight_map.items() if s == shard)
-                raise CheckpointError(f"{path}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)")
+                raise CheckpointError(
+                    f"{path}: missing shard (listed in {INDEX_FILE} for tensor {tensor!r}, among others)"
+                )
             files[shard] = SafetensorsFile(inside(folder, shard, CheckpointError, "shard"))
         located: dict[str, SafetensorsFile] = {}
         for tensor, shard in weight_map.items():
             if tensor not in files[shard].tensors:
-                raise CheckpointError(f"{folder / shard}: tensor {tensor!r} is listed in {INDEX_FILE} but not in the shard")
+                raise CheckpointError(
+                    f"{folder / shard}: tensor {tensor!r} is listed in {INDEX_FILE} but not in the shard"
+                )
             located[tensor] = files[shard]
         return located
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
         pickles = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
-        hint = f" (found {', '.join(pickles)}: pickle files are never loaded; convert them to safetensors)" if pickles else ""
+        hint = (
+            f" (found {', '.join(pickles)}: pickle files are never loaded; convert them to safetensors)"
+            if pickles
+            else ""
+        )
         raise CheckpointError(f"{folder}: no safetensors weights{hint}")
     located = {}
     for shard in shards:
@@ -86,13 +94,15 @@ def shard_path(folder: Path, shard: str, index: Path) -> Path:
     cache links every file of a snapshot to a blob outside it."""
     parts = Path(shard).parts
     if not parts or Path(shard).is_absolute() or ".." in parts or "\\" in shard or "\0" in shard:
-        raise CheckpointError(f"{index}: weight_map names {shard!r}, outside the checkpoint folder; "
-                              "shards must be files inside it")
+        raise CheckpointError(
+            f"{index}: weight_map names {shard!r}, outside the checkpoint folder; shards must be files inside it"
+        )
     return folder / shard
 
 
-def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool = True,
-                 packed: PackedFormat | None = None) -> None:
+def load_weights(
+    model: ZooModel, folder: Path, model_type: str, progress: bool = True, packed: PackedFormat | None = None
+) -> None:
     """Copy every checkpoint tensor into the model's (materialised) parameters, checking all;
     an AWQ / GPTQ checkpoint's packed layers (``packed``) become int4 layers on the way."""
     located = checkpoint_files(folder)
@@ -125,7 +135,8 @@ def load_weights(model: ZooModel, folder: Path, model_type: str, progress: bool 
                 if dest.shape != view.shape:
                     name = rule.hf[0]
                     raise CheckpointError(
-                        f"{located[name].path}: tensor {name!r} has shape {list(located[name].tensors[stored.get(name, name)].shape)}, "
+                        f"{located[name].path}: tensor {name!r} has shape "
+                        f"{list(located[name].tensors[stored.get(name, name)].shape)}, "
                         f"which does not fit zoo parameter {rule.zoo[0]!r} of shape {list(params[rule.zoo[0]].shape)}"
                     )
                 release = lambda names=rule.hf: [located[n].release(stored.get(n, n)) for n in names]
@@ -195,7 +206,9 @@ def from_pretrained(
     check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
     model_type = str(config["model_type"])
-    load_weights(model, folder, model_type, progress=progress, packed=packed_format(config, str(folder / "config.json")))
+    load_weights(
+        model, folder, model_type, progress=progress, packed=packed_format(config, str(folder / "config.json"))
+    )
     model.tie_weights()
     init_buffers(model)
     model.hf_model_type = model_type
@@ -203,8 +216,9 @@ def from_pretrained(
     return model.eval()
 
 
-def keeps_packed(repo_or_dir: str | Path, *, gguf_file: str | None = None, revision: str | None = None,
-                 dequantize: bool = False) -> bool:
+def keeps_packed(
+    repo_or_dir: str | Path, *, gguf_file: str | None = None, revision: str | None = None, dequantize: bool = False
+) -> bool:
     """Whether ``from_pretrained`` holds this checkpoint in packed int4 / int8 layers (a GGUF
     with 4- to 8-bit matrices, not ``dequantize``d), read from the header alone: such a run
     computes in bfloat16 by default, the activations the int kernels are fast with."""

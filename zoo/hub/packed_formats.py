@@ -75,14 +75,18 @@ def packed_format(config: Mapping[str, Any], source: str) -> PackedFormat | None
     def field(key: str, default: Any, choices: tuple[Any, ...]) -> Any:
         value = quant.get(key, default)
         if value not in choices:
-            raise CheckpointError(f"{source}: quantization_config.{key}: {value!r} is not supported for {method} "
-                                  f"checkpoints; allowed: {allowed(map(str, choices))}")
+            raise CheckpointError(
+                f"{source}: quantization_config.{key}: {value!r} is not supported for {method} "
+                f"checkpoints; allowed: {allowed(map(str, choices))}"
+            )
         return value
 
     group = quant.get("group_size", 128)
     if isinstance(group, bool) or not isinstance(group, int) or not (group == -1 or 0 < group <= 1 << 20):
-        raise CheckpointError(f"{source}: quantization_config.group_size: {group!r} is not a group size "
-                              "(a positive integer, or -1 for one group per output column)")
+        raise CheckpointError(
+            f"{source}: quantization_config.group_size: {group!r} is not a group size "
+            "(a positive integer, or -1 for one group per output column)"
+        )
     if method == "awq":
         field("zero_point", True, (True,))
         field("version", "gemm", AWQ_VERSIONS)
@@ -131,10 +135,17 @@ def expected_shapes(fmt: PackedFormat, in_features: int, out_features: int) -> d
     group = in_features if fmt.group_size == -1 else fmt.group_size
     groups, per = -(-in_features // group), 32 // fmt.bits
     if fmt.method == "awq":
-        return {"qweight": (in_features, out_features // per), "qzeros": (groups, out_features // per),
-                "scales": (groups, out_features)}
-    return {"qweight": (in_features // per, out_features), "qzeros": (groups, out_features // per),
-            "scales": (groups, out_features), "g_idx": (in_features,)}
+        return {
+            "qweight": (in_features, out_features // per),
+            "qzeros": (groups, out_features // per),
+            "scales": (groups, out_features),
+        }
+    return {
+        "qweight": (in_features // per, out_features),
+        "qzeros": (groups, out_features // per),
+        "scales": (groups, out_features),
+        "g_idx": (in_features,),
+    }
 
 
 def unpack_groups(fmt: PackedFormat, tensors: Mapping[str, torch.Tensor], in_features: int) -> Groups:

@@ -71,8 +71,9 @@ def as_float_names(hf_keys: Collection[str]) -> set[str]:
     return {n for n in hf_keys if n not in packed} | {f"{p}.weight" for p in prefixes}
 
 
-def load_packed_layers(model: nn.Module, rules: list[Rule], located: Mapping[str, SafetensorsFile],
-                       fmt: PackedFormat) -> tuple[list[Rule], set[str], str]:
+def load_packed_layers(
+    model: nn.Module, rules: list[Rule], located: Mapping[str, SafetensorsFile], fmt: PackedFormat
+) -> tuple[list[Rule], set[str], str]:
     """Replace the linear of every rule that reads a packed layer; returns the other rules,
     the checkpoint tensors used, and the layout description for ``model.weights_layout``."""
     prefixes = packed_prefixes(located)
@@ -86,8 +87,10 @@ def load_packed_layers(model: nn.Module, rules: list[Rule], located: Mapping[str
         module_name = rule.zoo[0].removesuffix(".weight")
         linear = model.get_submodule(module_name) if rule.zoo[0].endswith(".weight") else None
         if len(rule.hf) != 1 or len(rule.zoo) != 1 or not plain_linear(linear) or not moves_unchanged(rule):
-            raise CheckpointError(f"{located[prefix + '.qweight'].path}: tensor {prefix + '.qweight'!r}: packed weights "
-                                  f"load only into a plain linear layer; zoo parameter {rule.zoo[0]!r} is split or fused")
+            raise CheckpointError(
+                f"{located[prefix + '.qweight'].path}: tensor {prefix + '.qweight'!r}: packed weights "
+                f"load only into a plain linear layer; zoo parameter {rule.zoo[0]!r} is split or fused"
+            )
         names = [f"{prefix}.{s}" for s in PACKED_SUFFIXES if f"{prefix}.{s}" in located]
         tensors = read_packed(prefix, located, fmt, linear.in_features, linear.out_features)
         layer, kind = packed_linear(fmt, unpack_groups(fmt, tensors, linear.in_features), linear)
@@ -113,8 +116,9 @@ def moves_unchanged(rule: Rule) -> bool:
     return len(pairs) == 1 and pairs[0][0] is dest and pairs[0][1] is source
 
 
-def read_packed(prefix: str, located: Mapping[str, SafetensorsFile], fmt: PackedFormat, in_features: int,
-                out_features: int) -> dict[str, torch.Tensor]:
+def read_packed(
+    prefix: str, located: Mapping[str, SafetensorsFile], fmt: PackedFormat, in_features: int, out_features: int
+) -> dict[str, torch.Tensor]:
     """One layer's packed tensors, copied out of the file after checking each one's dtype and
     shape against the layer (before anything is allocated)."""
     shapes = expected_shapes(fmt, in_features, out_features)
@@ -125,26 +129,36 @@ def read_packed(prefix: str, located: Mapping[str, SafetensorsFile], fmt: Packed
         if name not in located:
             if suffix == "g_idx":
                 continue
-            raise CheckpointError(f"{located[prefix + '.qweight'].path}: missing tensor {name!r} "
-                                  f"(the {fmt.method} packing of {prefix!r} needs it)")
+            raise CheckpointError(
+                f"{located[prefix + '.qweight'].path}: missing tensor {name!r} "
+                f"(the {fmt.method} packing of {prefix!r} needs it)"
+            )
         info = located[name].tensors[name]
         dtypes = SCALE_DTYPES if suffix == "scales" else INT_DTYPES
         where = f"{located[name].path}: tensor {name!r}"
         if info.dtype not in dtypes:
-            raise CheckpointError(f"{where} has dtype {str(info.dtype).removeprefix('torch.')}; "
-                                  f"expected {' or '.join(str(d).removeprefix('torch.') for d in dtypes)}")
+            raise CheckpointError(
+                f"{where} has dtype {str(info.dtype).removeprefix('torch.')}; "
+                f"expected {' or '.join(str(d).removeprefix('torch.') for d in dtypes)}"
+            )
         if tuple(info.shape) != shape or in_features % per or out_features % per:
-            raise CheckpointError(f"{where} has shape {list(info.shape)}; a {fmt.describe()} linear of "
-                                  f"{in_features} inputs and {out_features} outputs stores {list(shape)}")
+            raise CheckpointError(
+                f"{where} has shape {list(info.shape)}; a {fmt.describe()} linear of "
+                f"{in_features} inputs and {out_features} outputs stores {list(shape)}"
+            )
         tensors[suffix] = located[name].view(name).clone()
     group = in_features if fmt.group_size == -1 else fmt.group_size
     if in_features % group:
-        raise CheckpointError(f"{located[prefix + '.qweight'].path}: layer {prefix!r}: group_size {group} does not "
-                              f"divide its {in_features} inputs")
+        raise CheckpointError(
+            f"{located[prefix + '.qweight'].path}: layer {prefix!r}: group_size {group} does not "
+            f"divide its {in_features} inputs"
+        )
     groups = in_features // group
     if "g_idx" in tensors and (tensors["g_idx"].min() < 0 or tensors["g_idx"].max() >= groups):
-        raise CheckpointError(f"{located[prefix + '.g_idx'].path}: tensor {prefix + '.g_idx'!r} holds group indices "
-                              f"outside 0..{groups - 1}")
+        raise CheckpointError(
+            f"{located[prefix + '.g_idx'].path}: tensor {prefix + '.g_idx'!r} holds group indices "
+            f"outside 0..{groups - 1}"
+        )
     return tensors
 
 
@@ -171,17 +185,18 @@ def packed_linear(fmt: PackedFormat, groups: Groups, linear: nn.Linear) -> tuple
     offsets = -(groups.zeros.float() * groups.scales).repeat_interleave(repeat, dim=1)  # (out, in / kernel)
     bias = linear.bias
     if torch.equal(order, torch.arange(in_features)):
-        layer: nn.Module = Int4Linear.from_groups(groups.values.to(device), scales.to(device), offsets.to(device),
-                                                  None, dtype)
+        layer: nn.Module = Int4Linear.from_groups(
+            groups.values.to(device), scales.to(device), offsets.to(device), None, dtype
+        )
         kind = "int4"
     else:
         values = groups.values[:, order]  # (out, in) in group order
-        layer = PermutedInt4Linear.from_permuted_groups(order, values.to(device), scales.to(device),
-                                                        offsets.to(device), None, dtype)
+        layer = PermutedInt4Linear.from_permuted_groups(
+            order, values.to(device), scales.to(device), offsets.to(device), None, dtype
+        )
         kind = "int4 with permuted inputs (act-order)"
     layer.bias = bias  # the float linear's own bias parameter, which its rule loads
     return layer, kind
-
 
 
 def save_awq(model: nn.Module, layers: Mapping[str, Any], out: Path, group_size: int, source: Path | None) -> Path:
@@ -194,8 +209,11 @@ def save_awq(model: nn.Module, layers: Mapping[str, Any], out: Path, group_size:
     save_pretrained(model, out)  # type: ignore[arg-type]
     config = load_json(read_text(out / "config.json", CheckpointError, "config"), CheckpointError, str(out))
     shapes = {n: p.shape for n, p in model.named_parameters()}
-    hf_name = {r.zoo[0]: r.hf[0] for r in tensor_rules(checkpoint_family(config["model_type"]), shapes, ())
-               if len(r.zoo) == 1 and len(r.hf) == 1 and moves_unchanged(r)}
+    hf_name = {
+        r.zoo[0]: r.hf[0]
+        for r in tensor_rules(checkpoint_family(config["model_type"]), shapes, ())
+        if len(r.zoo) == 1 and len(r.hf) == 1 and moves_unchanged(r)
+    }
     with SafetensorsFile(out / "model.safetensors") as file:
         tensors = {name: file.view(name).clone() for name in file.tensors}
     for name, q in layers.items():
@@ -208,8 +226,13 @@ def save_awq(model: nn.Module, layers: Mapping[str, Any], out: Path, group_size:
         tensors[f"{prefix}.qzeros"] = pack_awq_columns(q.zeros.T)  # (G, out / 8)
         tensors[f"{prefix}.scales"] = q.scales.T.contiguous()  # (G, out) float16
     write_safetensors(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group_size, "zero_point": True,
-                                     "version": "gemm"}
+    config["quantization_config"] = {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": group_size,
+        "zero_point": True,
+        "version": "gemm",
+    }
     write_text_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
     for extra in TOKENIZER_FILES if source is not None else ():
         if (source / extra).is_file():

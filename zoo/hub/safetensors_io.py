@@ -102,11 +102,14 @@ class SafetensorsFile:
 
     def _tensor_info(self, name: str, entry: object, data_size: int) -> TensorInfo:
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-            raise self._fail(f"tensor {name!r}: corrupt header entry {_short(entry)}; expected dtype, shape and data_offsets")
+            raise self._fail(
+                f"tensor {name!r}: corrupt header entry {_short(entry)}; expected dtype, shape and data_offsets"
+            )
         dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         if not isinstance(dtype_name, str) or dtype_name not in SAFETENSORS_DTYPES:
             raise self._fail(
-                f"tensor {name!r}: dtype {_short(dtype_name)} is not supported; allowed: {', '.join(SAFETENSORS_DTYPES)}"
+                f"tensor {name!r}: dtype {_short(dtype_name)} is not supported; allowed: "
+                f"{', '.join(SAFETENSORS_DTYPES)}"
             )
         if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
             raise self._fail(f"tensor {name!r}: shape must be a list of non-negative integers, got {_short(shape)}")
@@ -119,7 +122,9 @@ class SafetensorsFile:
             numel *= dim
         expected = numel * dtype.itemsize
         if not start <= end or end - start != expected:
-            raise self._fail(f"tensor {name!r}: {end - start} bytes stored for shape {shape} {dtype_name} ({expected} expected)")
+            raise self._fail(
+                f"tensor {name!r}: {end - start} bytes stored for shape {shape} {dtype_name} ({expected} expected)"
+            )
         if end > data_size:
             raise self._fail(f"truncated: tensor {name!r} ends at byte {end} of a {data_size}-byte data section")
         return TensorInfo(name, dtype, tuple(shape), self._data_start + start, self._data_start + end)
@@ -129,8 +134,10 @@ class SafetensorsFile:
         previous: TensorInfo | None = None
         for info in sorted(self.tensors.values(), key=lambda t: (t.start, t.end)):
             if previous is not None and info.start < previous.end and info.end > info.start:
-                raise self._fail(f"tensors {previous.name!r} and {info.name!r} overlap in the data section "
-                                 f"(bytes {info.start - self._data_start}..{previous.end - self._data_start})")
+                raise self._fail(
+                    f"tensors {previous.name!r} and {info.name!r} overlap in the data section "
+                    f"(bytes {info.start - self._data_start}..{previous.end - self._data_start})"
+                )
             if info.end > info.start and (previous is None or info.end > previous.end):
                 previous = info
 
@@ -171,7 +178,9 @@ class SafetensorsFile:
             self._map.madvise(mmap.MADV_DONTNEED, start, info.end - start)
 
 
-def write_safetensors(tensors: Mapping[str, torch.Tensor], path: str | Path, metadata: Mapping[str, str] | None = None) -> None:
+def write_safetensors(
+    tensors: Mapping[str, torch.Tensor], path: str | Path, metadata: Mapping[str, str] | None = None
+) -> None:
     """Write a whole safetensors file atomically (temp file in the same folder + os.replace)."""
 
     path = Path(path)

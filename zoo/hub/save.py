@@ -34,13 +34,25 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
 
 
 def _same_computation(a: ModelSpec, b: ModelSpec) -> bool:
-    top = ("vocab_size", "d_model", "n_layers", "max_seq_len", "tie_embeddings", "embedding", "head", "final_norm",
-           "encoder", "cross_attention")
+    top = (
+        "vocab_size",
+        "d_model",
+        "n_layers",
+        "max_seq_len",
+        "tie_embeddings",
+        "embedding",
+        "head",
+        "final_norm",
+        "encoder",
+        "cross_attention",
+    )
     if any(getattr(a, k) != getattr(b, k) for k in top) or a.resolved_embedding_scale != b.resolved_embedding_scale:
         return False
     fams = ("norm", "positional", "attention", "ffn", "block")
     return all(
-        getattr(la, f).to_dict() == getattr(lb, f).to_dict() for la, lb in zip(a.layer_specs(), b.layer_specs()) for f in fams
+        getattr(la, f).to_dict() == getattr(lb, f).to_dict()
+        for la, lb in zip(a.layer_specs(), b.layer_specs())
+        for f in fams
     )
 
 
@@ -67,8 +79,10 @@ def save_pretrained(model: ZooModel, out_dir: str | Path, model_type: str | None
     a model loaded from a GGUF also gets the file's tokenizer, chat template and bos/eos ids."""
 
     if any(isinstance(m, QuantizedLinear) for m in model.modules()):
-        raise CheckpointError("save_pretrained: the model holds packed int4/int8 layers (a GGUF loaded quantized); "
-                              "load it with dequantize=True to write safetensors")
+        raise CheckpointError(
+            "save_pretrained: the model holds packed int4/int8 layers (a GGUF loaded quantized); "
+            "load it with dequantize=True to write safetensors"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = matching_config(model.spec, model_type or model.hf_model_type)

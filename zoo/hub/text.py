@@ -49,8 +49,12 @@ def _tokenizer_json(folder: Path) -> Any:
     path = folder / "tokenizer.json"
     if not path.exists():
         raise CheckpointError(f"{path}: missing; zoo needs the checkpoint's tokenizer.json for text")
-    text = read_text(inside(folder, "tokenizer.json", CheckpointError, "tokenizer"), CheckpointError, "tokenizer",
-                     limit=TOKENIZER_BYTES)
+    text = read_text(
+        inside(folder, "tokenizer.json", CheckpointError, "tokenizer"),
+        CheckpointError,
+        "tokenizer",
+        limit=TOKENIZER_BYTES,
+    )
     try:
         return Tokenizer.from_str(text)
     except Exception as exc:  # the tokenizers library raises plain Exceptions
@@ -69,22 +73,38 @@ def _folder_text(folder: Path) -> CheckpointText:
 
     tokenizer = _tokenizer_json(folder)
     config_path = folder / "tokenizer_config.json"
-    config = load_json(read_text(inside(folder, config_path.name, CheckpointError, "tokenizer config"), CheckpointError),
-                       CheckpointError, str(config_path)) if config_path.exists() else {}
+    config = (
+        load_json(
+            read_text(inside(folder, config_path.name, CheckpointError, "tokenizer config"), CheckpointError),
+            CheckpointError,
+            str(config_path),
+        )
+        if config_path.exists()
+        else {}
+    )
     if not isinstance(config, dict):
         raise CheckpointError(f"{config_path}: expected a JSON object")
-    special = {name: text for name in ("bos_token", "eos_token", "unk_token", "pad_token")
-               if (text := _token_text(config.get(name))) is not None}
+    special = {
+        name: text
+        for name in ("bos_token", "eos_token", "unk_token", "pad_token")
+        if (text := _token_text(config.get(name))) is not None
+    }
     ids = eos_token_ids(folder)
     eos = tokenizer.token_to_id(special["eos_token"]) if "eos_token" in special else None
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: the default one
-        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+        template = next(
+            (t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None
+        )
     jinja = folder / "chat_template.jinja"
     if jinja.exists():
         template = read_text(inside(folder, jinja.name, CheckpointError, "chat template"), CheckpointError)
-    return CheckpointText(tokenizer, list(dict.fromkeys(ids + ([eos] if eos is not None else []))),
-                          template if isinstance(template, str) else None, special)
+    return CheckpointText(
+        tokenizer,
+        list(dict.fromkeys(ids + ([eos] if eos is not None else []))),
+        template if isinstance(template, str) else None,
+        special,
+    )
 
 
 def _gguf_text(path: Path) -> CheckpointText:
@@ -124,28 +144,41 @@ def render_chat(text: CheckpointText, messages: list[dict[str, Any]], add_genera
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     if text.chat_template is None:
-        raise CheckpointError("chat_template: this checkpoint has none (tokenizer_config.json chat_template, "
-                              "chat_template.jinja or GGUF tokenizer.chat_template); give a plain prompt instead")
+        raise CheckpointError(
+            "chat_template: this checkpoint has none (tokenizer_config.json chat_template, "
+            "chat_template.jinja or GGUF tokenizer.chat_template); give a plain prompt instead"
+        )
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
+    def tojson(
+        value: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: Any = None,
+        sort_keys: bool = False,
+    ) -> str:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
     try:
-        return env.from_string(text.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                          **text.special_tokens)
+        return env.from_string(text.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **text.special_tokens
+        )
     except jinja2.exceptions.TemplateError as exc:
         raise CheckpointError(f"chat_template: {exc}") from None
 
 
-def chat(model: Any, messages: list[dict[str, Any]], weights: str | Path | None = None, max_new_tokens: int = 256,
-         **sampling: Any) -> str:
+def chat(
+    model: Any,
+    messages: list[dict[str, Any]],
+    weights: str | Path | None = None,
+    max_new_tokens: int = 256,
+    **sampling: Any,
+) -> str:
     """The model's reply to ``messages``, through the chat template and tokenizer of the
     checkpoint at ``weights`` (default: the folder or GGUF ``from_pretrained`` loaded it from),
     stopping at its end of turn. ``sampling``: ``generate``'s ``temperature``, ``top_k``,
@@ -156,12 +189,14 @@ def chat(model: Any, messages: list[dict[str, Any]], weights: str | Path | None 
 
     source = weights if weights is not None else model.checkpoint
     if source is None:
-        raise CheckpointError("weights: this model was not loaded from a checkpoint; name the folder or GGUF whose "
-                              "tokenizer and chat template to use")
+        raise CheckpointError(
+            "weights: this model was not loaded from a checkpoint; name the folder or GGUF whose "
+            "tokenizer and chat template to use"
+        )
     text = checkpoint_text(source)
     prompt = text.encode_chat(messages)
     out = generate(model, torch.tensor([prompt]), max_new_tokens, eos_token_id=text.eos_ids or None, **sampling)
-    reply = out[0, len(prompt):].tolist()
+    reply = out[0, len(prompt) :].tolist()
     end = next((i for i, token in enumerate(reply) if token in text.eos_ids), len(reply))
     return str(text.tokenizer.decode(reply[:end], skip_special_tokens=True))
 
@@ -189,5 +224,8 @@ def tokenizer_files(source: Path) -> dict[str, str]:
     bos = g.token_id("tokenizer.ggml.bos_token_id", len(text.tokenizer.get_vocab()))
     if bos is not None:
         generation["bos_token_id"] = int(bos)
-    return {"tokenizer.json": text.tokenizer.to_str(), "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
-            "generation_config.json": json.dumps(generation, indent=2) + "\n"}
+    return {
+        "tokenizer.json": text.tokenizer.to_str(),
+        "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+        "generation_config.json": json.dumps(generation, indent=2) + "\n",
+    }

@@ -55,8 +55,9 @@ class Encoder(nn.Module):
     def __init__(self, spec: ModelSpec, families: PartFamilies) -> None:
         super().__init__()
         self.spec = spec
-        self.embed = build_component(spec.part("embedding"), context(spec, spec.layer_specs()[0], "encoder", families),
-                                     families)
+        self.embed = build_component(
+            spec.part("embedding"), context(spec, spec.layer_specs()[0], "encoder", families), families
+        )
         layers = build_layers(spec, "encoder", families, "encoder.")
         self.positionals, self.layers = layers.positionals, layers.blocks
         self.layer_positional = layers.layer_positional
@@ -67,8 +68,9 @@ class Encoder(nn.Module):
         """Share the model's token table (after materialisation or loading)."""
         self.embed.weight = embedding.weight
 
-    def forward(self, input_ids: torch.Tensor, valid: torch.Tensor | None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, valid: torch.Tensor | None, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """input_ids (B, S), valid (B, S) or None -> hidden states (B, S, d). Positions number
         the slots (an encoder's padding shifts nothing, as in transformers)."""
         B, S = input_ids.shape
@@ -117,7 +119,9 @@ class ZooModel(nn.Module):
         # "Q4_1 -> int4 x168; the rest float32"); None for built or float checkpoints
         self.weights_layout: str | None = None
         self.checkpoint: Path | None = None  # the folder or GGUF file the weights came from (from_pretrained)
-        self.hf_model_type: str | None = None  # the checkpoint's family (from_pretrained; save_pretrained writes it back)
+        self.hf_model_type: str | None = (
+            None  # the checkpoint's family (from_pretrained; save_pretrained writes it back)
+        )
         self.tie_weights()
 
     def tie_weights(self) -> None:
@@ -163,7 +167,9 @@ class ZooModel(nn.Module):
 
     # ---- forward --------------------------------------------------------------------------
     def encode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> Memory:
         """The encoder's output for input_ids (B, S): hidden (B, S, d) and its validity."""
@@ -224,9 +230,12 @@ class ZooModel(nn.Module):
             x = self.final_norm(x)
         return x if hidden else self.lm_head(x)  # (B, T, vocab) or (B, T, d)
 
-
     def _default_positions(
-        self, input_ids: torch.Tensor, cache: Any, cache_time: torch.Tensor | None, valid: torch.Tensor | None,
+        self,
+        input_ids: torch.Tensor,
+        cache: Any,
+        cache_time: torch.Tensor | None,
+        valid: torch.Tensor | None,
     ) -> torch.Tensor:
         """Positions (B, T) when the caller gives none: the cache's (times less each row's
         left padding), else slot numbers, counted over real tokens only in a causal model."""
@@ -300,7 +309,18 @@ def init_buffers(model: nn.Module) -> None:
             module.init_buffers()
 
 
-_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "zeros_", "ones_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_")
+_INIT_FUNCTIONS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "constant_",
+    "zeros_",
+    "ones_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+)
 
 
 @contextlib.contextmanager
@@ -344,8 +364,10 @@ def build(
         except RuntimeError as exc:
             if "overflow" not in str(exc):
                 raise
-            raise SpecError(f"{spec.name or 'spec'}: too large to describe: {str(exc).splitlines()[0]} "
-                            "(a tensor of more than 2**63 bytes)") from None
+            raise SpecError(
+                f"{spec.name or 'spec'}: too large to describe: {str(exc).splitlines()[0]} "
+                "(a tensor of more than 2**63 bytes)"
+            ) from None
     model.to(dtype=torch_dtype)
     target = torch.device(device) if device is not None else torch.device("cpu")
     if target.type == "meta":

@@ -51,7 +51,9 @@ def _check_ids(name: str, ids: torch.Tensor, cache: KVCache) -> None:
 def check_left_padded(attention_mask: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """The mask as bool (B, T), after checking it is 0s then 1s with a real last token per row."""
     if tuple(attention_mask.shape) != tuple(shape):
-        raise GenerationError(f"attention_mask: shape {tuple(attention_mask.shape)} must equal input_ids' {tuple(shape)}")
+        raise GenerationError(
+            f"attention_mask: shape {tuple(attention_mask.shape)} must equal input_ids' {tuple(shape)}"
+        )
     if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise GenerationError("attention_mask: values must be 0 (padding) or 1 (token)")
     mask = attention_mask.bool()
@@ -124,8 +126,11 @@ def compile_prefill(**compile_options: Any) -> Prefill:
     compiled = torch.compile(_prefill_graph, fullgraph=True, dynamic=False, **compile_options)
 
     def run(
-        model: nn.Module, input_ids: torch.Tensor, cache: KVCache,
-        attention_mask: torch.Tensor | None = None, memory: Memory | None = None,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        cache: KVCache,
+        attention_mask: torch.Tensor | None = None,
+        memory: Memory | None = None,
     ) -> torch.Tensor:
         if attention_mask is not None or memory is not None:
             return prefill(model, input_ids, cache, attention_mask, memory)
@@ -319,9 +324,7 @@ def generate(
     pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
     ids, mask = _prepare_ids(input_ids, attention_mask, pad)
     ids = ids.to(next(model.parameters()).device)
-    new = list(
-        stream(model, ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id, mask, pad_token_id)
-    )
+    new = list(stream(model, ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id, mask, pad_token_id))
     prefix = decoder_start(model, ids.shape[0], ids.device) if _is_seq2seq(model) else ids  # type: ignore[arg-type]
     if not new:
         return prefix.clone()

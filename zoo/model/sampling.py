@@ -24,7 +24,9 @@ class SamplingSettings:
     def __post_init__(self) -> None:
         if isinstance(self.temperature, bool) or not 0 <= self.temperature < float("inf"):  # also rejects NaN
             raise GenerationError(f"temperature: must be a finite number >= 0 (0 = greedy), got {self.temperature}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1
+        ):
             raise GenerationError(f"top_k: must be an integer >= 1 or None, got {self.top_k!r}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise GenerationError(f"top_p: must be in (0, 1] or None, got {self.top_p}")
@@ -57,9 +59,7 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def sample(
-    logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None
-) -> torch.Tensor:
+def sample(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V)."""
     if settings.greedy:
         return logits.argmax(dim=-1)  # (B,)

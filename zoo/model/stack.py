@@ -41,8 +41,11 @@ class PartFamilies:
         return module
 
     def by_path(self, model: nn.Module) -> dict[str, str]:
-        return {path: self._families[id(module)] for path, module in model.named_modules(remove_duplicate=False)
-                if id(module) in self._families}
+        return {
+            path: self._families[id(module)]
+            for path, module in model.named_modules(remove_duplicate=False)
+            if id(module) in self._families
+        }
 
 
 def norm_factory(component: ResolvedComponent, families: PartFamilies) -> Callable[[int], nn.Module]:
@@ -143,8 +146,10 @@ def build_layers(spec: ModelSpec, role: str, families: PartFamilies, prefix: str
             built.positionals.append(build_component(layer.positional, ctx, families))
             first_layer.append(layer.index)
         built.layer_positional.append(positional_index[key])
-        parts: dict[str, Any] = {"attention": build_component(layer.attention, ctx, families),
-                                 "ffn": build_component(layer.ffn, ctx, families)}
+        parts: dict[str, Any] = {
+            "attention": build_component(layer.attention, ctx, families),
+            "ffn": build_component(layer.ffn, ctx, families),
+        }
         if cross is not None:
             parts["cross_attention"] = build_component(cross, ctx, families)
             built.cross.append(parts["cross_attention"])
@@ -169,13 +174,17 @@ def check_block(layer: LayerSpec, parts: dict[str, Any]) -> None:
     registry = get_registry()
     if "cross_attention" in parts and not block.takes_cross_attention:
         able = [k for k in registry.kinds("block") if _declares(registry.component("block", k).module, "cross")]
-        raise SpecError(f"block.kind: {layer.block.kind} blocks take no cross-attention; allowed with "
-                        f"cross_attention: {', '.join(able)}")
+        raise SpecError(
+            f"block.kind: {layer.block.kind} blocks take no cross-attention; allowed with "
+            f"cross_attention: {', '.join(able)}"
+        )
     ffn = parts.get("ffn")
     if isinstance(ffn, FeedForward) and ffn.stateful and not block.feeds_ffn_state:
         able = [k for k in registry.kinds("block") if _declares(registry.component("block", k).module, "ffn_state")]
-        raise SpecError(f"layers.{layer.index}.ffn.kind: {layer.ffn.kind} keeps state between calls, which a "
-                        f"{layer.block.kind} block does not pass it; allowed block kinds: {', '.join(able) or 'none'}")
+        raise SpecError(
+            f"layers.{layer.index}.ffn.kind: {layer.ffn.kind} keeps state between calls, which a "
+            f"{layer.block.kind} block does not pass it; allowed block kinds: {', '.join(able) or 'none'}"
+        )
 
 
 def _declares(block: type, capability: str) -> bool:

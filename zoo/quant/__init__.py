@@ -47,7 +47,9 @@ def check_group_size(group_size: int | None) -> int:
 
     size = DEFAULT_GROUP_SIZE if group_size is None else group_size
     if size not in INT4_GROUP_SIZES:
-        raise BenchError(f"weights_group_size: {group_size} is not supported; {allowed(str(s) for s in INT4_GROUP_SIZES)}")
+        raise BenchError(
+            f"weights_group_size: {group_size} is not supported; {allowed(str(s) for s in INT4_GROUP_SIZES)}"
+        )
     return size
 
 
@@ -101,7 +103,9 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
     if tied and isinstance(model.lm_head, QuantizedLinear):
         head = model.lm_head
         table = embed.weight.detach()  # type: ignore[union-attr]
-        use_int8_rows(embed, Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table))
+        use_int8_rows(
+            embed, Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
+        )
     return model
 
 

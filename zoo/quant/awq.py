@@ -84,8 +84,9 @@ def output_error(weights: list[torch.Tensor], x: torch.Tensor, scales: torch.Ten
     return total
 
 
-def search_scales(weights: list[torch.Tensor], x_mean: torch.Tensor, x: torch.Tensor,
-                  group_size: int) -> tuple[float, torch.Tensor, float, float]:
+def search_scales(
+    weights: list[torch.Tensor], x_mean: torch.Tensor, x: torch.Tensor, group_size: int
+) -> tuple[float, torch.Tensor, float, float]:
     """(alpha, scales (in,), error at alpha, RTN error): the grid search of AWQ's ``auto_scale``."""
     best = (0.0, torch.ones_like(x_mean), output_error(weights, x, torch.ones_like(x_mean), group_size))
     rtn = best[2]
@@ -117,15 +118,21 @@ def trace(model: nn.Module, tokens: torch.Tensor, targets: dict[str, nn.Linear],
     t = Trace()
     # id of a tensor -> (the module that returned it, the tensor: held so no id is reused this window)
     outputs: dict[int, tuple[str, torch.Tensor]] = {}
-    scalable = {n: m for n, m in model.named_modules()
-                if isinstance(getattr(m, "weight", None), nn.Parameter) and m.weight.dim() == 1}
+    scalable = {
+        n: m
+        for n, m in model.named_modules()
+        if isinstance(getattr(m, "weight", None), nn.Parameter) and m.weight.dim() == 1
+    }
 
     def after(name: str):  # type: ignore[no-untyped-def]
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
             outputs[id(out)] = (name, out)
             if name not in t.norm_io:
-                t.norm_io[name] = (args[0].reshape(-1, args[0].shape[-1])[:64].clone(),
-                                   out.reshape(-1, out.shape[-1])[:64].clone())
+                t.norm_io[name] = (
+                    args[0].reshape(-1, args[0].shape[-1])[:64].clone(),
+                    out.reshape(-1, out.shape[-1])[:64].clone(),
+                )
+
         return hook
 
     def before(name: str):  # type: ignore[no-untyped-def]
@@ -135,6 +142,7 @@ def trace(model: nn.Module, tokens: torch.Tensor, targets: dict[str, nn.Linear],
             t.abs_sum[name] = t.abs_sum.get(name, 0) + x.abs().sum(0)
             kept = sum(r.shape[0] for r in t.rows.setdefault(name, []))
             t.rows[name].append(x[: max(SAMPLE_ROWS - kept, 0)].clone())
+
         return hook
 
     handles = [m.register_forward_hook(after(n)) for n, m in scalable.items()]
@@ -172,8 +180,11 @@ def fold_into(producer: nn.Module, io: tuple[torch.Tensor, torch.Tensor], scales
 def quantize_model(model: nn.Module, tokens: torch.Tensor, method: str, group_size: int, window: int = 256) -> Result:
     """AWQ or RTN on every plain linear but the head, in place on the producers' weights
     (folded scales); returns the integers of each linear, for saving."""
-    targets = {n: m for n, m in model.named_modules()
-               if isinstance(m, nn.Linear) and not any(m.children()) and m is not getattr(model, "lm_head", None)}
+    targets = {
+        n: m
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear) and not any(m.children()) and m is not getattr(model, "lm_head", None)
+    }
     for name, linear in targets.items():
         if linear.in_features % group_size:
             raise BenchError(f"group_size: {group_size} does not divide in_features={linear.in_features} of {name}")

@@ -54,6 +54,8 @@ def int4_matmul(x: torch.Tensor, packed: torch.Tensor, group_size: int, scale_ze
     if x.device.type == "cpu":
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scale_zeros.to(x.dtype))
     if x.dtype != torch.bfloat16:  # tinygemm takes bfloat16 rows only
-        out = torch.ops.aten._weight_int4pack_mm(x.to(torch.bfloat16), packed, group_size, scale_zeros.to(torch.bfloat16))
+        out = torch.ops.aten._weight_int4pack_mm(
+            x.to(torch.bfloat16), packed, group_size, scale_zeros.to(torch.bfloat16)
+        )
         return out.to(x.dtype)  # (M, out)
     return torch.ops.aten._weight_int4pack_mm(x, packed, group_size, scale_zeros.to(torch.bfloat16))  # (M, out)

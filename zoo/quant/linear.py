@@ -114,13 +114,21 @@ class Int4Linear(QuantizedLinear):
         self.register_buffer("scale_zeros", scale_zeros)  # (in / group, out padded, 2)
 
     @classmethod
-    def from_groups(cls, values: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None,
-                    scale_dtype: torch.dtype) -> Int4Linear:
+    def from_groups(
+        cls,
+        values: torch.Tensor,
+        scales: torch.Tensor,
+        offsets: torch.Tensor,
+        bias: torch.Tensor | None,
+        scale_dtype: torch.dtype,
+    ) -> Int4Linear:
         """A layer holding given 4-bit values exactly: ``w = values * scale + offset`` per group
         of ``in / G`` inputs; values (out, in) in 0..15, scales and offsets (out, G). How a
         GGUF's Q4_0 / Q4_1 / Q4_K blocks load without re-quantizing (zoo/hub/gguf/quantized.py)."""
         out_features, in_features = values.shape
-        layer = cls(torch.empty(out_features, in_features, device="meta"), None, scale_dtype, in_features // scales.shape[1])
+        layer = cls(
+            torch.empty(out_features, in_features, device="meta"), None, scale_dtype, in_features // scales.shape[1]
+        )
         padded = layer.packed.shape[0]
         full = values.new_zeros(padded, in_features)  # (out padded, in): padded rows are zeros
         full[:out_features] = values
@@ -158,9 +166,15 @@ class PermutedInt4Linear(Int4Linear):
     """
 
     @classmethod
-    def from_permuted_groups(cls, order: torch.Tensor, values: torch.Tensor, scales: torch.Tensor,
-                             offsets: torch.Tensor, bias: torch.Tensor | None,
-                             scale_dtype: torch.dtype) -> PermutedInt4Linear:
+    def from_permuted_groups(
+        cls,
+        order: torch.Tensor,
+        values: torch.Tensor,
+        scales: torch.Tensor,
+        offsets: torch.Tensor,
+        bias: torch.Tensor | None,
+        scale_dtype: torch.dtype,
+    ) -> PermutedInt4Linear:
         """``values`` (out, in), ``scales``/``offsets`` (out, G) already in the order ``order`` (in,)."""
         layer = cls.from_groups(values, scales, offsets, bias, scale_dtype)
         layer.register_buffer("input_order", order.to(device=layer.packed.device, dtype=torch.int32))  # (in,)

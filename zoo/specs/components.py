@@ -20,12 +20,14 @@ from zoo.specs.options import Options
 
 COMPONENT_FIELDS: tuple[str, ...] = ("norm", "positional", "attention", "ffn", "block")  # per layer
 MODEL_PARTS: tuple[str, ...] = ("embedding", "head")  # one per model
-DEFAULT_KINDS: dict[str, str] = {"block": "pre_norm", "embedding": "token", "head": "causal_lm"}  # when a spec names none
+DEFAULT_KINDS: dict[str, str] = {
+    "block": "pre_norm",
+    "embedding": "token",
+    "head": "causal_lm",
+}  # when a spec names none
 
 
-def format_validation_error(
-    error: ValidationError, prefix: str = "", allowed_keys: Iterable[str] | None = None
-) -> str:
+def format_validation_error(error: ValidationError, prefix: str = "", allowed_keys: Iterable[str] | None = None) -> str:
     """One clause per problem: 'field.path: message (got value)'."""
     lines = []
     for err in error.errors():

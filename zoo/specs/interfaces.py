@@ -77,7 +77,6 @@ class Part(nn.Module):
     """Base of every built part of a model (the registry checks each declared class is one)."""
 
 
-
 class Rotation(Protocol):
     """Rotates queries and keys by position (RoPE and its kin)."""
 
@@ -210,6 +209,7 @@ class TokenMixer(Mixer):
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """The tensors this mixer keeps between calls for ``batch_size`` sequences."""
 
+
 class CrossMixer(Mixer):
     """Base of ``cross_attention``-slot modules: an encoder-decoder's decoder reads the
     encoder output (``memory``), keeping its K/V per memory token (``per="memory"``)."""
@@ -238,7 +238,6 @@ class FeedForward(HoldsState, Part):
     it so (checked when the model is built).
     """
 
-
     def active_param_count(self) -> int:
         """Parameters one token touches; a mixture of experts counts only its top-k."""
         return sum(p.numel() for p in self.parameters())
@@ -252,7 +251,6 @@ class FeedForward(HoldsState, Part):
 class Norm(Part):
     """Base of ``norm`` modules: ``forward(x) -> x`` over the last dimension (declaring it is
     optional: a norm promises no more than a plain module)."""
-
 
 
 class Block(Part):
@@ -273,8 +271,13 @@ class Block(Part):
         raise NotImplementedError
 
 
-def visible_keys(query_time: torch.Tensor, key_time: torch.Tensor, window: int | None,
-                 key_valid: torch.Tensor | None = None, causal: bool = True) -> torch.Tensor:
+def visible_keys(
+    query_time: torch.Tensor,
+    key_time: torch.Tensor,
+    window: int | None,
+    key_valid: torch.Tensor | None = None,
+    causal: bool = True,
+) -> torch.Tensor:
     """Boolean mask (B or 1, 1, T, S): True where query t may attend to key s.
 
     query_time (T,), key_time (S,) or (B, S); negative key times mark empty cache slots.
@@ -324,7 +327,6 @@ class Embedding(Part, metaclass=ABCMeta):
 
     ``weight`` (V, d) is the token table (a tied head shares it).
     """
-
 
     weight: torch.Tensor
 

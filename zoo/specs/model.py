@@ -43,6 +43,7 @@ T = TypeVar("T")
 # depth is bounded: real models have at most a few hundred layers; 10**7 would take hours.
 MAX_LAYERS = 1024
 
+
 class StackSpec(BaseModel):
     """The encoder of an encoder-decoder: its depth, component overrides merged over the
     top-level ones (e.g. ``attention: {causal: false}``), its own per-layer selectors and
@@ -84,14 +85,21 @@ class ModelSpec(StrictNumbers):
     embedding: ComponentSpec = ComponentSpec(kind=DEFAULT_KINDS["embedding"])
     head: ComponentSpec = ComponentSpec(kind=DEFAULT_KINDS["head"])
     final_norm: bool = Field(True, description="a norm after the last block (false: post-norm encoders, BERT)")
-    encoder: StackSpec | None = Field(None, description="encoder-decoder: the encoder stack (the top level is the decoder)")
-    cross_attention: ComponentSpec | None = Field(None, description="encoder-decoder: the decoder's cross-attention kind")
+    encoder: StackSpec | None = Field(
+        None, description="encoder-decoder: the encoder stack (the top level is the decoder)"
+    )
+    cross_attention: ComponentSpec | None = Field(
+        None, description="encoder-decoder: the decoder's cross-attention kind"
+    )
     decoder_start_token_id: int | None = Field(None, ge=0, description="encoder-decoder: first decoder token")
     published: PublishedParams | None = Field(
-        None, description="parameter counts the authors published (shown beside zoo's; used in no computation)")
+        None, description="parameter counts the authors published (shown beside zoo's; used in no computation)"
+    )
     state_dtype: Literal["float32", "cache"] = Field(
-        "float32", description="recurrent and SSM states: float32 (as transformers and the reference kernels keep "
-        "them) or the cache's dtype; convolution windows and K/V always take the cache's dtype")
+        "float32",
+        description="recurrent and SSM states: float32 (as transformers and the reference kernels keep "
+        "them) or the cache's dtype; convolution windows and K/V always take the cache's dtype",
+    )
     layers: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-layer overrides: selector -> {component: {...}}"
     )
@@ -127,7 +135,9 @@ class ModelSpec(StrictNumbers):
             )
         n_layers = data.get("n_layers")
         if isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > MAX_LAYERS:
-            raise SpecError(f"n_layers: {n_layers:,} layers is more than zoo models and analyses (at most {MAX_LAYERS:,})")
+            raise SpecError(
+                f"n_layers: {n_layers:,} layers is more than zoo models and analyses (at most {MAX_LAYERS:,})"
+            )
         context = _context(data)
         for slot, default_kind in DEFAULT_KINDS.items():
             data[slot] = data.get(slot) or default_kind
@@ -148,7 +158,10 @@ class ModelSpec(StrictNumbers):
                         f"layers.{key}.{field}: unknown component{did_you_mean(str(field), COMPONENT_FIELDS)}; "
                         f"allowed: {allowed(COMPONENT_FIELDS)}"
                     )
-            normalised[str(key)] = {f: as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v) for f, v in override.items()}
+            normalised[str(key)] = {
+                f: as_component_dict(v, f"layers.{key}.{f}") if isinstance(v, str) else dict(v)
+                for f, v in override.items()
+            }
             if isinstance(n_layers, int) and n_layers > 0 and all(f in data for f in COMPONENT_FIELDS):
                 for index in parse_layer_selector(str(key), n_layers):
                     _resolve_layer(data, normalised, index, context)
@@ -253,7 +266,9 @@ class ModelSpec(StrictNumbers):
         """Read a spec from a YAML or JSON file."""
         path = Path(path)
         text = read_text(path, SpecError, "spec file")
-        data = load_json(text, SpecError, str(path)) if path.suffix == ".json" else load_yaml(text, SpecError, str(path))
+        data = (
+            load_json(text, SpecError, str(path)) if path.suffix == ".json" else load_yaml(text, SpecError, str(path))
+        )
         if not isinstance(data, Mapping):
             raise SpecError(f"{path}: expected a mapping of spec fields at the top level")
         if set(data) == {"spec", "analysis"} and isinstance(data["spec"], Mapping):
@@ -279,7 +294,9 @@ def _encoder_data(data: Mapping[str, Any]) -> dict[str, Any]:
     """The top-level fields with the encoder's overrides merged in (a spec of its own)."""
     encoder = dict(data["encoder"])
     out = {k: v for k, v in data.items() if k not in ("encoder", "cross_attention", "decoder_start_token_id", "layers")}
-    out.update(n_layers=encoder["n_layers"], layers=encoder.get("layers") or {}, final_norm=encoder.get("final_norm", True))
+    out.update(
+        n_layers=encoder["n_layers"], layers=encoder.get("layers") or {}, final_norm=encoder.get("final_norm", True)
+    )
     out["head"] = {"kind": "none"}
     out["name"] = f"{data.get('name') or 'model'}-encoder"
     for slot in COMPONENT_FIELDS:
@@ -298,8 +315,10 @@ def _check_encoder(data: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     encoder, cross = data.get("encoder"), data.get("cross_attention")
     if (encoder is None) != (cross is None):
         missing = "cross_attention" if cross is None else "encoder"
-        raise SpecError(f"{missing}: required when {'encoder' if cross is None else 'cross_attention'} is set "
-                        "(an encoder-decoder needs both; a single-stack model neither)")
+        raise SpecError(
+            f"{missing}: required when {'encoder' if cross is None else 'cross_attention'} is set "
+            "(an encoder-decoder needs both; a single-stack model neither)"
+        )
     if encoder is None:
         return
     data["cross_attention"] = resolve_component("cross_attention", cross, "cross_attention", context).to_dict()
@@ -323,7 +342,9 @@ def _check_bidirectional(encoder: ModelSpec) -> None:
         mixer = layer.attention.module
         if not (issubclass(mixer, TokenMixer) and mixer.bidirectional):
             registry = get_registry()
-            able = [k for k in registry.kinds("attention") if _is_bidirectional(registry.component("attention", k).module)]
+            able = [
+                k for k in registry.kinds("attention") if _is_bidirectional(registry.component("attention", k).module)
+            ]
             raise SpecError(
                 f"encoder.attention.kind: {layer.attention.kind} cannot be bidirectional (layer {layer.index} of the "
                 f"encoder, whose mixers see every token); allowed: {allowed(able)}"

@@ -61,8 +61,15 @@ class PluginSink(Protocol):
 
     failures: list[PluginFailure]
 
-    def add_plugin(self, plugin: object, name: str | None = None, version: str = "", *, source: str = "runtime",
-                   distribution: str = "") -> str: ...
+    def add_plugin(
+        self,
+        plugin: object,
+        name: str | None = None,
+        version: str = "",
+        *,
+        source: str = "runtime",
+        distribution: str = "",
+    ) -> str: ...
 
 
 def one_line(text: str) -> str:
@@ -87,8 +94,12 @@ def load_entry_points(registry: PluginSink) -> None:
             continue
         if ep.name in by_name:
             first = _distribution(by_name[ep.name])[0]
-            _fail(registry, ep.name, f"the name is declared by both {first!r} and {_distribution(ep)[0]!r}; "
-                  f"loaded the one from {first!r}", _distribution(ep)[0])
+            _fail(
+                registry,
+                ep.name,
+                f"the name is declared by both {first!r} and {_distribution(ep)[0]!r}; loaded the one from {first!r}",
+                _distribution(ep)[0],
+            )
             continue
         by_name[ep.name] = ep
     for missing in sorted((chosen or set()) - {ep.name for ep in eps}):

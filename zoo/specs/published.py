@@ -36,4 +36,3 @@ class PublishedParams(BaseModel):
         mode = ROUND_DOWN if self.rounding == "down" else ROUND_HALF_UP
         value = (Decimal(count) / SCALE[unit]).quantize(step, rounding=mode)
         return f"{value}{unit}"
-

@@ -61,7 +61,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "zoo.hub.families",
 )
 HOOK_NAMES: tuple[str, ...] = (
-    "zoo_register_components", "zoo_register_architectures", "zoo_register_checkpoint_formats",
+    "zoo_register_components",
+    "zoo_register_architectures",
+    "zoo_register_checkpoint_formats",
     "zoo_register_spec_readers",
 )
 PluginSource = Literal["builtin", "entry point", "runtime"]
@@ -140,7 +142,9 @@ class Registry:
                     f"{seen[fmt.model_type].family!r} and {fmt.family!r}; register each model_type once"
                 )
             seen[fmt.model_type] = fmt
-            winner = self._resolve(f"checkpoint format {fmt.model_type!r}", self.checkpoint_formats.get(fmt.model_type), fmt)
+            winner = self._resolve(
+                f"checkpoint format {fmt.model_type!r}", self.checkpoint_formats.get(fmt.model_type), fmt
+            )
             if winner is not None:
                 formats[fmt.model_type] = winner
         readers: dict[str, SpecReaderEntry] = {}
@@ -186,8 +190,7 @@ class Registry:
             where = path or f"{slot}.kind"
             kinds = self.kinds(slot)
             raise SpecError(
-                f"{where}: unknown {slot} kind {kind!r}{did_you_mean(str(kind), kinds)}; "
-                f"allowed: {allowed(kinds)}"
+                f"{where}: unknown {slot} kind {kind!r}{did_you_mean(str(kind), kinds)}; allowed: {allowed(kinds)}"
             )
         return entry
 
@@ -195,17 +198,17 @@ class Registry:
         entry = self.architectures.get(name)
         if entry is None:
             names = sorted(self.architectures)
-            raise SpecError(
-                f"unknown architecture {name!r}{did_you_mean(name, names)}; allowed: {allowed(names)}"
-            )
+            raise SpecError(f"unknown architecture {name!r}{did_you_mean(name, names)}; allowed: {allowed(names)}")
         return entry
 
     def spec_reader(self, fmt: str) -> Callable[..., Any]:
         """The function turning a config of format ``fmt`` into a ModelSpec."""
         entry = self.spec_readers.get(fmt)
         if entry is None:
-            raise SpecError(f"unknown config format {fmt!r}{did_you_mean(fmt, self.spec_readers)}; "
-                            f"allowed: {allowed(self.spec_readers)}")
+            raise SpecError(
+                f"unknown config format {fmt!r}{did_you_mean(fmt, self.spec_readers)}; "
+                f"allowed: {allowed(self.spec_readers)}"
+            )
         return entry.reader
 
     # ---- plugins --------------------------------------------------------------------------
@@ -247,7 +250,9 @@ class Registry:
         architectures = tuple(a.name for a in staged.architectures)
         formats = tuple(f.model_type for f in staged.formats)
         readers = tuple(r.fmt for r in staged.readers)
-        self.plugins[name] = PluginInfo(name, version, source, distribution, components, architectures, formats, readers)
+        self.plugins[name] = PluginInfo(
+            name, version, source, distribution, components, architectures, formats, readers
+        )
         return name
 
 
@@ -266,8 +271,13 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> Staged
     staged = Staged()
 
     def register_component(
-        slot: str, kind: str, factory: Callable[..., Any], options: type[BaseModel] | None = None, *,
-        override: bool = False, module: type | None = None,
+        slot: str,
+        kind: str,
+        factory: Callable[..., Any],
+        options: type[BaseModel] | None = None,
+        *,
+        override: bool = False,
+        module: type | None = None,
     ) -> None:
         staged.components.append(component_entry(slot, kind, factory, options, override, name, module))
 
@@ -280,8 +290,12 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> Staged
     def register_reader(fmt: str, reader: Callable[..., Any], *, override: bool = False) -> None:
         staged.readers.append(spec_reader_entry(fmt, reader, override, name))
 
-    callbacks = {"zoo_register_components": register_component, "zoo_register_architectures": register_architecture,
-                 "zoo_register_checkpoint_formats": register_format, "zoo_register_spec_readers": register_reader}
+    callbacks = {
+        "zoo_register_components": register_component,
+        "zoo_register_architectures": register_architecture,
+        "zoo_register_checkpoint_formats": register_format,
+        "zoo_register_spec_readers": register_reader,
+    }
     implemented = False
     for caller in manager.get_hookcallers(plugin) or []:
         for impl in caller.get_hookimpls():
@@ -294,9 +308,7 @@ def _collect(manager: pluggy.PluginManager, plugin: object, name: str) -> Staged
                 except BaseException as exc:  # SystemExit too: plugin code never ends the command
                     raise PluginError(f"plugin {name!r}: {caller.name} raised {type(exc).__name__}: {exc}") from exc
     if not implemented:
-        raise PluginError(
-            f"plugin {name!r} implements no zoo hook; mark {' or '.join(HOOK_NAMES)} with @zoo.hookimpl"
-        )
+        raise PluginError(f"plugin {name!r} implements no zoo hook; mark {' or '.join(HOOK_NAMES)} with @zoo.hookimpl")
     refuse_twice(staged, name)
     return staged
 

@@ -26,6 +26,7 @@ SLOTS: tuple[str, ...] = ("norm", "positional", "attention", "cross_attention", 
 # slots whose modules need no declared class (a plain nn.Module is all they promise)
 OPTIONAL_MODULE_SLOTS: frozenset[str] = frozenset({"norm"})
 
+
 @dataclass(frozen=True)
 class ComponentEntry:
     """One registered kind: how to validate its options and how to build it."""
@@ -118,7 +119,9 @@ def checked_module(slot: str, kind: str, module: type | None, plugin: str) -> ty
         raise PluginError(f"{where}: module={module!r} must be a subclass of zoo.parts.{base.__qualname__}")
     missing = sorted(module.__abstractmethods__) if inspect.isabstract(module) else []
     if missing:
-        raise PluginError(f"{where}: {module.__name__} does not implement {', '.join(missing)} (required by {base.__name__})")
+        raise PluginError(
+            f"{where}: {module.__name__} does not implement {', '.join(missing)} (required by {base.__name__})"
+        )
     for capability in CAPABILITIES.get(slot, ()):
         value = inspect.getattr_static(module, capability)
         if not isinstance(value, bool):
@@ -146,7 +149,14 @@ class CheckpointFormatEntry:
 
 
 # what a checkpoint family must have (``zoo.hub.family.CheckpointFamily`` types them for plugins)
-FAMILY_MEMBERS: tuple[str, ...] = ("MODEL_TYPE", "ARCHITECTURE", "IGNORED", "read_config", "write_config", "tensor_rules")
+FAMILY_MEMBERS: tuple[str, ...] = (
+    "MODEL_TYPE",
+    "ARCHITECTURE",
+    "IGNORED",
+    "read_config",
+    "write_config",
+    "tensor_rules",
+)
 
 
 def missing_members(family: object) -> list[str]:
@@ -208,8 +218,10 @@ class Staged:
 def refuse_twice(staged: Staged, name: str) -> None:
     """A plugin that registers one name twice is broken (which one would it mean?): refused
     whole, so it is reported and skipped like a plugin that fails to import."""
-    keys = [*(f"{c.slot} kind {c.kind!r}" for c in staged.components),
-            *(f"architecture {a.name!r}" for a in staged.architectures)]  # formats: PluginConflictError above
+    keys = [
+        *(f"{c.slot} kind {c.kind!r}" for c in staged.components),
+        *(f"architecture {a.name!r}" for a in staged.architectures),
+    ]  # formats: PluginConflictError above
     seen: set[str] = set()
     for key in keys:
         if key in seen:

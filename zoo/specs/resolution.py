@@ -45,9 +45,7 @@ def _unfollowed(slot: str, base: Mapping[str, Any], update: Mapping[str, Any]) -
     return {k: v for k, v in base.items() if k not in dropped} if dropped else base
 
 
-def resolve_component(
-    slot: str, raw: Any, path: str, context: Mapping[str, Any]
-) -> ResolvedComponent:
+def resolve_component(slot: str, raw: Any, path: str, context: Mapping[str, Any]) -> ResolvedComponent:
     data = as_component_dict(raw, path)
     kind = data.pop("kind", None)
     registry = get_registry()

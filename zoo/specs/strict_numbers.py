@@ -19,7 +19,9 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
-MAX_INT = 2**31 - 1  # every integer of a spec or run: a product of two fits int64; the memory check (Python ints) does the rest
+MAX_INT = (
+    2**31 - 1
+)  # every integer of a spec or run: a product of two fits int64; the memory check (Python ints) does the rest
 
 
 def _parts(annotation: Any) -> list[Any]:
@@ -53,8 +55,10 @@ def refuse_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any
     if isinstance(value, bool):
         raise ValueError(f"expected a number, not the boolean {str(value).lower()}")
     if isinstance(value, int) and abs(value) > MAX_INT and not _own_bound(field):
-        raise ValueError(f"{value:,} is out of range; allowed: at most {MAX_INT:,} (so every size zoo computes "
-                         "from it fits a 64-bit integer)")
+        raise ValueError(
+            f"{value:,} is out of range; allowed: at most {MAX_INT:,} (so every size zoo computes "
+            "from it fits a 64-bit integer)"
+        )
     return value
 
 

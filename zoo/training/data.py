@@ -46,7 +46,7 @@ def rows_at(tokens: torch.Tensor, batch_size: int, length: int, generator: torch
     if len(tokens) < length:
         raise TrainingError(f"--text: {len(tokens)} training tokens, fewer than one row of {length}")
     starts = torch.randint(len(tokens) - length + 1, (batch_size,), generator=generator)
-    return torch.stack([tokens[s:s + length] for s in starts.tolist()])  # (B, length)
+    return torch.stack([tokens[s : s + length] for s in starts.tolist()])  # (B, length)
 
 
 def held_out_rows(tokens: torch.Tensor, length: int, max_rows: int = 64) -> torch.Tensor:
@@ -54,4 +54,4 @@ def held_out_rows(tokens: torch.Tensor, length: int, max_rows: int = 64) -> torc
     rows = min(len(tokens) // length, max_rows)
     if rows == 0:
         raise TrainingError(f"--text: the held-out tenth has {len(tokens)} tokens, fewer than one row of {length}")
-    return tokens[:rows * length].view(rows, length)
+    return tokens[: rows * length].view(rows, length)

@@ -72,8 +72,9 @@ def parse_lora(text: str) -> LoraConfig:
         return LoraConfig.model_validate(fields)
     except ValidationError as error:
         first = error.errors()[0]
-        raise TrainingError(f"--lora: {'.'.join(map(str, first['loc']))}: {first['msg']} "
-                            "(allowed keys: r, alpha, dropout, targets)") from None
+        raise TrainingError(
+            f"--lora: {'.'.join(map(str, first['loc']))}: {first['msg']} (allowed keys: r, alpha, dropout, targets)"
+        ) from None
 
 
 class LoraLinear(nn.Module):
@@ -116,8 +117,10 @@ def apply_lora(model: nn.Module, config: LoraConfig) -> list[str]:
                     found.append((parent, child_name, child, f"{prefix}.{child_name}".lstrip(".")))
     missing = set(config.targets) - {_matches(child, config.targets) for _, child, _, _ in found}
     if missing:
-        raise TrainingError(f"--lora targets: {', '.join(sorted(missing))} name no linear layer of this model; "
-                            f"allowed: {', '.join(sorted(names))}")
+        raise TrainingError(
+            f"--lora targets: {', '.join(sorted(missing))} name no linear layer of this model; "
+            f"allowed: {', '.join(sorted(names))}"
+        )
     for parent, child_name, linear, _ in found:
         setattr(parent, child_name, LoraLinear(linear, config))
     return [name for _, _, _, name in found]
@@ -156,12 +159,15 @@ def load_adapters(model: nn.Module, folder: str | Path) -> LoraConfig:
         keys = set(handle.keys())
         if keys != set(expected):
             extra, lacking = sorted(keys - set(expected)), sorted(set(expected) - keys)
-            raise TrainingError(f"adapters: {tensors_path} does not fit this model; unexpected {extra[:3]}, "
-                                f"missing {lacking[:3]}")
+            raise TrainingError(
+                f"adapters: {tensors_path} does not fit this model; unexpected {extra[:3]}, missing {lacking[:3]}"
+            )
         for name, param in expected.items():
             shape = tuple(handle.get_slice(name).get_shape())
             if shape != tuple(param.shape):
-                raise TrainingError(f"adapters: {name} in {tensors_path} is {shape}; the model needs {tuple(param.shape)}")
+                raise TrainingError(
+                    f"adapters: {name} in {tensors_path} is {shape}; the model needs {tuple(param.shape)}"
+                )
         with torch.no_grad():
             for name, param in expected.items():
                 param.copy_(handle.get_tensor(name))

@@ -32,8 +32,11 @@ MFU_FORMULA = "MFU = model FLOPs/step / step time (p50) / peak FLOP/s; HFU count
 
 def random_batch(trainer: Trainer, config: TrainConfig, generator: torch.Generator) -> Batch:
     """Random token ids shaped for the trainer's objective, on its device."""
-    rows = torch.randint(trainer.model.spec.vocab_size, (config.batch_size, trainer.objective.rows_len(config.seq_len)),
-                         generator=generator)
+    rows = torch.randint(
+        trainer.model.spec.vocab_size,
+        (config.batch_size, trainer.objective.rows_len(config.seq_len)),
+        generator=generator,
+    )
     return trainer.objective.batch(rows, generator).to(trainer.device)
 
 
@@ -54,8 +57,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_train_step(model: ZooModel, spec: ModelSpec, config: TrainConfig, device: torch.device | str,
-                       dtype: torch.dtype | str | None = None) -> dict[str, Any]:
+def measure_train_step(
+    model: ZooModel,
+    spec: ModelSpec,
+    config: TrainConfig,
+    device: torch.device | str,
+    dtype: torch.dtype | str | None = None,
+) -> dict[str, Any]:
     """Train ``model`` for ``config.warmup`` + ``config.steps`` steps on seeded random tokens."""
     device = torch.device(device)
     torch.manual_seed(config.seed)
@@ -81,16 +89,27 @@ def measure_train_step(model: ZooModel, spec: ModelSpec, config: TrainConfig, de
     peak_flops, peak_source = device_peak(device, compute_dtype)
     step_p50 = statistics.median(times)
     return {
-        "objective": trainer.objective.name, "optimizer": config.optimizer, "precision": config.precision,
-        "checkpointing": config.checkpointing, "compiled": config.compile,
-        "train_tokens_per_s": statistics.median(rates), "train_tokens_per_s_min": rates[0],
-        "train_tokens_per_s_max": rates[-1], "step_s_p50": step_p50, "step_s_p90": _quantile(times, 0.9),
-        "peak_memory_bytes": peak, "peak_memory_probe": probe,
-        "model_flops_per_step": model_flops, "hardware_flops_per_step": hardware_flops,
+        "objective": trainer.objective.name,
+        "optimizer": config.optimizer,
+        "precision": config.precision,
+        "checkpointing": config.checkpointing,
+        "compiled": config.compile,
+        "train_tokens_per_s": statistics.median(rates),
+        "train_tokens_per_s_min": rates[0],
+        "train_tokens_per_s_max": rates[-1],
+        "step_s_p50": step_p50,
+        "step_s_p90": _quantile(times, 0.9),
+        "peak_memory_bytes": peak,
+        "peak_memory_probe": probe,
+        "model_flops_per_step": model_flops,
+        "hardware_flops_per_step": hardware_flops,
         "mfu": None if peak_flops is None else model_flops / step_p50 / peak_flops,
         "hfu": None if peak_flops is None else hardware_flops / step_p50 / peak_flops,
-        "mfu_formula": MFU_FORMULA, "peak_flops": peak_flops, "peak_flops_source": peak_source,
-        "loss_first": losses[0], "loss_last": losses[-1],
+        "mfu_formula": MFU_FORMULA,
+        "peak_flops": peak_flops,
+        "peak_flops_source": peak_source,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
     }
 
 
@@ -107,20 +126,36 @@ def peak_step_memory(trainer: Trainer, batch: Batch, device: torch.device) -> tu
     weights, grads, _ = state_bytes_of(params, trainer.config.optimizer, trainer.config.momentum)
     activations = allocator_activations(trainer, batch)
     state = measured_state_bytes(trainer.optimizer)
-    return (weights + grads + state + activations.held_after_forward,
-            "cpu: weights+grads+optimizer state as allocated + activations held after the forward "
-            f"({activations.probe})")
+    return (
+        weights + grads + state + activations.held_after_forward,
+        f"cpu: weights+grads+optimizer state as allocated + activations held after the forward ({activations.probe})",
+    )
 
 
-def predict_train_step(spec: ModelSpec, config: TrainConfig, device_name: str, dtype: torch.dtype | str | None = None
-                       ) -> dict[str, Any]:
+def predict_train_step(
+    spec: ModelSpec, config: TrainConfig, device_name: str, dtype: torch.dtype | str | None = None
+) -> dict[str, Any]:
     """The analysed memory breakdown and the training roofline on a named GPU (zoo.analysis.devices)."""
-    roof = training_roofline(spec, device_name, config.batch_size, config.seq_len, optimizer=config.optimizer,
-                             momentum=config.momentum, precision=config.precision,
-                             checkpointing=config.checkpointing)
+    roof = training_roofline(
+        spec,
+        device_name,
+        config.batch_size,
+        config.seq_len,
+        optimizer=config.optimizer,
+        momentum=config.momentum,
+        precision=config.precision,
+        checkpointing=config.checkpointing,
+    )
     return {
-        "gpu": roof.gpu, "predicted_step_s": roof.step_s, "predicted_train_tokens_per_s": roof.tokens_per_s,
-        "bound": roof.bound, "model_flops_per_step": roof.model_flops, "hardware_flops_per_step": roof.hardware_flops,
-        "bytes_moved_per_step": roof.bytes_moved, "memory": roof.memory.as_dict(), "fits": roof.fits,
-        "capacity_bytes": roof.capacity_bytes, "formula": roof.formula,
+        "gpu": roof.gpu,
+        "predicted_step_s": roof.step_s,
+        "predicted_train_tokens_per_s": roof.tokens_per_s,
+        "bound": roof.bound,
+        "model_flops_per_step": roof.model_flops,
+        "hardware_flops_per_step": roof.hardware_flops,
+        "bytes_moved_per_step": roof.bytes_moved,
+        "memory": roof.memory.as_dict(),
+        "fits": roof.fits,
+        "capacity_bytes": roof.capacity_bytes,
+        "formula": roof.formula,
     }

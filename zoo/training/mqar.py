@@ -80,7 +80,7 @@ def recall_accuracy(model: ZooModel, inputs: torch.Tensor, labels: torch.Tensor,
     model.eval()
     correct = total = 0
     for start in range(0, inputs.shape[0], batch_size):
-        x, y = inputs[start:start + batch_size], labels[start:start + batch_size]
+        x, y = inputs[start : start + batch_size], labels[start : start + batch_size]
         predicted = model(x).argmax(dim=-1)  # (B, T)
         asked = y != IGNORE
         correct += int((predicted[asked] == y[asked]).sum())

@@ -107,7 +107,7 @@ class Seq2Seq(Objective):
 
     def batch(self, tokens: torch.Tensor, generator: torch.Generator | None = None) -> Batch:
         T = tokens.shape[1] // 2
-        source, target = tokens[:, :T], tokens[:, T:2 * T]  # (B, T) each
+        source, target = tokens[:, :T], tokens[:, T : 2 * T]  # (B, T) each
         start = torch.full_like(target[:, :1], self.start_token_id)
         return Batch(source, target, decoder_input_ids=torch.cat((start, target[:, :-1]), dim=1))
 
@@ -121,7 +121,8 @@ def objective_for(model: ZooModel, config: TrainConfig) -> Objective:
     if not model.head_gives_logits:
         raise TrainingError(
             f"head: {model.spec.head.kind!r} gives hidden states, not token scores; training needs a head "
-            "with logits (causal_lm or masked_lm)")
+            "with logits (causal_lm or masked_lm)"
+        )
     if model.encoder is not None:
         return Seq2Seq(model.spec.decoder_start_token_id or 0)
     if model.causal:

@@ -34,8 +34,14 @@ def plot_recall(rows: Sequence[dict[str, Any]], path: Path) -> None:
     for index, (pairs, group) in enumerate(sorted(by_pairs.items())):
         colour = colours(index / max(1, len(by_pairs) - 1) * 0.85)
         group = sorted(group, key=lambda r: r["state_bytes_per_sequence"])
-        ax.plot([r["state_bytes_per_sequence"] for r in group], [r["accuracy"] for r in group], "-", color=colour,
-                alpha=0.6, label=f"{pairs} pairs")
+        ax.plot(
+            [r["state_bytes_per_sequence"] for r in group],
+            [r["accuracy"] for r in group],
+            "-",
+            color=colour,
+            alpha=0.6,
+            label=f"{pairs} pairs",
+        )
         for r in group:
             ax.plot(r["state_bytes_per_sequence"], r["accuracy"], markers[str(r["variant"])], color=colour, ms=7)
     handles = [plt.Line2D([], [], color="grey", marker=markers[n], ls="", label=n) for n in names]

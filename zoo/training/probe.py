@@ -33,8 +33,15 @@ class ProbeResult:
         return asdict(self)
 
 
-def probe_variant(name: str, spec: ModelSpec, setting: MQARSetting, config: TrainConfig, steps: int,
-                  n_train: int = 20_000, n_test: int = 1_000) -> ProbeResult:
+def probe_variant(
+    name: str,
+    spec: ModelSpec,
+    setting: MQARSetting,
+    config: TrainConfig,
+    steps: int,
+    n_train: int = 20_000,
+    n_test: int = 1_000,
+) -> ProbeResult:
     """Train ``spec`` from scratch (seed ``config.seed``) for ``steps`` AdamW steps on MQAR."""
     start = time.perf_counter()
     train_x, train_y = mqar(setting, n_train, config.seed)
@@ -57,5 +64,15 @@ def probe_variant(name: str, spec: ModelSpec, setting: MQARSetting, config: Trai
         schedule.step()
     accuracy = recall_accuracy(model, test_x, test_y)
     state = cache_bytes(spec, batch_size=1, context_len=setting.seq_len).total
-    return ProbeResult(name, spec.attention.kind, count_params(spec).total, state, setting.num_kv_pairs,
-                       setting.seq_len, steps, float(loss.detach()), accuracy, time.perf_counter() - start)
+    return ProbeResult(
+        name,
+        spec.attention.kind,
+        count_params(spec).total,
+        state,
+        setting.num_kv_pairs,
+        setting.seq_len,
+        steps,
+        float(loss.detach()),
+        accuracy,
+        time.perf_counter() - start,
+    )

@@ -1,7 +1,7 @@
 """Quantization-aware training: fake-quantized weights with a straight-through estimator.
 
-Each plain linear layer zoo.quant would quantize (``zoo.quant.quantize``'s targets) multiplies by the weight rounded with zoo.quant's own maths
-(``quantize_int8``: symmetric per output row; ``quantize_int4``: asymmetric per group of
+Each plain linear layer zoo.quant would quantize (``zoo.quant.quantize``'s targets) multiplies by the weight rounded
+with zoo.quant's own maths (``quantize_int8``: symmetric per output row; ``quantize_int4``: asymmetric per group of
 ``group_size`` inputs, zoo's int4 layout), so the trained model computes what its
 post-training-quantized copy will. Rounding has no useful gradient; the straight-through
 estimator passes the gradient of the rounded weight to the float weight unchanged
@@ -62,8 +62,10 @@ def apply_qat(model: nn.Module, bits: str, group_size: int | None = None) -> int
     targets = [m for m in model.modules() if isinstance(m, nn.Linear) and not any(m.children())]
     for linear in targets:
         if bits == "int4" and linear.in_features % size:
-            raise TrainingError(f"--qat int4: group size {size} does not divide in_features={linear.in_features}; "
-                                "choose a group size (32, 64, 128, 256) that divides every layer's input width")
+            raise TrainingError(
+                f"--qat int4: group size {size} does not divide in_features={linear.in_features}; "
+                "choose a group size (32, 64, 128, 256) that divides every layer's input width"
+            )
     for linear in targets:
         linear.qat_bits, linear.qat_group_size = bits, size
         linear.__class__ = fake_quant_class(type(linear))

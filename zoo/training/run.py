@@ -28,6 +28,7 @@ from zoo.training.config import TrainConfig
 from zoo.training.data import held_out_rows, load_text, rows_at
 from zoo.training.lora import LoraConfig, apply_lora, save_adapters, trainable_count
 from zoo.training.measure import peak_step_memory
+from zoo.training.objectives import Batch
 from zoo.training.plots import plot_losses
 from zoo.training.qat import apply_qat, remove_qat
 from zoo.training.step import Trainer
@@ -70,7 +71,12 @@ def save_checkpoint(trainer: Trainer, step: int, curve: list[tuple[int, float]],
             tensors[f"optim.{index}.{name}"] = torch.as_tensor(value).clone()
     with atomic_path(out / "checkpoint.safetensors") as tmp:
         save_file(_unshared(tensors), str(tmp))
-    meta = {"step": step, "curve": curve, "param_groups": state["param_groups"], "schedule": trainer.schedule.state_dict()}
+    meta = {
+        "step": step,
+        "curve": curve,
+        "param_groups": state["param_groups"],
+        "schedule": trainer.schedule.state_dict(),
+    }
     write_text_atomic(out / "checkpoint.json", json.dumps(meta))
 
 
@@ -94,8 +100,10 @@ def load_checkpoint(trainer: Trainer, out: Path) -> tuple[int, list[tuple[int, f
     model_state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     missing, unexpected = trainer.model.load_state_dict(model_state, strict=False)
     if unexpected or set(missing) - _frozen(trainer.model):
-        raise TrainingError(f"--resume: {weights_path} does not fit this model; unexpected {unexpected[:3]}, "
-                            f"missing {sorted(set(missing) - _frozen(trainer.model))[:3]}")
+        raise TrainingError(
+            f"--resume: {weights_path} does not fit this model; unexpected {unexpected[:3]}, "
+            f"missing {sorted(set(missing) - _frozen(trainer.model))[:3]}"
+        )
     trainer.model.tie_weights()
     meta = json.loads(meta_path.read_text())
     state: dict[int, dict[str, torch.Tensor]] = {}
@@ -140,29 +148,47 @@ class FineTune:
     def analysed_memory(self, spec: ModelSpec, config: TrainConfig) -> int:
         """The analysis's total for this step (LoRA: adapters' gradients and state only)."""
         adapt = None if self.lora is None else functools.partial(apply_lora, config=self.lora)
-        return training_memory(spec, config.batch_size, config.seq_len, optimizer=config.optimizer,
-                               momentum=config.momentum, precision=config.precision,
-                               checkpointing=config.checkpointing, adapt=adapt).total
+        return training_memory(
+            spec,
+            config.batch_size,
+            config.seq_len,
+            optimizer=config.optimizer,
+            momentum=config.momentum,
+            precision=config.precision,
+            checkpointing=config.checkpointing,
+            adapt=adapt,
+        ).total
 
 
-def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int = 0, *,
-                  config: TrainConfig | None = None, tokenizer: str | Path | None = None,
-                  out: str | Path | None = None, resume: bool = False, checkpoint_every: int = 0,
-                  tune: FineTune | None = None) -> TrainResult:
+def train_variant(
+    spec: ModelSpec,
+    text_path: str | Path,
+    tokens: int,
+    seed: int = 0,
+    *,
+    config: TrainConfig | None = None,
+    tokenizer: str | Path | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every: int = 0,
+    tune: FineTune | None = None,
+) -> TrainResult:
     """Train ``spec`` (from scratch, or ``tune.model``) on the first 90% of the text for
     ``tokens`` training tokens, then evaluate the loss on the last 10%. ``out``: where the
     curve, checkpoint (and LoRA adapters) go."""
     config, tune = (config or TrainConfig()).model_copy(update={"seed": seed}), tune or FineTune()
     text = load_text(text_path, tokenizer)
     if text.vocab_size > spec.vocab_size:
-        raise TrainingError(f"vocab_size: the spec has {spec.vocab_size} tokens, the tokenizer ({text.tokenizer}) "
-                            f"{text.vocab_size}; set vocab_size={text.vocab_size}")
+        raise TrainingError(
+            f"vocab_size: the spec has {spec.vocab_size} tokens, the tokenizer ({text.tokenizer}) "
+            f"{text.vocab_size}; set vocab_size={text.vocab_size}"
+        )
     trainer = Trainer(tune.prepare(spec, seed), config)
     rows_len = trainer.objective.rows_len(config.seq_len)
     per_step = config.batch_size * rows_len
     steps = max(1, tokens // per_step)
     out_dir = None if out is None else Path(out)
-    start, curve = (load_checkpoint(trainer, out_dir) if resume and out_dir is not None else (0, []))
+    start, curve = load_checkpoint(trainer, out_dir) if resume and out_dir is not None else (0, [])
     elapsed, trained = 0.0, 0
     for step in range(start, steps):
         generator = _step_generator(seed, step)
@@ -175,20 +201,47 @@ def train_variant(spec: ModelSpec, text_path: str | Path, tokens: int, seed: int
         curve.append(((step + 1) * per_step, result.loss))
         if out_dir is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
             save_checkpoint(trainer, step + 1, curve, out_dir)
-    held = held_out_rows(text.held_out, rows_len)
-    eval_batches = [trainer.objective.batch(held[i:i + config.batch_size], _step_generator(seed, -1 - i))
-                    .to(trainer.device) for i in range(0, len(held), config.batch_size)]
+    eval_batches = _held_out_batches(trainer, text.held_out, rows_len, config.batch_size, seed)
     loss = trainer.evaluate(eval_batches)
     measured, _ = peak_step_memory(trainer, eval_batches[0], trainer.device)
-    result = TrainResult(loss, math.exp(min(loss, 50.0)), trained / elapsed if elapsed else 0.0, steps * per_step,
-                         steps, text.tokenizer, curve, trainable_count(trainer.model), measured,
-                         tune.analysed_memory(spec, config), tune.quantized_loss(trainer, eval_batches))
+    result = TrainResult(
+        loss,
+        math.exp(min(loss, 50.0)),
+        trained / elapsed if elapsed else 0.0,
+        steps * per_step,
+        steps,
+        text.tokenizer,
+        curve,
+        trainable_count(trainer.model),
+        measured,
+        tune.analysed_memory(spec, config),
+        tune.quantized_loss(trainer, eval_batches),
+    )
     if out_dir is not None:
-        save_checkpoint(trainer, steps, curve, out_dir)
-        _write_curve(out_dir, curve, result)
-        if tune.lora is not None:
-            save_adapters(trainer.model, tune.lora, out_dir)
+        _save_run(trainer, tune, steps, curve, result, out_dir)
     return result
+
+
+def _held_out_batches(
+    trainer: Trainer, held_out: torch.Tensor, rows_len: int, batch_size: int, seed: int
+) -> list[Batch]:
+    """The held-out text cut into rows and batched, each batch with its own seeded generator
+    (the masking of a masked-LM objective), on the trainer's device."""
+    held = held_out_rows(held_out, rows_len)
+    return [
+        trainer.objective.batch(held[i : i + batch_size], _step_generator(seed, -1 - i)).to(trainer.device)
+        for i in range(0, len(held), batch_size)
+    ]
+
+
+def _save_run(
+    trainer: Trainer, tune: FineTune, steps: int, curve: list[tuple[int, float]], result: TrainResult, out: Path
+) -> None:
+    """The final checkpoint, the loss curve and (LoRA) the adapters, in ``out``."""
+    save_checkpoint(trainer, steps, curve, out)
+    _write_curve(out, curve, result)
+    if tune.lora is not None:
+        save_adapters(trainer.model, tune.lora, out)
 
 
 def _write_curve(out: Path, curve: list[tuple[int, float]], result: TrainResult) -> None:

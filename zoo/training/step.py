@@ -47,8 +47,13 @@ class StepResult:
 class Trainer:
     """A model, its objective, optimizer and step function; ``step(batch)`` trains once."""
 
-    def __init__(self, model: ZooModel, config: TrainConfig, objective: Objective | None = None,
-                 params: list[nn.Parameter] | None = None) -> None:
+    def __init__(
+        self,
+        model: ZooModel,
+        config: TrainConfig,
+        objective: Objective | None = None,
+        params: list[nn.Parameter] | None = None,
+    ) -> None:
         self.model, self.config = model, config
         self.objective = objective or objective_for(model, config)
         self.device = next(model.parameters()).device

@@ -9,7 +9,9 @@ import torch
 
 from zoo.specs.staging import stage_plugin
 
-stage_plugin(Path(__file__).resolve().parents[1])  # zoo finds plugins through entry points: a temporary one, the environment untouched
+stage_plugin(
+    Path(__file__).resolve().parents[1]
+)  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
 import zoo
 from zoo.specs.model import ModelSpec

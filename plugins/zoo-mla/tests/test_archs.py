@@ -14,6 +14,7 @@ def test_deepseek_v3_main_model_has_671b_parameters():
 def test_kv_bytes_per_token_come_from_the_latent_layout():
     spec = zoo.spec("deepseek-v2-lite")
     assert zoo.kv_bytes_per_token(spec, "bfloat16") == 27 * (512 + 64) * 2
+
     def gqa(kv_heads: int) -> int:
         return zoo.kv_bytes_per_token(spec.override({"attention.kind": "gqa", "attention.n_kv_heads": kv_heads}))
 

@@ -23,7 +23,10 @@ def test_cache_holds_the_latent_and_one_rope_key():
     spec = tiny_deepseek()
     model = zoo.build(spec, seed=0)
     cache = KVCache(model, batch_size=3, max_len=10)
-    assert {name: tuple(t.shape) for name, t in cache.layers[0].items()} == {"latent": (3, 10, 16), "k_rope": (3, 10, 4)}
+    assert {name: tuple(t.shape) for name, t in cache.layers[0].items()} == {
+        "latent": (3, 10, 16),
+        "k_rope": (3, 10, 4),
+    }
     assert cache.nbytes == zoo.kv_cache_bytes(spec, batch_size=3, seq_len=10, dtype="float32")
 
 

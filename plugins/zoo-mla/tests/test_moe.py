@@ -19,8 +19,14 @@ def test_v2_greedy_softmax_routing_matches_transformers():
     from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2TopkRouter
 
     moe = _moe(routed_scaling_factor=1.5)
-    config = transformers.DeepseekV2Config(hidden_size=16, num_attention_heads=4, n_routed_experts=8, num_experts_per_tok=3,
-                                           routed_scaling_factor=1.5, topk_method="greedy")
+    config = transformers.DeepseekV2Config(
+        hidden_size=16,
+        num_attention_heads=4,
+        n_routed_experts=8,
+        num_experts_per_tok=3,
+        routed_scaling_factor=1.5,
+        topk_method="greedy",
+    )
     router = DeepseekV2TopkRouter(config)
     router.weight.data.copy_(moe.router.weight)
     x = torch.randn(10, 16)
@@ -34,11 +40,25 @@ def test_v2_greedy_softmax_routing_matches_transformers():
 def test_v3_sigmoid_grouped_routing_with_correction_bias_matches_transformers():
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
-    moe = _moe(scoring="sigmoid", topk_method="noaux_tc", n_group=4, topk_group=2, norm_topk_prob=True,
-               routed_scaling_factor=2.5)
+    moe = _moe(
+        scoring="sigmoid",
+        topk_method="noaux_tc",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+    )
     moe.e_score_correction_bias.normal_(0.0, 0.3)
-    config = transformers.DeepseekV3Config(hidden_size=16, num_attention_heads=4, n_routed_experts=8, num_experts_per_tok=3, n_group=4,
-                                           topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5)
+    config = transformers.DeepseekV3Config(
+        hidden_size=16,
+        num_attention_heads=4,
+        n_routed_experts=8,
+        num_experts_per_tok=3,
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+    )
     router = DeepseekV3TopkRouter(config)
     router.weight.data.copy_(moe.router.weight)
     router.e_score_correction_bias.copy_(moe.e_score_correction_bias)

@@ -16,14 +16,29 @@ YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_sl
 def _hf_config(spec: zoo.ModelSpec, v3: bool):  # type: ignore[no-untyped-def]
     att, ffn, rope = spec.attention, spec.ffn, spec.positional
     common = dict(
-        vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
-        intermediate_size=spec.layers["0"]["ffn"]["hidden"], moe_intermediate_size=ffn.hidden,
-        num_attention_heads=att.n_heads, num_key_value_heads=att.n_heads, q_lora_rank=att.q_lora_rank,
-        kv_lora_rank=att.kv_lora_rank, qk_nope_head_dim=att.qk_nope_head_dim, qk_rope_head_dim=att.qk_rope_head_dim,
-        v_head_dim=att.v_head_dim, n_routed_experts=ffn.n_experts, num_experts_per_tok=ffn.top_k,
-        n_shared_experts=ffn.n_shared_experts, first_k_dense_replace=1, routed_scaling_factor=ffn.routed_scaling_factor,
-        norm_topk_prob=ffn.norm_topk_prob, n_group=ffn.n_group, topk_group=ffn.topk_group,
-        max_position_embeddings=spec.max_seq_len, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.d_model,
+        num_hidden_layers=spec.n_layers,
+        intermediate_size=spec.layers["0"]["ffn"]["hidden"],
+        moe_intermediate_size=ffn.hidden,
+        num_attention_heads=att.n_heads,
+        num_key_value_heads=att.n_heads,
+        q_lora_rank=att.q_lora_rank,
+        kv_lora_rank=att.kv_lora_rank,
+        qk_nope_head_dim=att.qk_nope_head_dim,
+        qk_rope_head_dim=att.qk_rope_head_dim,
+        v_head_dim=att.v_head_dim,
+        n_routed_experts=ffn.n_experts,
+        num_experts_per_tok=ffn.top_k,
+        n_shared_experts=ffn.n_shared_experts,
+        first_k_dense_replace=1,
+        routed_scaling_factor=ffn.routed_scaling_factor,
+        norm_topk_prob=ffn.norm_topk_prob,
+        n_group=ffn.n_group,
+        topk_group=ffn.topk_group,
+        max_position_embeddings=spec.max_seq_len,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
         rope_parameters={"rope_type": "yarn", "rope_theta": rope.theta, **{k: rope.scaling[k] for k in YARN_KEYS}},
     )
     if v3:
@@ -35,8 +50,11 @@ def _copy_weights(hf: torch.nn.Module, model: torch.nn.Module) -> None:
     """Copy transformers' weights into the zoo model, by name."""
     src = dict(hf.state_dict())
     dst = model.state_dict()
-    out = {"embed.weight": src["model.embed_tokens.weight"], "lm_head.weight": src["lm_head.weight"],
-           "final_norm.weight": src["model.norm.weight"]}
+    out = {
+        "embed.weight": src["model.embed_tokens.weight"],
+        "lm_head.weight": src["lm_head.weight"],
+        "final_norm.weight": src["model.norm.weight"],
+    }
     for i in range(len(model.layers)):
         hp, zp = f"model.layers.{i}.", f"layers.{i}."
         out[zp + "attn_norm.weight"] = src[hp + "input_layernorm.weight"]

@@ -39,11 +39,18 @@ from zoo.parts import (
 
 class MLAOptions(Options):
     tiny: ClassVar[Mapping[str, Any]] = {
-        "n_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+        "n_heads": 4,
+        "q_lora_rank": 16,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 8,
     }
 
     n_heads: PositiveInt
-    q_lora_rank: PositiveInt | None = Field(None, description="low-rank query compression; null: a full q_proj (V2-Lite)")
+    q_lora_rank: PositiveInt | None = Field(
+        None, description="low-rank query compression; null: a full q_proj (V2-Lite)"
+    )
     kv_lora_rank: PositiveInt = Field(512, description="width of the cached latent")
     qk_nope_head_dim: PositiveInt = Field(128, description="per-head query/key channels without position")
     qk_rope_head_dim: PositiveInt = Field(64, description="rotary channels; the rope key is shared by all heads")
@@ -122,9 +129,7 @@ class MultiHeadLatentAttention(TokenMixer):
         return 2 * self.n_heads * (self.nope_dim + self.rope_dim + self.v_dim) * keys
 
     # ---- forward --------------------------------------------------------------------------
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         cache = state
         B, T, _ = x.shape
         q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
@@ -142,8 +147,13 @@ class MultiHeadLatentAttention(TokenMixer):
         return self.o_proj(out)
 
     def _attend_cached(
-        self, q_nope: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor, k_rope: torch.Tensor,
-        positions: Positions, cache: LayerState,
+        self,
+        q_nope: torch.Tensor,
+        q_rope: torch.Tensor,
+        latent: torch.Tensor,
+        k_rope: torch.Tensor,
+        positions: Positions,
+        cache: LayerState,
     ) -> torch.Tensor:
         """Write this chunk's latent and rope key, then attend over everything cached."""
         time = cache.time  # (T,)
@@ -153,20 +163,36 @@ class MultiHeadLatentAttention(TokenMixer):
         if q_nope.shape[2] == 1:  # decode: static shapes, every slot (empty ones masked by time)
             key_time = torch.arange(latent_cache.shape[1], device=time.device)  # (L,)
             return self._attend_absorbed(
-                q_nope, q_rope, latent_cache.to(q_nope.dtype), rope_cache.to(q_nope.dtype)[:, None],
-                positions, time, key_time, cache.key_valid,
+                q_nope,
+                q_rope,
+                latent_cache.to(q_nope.dtype),
+                rope_cache.to(q_nope.dtype)[:, None],
+                positions,
+                time,
+                key_time,
+                cache.key_valid,
             )
         # a chunk (prefill): up-project only the slots written so far, not the whole cache
         end = int(time.max()) + 1
         key_time = torch.arange(end, device=time.device)  # (S,)
         key_valid = None if cache.key_valid is None else cache.key_valid[:, :end]
         return self._attend_expanded(
-            q_nope, q_rope, latent_cache[:, :end].to(q_nope.dtype), rope_cache[:, None, :end].to(q_nope.dtype),
-            positions, time, key_time, key_valid,
+            q_nope,
+            q_rope,
+            latent_cache[:, :end].to(q_nope.dtype),
+            rope_cache[:, None, :end].to(q_nope.dtype),
+            positions,
+            time,
+            key_time,
+            key_valid,
         )
 
     def _mask(
-        self, positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor, key_valid: torch.Tensor | None,
+        self,
+        positions: Positions,
+        query_time: torch.Tensor,
+        key_time: torch.Tensor,
+        key_valid: torch.Tensor | None,
         dtype: torch.dtype,
     ) -> torch.Tensor:
         """Additive mask (B|1, H|1, T, S): causal, padding, and any positional score bias."""
@@ -176,12 +202,21 @@ class MultiHeadLatentAttention(TokenMixer):
         return base.masked_fill(~allowed, float("-inf"))
 
     def _attend_expanded(
-        self, q_nope: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor, k_rope: torch.Tensor,
-        positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor, key_valid: torch.Tensor | None,
+        self,
+        q_nope: torch.Tensor,
+        q_rope: torch.Tensor,
+        latent: torch.Tensor,
+        k_rope: torch.Tensor,
+        positions: Positions,
+        query_time: torch.Tensor,
+        key_time: torch.Tensor,
+        key_valid: torch.Tensor | None,
     ) -> torch.Tensor:
         """Up-project latents (B, S, r) to per-head K, V and attend -> (B, H, T, dv)."""
         B, S, _ = latent.shape
-        kv = self.kv_b_proj(latent).view(B, S, self.n_heads, self.nope_dim + self.v_dim).transpose(1, 2)  # (B, H, S, dn+dv)
+        kv = (
+            self.kv_b_proj(latent).view(B, S, self.n_heads, self.nope_dim + self.v_dim).transpose(1, 2)
+        )  # (B, H, S, dn+dv)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         k = torch.cat((k_nope, k_rope.expand(-1, self.n_heads, -1, -1)), dim=-1)  # (B, H, S, dn+dr)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, T, dn+dr)
@@ -192,8 +227,15 @@ class MultiHeadLatentAttention(TokenMixer):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
 
     def _attend_absorbed(
-        self, q_nope: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor, k_rope: torch.Tensor,
-        positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor, key_valid: torch.Tensor | None,
+        self,
+        q_nope: torch.Tensor,
+        q_rope: torch.Tensor,
+        latent: torch.Tensor,
+        k_rope: torch.Tensor,
+        positions: Positions,
+        query_time: torch.Tensor,
+        key_time: torch.Tensor,
+        key_valid: torch.Tensor | None,
     ) -> torch.Tensor:
         """Attend over latents directly: q·W_uk·c + q_rope·k_rope, then (p·c)·W_uv -> (B, H, T, dv)."""
         w = self.kv_b_proj.weight.view(self.n_heads, self.nope_dim + self.v_dim, self.rank)  # (H, dn+dv, r)
@@ -207,8 +249,10 @@ class MultiHeadLatentAttention(TokenMixer):
         return torch.einsum("bhtr,hvr->bhtv", out_latent, w_uv.to(out_latent.dtype))  # (B, H, T, dv)
 
     def extra_repr(self) -> str:
-        return (f"heads={self.n_heads}, kv_lora_rank={self.rank}, nope={self.nope_dim}, rope={self.rope_dim}, "
-                f"v={self.v_dim}, scale={self.scale:.6g}")
+        return (
+            f"heads={self.n_heads}, kv_lora_rank={self.rank}, nope={self.nope_dim}, rope={self.rope_dim}, "
+            f"v={self.v_dim}, scale={self.scale:.6g}"
+        )
 
 
 def build_mla(options: MLAOptions, ctx: BuildContext) -> MultiHeadLatentAttention:

@@ -21,7 +21,10 @@ def rows() -> list[tuple[str, int, int]]:
 def main() -> None:
     table = rows()
     base = table[0][1]
-    print("| attention (27 layers, d_model 2048, 16 query heads) | KV bytes/token (bf16) | vs MLA | KV cache at 32k tokens |")
+    print(
+        "| attention (27 layers, d_model 2048, 16 query heads) | KV bytes/token (bf16) | vs MLA | KV cache at 32k "
+        "tokens |"
+    )
     print("|---|---:|---:|---:|")
     for label, per_token, at_32k in table:
         print(f"| {label} | {per_token:,} | {per_token / base:.2f}x | {at_32k / 2**30:.2f} GiB |")

@@ -50,7 +50,9 @@ class DeepSeekMoEOptions(Options):
         if self.n_experts % self.n_group:
             raise ValueError(f"n_group: n_experts={self.n_experts} is not divisible by n_group={self.n_group}")
         if self.topk_group > self.n_group:
-            raise ValueError(f"topk_group: {self.topk_group} exceeds n_group={self.n_group}; allowed: 1..{self.n_group}")
+            raise ValueError(
+                f"topk_group: {self.topk_group} exceeds n_group={self.n_group}; allowed: 1..{self.n_group}"
+            )
         if self.topk_method == "noaux_tc" and self.n_experts // self.n_group < 2:
             raise ValueError("n_group: noaux_tc ranks groups by their two best experts; groups need >= 2 experts")
         return self

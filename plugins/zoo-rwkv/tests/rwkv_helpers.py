@@ -15,14 +15,22 @@ import torch
 
 from zoo.specs.staging import stage_plugin
 
-stage_plugin(Path(__file__).resolve().parents[1])  # zoo finds plugins through entry points: a temporary one, the environment untouched
+stage_plugin(
+    Path(__file__).resolve().parents[1]
+)  # zoo finds plugins through entry points: a temporary one, the environment untouched
 
 from zoo.specs.registry import reset_registry
 
 reset_registry()  # in case the registry was built before the staging
 
-TINY = {"vocab_size": 97, "hidden_size": 32, "num_hidden_layers": 2, "context_length": 80,
-        "attention_hidden_size": 32, "intermediate_size": 80}
+TINY = {
+    "vocab_size": 97,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "context_length": 80,
+    "attention_hidden_size": 32,
+    "intermediate_size": 80,
+}
 
 
 @pytest.fixture(autouse=True)

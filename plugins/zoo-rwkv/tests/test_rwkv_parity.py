@@ -37,8 +37,9 @@ def test_greedy_tokens_equal_transformers_generate(checkpoint):
     ids = torch.randint(1, TINY["vocab_size"], (3, 7))
     # one row at a time for transformers: its one-token step broadcasts the (B, d) shift state
     # against (B, 1, d) inputs, wrong for B > 1 (transformers 5.23); zoo's batch against its rows
-    expected = torch.cat([hf.generate(row[None], max_new_tokens=10, do_sample=False, eos_token_id=None,
-                                      pad_token_id=0) for row in ids])
+    expected = torch.cat(
+        [hf.generate(row[None], max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0) for row in ids]
+    )
     assert torch.equal(zoo.generate(model, ids, max_new_tokens=10), expected)
 
 
@@ -110,7 +111,9 @@ def test_config_and_weights_round_trip_through_save_pretrained(checkpoint, tmp_p
     with torch.no_grad():
         torch.testing.assert_close(again(ids).logits, hf(ids).logits, atol=1e-5, rtol=1e-5)
     fresh = zoo.build(spec, seed=0)  # a spec built from scratch saves too (model_type found by trying)
-    assert json.loads((zoo.save_pretrained(fresh, tmp_path / "fresh") / "config.json").read_text())["model_type"] == "rwkv"
+    assert (
+        json.loads((zoo.save_pretrained(fresh, tmp_path / "fresh") / "config.json").read_text())["model_type"] == "rwkv"
+    )
 
 
 def test_compiled_decode_step_equals_eager_without_recompiling(checkpoint):

@@ -37,7 +37,9 @@ class RwkvBlock(Block):
 
     feeds_ffn_state: ClassVar[bool] = True
 
-    def __init__(self, options: RwkvBlockOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> None:
+    def __init__(
+        self, options: RwkvBlockOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None
+    ) -> None:
         super().__init__()
         self.ln1 = ctx.make_norm(ctx.d_model)
         self.attention = attention
@@ -64,6 +66,8 @@ class RwkvBlock(Block):
         return x / 2 if self.halve else x
 
 
-def build_rwkv_block(options: RwkvBlockOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None) -> RwkvBlock:
+def build_rwkv_block(
+    options: RwkvBlockOptions, ctx: BuildContext, attention: TokenMixer, ffn: FeedForward | None
+) -> RwkvBlock:
     """RWKV-4 block: time mix and channel mix, each after its LayerNorm, with residuals."""
     return RwkvBlock(options, ctx, attention, ffn)

@@ -65,7 +65,9 @@ class ChannelMix(FeedForward):
         if self.time_mix_key.is_meta:
             return
         rest = 1.0 - self.layer_index / self.n_layers
-        ratio = (torch.arange(self.d_model, dtype=torch.float32, device=self.time_mix_key.device) / self.d_model)[None, None]
+        ratio = (torch.arange(self.d_model, dtype=torch.float32, device=self.time_mix_key.device) / self.d_model)[
+            None, None
+        ]
         with torch.no_grad():
             self.time_mix_key.copy_(ratio**rest)
             self.time_mix_receptance.copy_(ratio**rest)
@@ -74,7 +76,9 @@ class ChannelMix(FeedForward):
         """``ffn_x`` (B, d), the previous token's input: fixed per sequence."""
         return {STATE_NAME: StateTensor((batch_size, self.d_model), per="sequence")}
 
-    def forward(self, x: torch.Tensor, state: LayerState | None = None, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, state: LayerState | None = None, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d); ``state``: this module's cache view holding ``ffn_x``
         (read and written in place); ``valid`` (B, T): False at padding."""
         tensors = None if state is None else state.tensors

@@ -33,7 +33,10 @@ RENAMES: list[tuple[str, str]] = [
     (r"embed\.weight", "rwkv.embeddings.weight"),
     (r"embed\.norm\.(weight|bias)", r"rwkv.blocks.0.pre_ln.\1"),
     (r"layers\.(\d+)\.(ln1|ln2)\.(weight|bias)", r"rwkv.blocks.\1.\2.\3"),
-    (r"layers\.(\d+)\.attention\.(time_decay|time_first|time_mix_(?:key|value|receptance))", r"rwkv.blocks.\1.attention.\2"),
+    (
+        r"layers\.(\d+)\.attention\.(time_decay|time_first|time_mix_(?:key|value|receptance))",
+        r"rwkv.blocks.\1.attention.\2",
+    ),
     (r"layers\.(\d+)\.attention\.(key|value|receptance|output)\.weight", r"rwkv.blocks.\1.attention.\2.weight"),
     (r"layers\.(\d+)\.ffn\.(time_mix_(?:key|receptance))", r"rwkv.blocks.\1.feed_forward.\2"),
     (r"layers\.(\d+)\.ffn\.(key|value|receptance)\.weight", r"rwkv.blocks.\1.feed_forward.\2.weight"),
@@ -45,12 +48,18 @@ RENAMES: list[tuple[str, str]] = [
 def read_config(r: ConfigReader) -> dict[str, Any]:
     """The spec dict of an rwkv config.json."""
     d = r.need("hidden_size")
-    r.expect("layer_norm_epsilon", (None, LN_EPS, 1e-05), "transformers' final ln_out always uses eps 1e-5 and zoo's "
-             "final norm shares the model's norm")
+    r.expect(
+        "layer_norm_epsilon",
+        (None, LN_EPS, 1e-05),
+        "transformers' final ln_out always uses eps 1e-5 and zoo's final norm shares the model's norm",
+    )
     r.used.add("use_cache")
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("num_hidden_layers"),
-        "max_seq_len": r.get("context_length", 1024), "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("num_hidden_layers"),
+        "max_seq_len": r.get("context_length", 1024),
+        "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
         "embedding": {"kind": "token", "norm": True},  # blocks.0.pre_ln
         "norm": {"kind": "layernorm", "eps": LN_EPS, "bias": True},
         "positional": {"kind": "none"},
@@ -67,14 +76,22 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     base = layers[0]
     for layer in layers:
         if (layer.attention.kind, layer.ffn.kind, layer.block.kind) != ("rwkv", "rwkv", "rwkv"):
-            raise CheckpointError(f"spec {spec.name!r}: layer {layer.index} is not an RWKV block; an rwkv config "
-                                  "holds RWKV blocks only")
+            raise CheckpointError(
+                f"spec {spec.name!r}: layer {layer.index} is not an RWKV block; an rwkv config holds RWKV blocks only"
+            )
     return {
-        "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "attention_hidden_size": base.attention.options.attention_hidden,
-        "intermediate_size": base.ffn.options.hidden, "context_length": spec.max_seq_len, "layer_norm_epsilon": base.norm.options.eps,
-        "rescale_every": base.block.options.rescale_every, "tie_word_embeddings": spec.tie_embeddings,
-        "bos_token_id": None, "eos_token_id": None,  # the tokenizer's, not the spec's
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "attention_hidden_size": base.attention.options.attention_hidden,
+        "intermediate_size": base.ffn.options.hidden,
+        "context_length": spec.max_seq_len,
+        "layer_norm_epsilon": base.norm.options.eps,
+        "rescale_every": base.block.options.rescale_every,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "bos_token_id": None,
+        "eos_token_id": None,  # the tokenizer's, not the spec's
     }
 
 

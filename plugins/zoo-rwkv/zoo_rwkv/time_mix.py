@@ -97,7 +97,10 @@ class TimeMix(TokenMixer):
         return n_new * (9 * self.d_model + 26 * self.channels)
 
     def forward(
-        self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None,
+        self,
+        x: torch.Tensor,
+        positions: Positions | None = None,
+        state: LayerState | None = None,
     ) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d). With a state, ``att_x`` and the WKV sums are read and
         written in place; tokens False in ``token_valid`` (left padding) change nothing."""
@@ -107,7 +110,11 @@ class TimeMix(TokenMixer):
         k = self.key(mix(x, shifted, self.time_mix_key))  # (B, T, C)
         v = self.value(mix(x, shifted, self.time_mix_value))  # (B, T, C)
         r = torch.sigmoid(self.receptance(mix(x, shifted, self.time_mix_receptance)))  # (B, T, C)
-        start = empty_state(x.shape[0], self.channels, x.device) if tensors is None else tuple(tensors[n].float() for n in WKV_STATE)
+        start = (
+            empty_state(x.shape[0], self.channels, x.device)
+            if tensors is None
+            else tuple(tensors[n].float() for n in WKV_STATE)
+        )
         w = -torch.exp(self.time_decay.float())  # (C,)
         out, end = wkv(w, self.time_first.float(), k, v, valid, start)  # (B, T, C)
         if tensors is not None:

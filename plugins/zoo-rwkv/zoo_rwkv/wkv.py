@@ -13,8 +13,9 @@ A prompt here is one parallel scan, no loop over tokens: since (t-1-i)w + k_i =
 (t-1)w + (k_i - i·w), S_t and D_t are ``e^{(t-1)w}`` times prefix sums of ``e^{k_i - i·w}``
 (times v_i), and ``torch.logcumsumexp`` takes those prefix sums in log space, stably (the
 max-trick inside the scan). Values are shifted by their minimum first (sum e·v =
-sum e·(v - low) + low·sum e), so every summand is non-negative and has a logarithm. The exponents grow with the position (i·|w|), so the scan runs in float64, which
-keeps the result within float32 rounding of the recurrence. Long prompts are scanned in
+sum e·(v - low) + low·sum e), so every summand is non-negative and has a logarithm. The exponents grow with the
+position (i·|w|), so the scan runs in float64, which keeps the result within float32 rounding of the recurrence. Long
+prompts are scanned in
 chunks of ``CHUNK`` tokens carrying the state (the scan's tensors then stay in cache: about
 1.4x faster than one scan over 1024 tokens here), so a prompt costs T / CHUNK iterations,
 not T. One token (decode) takes the recurrence's step, in float32, as transformers does.
@@ -57,8 +58,9 @@ def wkv(
     return torch.cat(outs, dim=1) if len(outs) > 1 else outs[0], state
 
 
-def _step(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None,
-          state: State) -> tuple[torch.Tensor, State]:
+def _step(
+    w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None, state: State
+) -> tuple[torch.Tensor, State]:
     """One token: k, v (B, C) float32; transformers' update, an empty state read as zero."""
     num, den, top = state
     has = (den > 0).to(k.dtype)  # (B, C)
@@ -74,8 +76,9 @@ def _step(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, va
     return out[:, None], new
 
 
-def _scan(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None,
-          state: State) -> tuple[torch.Tensor, State]:
+def _scan(
+    w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor | None, state: State
+) -> tuple[torch.Tensor, State]:
     """A whole prompt at once: k, v (B, T, C); float64 inside (module doc)."""
     f64 = torch.float64
     B, T, C = k.shape

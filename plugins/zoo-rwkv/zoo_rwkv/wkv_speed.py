@@ -39,8 +39,10 @@ def main() -> None:
     with torch.no_grad():
         scan = best_seconds(lambda: wkv(w, u, k, v, None, empty_state(B, C, k.device)), args.repeats)
         loop = best_seconds(lambda: wkv_reference(w, u, k, v), args.repeats)
-    print(f"B={B} T={T} C={C} threads={args.threads}: scan {B * T / scan:,.0f} tokens/s, "
-          f"per-token loop {B * T / loop:,.0f} tokens/s, scan/loop speed ratio {loop / scan:.2f}")
+    print(
+        f"B={B} T={T} C={C} threads={args.threads}: scan {B * T / scan:,.0f} tokens/s, "
+        f"per-token loop {B * T / loop:,.0f} tokens/s, scan/loop speed ratio {loop / scan:.2f}"
+    )
 
 
 if __name__ == "__main__":

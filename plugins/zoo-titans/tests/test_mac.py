@@ -68,8 +68,9 @@ def paper_mac(mac, x):
         y = segment_attention(mac, xs, mac.retrieve_o(h.transpose(1, 2).reshape(B, n, H * hd)))
         q, k, v = mem._project(y, window)  # eq. 24: the memory writes y (its conv continues across segments)
         g = mem._gates(y, None)
-        read, weights, momentum = paper_loop(weights, k, v, q, g.log_eta.exp(), g.theta, 1 - g.log_keep.exp(),
-                                             chunk=seg, momentum=momentum)
+        read, weights, momentum = paper_loop(
+            weights, k, v, q, g.log_eta.exp(), g.theta, 1 - g.log_keep.exp(), chunk=seg, momentum=momentum
+        )
         read = F.rms_norm(read, (hd,), eps=mem.eps) * mem.norm_weight
         m = mem.o_proj(read.transpose(1, 2).reshape(B, n, H * hd) * F.silu(mem.gate_proj(y)))
         outs.append(y * m)  # eq. 25

@@ -32,10 +32,16 @@ def tiny(kind: str = "titans-mag", **attention: object) -> ModelSpec:
         options = {"window": 6, "n_kv_heads": 1, **options}
     if kind == "titans-mac":  # the memory's chunk is the segment
         options = {"segment_len": options["chunk_size"], "n_kv_heads": 1, "n_persistent": 2, **options}
-    return zoo.spec("titans").override({
-        "d_model": 32, "n_layers": 2, "vocab_size": TINY_VOCAB, "max_seq_len": 64,
-        "ffn.hidden": 48, "attention": options,
-    })
+    return zoo.spec("titans").override(
+        {
+            "d_model": 32,
+            "n_layers": 2,
+            "vocab_size": TINY_VOCAB,
+            "max_seq_len": 64,
+            "ffn.hidden": 48,
+            "attention": options,
+        }
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -42,13 +42,28 @@ def titans_mag() -> dict[str, Any]:
 
 def titans_mal() -> dict[str, Any]:
     swa = {"kind": "gqa", "n_heads": 16, "n_kv_heads": 8, "head_dim": 128, "qk_norm": True, "window": 4096}
-    return {**_body("titans-mal"), "attention": {"kind": "titans-mal", **MEMORY}, "layers": {"1::2": {"attention": swa}}}
+    return {
+        **_body("titans-mal"),
+        "attention": {"kind": "titans-mal", **MEMORY},
+        "layers": {"1::2": {"attention": swa}},
+    }
 
 
 def titans_mac() -> dict[str, Any]:
     memory = {k: v for k, v in MEMORY.items() if k != "chunk_size"}  # MAC's memory steps once per segment
-    attention = {"kind": "titans-mac", **memory, "n_kv_heads": 8, "qk_norm": True, "segment_len": 512, "n_persistent": 16}
+    attention = {
+        "kind": "titans-mac",
+        **memory,
+        "n_kv_heads": 8,
+        "qk_norm": True,
+        "segment_len": 512,
+        "n_persistent": 16,
+    }
     return {**_body("titans-mac"), "attention": attention}
 
 
-PRESETS: dict[str, Callable[[], dict[str, Any]]] = {"titans": titans_mag, "titans-mal": titans_mal, "titans-mac": titans_mac}
+PRESETS: dict[str, Callable[[], dict[str, Any]]] = {
+    "titans": titans_mag,
+    "titans-mal": titans_mal,
+    "titans-mac": titans_mac,
+}

@@ -58,7 +58,9 @@ class MACOptions(MemoryOptions):
     chunk_size: PositiveInt | None = Field(  # type: ignore[assignment]
         None, description="the memory's chunk: MAC's segment (default, and the only value allowed: segment_len)"
     )
-    n_persistent: NonNegativeInt = Field(16, description="learned persistent memory tokens N_p prepended to each segment")
+    n_persistent: NonNegativeInt = Field(
+        16, description="learned persistent memory tokens N_p prepended to each segment"
+    )
     n_kv_heads: PositiveInt | None = Field(None, description="attention's key/value heads; default n_heads")
     qk_norm: bool = Field(False, description="norm (the model's norm kind) on each attention head of q and k")
     bias: bool = Field(False, description="bias on attention's q, k and v projections")
@@ -73,11 +75,15 @@ class MACOptions(MemoryOptions):
     @model_validator(mode="after")
     def _check(self) -> MACOptions:
         if self.chunk_size != self.segment_len:
-            raise ValueError(f"chunk_size: MAC's memory steps once per segment (eq. 24); allowed: segment_len "
-                             f"({self.segment_len}), got {self.chunk_size}")
+            raise ValueError(
+                f"chunk_size: MAC's memory steps once per segment (eq. 24); allowed: segment_len "
+                f"({self.segment_len}), got {self.chunk_size}"
+            )
         if self.n_heads % (self.n_kv_heads or self.n_heads):
-            raise ValueError(f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
-                             "allowed: a divisor of n_heads")
+            raise ValueError(
+                f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
+                "allowed: a divisor of n_heads"
+            )
         return self
 
 
@@ -109,9 +115,7 @@ class TitansMAC(TokenMixer):
         slots = StateTensor((batch_size, self.n_kv_heads, 2 * self.segment_len, self.head_dim), per="sequence")
         return {"k": slots, "v": slots, **memory_layout(self.memory, batch_size, "memory.")}
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d), segment by segment (each needs the memory the last one wrote)."""
         T = x.shape[1]
         if state is None:  # the same path as a cached call, on a scratch state
@@ -123,7 +127,9 @@ class TitansMAC(TokenMixer):
         while at < T:
             end = min(T, at + self.segment_len - (first + at) % self.segment_len)
             piece = dataclasses.replace(
-                state, time=state.time[at:end], filled=None if state.filled is None else state.filled - T + end,
+                state,
+                time=state.time[at:end],
+                filled=None if state.filled is None else state.filled - T + end,
                 token_valid=None if state.token_valid is None else state.token_valid[:, at:end],
             )
             y = self._attend(x[:, at:end], q[:, :, at:end], k[:, :, at:end], v[:, :, at:end], piece)  # (B, n, d)
@@ -133,8 +139,10 @@ class TitansMAC(TokenMixer):
 
     def _scratch(self, x: torch.Tensor, positions: Positions) -> LayerState:
         B, T, _ = x.shape
-        tensors = {name: torch.zeros(t.shape, dtype=t.dtype or x.dtype, device=x.device)
-                   for name, t in self.state_layout(B, T).items()}
+        tensors = {
+            name: torch.zeros(t.shape, dtype=t.dtype or x.dtype, device=x.device)
+            for name, t in self.state_layout(B, T).items()
+        }
         valid = positions.key_valid
         return LayerState(tensors, torch.arange(T, device=x.device), valid, T, filled=T, token_valid=valid)
 
@@ -149,7 +157,9 @@ class TitansMAC(TokenMixer):
         k, v = self.kv_proj(x).view(B, T, 2, self.n_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, Hkv, T, hd)
         return (k if self.k_norm is None else self.k_norm(k)), v
 
-    def _attend(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, piece: LayerState) -> torch.Tensor:
+    def _attend(
+        self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, piece: LayerState
+    ) -> torch.Tensor:
         """One segment's tokens (n of them, all in one segment): retrieve, write the segment's
         K/V slots, attend over [persistent | retrieved | segment] causally. -> y (B, n, d)."""
         B, n, _ = x.shape
@@ -165,8 +175,9 @@ class TitansMAC(TokenMixer):
             cache.index_copy_(2, slot + seg, own.to(cache.dtype))
         kp, vp = self._kv(self.persistent.to(x.dtype).expand(B, -1, -1))  # (B, Hkv, Np, hd)
         keys, values = torch.cat([kp, keys.to(q.dtype)], dim=2), torch.cat([vp, values.to(q.dtype)], dim=2)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=self._mask(piece, slot, kp.shape[2]),
-                                             enable_gqa=True)  # (B, H, n, hd)
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=self._mask(piece, slot, kp.shape[2]), enable_gqa=True
+        )  # (B, H, n, hd)
         return self.o_proj(out.transpose(1, 2).reshape(B, n, H * hd))
 
     def _mask(self, piece: LayerState, slot: torch.Tensor, n_persistent: int) -> torch.Tensor:
@@ -194,7 +205,11 @@ class TitansMAC(TokenMixer):
         return self.memory.score_flops(n_new) + n_new * self.n_heads * (per_head + 4 * self.head_dim * keys)
 
     def executed_score_flops(self, n_new: int, context_len: int) -> int:
-        return self.score_flops(n_new, context_len) - self.memory.score_flops(n_new) + self.memory.executed_score_flops(n_new)
+        return (
+            self.score_flops(n_new, context_len)
+            - self.memory.score_flops(n_new)
+            + self.memory.executed_score_flops(n_new)
+        )
 
     def matmul_param_count(self) -> int:
         linears = (self.retrieve_q, self.retrieve_o, self.q_proj, self.kv_proj, self.o_proj)

@@ -57,7 +57,11 @@ class NeuralMemory(nn.Module):
         self.n_heads = options.n_heads
         self.head_dim = int(options.head_dim or ctx.d_model // options.n_heads)
         self.depth, self.chunk_size, self.max_lr, self.eps = (
-            options.memory_depth, options.chunk_size, options.max_lr, options.eps)
+            options.memory_depth,
+            options.chunk_size,
+            options.max_lr,
+            options.eps,
+        )
         self.state_dtype = ctx.state_dtype
         d, inner, hd = ctx.d_model, self.n_heads * self.head_dim, self.head_dim
         self.qkv_proj = Linear(d, 3 * inner, bias=False)
@@ -100,8 +104,9 @@ class NeuralMemory(nn.Module):
     def matmul_param_count(self) -> int:
         """The projections; the conv taps, gate biases, norm scale and the memory's initial
         weights are elementwise or copied into the state, counted in ``score_flops``."""
-        return sum(p.numel() for m in (self.qkv_proj, self.gates_proj, self.gate_proj, self.o_proj)
-                   for p in m.parameters())
+        return sum(
+            p.numel() for m in (self.qkv_proj, self.gates_proj, self.gate_proj, self.o_proj) for p in m.parameters()
+        )
 
     def score_flops(self, n_new: int) -> int:
         """Per token and head, with P the memory's weights per head: the MLP at the anchor
@@ -125,10 +130,12 @@ class NeuralMemory(nn.Module):
         (B, C, K-1) continues and is updated in place."""
         B, T, _ = x.shape
         qkv = self.qkv_proj(x).transpose(1, 2)  # (B, 3HD, T)
-        history = qkv.new_zeros(B, qkv.shape[1], self.conv.kernel_size[0] - 1) if window is None else window.to(qkv.dtype)
+        history = (
+            qkv.new_zeros(B, qkv.shape[1], self.conv.kernel_size[0] - 1) if window is None else window.to(qkv.dtype)
+        )
         full = torch.cat([history, qkv], dim=-1)  # (B, 3HD, K-1+T)
         if window is not None:
-            window.copy_(full[:, :, full.shape[-1] - window.shape[-1]:])
+            window.copy_(full[:, :, full.shape[-1] - window.shape[-1] :])
         qkv = F.silu(self.conv(full).float())  # (B, 3HD, T)
         q, k, v = qkv.view(B, 3, self.n_heads, self.head_dim, T).permute(1, 0, 2, 4, 3)  # 3 x (B, H, T, D)
         return F.normalize(q, dim=-1, eps=self.eps), F.normalize(k, dim=-1, eps=self.eps), v
@@ -192,18 +199,21 @@ class NeuralMemory(nn.Module):
                 if (first + at) % self.chunk_size == 0:
                     anchor, moved = start, True
             else:  # device-side test: a compiled one-token step never reads the time on the host
-                boundary = (state.time[at] % self.chunk_size == 0)
+                boundary = state.time[at] % self.chunk_size == 0
                 anchor, moved = [torch.where(boundary, s, a) for s, a in zip(start, anchor)], True
             part = Gates(gates.log_eta[..., at:end], gates.theta[..., at:end], gates.log_keep[..., at:end])
-            y, start, momentum = segment(start, momentum, anchor, k[:, :, at:end], v[:, :, at:end], q[:, :, at:end], part)
+            y, start, momentum = segment(
+                start, momentum, anchor, k[:, :, at:end], v[:, :, at:end], q[:, :, at:end], part
+            )
             ys.append(y)
             at = end
         if state is not None:
             self._store(state.tensors, init, start, momentum, anchor if moved and self.chunk_size > 1 else None)
         return torch.cat(ys, dim=2)
 
-    def _store(self, tensors: dict[str, torch.Tensor], init: Weights, start: Weights, momentum: Weights,
-               anchor: Weights | None) -> None:
+    def _store(
+        self, tensors: dict[str, torch.Tensor], init: Weights, start: Weights, momentum: Weights, anchor: Weights | None
+    ) -> None:
         for i, w in enumerate(init):
             tensors[f"weight.{i}"].copy_(start[i] - w)
             tensors[f"momentum.{i}"].copy_(momentum[i])

@@ -113,8 +113,11 @@ def segment(
     new_m, new_s = [], []
     for m, s, a, d in zip(start, momentum, inputs, deltas):
         new_s.append(decay_s[..., -1, 0, None, None] * s - torch.einsum("bhn,bhno,bhni->bhoi", s_last, d, a))
-        new_m.append(keep_m[..., -1, None, None] * m + keep_s[..., -1, :, None] * s
-                     - torch.einsum("bhn,bhno,bhni->bhoi", write[..., -1, :], d, a))
+        new_m.append(
+            keep_m[..., -1, None, None] * m
+            + keep_s[..., -1, :, None] * s
+            - torch.einsum("bhn,bhno,bhni->bhoi", write[..., -1, :], d, a)
+        )
     return z, new_m, new_s
 
 
@@ -126,6 +129,8 @@ def one_token(
     inputs, deltas = gradients(anchor, k, v)
     eta, keep = gates.log_eta.exp()[..., None], gates.log_keep.exp()[..., None]  # (B, H, 1, 1)
     theta = gates.theta[..., None]  # (B, H, 1, 1)
-    new_s = [eta * s - theta * (d.transpose(-1, -2) @ a) for s, a, d in zip(momentum, inputs, deltas)]  # (B, H, out, in)
+    new_s = [
+        eta * s - theta * (d.transpose(-1, -2) @ a) for s, a, d in zip(momentum, inputs, deltas)
+    ]  # (B, H, out, in)
     new_m = [keep * m + s for m, s in zip(start, new_s)]
     return mlp(new_m, q), new_m, new_s

@@ -46,7 +46,7 @@ def sub_state(state: LayerState | None, prefix: str) -> LayerState | None:
     """The view of ``state`` holding the tensors named ``prefix...``, prefix removed."""
     if state is None:
         return None
-    tensors = {n[len(prefix):]: t for n, t in state.tensors.items() if n.startswith(prefix)}
+    tensors = {n[len(prefix) :]: t for n, t in state.tensors.items() if n.startswith(prefix)}
     return dataclasses.replace(state, tensors=tensors)
 
 
@@ -62,9 +62,7 @@ class TitansMAL(TokenMixer):
         super().__init__()
         self.memory = NeuralMemory(options, ctx)
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         return self.memory(x, state, valid_tokens(positions, state))  # (B, T, d)
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
@@ -93,15 +91,21 @@ class MAGOptions(MemoryOptions):
     @model_validator(mode="after")
     def _check_heads(self) -> MAGOptions:
         if self.n_heads % (self.n_kv_heads or self.n_heads):
-            raise ValueError(f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
-                             "allowed: a divisor of n_heads")
+            raise ValueError(
+                f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
+                "allowed: a divisor of n_heads"
+            )
         return self
 
 
 def attention_options(options: MAGOptions, ctx: BuildContext, window: int | None) -> AttentionOptions:
     return AttentionOptions(
-        n_heads=options.n_heads, n_kv_heads=options.n_kv_heads, head_dim=options.head_dim or ctx.d_model // options.n_heads,
-        qk_norm=options.qk_norm, bias=options.bias, window=window,
+        n_heads=options.n_heads,
+        n_kv_heads=options.n_kv_heads,
+        head_dim=options.head_dim or ctx.d_model // options.n_heads,
+        qk_norm=options.qk_norm,
+        bias=options.bias,
+        window=window,
     )
 
 
@@ -122,9 +126,7 @@ class TitansMAG(TokenMixer):
             nn.init.ones_(self.attention_scale)
             nn.init.ones_(self.memory_scale)
 
-    def forward(
-        self, x: torch.Tensor, positions: Positions, state: LayerState | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         y = self.attention(x, positions, sub_state(state, "attention."))  # (B, T, d)
         m = self.memory(x, sub_state(state, "memory."), valid_tokens(positions, state))  # (B, T, d)
         d = (x.shape[-1],)

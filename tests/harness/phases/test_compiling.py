@@ -52,7 +52,9 @@ def test_compiled_steps_fuse_and_agree_with_eager(aot_eager):
     expected, got = prefill(plain, ids, caches[0]), steps.prefill(model, ids, caches[1])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     token = expected.argmax(-1, keepdim=True)  # (1, 1)
-    torch.testing.assert_close(steps.decode(model, token, caches[1]), decode_step(plain, token, caches[0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        steps.decode(model, token, caches[1]), decode_step(plain, token, caches[0]), atol=1e-5, rtol=0
+    )
     assert len(steps.first_calls_s) == 2 and steps.compile_s == sum(steps.first_calls_s) > 0
 
 

@@ -13,8 +13,15 @@ from zoo.errors import BenchError
 from zoo.harness.phases import train_run
 from zoo.training.step import Trainer
 
-TINY = {"n_layers": 2, "d_model": 32, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 8,
-        "ffn.hidden": 64, "vocab_size": 256}
+TINY = {
+    "n_layers": 2,
+    "d_model": 32,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 8,
+    "ffn.hidden": 64,
+    "vocab_size": 256,
+}
 RUN = {"prompt_len": 16, "gen_len": 3, "repeats": 1, "threads": 1, "train_batch_size": 2}
 
 
@@ -30,9 +37,32 @@ def test_compare_puts_held_out_loss_beside_kv_bytes(tmp_path, text, capsys):
 
     sets = [a for k, v in TINY.items() if k != "attention.n_kv_heads" for a in ("--set", f"{k}={v}")]
     variants = "attention={kind: gqa, n_kv_heads: 2},{kind: mqa}"
-    code = main(["compare", "--arch", "llama-3.2-1b", *sets, "--vary", variants,
-                 "--train-tokens", "256", "--train-text", str(text), "--train-dir", str(tmp_path / "runs"),
-                 "--prompt-len", "16", "--gen-len", "3", "--repeats", "1", "--threads", "1", "--format", "json"])
+    code = main(
+        [
+            "compare",
+            "--arch",
+            "llama-3.2-1b",
+            *sets,
+            "--vary",
+            variants,
+            "--train-tokens",
+            "256",
+            "--train-text",
+            str(text),
+            "--train-dir",
+            str(tmp_path / "runs"),
+            "--prompt-len",
+            "16",
+            "--gen-len",
+            "3",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--format",
+            "json",
+        ]
+    )
     assert code == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["status"] for r in rows] == ["ok", "ok"]

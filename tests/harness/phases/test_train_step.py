@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import zoo
 
-TINY = {"n_layers": 2, "d_model": 64, "attention.n_heads": 4, "attention.n_kv_heads": 2, "attention.head_dim": 16,
-        "ffn.hidden": 128, "vocab_size": 256}
+TINY = {
+    "n_layers": 2,
+    "d_model": 64,
+    "attention.n_heads": 4,
+    "attention.n_kv_heads": 2,
+    "attention.head_dim": 16,
+    "ffn.hidden": 128,
+    "vocab_size": 256,
+}
 
 
 def test_a_train_step_fills_its_row_fields_beside_the_inference_phases():

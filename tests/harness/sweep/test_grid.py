@@ -7,15 +7,19 @@ import pytest
 from tests.harness.sweep_helpers import write_sweep_file, write_tiny_spec
 from zoo.analysis.counts import kv_bytes_per_token
 from zoo.errors import BenchError, SpecError
-from zoo.harness.sweep.grid import SweepPlan, load_plan, parse_vary, plan_from_options, split_values
+from zoo.harness.sweep.grid import SweepPlan, load_plan, plan_from_options
+from zoo.harness.sweep.parsing import parse_vary, split_values
 from zoo.harness.sweep.points import point_config, point_spec, reduced_depth
 
 
 def test_vary_values_are_yaml_scalars_split_outside_braces():
     assert split_values("a,{kind: moe, top_k: 2},[1, 2]") == ["a", "{kind: moe, top_k: 2}", "[1, 2]"]
     axes = parse_vary(["attention.kind=mha,gqa", "attention.window=null,128", "ffn={kind: mlp},{kind: swiglu}"])
-    assert axes == {"attention.kind": ["mha", "gqa"], "attention.window": [None, 128],
-                    "ffn": [{"kind": "mlp"}, {"kind": "swiglu"}]}
+    assert axes == {
+        "attention.kind": ["mha", "gqa"],
+        "attention.window": [None, 128],
+        "ffn": [{"kind": "mlp"}, {"kind": "swiglu"}],
+    }
 
 
 def test_attention_shorthand_expands_in_order_with_stable_ids():
@@ -40,8 +44,11 @@ def test_a_point_applies_kind_swap_set_and_run_options_together():
 def test_a_shared_kv_head_count_yields_to_kinds_that_fix_it():
     """--set attention.n_kv_heads=2 --attention mha,gqa,mqa: MHA keeps one K/V head per query
     head, GQA the 2 set, MQA one; K/V bytes per token by hand: 2 layers x (K, V) x heads x 16 x 4 B."""
-    plan = plan_from_options(arch="llama-3.2-1b", attention="mha,gqa,mqa",
-                             set=["n_layers=2", "attention.n_heads=8", "attention.n_kv_heads=2", "attention.head_dim=16"])
+    plan = plan_from_options(
+        arch="llama-3.2-1b",
+        attention="mha,gqa,mqa",
+        set=["n_layers=2", "attention.n_heads=8", "attention.n_kv_heads=2", "attention.head_dim=16"],
+    )
     specs = [point_spec(plan, point) for point in plan.expand()]
     assert [(s.attention.kind, s.attention.n_kv_heads) for s in specs] == [("mha", 8), ("gqa", 2), ("mqa", 1)]
     assert [kv_bytes_per_token(s, "float32") for s in specs] == [2 * 2 * h * 16 * 4 for h in (8, 2, 1)]
@@ -52,7 +59,9 @@ def test_reduced_depth_keeps_slices_and_drops_layers_past_the_cut():
 
     gemma = reduced_depth(zoo.spec("gemma-3-270m"), 2)
     assert gemma.n_layers == 2 and gemma.layers == {}  # '5::6' names no layer of the first two
-    spec = zoo.spec("qwen3-0.6b").override({"layers": {"1,20": {"attention": {"window": 8}}, "25": {"attention": {"window": 4}}}})
+    spec = zoo.spec("qwen3-0.6b").override(
+        {"layers": {"1,20": {"attention": {"window": 8}}, "25": {"attention": {"window": 4}}}}
+    )
     cut = reduced_depth(spec, 2)
     assert cut.layers == {"1": {"attention": {"window": 8}}}
 

@@ -16,10 +16,12 @@ def test_the_same_rows_come_back_from_a_local_ray_instance(tmp_path):
     from zoo.harness.sweep.ray_executor import RayExecutor
 
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))
-    plan = plan_from_options(spec=spec, attention="mqa", points=[{"attention.kind": "gqa", "prompt_len": 100}],
-                             name="ray", **TINY_RUN)
+    plan = plan_from_options(
+        spec=spec, attention="mqa", points=[{"attention.kind": "gqa", "prompt_len": 100}], name="ray", **TINY_RUN
+    )
     frame = run_plan(plan, RayExecutor(num_cpus=2), tmp_path)
     assert list(frame["status"]) == ["ok", "failed"] and "max_seq_len" in frame["error"][1]
     assert frame["decode_tokens_per_s"][0] > 0 and frame["kv_bytes"][0] == zoo.kv_cache_bytes(
-        spec.override({"attention.kind": "mqa"}), 1, 12, dtype="float32")
+        spec.override({"attention.kind": "mqa"}), 1, 12, dtype="float32"
+    )
     assert (tmp_path / "ray.jsonl").read_text().count("\n") == 2

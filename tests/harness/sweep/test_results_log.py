@@ -55,12 +55,18 @@ def test_parallel_benches_keep_every_row(tmp_path, measurement):
     results = tmp_path / "results"
     results.mkdir()
     log = results / "bench.jsonl"
-    log.write_text("".join(measurement.model_copy(update={"arch": f"old-{i}"}).model_dump_json() + "\n" for i in range(100)))
+    log.write_text(
+        "".join(measurement.model_copy(update={"arch": f"old-{i}"}).model_dump_json() + "\n" for i in range(100))
+    )
     row_file = tmp_path / "row.json"
     row_file.write_text(measurement.model_dump_json())
     start = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(row_file), str(start), f"p{n}", "4", str(results)], cwd=REPO)
-             for n in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPENDER, str(row_file), str(start), f"p{n}", "4", str(results)], cwd=REPO
+        )
+        for n in range(4)
+    ]
     start.touch()
     assert [p.wait(timeout=120) for p in procs] == [0] * 4
     archs = [row["arch"] for row in read_log(log)]
@@ -73,8 +79,13 @@ def test_zoo_bench_refuses_a_damaged_log_before_measuring_and_writes_nothing(tmp
     damage = b'{"arch": "x"}\n\xff\xfe\n'
     log = tmp_path / "bench.jsonl"
     log.write_bytes(damage)
-    result = subprocess.run([*ZOO, "bench", "--arch", "gpt2", "--results-dir", str(tmp_path)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*ZOO, "bench", "--arch", "gpt2", "--results-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = one_error_line(result)
     assert "bench.jsonl: line" in line and "damaged" in line
     assert log.read_bytes() == damage and not (tmp_path / "bench.csv").exists()
@@ -84,8 +95,13 @@ def test_zoo_bench_refuses_a_damaged_log_before_measuring_and_writes_nothing(tmp
 def test_zoo_bench_refuses_an_unwritable_results_dir_before_measuring(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where a folder should be")
-    result = subprocess.run([*ZOO, "bench", "--arch", "gpt2", "--results-dir", str(blocker / "results")], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*ZOO, "bench", "--arch", "gpt2", "--results-dir", str(blocker / "results")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "cannot write results there" in one_error_line(result) and result.stdout == ""
 
 
@@ -126,8 +142,10 @@ def test_damaged_lines_are_one_error(tmp_path):
 def _analysis_sweep(directory: Path, name: str = "grid") -> Path:
     write_tiny_spec(directory)
     path = directory / f"{name}.toml"
-    path.write_text(f'name = "{name}"\nspec_file = "tiny.yaml"\nanalysis_only = true\n'
-                    '[vary]\n"attention.kind" = ["mha", "gqa", "mqa"]\n"ffn.hidden" = [32, 48]\n')
+    path.write_text(
+        f'name = "{name}"\nspec_file = "tiny.yaml"\nanalysis_only = true\n'
+        '[vary]\n"attention.kind" = ["mha", "gqa", "mqa"]\n"ffn.hidden" = [32, 48]\n'
+    )
     return path
 
 
@@ -161,11 +179,15 @@ def test_two_sweeps_on_one_log_never_duplicate_a_point(tmp_path):
     one that finds the log locked is refused in one line."""
     write_tiny_spec(tmp_path)
     sweep_file = tmp_path / "pair.toml"
-    sweep_file.write_text('name = "pair"\nspec_file = "tiny.yaml"\ndepth = 1\n'
-                          '[run]\ndevice = "cpu"\nprompt_len = 4\ngen_len = 2\nrepeats = 1\nthreads = 1\n'
-                          '[vary]\n"attention.kind" = ["mha", "gqa", "mqa"]\n')
+    sweep_file.write_text(
+        'name = "pair"\nspec_file = "tiny.yaml"\ndepth = 1\n'
+        '[run]\ndevice = "cpu"\nprompt_len = 4\ngen_len = 2\nrepeats = 1\nthreads = 1\n'
+        '[vary]\n"attention.kind" = ["mha", "gqa", "mqa"]\n'
+    )
     command = [*ZOO, "sweep", str(sweep_file), "--results-dir", str(tmp_path / "results"), "--resume"]
-    procs = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outcomes = [(p.wait(timeout=240), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
     for proc in procs:
         proc.stdout.close()  # type: ignore[union-attr]
@@ -174,7 +196,9 @@ def test_two_sweeps_on_one_log_never_duplicate_a_point(tmp_path):
     assert sorted(Counter(r["point_id"] for r in rows).values()) == [1, 1, 1]
     assert {p.id for p in load_plan(sweep_file).expand()} == {r["point_id"] for r in rows}
     for code, err in outcomes:
-        assert code == 0 or (code == 2 and "another zoo process is writing" in err and len(err.strip().splitlines()) == 1), err
+        assert code == 0 or (
+            code == 2 and "another zoo process is writing" in err and len(err.strip().splitlines()) == 1
+        ), err
 
 
 @pytest.mark.parametrize("name", ["../../x", "/abs/x", ".hidden", "a/b", ""])
@@ -185,7 +209,12 @@ def test_sweep_names_stay_inside_the_results_dir(tmp_path, name):
         load_plan(sweep_file)
     if name != "../../x":
         return
-    result = subprocess.run([*ZOO, "sweep", str(sweep_file), "--results-dir", str(tmp_path / "r")], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*ZOO, "sweep", str(sweep_file), "--results-dir", str(tmp_path / "r")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "is not a file name" in one_error_line(result)
     assert not (tmp_path / "x.jsonl").exists() and not (tmp_path.parent / "x.jsonl").exists()

@@ -33,7 +33,9 @@ def test_a_sweep_killed_with_9_half_way_resumes_to_every_row_exactly_once(tmp_pa
     results = tmp_path / "results"
     log = results / "grid.jsonl"
     command = [sys.executable, "-m", "zoo", "sweep", str(sweep_file), "--results-dir", str(results), "--jobs", "2"]
-    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and child.poll() is None:
@@ -71,8 +73,12 @@ def test_a_sweep_killed_with_9_half_way_resumes_to_every_row_exactly_once(tmp_pa
 
 
 def test_a_finished_log_is_not_run_over_without_resume_or_overwrite(tmp_path):
-    plan = zoo.harness.sweep.grid.plan_from_options(spec=zoo.ModelSpec.from_file(write_tiny_spec(tmp_path)),
-                                              vary=["norm.kind=rmsnorm,layernorm"], analysis_only=True, name="n")
+    plan = zoo.harness.sweep.grid.plan_from_options(
+        spec=zoo.ModelSpec.from_file(write_tiny_spec(tmp_path)),
+        vary=["norm.kind=rmsnorm,layernorm"],
+        analysis_only=True,
+        name="n",
+    )
     zoo.sweep(plan, results_dir=tmp_path)
     with pytest.raises(BenchError, match="--resume"):
         zoo.sweep(plan, results_dir=tmp_path)
@@ -81,8 +87,9 @@ def test_a_finished_log_is_not_run_over_without_resume_or_overwrite(tmp_path):
 
 
 def test_a_torn_last_line_is_cut_before_resuming(tmp_path):
-    plan = zoo.harness.sweep.grid.plan_from_options(spec=zoo.ModelSpec.from_file(write_tiny_spec(tmp_path)),
-                                              vary=["seed=0,1,2"], analysis_only=True, name="t")
+    plan = zoo.harness.sweep.grid.plan_from_options(
+        spec=zoo.ModelSpec.from_file(write_tiny_spec(tmp_path)), vary=["seed=0,1,2"], analysis_only=True, name="t"
+    )
     zoo.sweep(plan, results_dir=tmp_path)
     log = tmp_path / "t.jsonl"
     lines = log.read_text().splitlines(keepends=True)
@@ -98,5 +105,6 @@ def test_compare_returns_a_dataframe_with_ratios_to_the_baseline(tmp_path):
     assert list(frame["attention.kind"]) == ["mha", "gqa", "mqa"]
     assert list(frame["kv_bytes_vs_baseline"]) == [2.0, 1.0, 0.5]
     assert frame["decode_tokens_per_s"].gt(0).all() and frame["decode_tokens_per_s_vs_baseline"].notna().all()
-    assert list(frame["kv_bytes"]) == [zoo.kv_cache_bytes(spec.override({"attention.kind": k}), 1, 12, dtype="float32")
-                                      for k in ("mha", "gqa", "mqa")]
+    assert list(frame["kv_bytes"]) == [
+        zoo.kv_cache_bytes(spec.override({"attention.kind": k}), 1, 12, dtype="float32") for k in ("mha", "gqa", "mqa")
+    ]

@@ -30,8 +30,23 @@ def test_bad_timeout_fails_before_an_analysis_only_sweep(tmp_path):
     with pytest.raises(BenchError, match="timeout"):
         zoo.sweep(sweep_file, results_dir=tmp_path / "r", timeout=-1)
     assert not (tmp_path / "r").exists()
-    result = subprocess.run([sys.executable, "-m", "zoo", "sweep", str(sweep_file), "--results-dir", str(tmp_path / "r"),
-                             "--timeout", "-1"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zoo",
+            "sweep",
+            str(sweep_file),
+            "--results-dir",
+            str(tmp_path / "r"),
+            "--timeout",
+            "-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "timeout" in result.stderr
     assert not (tmp_path / "r").exists()
 
@@ -42,12 +57,15 @@ def test_a_whole_component_axis_names_a_known_kind():
     assert plan_from_options(arch="gpt2", vary=["attention=mqa"], analysis_only=True).vary == {"attention": ["mqa"]}
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[run]\nprompt_len = "many"\n', "run: prompt_len"),
-    ('[run]\nbatch_size = true\n', "run: batch_size"),
-    ('[run]\nseed = -3\n', "run: seed"),
-    ('[[points]]\n"attention.kind" = "mqa"\ngen_len = 0\n', "points[0]: gen_len"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[run]\nprompt_len = "many"\n', "run: prompt_len"),
+        ("[run]\nbatch_size = true\n", "run: batch_size"),
+        ("[run]\nseed = -3\n", "run: seed"),
+        ('[[points]]\n"attention.kind" = "mqa"\ngen_len = 0\n', "points[0]: gen_len"),
+    ],
+)
 def test_mistyped_run_values_fail_when_the_file_is_read(tmp_path, text, message):
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text('arch = "gpt2"\n[vary]\n"attention.kind" = ["mha"]\n' + text)

@@ -40,8 +40,8 @@ def left_padded(lengths: tuple[int, ...] = (12, 5, 9), seed: int = 1) -> tuple[t
     ids = torch.zeros((len(lengths), width), dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, n in enumerate(lengths):
-        ids[i, width - n:] = torch.randint(3, VOCAB, (n,), generator=gen)
-        mask[i, width - n:] = 1
+        ids[i, width - n :] = torch.randint(3, VOCAB, (n,), generator=gen)
+        mask[i, width - n :] = 1
     return ids, mask
 
 

@@ -50,8 +50,15 @@ def test_greedy_generation_equals_transformers(checkpoint) -> None:  # type: ign
     model = zoo.from_pretrained(folder, progress=False)
     ids, mask = padded_batch(length=16, pad_id=1, seed=7)
     with torch.no_grad():
-        reference = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW,
-                                      do_sample=False, eos_token_id=None, num_beams=1)
+        reference = hf_model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=NEW,
+            min_new_tokens=NEW,
+            do_sample=False,
+            eos_token_id=None,
+            num_beams=1,
+        )
     got = zoo.generate(model, ids, attention_mask=mask, max_new_tokens=NEW)
     assert torch.equal(got, reference)
 

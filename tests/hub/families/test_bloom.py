@@ -23,8 +23,15 @@ from tests.hub.families.decoder_checkpoints import (
 
 transformers = pytest.importorskip("transformers")
 
-TINY = {"vocab_size": VOCAB, "hidden_size": 48, "n_layer": 2, "n_head": 6, "pad_token_id": 0, "bos_token_id": 1,
-        "eos_token_id": 2}
+TINY = {
+    "vocab_size": VOCAB,
+    "hidden_size": 48,
+    "n_layer": 2,
+    "n_head": 6,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 
 
 @pytest.fixture

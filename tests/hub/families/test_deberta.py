@@ -22,16 +22,45 @@ from tests.hub.encoder_checkpoints import VOCAB, padded_batch
 
 transformers = pytest.importorskip("transformers")
 
-BASE = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 48, "max_position_embeddings": 64, "pad_token_id": 0, "relative_attention": True,
-        "pos_att_type": "p2c|c2p"}
+BASE = {
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 48,
+    "max_position_embeddings": 64,
+    "pad_token_id": 0,
+    "relative_attention": True,
+    "pos_att_type": "p2c|c2p",
+}
 VARIANTS: dict[str, dict[str, Any]] = {
-    "v3": {**BASE, "position_buckets": 8, "max_relative_positions": -1, "norm_rel_ebd": "layer_norm",
-           "share_att_key": True, "position_biased_input": False, "type_vocab_size": 0, "layer_norm_eps": 1e-7},
-    "v2": {**BASE, "position_buckets": -1, "max_relative_positions": 12, "norm_rel_ebd": "none",
-           "share_att_key": False, "position_biased_input": True, "type_vocab_size": 2},
-    "c2p": {**BASE, "position_buckets": 8, "share_att_key": False, "pos_att_type": ["c2p"],
-            "position_biased_input": False, "type_vocab_size": 0},
+    "v3": {
+        **BASE,
+        "position_buckets": 8,
+        "max_relative_positions": -1,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "position_biased_input": False,
+        "type_vocab_size": 0,
+        "layer_norm_eps": 1e-7,
+    },
+    "v2": {
+        **BASE,
+        "position_buckets": -1,
+        "max_relative_positions": 12,
+        "norm_rel_ebd": "none",
+        "share_att_key": False,
+        "position_biased_input": True,
+        "type_vocab_size": 2,
+    },
+    "c2p": {
+        **BASE,
+        "position_buckets": 8,
+        "share_att_key": False,
+        "pos_att_type": ["c2p"],
+        "position_biased_input": False,
+        "type_vocab_size": 0,
+    },
 }
 
 
@@ -60,7 +89,9 @@ def _max_error(hf_model, model, output: str, seed: int = 0) -> float:  # type: i
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize(("auto_class", "output"), [("AutoModel", "last_hidden_state"), ("AutoModelForMaskedLM", "logits")])
+@pytest.mark.parametrize(
+    ("auto_class", "output"), [("AutoModel", "last_hidden_state"), ("AutoModelForMaskedLM", "logits")]
+)
 def test_matches_transformers_with_padding(variant: str, auto_class: str, output: str, tmp_path: Path) -> None:
     hf_model = _save(variant, auto_class, tmp_path)
     model = zoo.from_pretrained(tmp_path, progress=False, dtype="float32")
@@ -88,17 +119,31 @@ def test_log_buckets_match_transformers() -> None:
 
     distance = torch.arange(-600, 601)
     for buckets, max_position in ((256, 512), (8, 64), (32, 128)):
-        assert torch.equal(log_bucket_position(distance, buckets, max_position),
-                           make_log_bucket_position(distance, buckets, max_position).long())
+        assert torch.equal(
+            log_bucket_position(distance, buckets, max_position),
+            make_log_bucket_position(distance, buckets, max_position).long(),
+        )
 
 
 def test_deberta_v3_base_parameter_count() -> None:
     """transformers' DebertaV2Model from microsoft/deberta-v3-base's config values."""
     config = transformers.DebertaV2Config(
-        vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-        max_position_embeddings=512, relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm",
-        share_att_key=True, pos_att_type="p2c|c2p", layer_norm_eps=1e-7, max_relative_positions=-1,
-        position_biased_input=False, type_vocab_size=0)
+        vocab_size=128100,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=512,
+        relative_attention=True,
+        position_buckets=256,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type="p2c|c2p",
+        layer_norm_eps=1e-7,
+        max_relative_positions=-1,
+        position_biased_input=False,
+        type_vocab_size=0,
+    )
     with torch.device("meta"):
         reference = sum(p.numel() for p in transformers.AutoModel.from_config(config).parameters())
     assert reference == 183_831_552
@@ -107,12 +152,28 @@ def test_deberta_v3_base_parameter_count() -> None:
 
 def test_published_config_maps_to_the_preset() -> None:
     """microsoft/deberta-v3-base's config.json, as published."""
-    config = {"model_type": "deberta-v2", "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
-              "hidden_dropout_prob": 0.1, "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
-              "max_position_embeddings": 512, "relative_attention": True, "position_buckets": 256,
-              "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": "p2c|c2p", "layer_norm_eps": 1e-7,
-              "max_relative_positions": -1, "position_biased_input": False, "num_attention_heads": 12,
-              "num_hidden_layers": 12, "type_vocab_size": 0, "vocab_size": 128100}
+    config = {
+        "model_type": "deberta-v2",
+        "attention_probs_dropout_prob": 0.1,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 768,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+        "relative_attention": True,
+        "position_buckets": 256,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "pos_att_type": "p2c|c2p",
+        "layer_norm_eps": 1e-7,
+        "max_relative_positions": -1,
+        "position_biased_input": False,
+        "num_attention_heads": 12,
+        "num_hidden_layers": 12,
+        "type_vocab_size": 0,
+        "vocab_size": 128100,
+    }
     spec = zoo.ModelSpec.from_hf_config(config)
     preset = zoo.spec("deberta-v3-base")
     for part in ("attention", "positional", "ffn", "embedding", "head", "norm"):

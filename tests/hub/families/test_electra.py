@@ -19,8 +19,16 @@ from tests.hub.encoder_checkpoints import VOCAB, padded_batch
 
 transformers = pytest.importorskip("transformers")
 
-TINY = {"vocab_size": VOCAB, "embedding_size": 16, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 48, "max_position_embeddings": 64, "pad_token_id": 0}
+TINY = {
+    "vocab_size": VOCAB,
+    "embedding_size": 16,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 48,
+    "max_position_embeddings": 64,
+    "pad_token_id": 0,
+}
 
 
 def _save(auto_class: str, folder: Path):  # type: ignore[no-untyped-def]
@@ -69,9 +77,16 @@ def test_save_pretrained_round_trip(tmp_path: Path) -> None:
 
 def test_electra_base_discriminator_parameter_count() -> None:
     """transformers' ElectraForPreTraining from google/electra-base-discriminator's config values."""
-    config = transformers.ElectraConfig(vocab_size=30522, embedding_size=768, hidden_size=768, num_hidden_layers=12,
-                                        num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
-                                        type_vocab_size=2)
+    config = transformers.ElectraConfig(
+        vocab_size=30522,
+        embedding_size=768,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     with torch.device("meta"):
         reference = sum(p.numel() for p in transformers.ElectraForPreTraining(config).parameters())
     assert reference == 109_483_009

@@ -23,8 +23,15 @@ from tests.hub.families.decoder_checkpoints import (
 
 transformers = pytest.importorskip("transformers")
 
-TINY = {"vocab_size": VOCAB, "d_model": 48, "n_layers": 2, "n_heads": 6, "max_seq_len": 64, "pad_token_id": 0,
-        "attn_config": {"clip_qkv": 0.5}}
+TINY = {
+    "vocab_size": VOCAB,
+    "d_model": 48,
+    "n_layers": 2,
+    "n_heads": 6,
+    "max_seq_len": 64,
+    "pad_token_id": 0,
+    "attn_config": {"clip_qkv": 0.5},
+}
 
 
 @pytest.fixture
@@ -59,16 +66,24 @@ def test_save_pretrained_round_trip(mpt, tmp_path: Path) -> None:  # type: ignor
 
 def test_mpt_7b_parameter_count() -> None:
     """transformers' MptForCausalLM (tied head) from mosaicml/mpt-7b's config values."""
-    config = transformers.AutoConfig.for_model("mpt", d_model=4096, n_heads=32, n_layers=32, expansion_ratio=4,
-                                               max_seq_len=2048, vocab_size=50432)
+    config = transformers.AutoConfig.for_model(
+        "mpt", d_model=4096, n_heads=32, n_layers=32, expansion_ratio=4, max_seq_len=2048, vocab_size=50432
+    )
     with torch.device("meta"):
         reference = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
     assert reference == 6_649_286_656
     assert zoo.count_params("mpt-7b").total == reference
 
 
-@pytest.mark.parametrize(("key", "value"), [("expansion_ratio", 8), ("attn_config", {"alibi_bias_max": 16}),
-                                            ("attn_config", {"qk_ln": True}), ("attn_config", {"rope": True})])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("expansion_ratio", 8),
+        ("attn_config", {"alibi_bias_max": 16}),
+        ("attn_config", {"qk_ln": True}),
+        ("attn_config", {"rope": True}),
+    ],
+)
 def test_what_transformers_would_ignore_is_refused(key: str, value: object) -> None:
     config = {"model_type": "mpt", **TINY, key: value}
     with pytest.raises(zoo.errors.CheckpointError, match=key):

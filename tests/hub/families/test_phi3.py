@@ -17,10 +17,23 @@ from zoo.errors import CheckpointError
 transformers = pytest.importorskip("transformers")
 VOCAB = 96
 # head_dim 16, 2 kv heads (GQA), a window of 8 that 20-token prompts cross
-CONFIG = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "max_position_embeddings": 128, "original_max_position_embeddings": 128,
-              "rms_norm_eps": 1e-5, "sliding_window": 8, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-              "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "tie_word_embeddings": False}
+CONFIG = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 80,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "original_max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "sliding_window": 8,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "pad_token_id": None,
+    "tie_word_embeddings": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +77,15 @@ def test_greedy_tokens_equal_transformers(checkpoint) -> None:  # type: ignore[n
     model = zoo.from_pretrained(folder, progress=False)
     ids, mask = _left_padded(length=12, seed=2)
     with torch.no_grad():
-        reference = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=16, min_new_tokens=16,
-                                      do_sample=False, eos_token_id=None, pad_token_id=0)
+        reference = hf_model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=16,
+            min_new_tokens=16,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
     got = zoo.generate(model, ids, attention_mask=mask, max_new_tokens=16)
     assert torch.equal(got, reference)
 
@@ -87,11 +107,19 @@ def test_save_pretrained_round_trip(checkpoint, tmp_path: Path) -> None:  # type
     assert again.spec.layer_specs() == model.spec.layer_specs()
 
 
-@pytest.mark.parametrize("key, params", [
-    ("rope_parameters", {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}),
-    ("rope_scaling", {"type": "su", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}),
-])
+@pytest.mark.parametrize(
+    "key, params",
+    [
+        (
+            "rope_parameters",
+            {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
+        ),
+        ("rope_scaling", {"type": "su", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}),
+    ],
+)
 def test_rope_scaling_other_than_plain_is_refused(key: str, params: dict) -> None:
     config = {**CONFIG, "model_type": "phi3", "rope_parameters": None, key: params}
-    with pytest.raises(CheckpointError, match=rf"{key}\.rope_type: '(longrope|su)' is not supported for phi3.*allowed: 'default'"):
+    with pytest.raises(
+        CheckpointError, match=rf"{key}\.rope_type: '(longrope|su)' is not supported for phi3.*allowed: 'default'"
+    ):
         zoo.ModelSpec.from_hf_config(config)

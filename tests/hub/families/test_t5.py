@@ -49,8 +49,14 @@ def test_greedy_generation_equals_transformers(checkpoint) -> None:  # type: ign
     model = zoo.from_pretrained(folder, progress=False)
     ids, mask = padded_batch(length=16, seed=7)
     with torch.no_grad():
-        reference = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW,
-                                      do_sample=False, eos_token_id=None)
+        reference = hf_model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=NEW,
+            min_new_tokens=NEW,
+            do_sample=False,
+            eos_token_id=None,
+        )
     got = zoo.generate(model, ids, attention_mask=mask, max_new_tokens=NEW)
     assert torch.equal(got, reference)
 

@@ -33,12 +33,20 @@ def value(kind: int, v: Any) -> bytes:
     return struct.pack("<" + CODES[kind], v) if kind in CODES else b""  # an unknown type: no value
 
 
-def gguf_bytes(meta: Meta, tensors: list[tuple[str, list[int], int, bytes]], *, version: int = 3,
-               n_kv: int | None = None, n_tensors: int | None = None, offsets: list[int] | None = None,
-               alignment: int = 32) -> bytes:
+def gguf_bytes(
+    meta: Meta,
+    tensors: list[tuple[str, list[int], int, bytes]],
+    *,
+    version: int = 3,
+    n_kv: int | None = None,
+    n_tensors: int | None = None,
+    offsets: list[int] | None = None,
+    alignment: int = 32,
+) -> bytes:
     """A GGUF file: ``tensors`` are (name, dims innermost first, ggml type, data)."""
-    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
-                                len(meta) if n_kv is None else n_kv)
+    out = b"GGUF" + struct.pack(
+        "<IQQ", version, len(tensors) if n_tensors is None else n_tensors, len(meta) if n_kv is None else n_kv
+    )
     for key, kind, v in meta:
         out += string(key) + struct.pack("<I", kind) + value(kind, v)
     places, at = [], 0
@@ -63,15 +71,22 @@ def llama_meta(**changes: tuple[int, Any] | None) -> Meta:
     """The metadata of the tiny llama; ``changes`` (full key names, ``**{"llama.block_count": ...}``)
     replace a key's (type, value) or drop it (None)."""
     meta: dict[str, tuple[int, Any]] = {
-        "general.architecture": (STRING, "llama"), "general.name": (STRING, "tiny"),
-        "llama.block_count": (U32, 1), "llama.context_length": (U32, 128), "llama.embedding_length": (U32, D),
-        "llama.feed_forward_length": (U32, FF), "llama.attention.head_count": (U32, HEADS),
-        "llama.attention.head_count_kv": (U32, HEADS), "llama.attention.layer_norm_rms_epsilon": (F32, 1e-5),
+        "general.architecture": (STRING, "llama"),
+        "general.name": (STRING, "tiny"),
+        "llama.block_count": (U32, 1),
+        "llama.context_length": (U32, 128),
+        "llama.embedding_length": (U32, D),
+        "llama.feed_forward_length": (U32, FF),
+        "llama.attention.head_count": (U32, HEADS),
+        "llama.attention.head_count_kv": (U32, HEADS),
+        "llama.attention.layer_norm_rms_epsilon": (F32, 1e-5),
         "llama.rope.freq_base": (F32, 10000.0),
-        "tokenizer.ggml.model": (STRING, "llama"), "tokenizer.ggml.tokens": (ARRAY, (STRING, TOKENS)),
+        "tokenizer.ggml.model": (STRING, "llama"),
+        "tokenizer.ggml.tokens": (ARRAY, (STRING, TOKENS)),
         "tokenizer.ggml.scores": (ARRAY, (F32, [float(-i) for i in range(VOCAB)])),
         "tokenizer.ggml.token_type": (ARRAY, (I32, [2, 3, 3] + [1] * (VOCAB - 3))),
-        "tokenizer.ggml.bos_token_id": (U32, 1), "tokenizer.ggml.eos_token_id": (U32, 2),
+        "tokenizer.ggml.bos_token_id": (U32, 1),
+        "tokenizer.ggml.eos_token_id": (U32, 2),
         "tokenizer.ggml.unknown_token_id": (U32, 0),
     }
     for key, change in changes.items():
@@ -85,12 +100,23 @@ def llama_meta(**changes: tuple[int, Any] | None) -> Meta:
 def llama_tensors(seed: int = 0) -> list[tuple[str, list[int], int, bytes]]:
     """The tiny llama's float32 tensors (dims innermost first, as GGUF lists them)."""
     rng = np.random.default_rng(seed)
-    shapes = {"token_embd.weight": (VOCAB, D), "output_norm.weight": (D,), "blk.0.attn_norm.weight": (D,),
-              "blk.0.attn_q.weight": (D, D), "blk.0.attn_k.weight": (D, D), "blk.0.attn_v.weight": (D, D),
-              "blk.0.attn_output.weight": (D, D), "blk.0.ffn_norm.weight": (D,), "blk.0.ffn_gate.weight": (FF, D),
-              "blk.0.ffn_up.weight": (FF, D), "blk.0.ffn_down.weight": (D, FF)}
-    return [(name, list(reversed(shape)), F32_TYPE, (rng.standard_normal(shape) * 0.1).astype("<f4").tobytes())
-            for name, shape in shapes.items()]
+    shapes = {
+        "token_embd.weight": (VOCAB, D),
+        "output_norm.weight": (D,),
+        "blk.0.attn_norm.weight": (D,),
+        "blk.0.attn_q.weight": (D, D),
+        "blk.0.attn_k.weight": (D, D),
+        "blk.0.attn_v.weight": (D, D),
+        "blk.0.attn_output.weight": (D, D),
+        "blk.0.ffn_norm.weight": (D,),
+        "blk.0.ffn_gate.weight": (FF, D),
+        "blk.0.ffn_up.weight": (FF, D),
+        "blk.0.ffn_down.weight": (D, FF),
+    }
+    return [
+        (name, list(reversed(shape)), F32_TYPE, (rng.standard_normal(shape) * 0.1).astype("<f4").tobytes())
+        for name, shape in shapes.items()
+    ]
 
 
 def write(path: Path, data: bytes) -> Path:

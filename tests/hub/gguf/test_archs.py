@@ -25,9 +25,17 @@ GGUF_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2": ("Qwen2Config", {**COMMON, "intermediate_size": 96, "tie_word_embeddings": True}),
     "qwen3": CONFIGS["qwen3"],
     "qwen3_moe": CONFIGS["qwen3_moe"],
-    "gemma3_text": ("Gemma3TextConfig", {**COMMON, "num_key_value_heads": 1, "intermediate_size": 96,
-                                         "sliding_window": 8, "num_hidden_layers": 6,
-                                         "query_pre_attn_scalar": 16}),
+    "gemma3_text": (
+        "Gemma3TextConfig",
+        {
+            **COMMON,
+            "num_key_value_heads": 1,
+            "intermediate_size": 96,
+            "sliding_window": 8,
+            "num_hidden_layers": 6,
+            "query_pre_attn_scalar": 16,
+        },
+    ),
     "gpt_oss": CONFIGS["gpt_oss"],
 }
 

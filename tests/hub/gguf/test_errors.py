@@ -31,8 +31,9 @@ def tiny_vocab(w: Any) -> None:
 
 
 def _zoo_generate(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ZOO, "generate", "--weights", str(path), "hi", "--device", "cpu"],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [ZOO, "generate", "--weights", str(path), "hi", "--device", "cpu"], capture_output=True, text=True, timeout=120
+    )
 
 
 def _one_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -87,8 +88,11 @@ def qwen3_tensors():  # type: ignore[no-untyped-def]
 def test_missing_unexpected_and_misshapen_tensors(qwen3_tensors, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     model, tensors = qwen3_tensors
     missing = {k: v for k, v in tensors.items() if k != "blk.1.attn_k.weight"}
-    with pytest.raises(CheckpointError, match=r"missing tensor 'blk.1.attn_k.weight' \(needed for zoo parameter "
-                                              r"'layers.1.attention.k_proj.weight'\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"missing tensor 'blk.1.attn_k.weight' \(needed for zoo parameter "
+        r"'layers.1.attention.k_proj.weight'\)",
+    ):
         zoo.from_pretrained(write_gguf(tmp_path / "a.gguf", model, missing))
     with pytest.raises(CheckpointError, match="unexpected tensor 'blk.0.extra.weight'"):
         zoo.from_pretrained(write_gguf(tmp_path / "b.gguf", model, {**tensors, "blk.0.extra.weight": torch.ones(4)}))

@@ -69,7 +69,9 @@ def test_the_tiny_file_loads(tmp_path: Path) -> None:
 
 # ---- the cases of the issue -------------------------------------------------------------
 def test_an_array_declaring_2_62_items_is_refused_at_once(tmp_path: Path) -> None:
-    path = write(tmp_path / "a.gguf", gguf_bytes([("general.architecture", STRING, "llama"), ("x", ARRAY, (U32, 2**62))], []))
+    path = write(
+        tmp_path / "a.gguf", gguf_bytes([("general.architecture", STRING, "llama"), ("x", ARRAY, (U32, 2**62))], [])
+    )
     assert path.stat().st_size < 100
     refused(path, "x", "4,611,686,018,427,387,904 items")
 
@@ -79,30 +81,42 @@ def test_a_huge_honest_token_type_array_is_refused_quickly(tmp_path: Path) -> No
     refused(path, "tokenizer.ggml.token_type", "2,000,000 types for 16 tokens")
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"llama.attention.head_count": (U32, 0)}, ("llama.attention.head_count", "0")),
-    ({"llama.block_count": (STRING, "2")}, ("llama.block_count", "'2'", "an integer")),
-    ({"llama.block_count": (ARRAY, (U32, [1, 1]))}, ("llama.block_count", "array of 2 items")),
-    ({"llama.block_count": (U32, 2)}, ("llama.block_count", "tensors for 1 blocks")),
-    ({"llama.block_count": (U64, 2**63)}, ("llama.block_count",)),
-    ({"llama.embedding_length": (U32, 10**6)}, ("llama.embedding_length", "token_embd.weight")),
-    ({"tokenizer.ggml.bos_token_id": (U32, 16)}, ("tokenizer.ggml.bos_token_id", "16")),
-    ({"tokenizer.ggml.eos_token_id": (I64, -1)}, ("tokenizer.ggml.eos_token_id",)),
-    ({"tokenizer.ggml.unknown_token_id": (U32, 99)}, ("tokenizer.ggml.unknown_token_id",)),
-    ({"tokenizer.ggml.scores": (ARRAY, (F32, [0.0] * 3))}, ("tokenizer.ggml.scores", "3 scores")),
-    ({"tokenizer.ggml.scores": (ARRAY, (F32, [math.nan] * 16))}, ("tokenizer.ggml.scores", "finite")),
-    ({"tokenizer.ggml.model": (U32, 1)}, ("tokenizer.ggml.model", "a string")),
-    ({"llama.rope.freq_base": (F32, math.nan)}, ("llama.rope.freq_base", "finite")),
-    ({"llama.attention.layer_norm_rms_epsilon": (F64, math.inf)}, ("layer_norm_rms_epsilon",)),
-    ({"llama.context_length": (BOOL, True)}, ("llama.context_length", "True")),
-    ({"llama.attention.head_count_kv": (ARRAY, (I32, [2, 1]))}, ("head_count_kv", "per-layer")),
-    ({"general.alignment": (U32, 3)}, ("general.alignment", "power of two")),
-    ({"llama.rope.scaling.type": (STRING, "magic")}, ("rope.scaling.type", "'magic'")),
-    ({"split.count": (U32, 3)}, ("split.count",)),
-    ({"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.merges": (ARRAY, (STRING, ["zz qq"]))}, ("out of vocabulary",)),
-    ({"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.merges": (ARRAY, (STRING, ["ab"]))}, ("merges", "space")),
-    ({"tokenizer.ggml.tokens": (ARRAY, (STRING, [*TOKENS[:-1], "x" * 20_000]))}, ("tokenizer.ggml.tokens", "too long")),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"llama.attention.head_count": (U32, 0)}, ("llama.attention.head_count", "0")),
+        ({"llama.block_count": (STRING, "2")}, ("llama.block_count", "'2'", "an integer")),
+        ({"llama.block_count": (ARRAY, (U32, [1, 1]))}, ("llama.block_count", "array of 2 items")),
+        ({"llama.block_count": (U32, 2)}, ("llama.block_count", "tensors for 1 blocks")),
+        ({"llama.block_count": (U64, 2**63)}, ("llama.block_count",)),
+        ({"llama.embedding_length": (U32, 10**6)}, ("llama.embedding_length", "token_embd.weight")),
+        ({"tokenizer.ggml.bos_token_id": (U32, 16)}, ("tokenizer.ggml.bos_token_id", "16")),
+        ({"tokenizer.ggml.eos_token_id": (I64, -1)}, ("tokenizer.ggml.eos_token_id",)),
+        ({"tokenizer.ggml.unknown_token_id": (U32, 99)}, ("tokenizer.ggml.unknown_token_id",)),
+        ({"tokenizer.ggml.scores": (ARRAY, (F32, [0.0] * 3))}, ("tokenizer.ggml.scores", "3 scores")),
+        ({"tokenizer.ggml.scores": (ARRAY, (F32, [math.nan] * 16))}, ("tokenizer.ggml.scores", "finite")),
+        ({"tokenizer.ggml.model": (U32, 1)}, ("tokenizer.ggml.model", "a string")),
+        ({"llama.rope.freq_base": (F32, math.nan)}, ("llama.rope.freq_base", "finite")),
+        ({"llama.attention.layer_norm_rms_epsilon": (F64, math.inf)}, ("layer_norm_rms_epsilon",)),
+        ({"llama.context_length": (BOOL, True)}, ("llama.context_length", "True")),
+        ({"llama.attention.head_count_kv": (ARRAY, (I32, [2, 1]))}, ("head_count_kv", "per-layer")),
+        ({"general.alignment": (U32, 3)}, ("general.alignment", "power of two")),
+        ({"llama.rope.scaling.type": (STRING, "magic")}, ("rope.scaling.type", "'magic'")),
+        ({"split.count": (U32, 3)}, ("split.count",)),
+        (
+            {"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.merges": (ARRAY, (STRING, ["zz qq"]))},
+            ("out of vocabulary",),
+        ),
+        (
+            {"tokenizer.ggml.model": (STRING, "gpt2"), "tokenizer.ggml.merges": (ARRAY, (STRING, ["ab"]))},
+            ("merges", "space"),
+        ),
+        (
+            {"tokenizer.ggml.tokens": (ARRAY, (STRING, [*TOKENS[:-1], "x" * 20_000]))},
+            ("tokenizer.ggml.tokens", "too long"),
+        ),
+    ],
+)
 def test_one_bad_metadata_value_is_one_line(tmp_path: Path, change: dict[str, Any], words: tuple[str, ...]) -> None:
     refused(tiny_llama(tmp_path / "m.gguf", **change), *words)
 
@@ -125,7 +139,9 @@ def test_overlapping_tensor_offsets_are_refused(tmp_path: Path) -> None:
 
 def test_a_tensor_past_the_end_and_a_misaligned_one_are_refused(tmp_path: Path) -> None:
     tensors = llama_tensors()
-    refused(write(tmp_path / "p.gguf", gguf_bytes(llama_meta(), tensors, offsets=[10**9] * len(tensors))), "past the end")
+    refused(
+        write(tmp_path / "p.gguf", gguf_bytes(llama_meta(), tensors, offsets=[10**9] * len(tensors))), "past the end"
+    )
     refused(write(tmp_path / "q.gguf", gguf_bytes(llama_meta(), tensors, offsets=[4] * len(tensors))), "alignment")
 
 
@@ -135,41 +151,70 @@ def test_nan_rope_freqs_are_one_line(tmp_path: Path) -> None:
     refused(write(tmp_path / "r.gguf", data), "rope_freqs.weight", "finite")
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"", ("not a readable GGUF",)),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 0)[:10], ("not a readable GGUF",)),
-    (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), ("version",)),
-    (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), ("big-endian",)),
-    (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0), ("tensor_count",)),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**33), ("metadata_kv_count",)),
-    (gguf_bytes([("k", 77, 0)], []), ("unknown value type 77",)),
-    (gguf_bytes([("k", ARRAY, (ARRAY, 1))], []), ("array of arrays",)),
-    (gguf_bytes([("k", STRING, "a"), ("k", STRING, "b")], []), ("appears twice",)),
-    (gguf_bytes([], [("t", [8, 8, 8, 8, 8], 0, b"")]), ("5 dimensions",)),
-    (gguf_bytes([], [("t", [0], 0, b"")]), ("dimensions [0]",)),
-    (gguf_bytes([], [("t", [2**40, 2**40], 0, b"")]), ("dimensions",)),
-    (gguf_bytes([], [("t", [4], 999, b"\0" * 16)]), ("unknown ggml type 999",)),
-    (gguf_bytes([], [("t", [33], 8, b"\0" * 34)]), ("Q8_0 blocks of 32",)),
-    (gguf_bytes([], [("t", [4], 0, b"\0" * 16), ("t", [4], 0, b"\0" * 16)]), ("appears twice",)),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"", ("not a readable GGUF",)),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 0)[:10], ("not a readable GGUF",)),
+        (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), ("version",)),
+        (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), ("big-endian",)),
+        (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0), ("tensor_count",)),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**33), ("metadata_kv_count",)),
+        (gguf_bytes([("k", 77, 0)], []), ("unknown value type 77",)),
+        (gguf_bytes([("k", ARRAY, (ARRAY, 1))], []), ("array of arrays",)),
+        (gguf_bytes([("k", STRING, "a"), ("k", STRING, "b")], []), ("appears twice",)),
+        (gguf_bytes([], [("t", [8, 8, 8, 8, 8], 0, b"")]), ("5 dimensions",)),
+        (gguf_bytes([], [("t", [0], 0, b"")]), ("dimensions [0]",)),
+        (gguf_bytes([], [("t", [2**40, 2**40], 0, b"")]), ("dimensions",)),
+        (gguf_bytes([], [("t", [4], 999, b"\0" * 16)]), ("unknown ggml type 999",)),
+        (gguf_bytes([], [("t", [33], 8, b"\0" * 34)]), ("Q8_0 blocks of 32",)),
+        (gguf_bytes([], [("t", [4], 0, b"\0" * 16), ("t", [4], 0, b"\0" * 16)]), ("appears twice",)),
+    ],
+)
 def test_header_lies_are_one_line(tmp_path: Path, data: bytes, words: tuple[str, ...]) -> None:
     refused(write(tmp_path / "h.gguf", data), *words)
 
 
 # ---- generated ---------------------------------------------------------------------------
-KEYS = ["llama.block_count", "llama.context_length", "llama.embedding_length", "llama.feed_forward_length",
-        "llama.attention.head_count", "llama.attention.head_count_kv", "llama.attention.key_length",
-        "llama.attention.value_length", "llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base",
-        "llama.expert_count", "llama.expert_used_count", "llama.attention.sliding_window", "llama.rope.scaling.type",
-        "llama.rope.scaling.factor", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-        "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.token_type",
-        "tokenizer.ggml.scores", "tokenizer.ggml.tokens", "tokenizer.ggml.model", "tokenizer.ggml.pre",
-        "tokenizer.ggml.merges", "general.architecture", "general.alignment", "split.count"]
+KEYS = [
+    "llama.block_count",
+    "llama.context_length",
+    "llama.embedding_length",
+    "llama.feed_forward_length",
+    "llama.attention.head_count",
+    "llama.attention.head_count_kv",
+    "llama.attention.key_length",
+    "llama.attention.value_length",
+    "llama.attention.layer_norm_rms_epsilon",
+    "llama.rope.freq_base",
+    "llama.expert_count",
+    "llama.expert_used_count",
+    "llama.attention.sliding_window",
+    "llama.rope.scaling.type",
+    "llama.rope.scaling.factor",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.unknown_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.merges",
+    "general.architecture",
+    "general.alignment",
+    "split.count",
+]
 SCALARS = st.one_of(
-    st.tuples(st.just(U32), st.integers(0, 2**32 - 1)), st.tuples(st.just(I32), st.integers(-(2**31), 2**31 - 1)),
-    st.tuples(st.just(U64), st.integers(0, 2**64 - 1)), st.tuples(st.just(I64), st.integers(-(2**63), 2**63 - 1)),
-    st.tuples(st.just(F32), st.floats(width=32)), st.tuples(st.just(F64), st.floats()),
-    st.tuples(st.just(BOOL), st.booleans()), st.tuples(st.just(STRING), st.text(max_size=12)),
+    st.tuples(st.just(U32), st.integers(0, 2**32 - 1)),
+    st.tuples(st.just(I32), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(U64), st.integers(0, 2**64 - 1)),
+    st.tuples(st.just(I64), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.just(F32), st.floats(width=32)),
+    st.tuples(st.just(F64), st.floats()),
+    st.tuples(st.just(BOOL), st.booleans()),
+    st.tuples(st.just(STRING), st.text(max_size=12)),
     st.tuples(st.just(U32), st.sampled_from([0, 1, 2, 3, 16, 1024, 2**31 - 1])),
 )
 ARRAYS = st.one_of(
@@ -190,14 +235,20 @@ def test_generated_metadata_values_end_in_a_zoo_error_or_load(tmp_path: Path, ch
 
 
 @FAST
-@given(counts=st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
-       meta=st.lists(st.tuples(st.text(max_size=8), st.one_of(SCALARS, ARRAYS)), max_size=4),
-       dims=st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=6), kind=st.integers(0, 50),
-       offset=st.integers(0, 2**64 - 1), tail=st.binary(max_size=64))
-def test_generated_headers_end_in_a_zoo_error(tmp_path: Path, counts: tuple[int, int], meta: list[Any],
-                                              dims: list[int], kind: int, offset: int, tail: bytes) -> None:
-    body = b"".join(struct.pack("<Q", len(k.encode())) + k.encode() + struct.pack("<I", t) + _value(t, v)
-                    for k, (t, v) in meta)
+@given(
+    counts=st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
+    meta=st.lists(st.tuples(st.text(max_size=8), st.one_of(SCALARS, ARRAYS)), max_size=4),
+    dims=st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=6),
+    kind=st.integers(0, 50),
+    offset=st.integers(0, 2**64 - 1),
+    tail=st.binary(max_size=64),
+)
+def test_generated_headers_end_in_a_zoo_error(
+    tmp_path: Path, counts: tuple[int, int], meta: list[Any], dims: list[int], kind: int, offset: int, tail: bytes
+) -> None:
+    body = b"".join(
+        struct.pack("<Q", len(k.encode())) + k.encode() + struct.pack("<I", t) + _value(t, v) for k, (t, v) in meta
+    )
     info = struct.pack("<Q", 1) + b"t" + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
     data = b"GGUF" + struct.pack("<IQQ", 3, *counts) + body + info + struct.pack("<IQ", kind, offset) + tail
     with pytest.raises(ZooError):

@@ -35,9 +35,20 @@ NORMS = 256 + 256 + 64 + 64 + 256  # input, post-attention, q_norm, k_norm, fina
 
 def tiny_qwen3(tied: bool) -> Any:
     transformers.logging.set_verbosity_error()
-    config = transformers.Qwen3Config(hidden_size=D, intermediate_size=D, num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, head_dim=64, vocab_size=VOCAB, max_position_embeddings=64,
-                                      tie_word_embeddings=tied, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = transformers.Qwen3Config(
+        hidden_size=D,
+        intermediate_size=D,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -48,8 +59,12 @@ def q8_file(tmp_path: Path, tied: bool) -> tuple[Path, Any]:
     """A Q8_0 GGUF and the transformers model holding gguf-py's dequantization of it."""
     hf_model = tiny_qwen3(tied)
     dequantized: dict[str, torch.Tensor] = {}
-    path = write_gguf(tmp_path / f"q8-{'tied' if tied else 'untied'}.gguf", hf_model, gguf_tensors(hf_model),
-                      encode=encoder("Q8_0", dequantized))
+    path = write_gguf(
+        tmp_path / f"q8-{'tied' if tied else 'untied'}.gguf",
+        hf_model,
+        gguf_tensors(hf_model),
+        encode=encoder("Q8_0", dequantized),
+    )
     names = list(hf_model.state_dict())
     hf_model.load_state_dict({_hf_name(g, names): t for g, t in dequantized.items()}, strict=False)
     return path, hf_model
@@ -60,7 +75,11 @@ def test_a_tied_q8_0_table_is_int8_rows_shared_with_the_int8_head(tmp_path: Path
     model = zoo.from_pretrained(path, dtype="float32", progress=False)
     assert isinstance(model.lm_head, Int8Linear) and model.embed.weight is None
     rows = model.embed.quantized_rows
-    assert isinstance(rows, Int8Embedding) and rows.qweight is model.lm_head.qweight and rows.scales is model.lm_head.scales
+    assert (
+        isinstance(rows, Int8Embedding)
+        and rows.qweight is model.lm_head.qweight
+        and rows.scales is model.lm_head.scales
+    )
     assert model.weights_layout == "Q8_0 -> int8 x8, int8 table (the head's); the rest float32"
     # int8 weights + a float32 scale per row, the table once (int8 + scale per token), float32 norms
     assert stored_bytes(model) == LINEAR_WEIGHTS + 4 * LINEAR_ROWS + VOCAB * D + 4 * VOCAB + 4 * NORMS
@@ -88,7 +107,9 @@ def test_the_run_computes_in_bfloat16_and_reports_held_bytes(tmp_path: Path) -> 
     path, hf_model = q8_file(tmp_path, tied=False)
     held = zoo.bench(weights=str(path), **RUN)
     floats = zoo.bench(weights=str(path), dequantize=True, **RUN)
-    assert held.environment.dtype == "bfloat16" and held.weights_dtype == "Q8_0 -> int8 x8, int8 table; the rest bfloat16"
+    assert (
+        held.environment.dtype == "bfloat16" and held.weights_dtype == "Q8_0 -> int8 x8, int8 table; the rest bfloat16"
+    )
     assert floats.environment.dtype == "float32" and floats.weights_dtype == "Q8_0 -> float32"
     params = sum(p.numel() for p in hf_model.parameters())
     assert floats.weight_bytes == 4 * params

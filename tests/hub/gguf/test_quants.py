@@ -2,8 +2,8 @@
 the same dequantized weights saved the Hugging Face way.
 
 The ``gguf`` library quantizes F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, TQ2_0 and MXFP4; its
-K-quants (Q2_K..Q6_K) and IQ types are dequantize-only, so those blocks are random bytes with their float16 scales set to sane
-values. Matrices are quantized, norms stay F32 (as llama.cpp leaves 1-D tensors).
+K-quants (Q2_K..Q6_K) and IQ types are dequantize-only, so those blocks are random bytes with their float16 scales set
+to sane values. Matrices are quantized, norms stay F32 (as llama.cpp leaves 1-D tensors).
 """
 
 from __future__ import annotations
@@ -21,12 +21,34 @@ import zoo
 from tests.hub.gguf_files import RENAMES, gguf_tensors, write_gguf
 
 gguf = pytest.importorskip("gguf")
-QUANTIZED_BY_LIBRARY = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4"]  # MXFP4: gpt-oss
+QUANTIZED_BY_LIBRARY = [
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4",
+]  # MXFP4: gpt-oss
 # dequantize-only types: random blocks with their float16 scales (byte offset, value) set sane
-K_QUANTS = {"Q4_K": ((0, 1e-4), (2, 1e-4)), "Q5_K": ((0, 1e-4), (2, 1e-4)), "Q6_K": ((208, 2e-5),),
-            "Q2_K": ((80, 1e-4), (82, 1e-4)), "Q3_K": ((108, 1e-4),), "IQ2_XXS": ((0, 1e-4),),
-            "IQ2_XS": ((0, 1e-4),), "IQ2_S": ((0, 1e-4),), "IQ3_XXS": ((0, 1e-4),), "IQ3_S": ((0, 1e-4),),
-            "IQ1_S": ((0, 1e-4),), "IQ4_NL": ((0, 1e-4),), "IQ4_XS": ((0, 1e-4),)}
+K_QUANTS = {
+    "Q4_K": ((0, 1e-4), (2, 1e-4)),
+    "Q5_K": ((0, 1e-4), (2, 1e-4)),
+    "Q6_K": ((208, 2e-5),),
+    "Q2_K": ((80, 1e-4), (82, 1e-4)),
+    "Q3_K": ((108, 1e-4),),
+    "IQ2_XXS": ((0, 1e-4),),
+    "IQ2_XS": ((0, 1e-4),),
+    "IQ2_S": ((0, 1e-4),),
+    "IQ3_XXS": ((0, 1e-4),),
+    "IQ3_S": ((0, 1e-4),),
+    "IQ1_S": ((0, 1e-4),),
+    "IQ4_NL": ((0, 1e-4),),
+    "IQ4_XS": ((0, 1e-4),),
+}
 VOCAB = 128
 
 
@@ -34,9 +56,20 @@ def tiny_qwen3() -> Any:
     """Rows of 256 values: the K-quants' block (QK_K)."""
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    config = transformers.Qwen3Config(hidden_size=256, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, head_dim=64, vocab_size=VOCAB, max_position_embeddings=64,
-                                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = transformers.Qwen3Config(
+        hidden_size=256,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -50,7 +83,9 @@ def random_k_blocks(kind: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
     rows, cols = shape
     raw = np.random.default_rng(seed).integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
     for offset, scale in K_QUANTS[kind]:
-        raw[:, :, offset : offset + 2] = np.full((rows, cols // block), scale, dtype=np.float16).view(np.uint8).reshape(rows, -1, 2)
+        raw[:, :, offset : offset + 2] = (
+            np.full((rows, cols // block), scale, dtype=np.float16).view(np.uint8).reshape(rows, -1, 2)
+        )
     return raw.reshape(rows, -1)
 
 

@@ -22,8 +22,14 @@ def _recovered(factors: torch.Tensor, dim: int) -> dict:  # type: ignore[type-ar
 
 @pytest.mark.parametrize("factor, dim", [(8.0, 128), (32.0, 64), (32.0, 128)])  # 3.1 8B; 3.2 1B; 3.2 3B
 def test_llama3_scaling_is_recovered_from_rope_freqs(factor: float, dim: int) -> None:
-    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": factor, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": factor,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     factors = llama3_rope_factors(SimpleNamespace(head_dim=dim, rope_parameters=rope))
     assert _recovered(factors, dim) == rope
 

@@ -25,9 +25,19 @@ transformers = pytest.importorskip("transformers")
 def tiny_llama() -> Any:
     """llama.cpp permutes llama's q/k rows: the block scales must move with them."""
     transformers.logging.set_verbosity_error()
-    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
-                                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = transformers.LlamaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -92,7 +102,10 @@ def test_zoo_show_weights_names_the_files_types_and_layouts(tmp_path: Path, caps
     assert main(["show", "--weights", str(path), "--format", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     checkpoint = shown["analysis"]["checkpoint"]
-    assert checkpoint["format"] == "gguf" and checkpoint["tensor_types"] == {"Q4_K": 9, "F32": 5}  # 7 linears, head, table; 5 norms
+    assert checkpoint["format"] == "gguf" and checkpoint["tensor_types"] == {
+        "Q4_K": 9,
+        "F32": 5,
+    }  # 7 linears, head, table; 5 norms
     assert checkpoint["linear_layers_load_as"]["Q4_K"] == "int4"
     assert shown["analysis"]["params"]["total"] == sum(p.numel() for p in hf_model.parameters())
     assert main(["show", "--hf-config", str(path), "--format", "json"]) == 0  # metadata, not a UTF-8 JSON file

@@ -19,8 +19,12 @@ from zoo.hub.gguf.tokenizer import gguf_eos_ids, gguf_tokenizer
 from zoo.quant.linear import Int8Linear
 
 gguf = pytest.importorskip("gguf")
-CORPUS = ["the quick brown fox jumps over the lazy dog", "hello world, hello zoo! 12345 tokens",
-          "it's a model's tokenizer; don't panic", "naïve café — déjà vu"] * 4
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello world, hello zoo! 12345 tokens",
+    "it's a model's tokenizer; don't panic",
+    "naïve café — déjà vu",
+] * 4
 TEXTS = ["hello world", "the lazy fox's tokens 2024", "  spaced   out\nnew line", "café déjà", "unseen: qxz ☃"]
 
 
@@ -28,8 +32,12 @@ def trained_bpe() -> Tokenizer:
     """A GPT-2 style byte-level BPE trained here (the reference), with an end-of-text token."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
@@ -78,8 +86,28 @@ def test_byte_level_bpe_equals_the_reference(tmp_path: Path) -> None:
 
 def spm_vocab(w: Any) -> None:
     pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    words = ["▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "▁he", "▁hel", "▁hell", "▁hello", "▁w", "▁wo", "▁wor",
-             "▁worl", "▁world", "ll", "lo"]
+    words = [
+        "▁",
+        "h",
+        "e",
+        "l",
+        "o",
+        "w",
+        "r",
+        "d",
+        "▁h",
+        "▁he",
+        "▁hel",
+        "▁hell",
+        "▁hello",
+        "▁w",
+        "▁wo",
+        "▁wor",
+        "▁worl",
+        "▁world",
+        "ll",
+        "lo",
+    ]
     tokens = pieces + words
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -114,9 +142,17 @@ def test_unsupported_tokenizer_kinds_are_named(tmp_path: Path) -> None:
 def tiny_model_with_vocab(vocab_size: int) -> Any:
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    config = transformers.Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                      num_key_value_heads=1, head_dim=16, vocab_size=vocab_size,
-                                      max_position_embeddings=64, tie_word_embeddings=True)
+    config = transformers.Qwen3Config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=vocab_size,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():
@@ -138,7 +174,7 @@ def test_zoo_generate_uses_the_ggufs_tokenizer_and_eos(tmp_path: Path, capsys: p
     ids = torch.tensor([reference.encode(prompt).ids])
     hf_model = tiny_model_with_vocab(reference.get_vocab_size())
     path = write_gguf(tmp_path / "chat.gguf", hf_model, vocab=bpe_vocab(reference))
-    greedy = zoo.generate(zoo.from_pretrained(path, progress=False), ids, max_new_tokens=8)[0, ids.shape[1]:].tolist()
+    greedy = zoo.generate(zoo.from_pretrained(path, progress=False), ids, max_new_tokens=8)[0, ids.shape[1] :].tolist()
 
     assert main(["generate", "--weights", str(path), prompt, "--max-new-tokens", "8", "--device", "cpu"]) == 0
     assert capsys.readouterr().out == prompt + _printed(reference, ids, greedy) + "\n"
@@ -161,8 +197,16 @@ def test_eval_text_uses_the_ggufs_tokenizer(tmp_path: Path) -> None:
     ids = torch.tensor([reference.encode(text).ids])
     with torch.no_grad():
         expected = math.exp(float(hf_model(ids, labels=ids).loss))
-    run = {"weights": str(path), "eval_text": str(tmp_path / "eval.txt"), "device": "cpu", "dtype": "float32",
-           "prompt_len": 4, "gen_len": 2, "repeats": 1, "threads": 1}
+    run = {
+        "weights": str(path),
+        "eval_text": str(tmp_path / "eval.txt"),
+        "device": "cpu",
+        "dtype": "float32",
+        "prompt_len": 4,
+        "gen_len": 2,
+        "repeats": 1,
+        "threads": 1,
+    }
     assert zoo.bench(None, **run).eval_perplexity == pytest.approx(expected, rel=1e-4)
 
 
@@ -170,8 +214,16 @@ def test_eval_text_on_a_checkpoint_without_tokenizer_is_an_error(tmp_path: Path)
     hf_model = tiny_model_with_vocab(300)
     path = write_gguf_file(tmp_path / "bare.gguf", hf_model, None)
     (tmp_path / "eval.txt").write_text("some text to score")
-    run = {"weights": str(path), "eval_text": str(tmp_path / "eval.txt"), "device": "cpu", "dtype": "float32",
-           "prompt_len": 4, "gen_len": 2, "repeats": 1, "threads": 1}
+    run = {
+        "weights": str(path),
+        "eval_text": str(tmp_path / "eval.txt"),
+        "device": "cpu",
+        "dtype": "float32",
+        "prompt_len": 4,
+        "gen_len": 2,
+        "repeats": 1,
+        "threads": 1,
+    }
     with pytest.raises(zoo.errors.CheckpointError, match="holds no tokenizer"):
         zoo.bench(None, **run)
 

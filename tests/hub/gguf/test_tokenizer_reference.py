@@ -31,8 +31,21 @@ SAMPLES = [
 ]
 CORPUS = SAMPLES * 3 + ["the quick brown fox jumps over the lazy dog", "return value = compute(x, y)"]
 # names whose split transformers implements itself (its GGUF_PRE_TOKENIZER_SPLITS), plus GPT-2's
-TRANSFORMERS_NAMES = ["gpt-2", "olmo", "llama-bpe", "llama3", "dbrx", "smaug-bpe", "qwen2", "deepseek-r1-qwen",
-                      "tekken", "gpt-4o", "llama4", "qwen35", "falcon3"]
+TRANSFORMERS_NAMES = [
+    "gpt-2",
+    "olmo",
+    "llama-bpe",
+    "llama3",
+    "dbrx",
+    "smaug-bpe",
+    "qwen2",
+    "deepseek-r1-qwen",
+    "tekken",
+    "gpt-4o",
+    "llama4",
+    "qwen35",
+    "falcon3",
+]
 DIGITS_THEN_GPT2 = ["smollm", "starcoder", "refact", "command-r", "codeshell"]
 
 
@@ -49,8 +62,12 @@ def _write(path: Path, arch: str, fill: Any) -> Path:
 def _byte_level_vocab() -> tuple[list[str], list[str]]:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<|endoftext|>", "<think>", "</think>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=700,
+        special_tokens=["<|endoftext|>", "<think>", "</think>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     model = json.loads(tokenizer.to_str())["model"]
     tokens = sorted(model["vocab"], key=model["vocab"].get)
@@ -98,8 +115,9 @@ def test_digit_splitting_pre_tokenizers_equal_their_tokenizer_json(pre: str, tmp
     path = _byte_level_gguf(tmp_path / f"{pre}.gguf", pre)
     ours = gguf_tokenizer(GGUFCheckpoint(path))
     reference = _reference(path).backend_tokenizer  # the vocabulary, merges and added tokens
-    reference.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                       pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    reference.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     for text in SAMPLES:
         assert ours.encode(text).ids == reference.encode(text, add_special_tokens=False).ids, text
         assert ours.decode(ours.encode(text).ids, skip_special_tokens=False) == text

@@ -107,8 +107,14 @@ class Phase(ABC):
     def measure(self, ctx: RunContext) -> dict[str, Any]:
         """Run the phase; its row fields (a subset of ``fields``)."""
 
-    def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any] | None:
+    def predict(
+        self,
+        spec: ModelSpec,
+        config: BenchConfig,
+        device: DevicePeaks | None,
+        dtype: torch.dtype,
+        held: nn.Module | None = None,
+    ) -> dict[str, Any] | None:
         """The analytic counterpart (``step_roofline``'s dict: flops, bytes, seconds,
         tokens_per_s, bound; the last three None without ``device``), or None if it has none.
         ``held``: the loaded model when it holds its own packed layers (a GGUF): weights are

@@ -11,8 +11,8 @@ activations and cache writes between the products; the products themselves stay 
 calls it does not tune) by trying neighbouring configurations on the device, once, at
 compile time. Batch-1 decode is those small kernels back to back, where the default
 heuristic configurations leave bandwidth unused: the issue measured llama-3.2-1b decode at
-645 against 765 tokens/s (+18%) on an H100. It costs compile time only (reported as ``compile_s``) and changes nothing on the CPU,
-whose C++ kernels it does not tune, so the CPU keeps inductor's default mode.
+645 against 765 tokens/s (+18%) on an H100. It costs compile time only (reported as ``compile_s``) and changes nothing
+on the CPU, whose C++ kernels it does not tune, so the CPU keeps inductor's default mode.
 
 A compiled prefill is specialised to the prompt's shape; the run warms up with the full
 prompt so that timed rounds replay the graph (on a GPU an eager prefill is a few hundred
@@ -61,7 +61,9 @@ def compile_options(device: torch.device) -> tuple[dict[str, Any], str]:
     return {"mode": "default"}, "default"
 
 
-def _timing_first_call(fn: Callable[..., torch.Tensor], device: torch.device, sink: list[float]) -> Callable[..., torch.Tensor]:
+def _timing_first_call(
+    fn: Callable[..., torch.Tensor], device: torch.device, sink: list[float]
+) -> Callable[..., torch.Tensor]:
     """``fn``, whose first call's duration (synchronised on CUDA) is appended to ``sink``."""
     done = False
 

@@ -28,8 +28,18 @@ class Decode(Phase):
     order = 30
     topologies = frozenset({"decoder", "encoder-decoder"})
     options = ("gen_len", "compile")
-    fields = ("decode_tokens_per_s", "decode_tokens_per_s_min", "decode_tokens_per_s_max", "decode_tokens_per_s_runs",
-              "decode_peak_bytes", "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_steps", "compile_s")
+    fields = (
+        "decode_tokens_per_s",
+        "decode_tokens_per_s_min",
+        "decode_tokens_per_s_max",
+        "decode_tokens_per_s_runs",
+        "decode_peak_bytes",
+        "itl_p50_s",
+        "itl_p90_s",
+        "itl_p99_s",
+        "itl_steps",
+        "compile_s",
+    )
     rate_field = "decode_tokens_per_s"
 
     def measure(self, ctx: RunContext) -> dict[str, Any]:
@@ -49,18 +59,30 @@ class Decode(Phase):
             peak = max(peak, phase.peak_bytes)
         rate, low, high = median_spread(rates)
         return {
-            "decode_tokens_per_s": rate, "decode_tokens_per_s_min": low, "decode_tokens_per_s_max": high,
-            "decode_tokens_per_s_runs": rates, "decode_peak_bytes": peak, "itl_steps": len(step_seconds),
-            **{f"itl_p{q}_s": percentile(step_seconds, q) for q in (50, 90, 99)}, "compile_s": run.compile_s,
+            "decode_tokens_per_s": rate,
+            "decode_tokens_per_s_min": low,
+            "decode_tokens_per_s_max": high,
+            "decode_tokens_per_s_runs": rates,
+            "decode_peak_bytes": peak,
+            "itl_steps": len(step_seconds),
+            **{f"itl_p{q}_s": percentile(step_seconds, q) for q in (50, 90, 99)},
+            "compile_s": run.compile_s,
         }
 
-    def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
+    def predict(
+        self,
+        spec: ModelSpec,
+        config: BenchConfig,
+        device: DevicePeaks | None,
+        dtype: torch.dtype,
+        held: nn.Module | None = None,
+    ) -> dict[str, Any]:
         """One step at the midpoint context: its FLOPs against the weights and the cache read."""
 
         shape = run_shape(topology(spec), config)
         B, at, M = shape.batch, shape.decode_midpoint, shape.memory_len
         flops = forward_flops(spec, 1, at, B, memory_len=M, executed=True)
-        nbytes = decode_bytes_per_step(spec, B, at, dtype, config.weights_dtype, config.weights_group_size,
-                                       memory_len=M, held=held)
+        nbytes = decode_bytes_per_step(
+            spec, B, at, dtype, config.weights_dtype, config.weights_group_size, memory_len=M, held=held
+        )
         return step_roofline(flops, nbytes, B, device, dtype)

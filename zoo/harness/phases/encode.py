@@ -26,8 +26,14 @@ class Encode(Phase):
     name = "encode"
     order = 10
     topologies = frozenset({"encoder", "encoder-decoder"})
-    fields = ("seq_len", "encoder_tokens_per_s", "encoder_tokens_per_s_min", "encoder_tokens_per_s_max",
-              "encoder_time_s", "encoder_peak_bytes")
+    fields = (
+        "seq_len",
+        "encoder_tokens_per_s",
+        "encoder_tokens_per_s_min",
+        "encoder_tokens_per_s_max",
+        "encoder_time_s",
+        "encoder_peak_bytes",
+    )
     rate_field = "encoder_tokens_per_s"
 
     @torch.no_grad()
@@ -48,14 +54,30 @@ class Encode(Phase):
             seconds.append(phase.seconds)
             peak = max(peak, phase.peak_bytes)
         rate, low, high = median_spread([B * S / s for s in seconds])
-        return {"seq_len": S, "encoder_tokens_per_s": rate, "encoder_tokens_per_s_min": low,
-                "encoder_tokens_per_s_max": high, "encoder_time_s": median_spread(seconds)[0], "encoder_peak_bytes": peak}
+        return {
+            "seq_len": S,
+            "encoder_tokens_per_s": rate,
+            "encoder_tokens_per_s_min": low,
+            "encoder_tokens_per_s_max": high,
+            "encoder_time_s": median_spread(seconds)[0],
+            "encoder_peak_bytes": peak,
+        }
 
-    def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
+    def predict(
+        self,
+        spec: ModelSpec,
+        config: BenchConfig,
+        device: DevicePeaks | None,
+        dtype: torch.dtype,
+        held: nn.Module | None = None,
+    ) -> dict[str, Any]:
         """One forward of the batch (an encoder-decoder's encoder only) against its weights read once."""
 
         shape = run_shape(topology(spec), config)
         B, S = shape.batch, shape.encoder_len
-        flops = encoder_flops(spec, S, B, executed=True) if shape.memory_len else forward_flops(spec, S, S, B, executed=True)
+        flops = (
+            encoder_flops(spec, S, B, executed=True)
+            if shape.memory_len
+            else forward_flops(spec, S, S, B, executed=True)
+        )
         return step_roofline(flops, encoder_weight_bytes_read(spec, S, dtype), B * S, device, dtype)

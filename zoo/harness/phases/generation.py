@@ -27,13 +27,15 @@ class Generation:
         self.model, self.probe = model, ctx.probe
         self.steps = run_steps(model, ctx.device, config.compile)  # compiled: projections fused, both steps compiled
         generator = torch.Generator().manual_seed(config.seed)
-        ids = torch.randint(ctx.spec.vocab_size, (shape.batch, shape.encoder_len or shape.prefill_len),
-                            generator=generator).to(ctx.device)  # (B, P)
+        ids = torch.randint(
+            ctx.spec.vocab_size, (shape.batch, shape.encoder_len or shape.prefill_len), generator=generator
+        ).to(ctx.device)  # (B, P)
         with torch.no_grad():
             self.memory = model.encode(ids) if shape.memory_len else None  # (B, S, d)
         self.prompt = decoder_start(model, shape.batch, ctx.device) if shape.memory_len else ids  # (B, P) or (B, 1)
-        self.cache = KVCache(model, shape.batch, shape.context_len, dtype=ctx.dtype, device=ctx.device,
-                             memory_len=shape.memory_len)
+        self.cache = KVCache(
+            model, shape.batch, shape.context_len, dtype=ctx.dtype, device=ctx.device, memory_len=shape.memory_len
+        )
         self.decode_steps = config.gen_len - 1
         self._warm_up(ctx)
         ctx.note(compile_mode=self.steps.mode)
@@ -41,7 +43,9 @@ class Generation:
     def prefill(self, prompt: torch.Tensor | None = None) -> torch.Tensor:
         """A fresh cache filled with the prompt; the first generated token (B, 1)."""
         self.cache.reset()
-        logits = self.steps.prefill(self.model, self.prompt if prompt is None else prompt, self.cache, memory=self.memory)
+        logits = self.steps.prefill(
+            self.model, self.prompt if prompt is None else prompt, self.cache, memory=self.memory
+        )
         return logits.argmax(-1, keepdim=True)  # (B, 1)
 
     def step(self, token: torch.Tensor) -> torch.Tensor:

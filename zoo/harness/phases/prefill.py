@@ -28,8 +28,16 @@ class Prefill(Phase):
     order = 20
     topologies = frozenset({"decoder", "encoder-decoder"})
     options = ("gen_len", "compile")
-    fields = ("prefill_tokens_per_s", "prefill_tokens_per_s_min", "prefill_tokens_per_s_max", "time_to_first_token_s",
-              "ttft_min_s", "ttft_max_s", "prefill_peak_bytes", "compile_s")
+    fields = (
+        "prefill_tokens_per_s",
+        "prefill_tokens_per_s_min",
+        "prefill_tokens_per_s_max",
+        "time_to_first_token_s",
+        "ttft_min_s",
+        "ttft_max_s",
+        "prefill_peak_bytes",
+        "compile_s",
+    )
     rate_field = "prefill_tokens_per_s"
 
     def measure(self, ctx: RunContext) -> dict[str, Any]:
@@ -44,18 +52,33 @@ class Prefill(Phase):
             peak = max(peak, phase.peak_bytes)
         rate, low, high = median_spread([tokens / s for s in seconds])
         ttft, ttft_min, ttft_max = median_spread(seconds)
-        return {"prefill_tokens_per_s": rate, "prefill_tokens_per_s_min": low, "prefill_tokens_per_s_max": high,
-                "time_to_first_token_s": ttft, "ttft_min_s": ttft_min, "ttft_max_s": ttft_max,
-                "prefill_peak_bytes": peak, "compile_s": run.compile_s}
+        return {
+            "prefill_tokens_per_s": rate,
+            "prefill_tokens_per_s_min": low,
+            "prefill_tokens_per_s_max": high,
+            "time_to_first_token_s": ttft,
+            "ttft_min_s": ttft_min,
+            "ttft_max_s": ttft_max,
+            "prefill_peak_bytes": peak,
+            "compile_s": run.compile_s,
+        }
 
-    def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
+    def predict(
+        self,
+        spec: ModelSpec,
+        config: BenchConfig,
+        device: DevicePeaks | None,
+        dtype: torch.dtype,
+        held: nn.Module | None = None,
+    ) -> dict[str, Any]:
         """The prompt's FLOPs (and an encoder-decoder's cross K/V projections) against the
         weights read once plus the cache written."""
 
         shape = run_shape(topology(spec), config)
         B, T, M = shape.batch, shape.prefill_len, shape.memory_len
-        flops = forward_flops(spec, T, T, B, last_only=True, memory_len=M, executed=True) + (memory_flops(spec, M, B) if M else 0)
+        flops = forward_flops(spec, T, T, B, last_only=True, memory_len=M, executed=True) + (
+            memory_flops(spec, M, B) if M else 0
+        )
         nbytes = weight_bytes_read(spec, B * T, dtype, config.weights_dtype, config.weights_group_size, held)
         nbytes += cache_bytes(spec, B, T, M, dtype=dtype).total
         return step_roofline(flops, nbytes, B * T, device, dtype)

@@ -37,9 +37,15 @@ def train_settings(config: BenchConfig) -> Any:
     optimizer, precision and checkpointing, a constant learning rate."""
     from zoo.training.config import TrainConfig
 
-    return TrainConfig(batch_size=config.train_batch_size, seq_len=config.prompt_len, lr=config.train_lr,
-                       optimizer=config.train_optimizer, precision=config.train_precision,
-                       checkpointing=config.train_checkpointing, seed=config.seed)
+    return TrainConfig(
+        batch_size=config.train_batch_size,
+        seq_len=config.prompt_len,
+        lr=config.train_lr,
+        optimizer=config.train_optimizer,
+        precision=config.train_precision,
+        checkpointing=config.train_checkpointing,
+        seed=config.seed,
+    )
 
 
 def _file_digest(path: str | None) -> str | None:
@@ -58,9 +64,14 @@ def run_folder(ctx: RunContext) -> Path:
     from zoo.files.cache import cache_dir
 
     config = ctx.config
-    decides = {"spec": ctx.spec.to_dict(), "train": train_settings(config).model_dump(mode="json"),
-               "tokens": config.train_tokens, "text": _file_digest(config.train_text),
-               "tokenizer": _file_digest(config.train_tokenizer), "device": ctx.device.type}
+    decides = {
+        "spec": ctx.spec.to_dict(),
+        "train": train_settings(config).model_dump(mode="json"),
+        "tokens": config.train_tokens,
+        "text": _file_digest(config.train_text),
+        "tokenizer": _file_digest(config.train_tokenizer),
+        "device": ctx.device.type,
+    }
     key = hashlib.sha256(json.dumps(decides, sort_keys=True).encode()).hexdigest()[:16]
     base = Path(config.train_dir) if config.train_dir is not None else cache_dir() / "train-runs"
     return base / key
@@ -91,10 +102,27 @@ class TrainRun(Phase):
     name = "train_run"
     order = 50
     topologies = frozenset({"decoder", "encoder", "encoder-decoder"})
-    options = ("train_tokens", "train_text", "train_tokenizer", "train_batch_size", "train_lr", "train_dir",
-               "train_optimizer", "train_precision", "train_checkpointing")
-    fields = ("train_held_out_loss", "train_perplexity", "train_run_tokens", "train_run_tokens_per_s",
-              "train_tokenizer", "train_run_start_step", "train_run_dir", "train_curve")
+    options = (
+        "train_tokens",
+        "train_text",
+        "train_tokenizer",
+        "train_batch_size",
+        "train_lr",
+        "train_dir",
+        "train_optimizer",
+        "train_precision",
+        "train_checkpointing",
+    )
+    fields = (
+        "train_held_out_loss",
+        "train_perplexity",
+        "train_run_tokens",
+        "train_run_tokens_per_s",
+        "train_tokenizer",
+        "train_run_start_step",
+        "train_run_dir",
+        "train_curve",
+    )
 
     def wanted(self, config: BenchConfig) -> bool:
         return config.train_tokens is not None
@@ -110,13 +138,26 @@ class TrainRun(Phase):
         if done is None:
             model = build(ctx.spec, device=ctx.device, dtype=torch.float32, seed=config.seed)
             with torch.enable_grad():
-                result = train_variant(ctx.spec, config.train_text, config.train_tokens, config.seed,
-                                       config=train_settings(config), tokenizer=config.train_tokenizer, out=folder,
-                                       resume=start > 0, checkpoint_every=CHECKPOINT_EVERY, tune=FineTune(model))
+                result = train_variant(
+                    ctx.spec,
+                    config.train_text,
+                    config.train_tokens,
+                    config.seed,
+                    config=train_settings(config),
+                    tokenizer=config.train_tokenizer,
+                    out=folder,
+                    resume=start > 0,
+                    checkpoint_every=CHECKPOINT_EVERY,
+                    tune=FineTune(model),
+                )
             done = {**result.as_dict(), "tokens_per_s": result.tokens_per_s if start < result.steps else None}
         return {
-            "train_held_out_loss": done["held_out_loss"], "train_perplexity": done["perplexity"],
-            "train_run_tokens": done["tokens"], "train_run_tokens_per_s": done["tokens_per_s"] or None,
-            "train_tokenizer": done["tokenizer"], "train_run_start_step": start, "train_run_dir": str(folder),
+            "train_held_out_loss": done["held_out_loss"],
+            "train_perplexity": done["perplexity"],
+            "train_run_tokens": done["tokens"],
+            "train_run_tokens_per_s": done["tokens_per_s"] or None,
+            "train_tokenizer": done["tokenizer"],
+            "train_run_start_step": start,
+            "train_run_dir": str(folder),
             "train_curve": _thinned([(int(t), float(loss)) for t, loss in done["curve"]]),
         }

@@ -26,9 +26,17 @@ from zoo.training.measure import measure_train_step
 
 
 def _train_config(config: BenchConfig) -> Any:
-    return TrainConfig(batch_size=config.batch_size, seq_len=config.prompt_len, optimizer=config.train_optimizer,
-                       precision=config.train_precision, checkpointing=config.train_checkpointing,
-                       compile=config.compile, seed=config.seed, steps=config.repeats, warmup=config.warmup)
+    return TrainConfig(
+        batch_size=config.batch_size,
+        seq_len=config.prompt_len,
+        optimizer=config.train_optimizer,
+        precision=config.train_precision,
+        checkpointing=config.train_checkpointing,
+        compile=config.compile,
+        seed=config.seed,
+        steps=config.repeats,
+        warmup=config.warmup,
+    )
 
 
 class TrainStep(Phase):
@@ -36,9 +44,23 @@ class TrainStep(Phase):
     order = 40
     topologies = frozenset({"decoder", "encoder", "encoder-decoder"})
     options = ("train", "train_optimizer", "train_precision", "train_checkpointing")
-    fields = ("train_tokens_per_s", "train_tokens_per_s_min", "train_tokens_per_s_max", "train_step_s_p50",
-              "train_step_s_p90", "train_peak_bytes", "train_memory_probe", "train_mfu", "train_hfu",
-              "train_peak_flops_source", "train_peak_flops", "train_model_flops_per_step", "train_loss", "train_objective", "train_memory_analysed")
+    fields = (
+        "train_tokens_per_s",
+        "train_tokens_per_s_min",
+        "train_tokens_per_s_max",
+        "train_step_s_p50",
+        "train_step_s_p90",
+        "train_peak_bytes",
+        "train_memory_probe",
+        "train_mfu",
+        "train_hfu",
+        "train_peak_flops_source",
+        "train_peak_flops",
+        "train_model_flops_per_step",
+        "train_loss",
+        "train_objective",
+        "train_memory_analysed",
+    )
     rate_field = "train_tokens_per_s"
 
     def wanted(self, config: BenchConfig) -> bool:
@@ -50,26 +72,57 @@ class TrainStep(Phase):
         model = copy.deepcopy(ctx.model).float().train()  # the inference phases' model stays as it was
         with torch.enable_grad():
             out = measure_train_step(model, ctx.spec, train, ctx.device)
-        analysed = training_memory(ctx.spec, train.batch_size, train.seq_len, optimizer=train.optimizer,
-                                   precision=train.precision, checkpointing=train.checkpointing)
+        analysed = training_memory(
+            ctx.spec,
+            train.batch_size,
+            train.seq_len,
+            optimizer=train.optimizer,
+            precision=train.precision,
+            checkpointing=train.checkpointing,
+        )
         return {
-            "train_tokens_per_s": out["train_tokens_per_s"], "train_tokens_per_s_min": out["train_tokens_per_s_min"],
-            "train_tokens_per_s_max": out["train_tokens_per_s_max"], "train_step_s_p50": out["step_s_p50"],
-            "train_step_s_p90": out["step_s_p90"], "train_peak_bytes": out["peak_memory_bytes"],
-            "train_memory_probe": out["peak_memory_probe"], "train_mfu": out["mfu"], "train_hfu": out["hfu"],
-            "train_peak_flops_source": out["peak_flops_source"], "train_peak_flops": out["peak_flops"],
-            "train_model_flops_per_step": out["model_flops_per_step"], "train_loss": out["loss_last"],
-            "train_objective": out["objective"], "train_memory_analysed": analysed.total,
+            "train_tokens_per_s": out["train_tokens_per_s"],
+            "train_tokens_per_s_min": out["train_tokens_per_s_min"],
+            "train_tokens_per_s_max": out["train_tokens_per_s_max"],
+            "train_step_s_p50": out["step_s_p50"],
+            "train_step_s_p90": out["step_s_p90"],
+            "train_peak_bytes": out["peak_memory_bytes"],
+            "train_memory_probe": out["peak_memory_probe"],
+            "train_mfu": out["mfu"],
+            "train_hfu": out["hfu"],
+            "train_peak_flops_source": out["peak_flops_source"],
+            "train_peak_flops": out["peak_flops"],
+            "train_model_flops_per_step": out["model_flops_per_step"],
+            "train_loss": out["loss_last"],
+            "train_objective": out["objective"],
+            "train_memory_analysed": analysed.total,
         }
 
-    def predict(self, spec: ModelSpec, config: BenchConfig, device: DevicePeaks | None,
-                dtype: torch.dtype, held: nn.Module | None = None) -> dict[str, Any]:
+    def predict(
+        self,
+        spec: ModelSpec,
+        config: BenchConfig,
+        device: DevicePeaks | None,
+        dtype: torch.dtype,
+        held: nn.Module | None = None,
+    ) -> dict[str, Any]:
         """The step's hardware FLOPs against the bytes it moves (``zoo.analysis.training``)."""
 
         train = _train_config(config)
-        memory = training_memory(spec, train.batch_size, train.seq_len, optimizer=train.optimizer,
-                                 precision=train.precision, checkpointing=train.checkpointing)
+        memory = training_memory(
+            spec,
+            train.batch_size,
+            train.seq_len,
+            optimizer=train.optimizer,
+            precision=train.precision,
+            checkpointing=train.checkpointing,
+        )
         _, hardware = training_flops(spec, train.batch_size, train.seq_len, train.checkpointing)
         compute = torch.bfloat16 if train.precision == "bf16-mixed" else torch.float32
-        return step_roofline(hardware, bytes_moved(memory, train.precision, train.checkpointing),
-                             train.batch_size * train.seq_len, device, compute)
+        return step_roofline(
+            hardware,
+            bytes_moved(memory, train.precision, train.checkpointing),
+            train.batch_size * train.seq_len,
+            device,
+            compute,
+        )

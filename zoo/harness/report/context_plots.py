@@ -38,10 +38,19 @@ def _draw(ax: Any, curves: Mapping[str, list[tuple[int, float, bool]]], scale: f
     for i, (label, points) in enumerate(curves.items()):
         color = colors[label] = f"C{i % 10}"
         for (x1, y1, m1), (x2, y2, m2) in zip(points, points[1:]):
-            ax.plot([x1, x2], [y1 / scale, y2 / scale], color=color, linestyle="-" if m1 and m2 else "--", linewidth=1.5)
+            ax.plot(
+                [x1, x2], [y1 / scale, y2 / scale], color=color, linestyle="-" if m1 and m2 else "--", linewidth=1.5
+            )
         for x, y, measured in points:
-            ax.plot([x], [y / scale], marker="o", markersize=5, color=color,
-                    markerfacecolor=color if measured else "white", linestyle="none")
+            ax.plot(
+                [x],
+                [y / scale],
+                marker="o",
+                markersize=5,
+                color=color,
+                markerfacecolor=color if measured else "white",
+                linestyle="none",
+            )
         ax.plot([], [], color=color, marker="o", label=label)  # one legend entry per variant
     return colors
 
@@ -49,9 +58,13 @@ def _draw(ax: Any, curves: Mapping[str, list[tuple[int, float, bool]]], scale: f
 def _mark_beyond(ax: Any, frame: pd.DataFrame, column: str, scale: float) -> bool:
     """A black cross over each point past its model's max_seq_len (the table's note says so
     too): a curve there is the formula carried on, not a length the model takes. Whether any."""
-    beyond = [(int(r["context"]), float(r[column]) / scale) for r in frame.to_dict("records")
-              if str(r.get("note") or "").startswith("beyond max_seq_len") and r.get(column) == r.get(column)
-              and r.get(column) is not None]
+    beyond = [
+        (int(r["context"]), float(r[column]) / scale)
+        for r in frame.to_dict("records")
+        if str(r.get("note") or "").startswith("beyond max_seq_len")
+        and r.get(column) == r.get(column)
+        and r.get(column) is not None
+    ]
     for x, y in beyond:
         ax.plot([x], [y], marker="x", markersize=8, color="black", linestyle="none")
     return bool(beyond)
@@ -70,13 +83,23 @@ def _mark_crossovers(ax: Any, items: Sequence[Mapping[str, Any]], measure: str, 
         near = sum(1 for other in placed if max(n, other) / min(n, other) < 1.15)
         placed.append(n)
         where = f"{n / 1024:.2f}k" if n >= 1024 else f"{n:.0f}"
-        ax.annotate(f"{where}: {verb} the baseline", (n, 0.97), xycoords=("data", "axes fraction"),
-                    xytext=(-2 - 9 * near, 0), textcoords="offset points", fontsize=6, rotation=90,
-                    ha="right", va="top", color=color)
+        ax.annotate(
+            f"{where}: {verb} the baseline",
+            (n, 0.97),
+            xycoords=("data", "axes fraction"),
+            xytext=(-2 - 9 * near, 0),
+            textcoords="offset points",
+            fontsize=6,
+            rotation=90,
+            ha="right",
+            va="top",
+            color=color,
+        )
 
 
-def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: Sequence[bool],
-           beyond: bool = False) -> None:
+def _style(
+    ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_note: Sequence[bool], beyond: bool = False
+) -> None:
     """Axes, ticks and the legend; ``legend_note``: which kinds of point the plot holds
     (measured True, predicted False), each given a legend entry only when present; ``beyond``:
     some points are past max_seq_len (crossed)."""
@@ -100,7 +123,9 @@ def _style(ax: Any, contexts: Sequence[int], ylabel: str, title: str, legend_not
     ax.legend(handles, labels, fontsize=7)
 
 
-def plot_memory_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path | None:
+def plot_memory_against_context(
+    frame: pd.DataFrame, items: Sequence[Mapping[str, Any]], title: str, path: Path
+) -> Path | None:
     curves = _curves(frame, "memory_bytes")
     if not curves:
         return None
@@ -113,7 +138,9 @@ def plot_memory_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     return _save(fig, path)
 
 
-def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path | None:
+def plot_decode_against_context(
+    frame: pd.DataFrame, items: Sequence[Mapping[str, Any]], title: str, path: Path
+) -> Path | None:
     curves = _curves(frame, "decode_tokens_per_s")
     if not curves:
         return None
@@ -126,8 +153,14 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
     contexts = sorted({c for points in curves.values() for c, _, _ in points})
     bases = sorted({str(b) for b in frame["decode_basis"].dropna()})
     kinds = sorted({measured for points in curves.values() for _, _, measured in points})
-    _style(ax, contexts, "decode tokens/s", f"{title}: decode vs context\n{'; '.join(bases)}", legend_note=kinds,
-           beyond=beyond)
+    _style(
+        ax,
+        contexts,
+        "decode tokens/s",
+        f"{title}: decode vs context\n{'; '.join(bases)}",
+        legend_note=kinds,
+        beyond=beyond,
+    )
     ax.title.set_fontsize(8)
     return _save(fig, path)
 
@@ -135,7 +168,11 @@ def plot_decode_against_context(frame: pd.DataFrame, items: Sequence[Mapping[str
 def write_context_plots(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]], stem: Path) -> dict[str, Path]:
     """``<stem>-memory-context.png`` and ``<stem>-decode-context.png`` (those the rows allow)."""
     made = {
-        "memory_context": plot_memory_against_context(frame, items, stem.name, stem.with_name(f"{stem.name}-memory-context.png")),
-        "decode_context": plot_decode_against_context(frame, items, stem.name, stem.with_name(f"{stem.name}-decode-context.png")),
+        "memory_context": plot_memory_against_context(
+            frame, items, stem.name, stem.with_name(f"{stem.name}-memory-context.png")
+        ),
+        "decode_context": plot_decode_against_context(
+            frame, items, stem.name, stem.with_name(f"{stem.name}-decode-context.png")
+        ),
     }
     return {k: v for k, v in made.items() if v is not None}

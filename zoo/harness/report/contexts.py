@@ -17,10 +17,21 @@ from zoo.harness.report.context_plots import write_context_plots
 if TYPE_CHECKING:
     import pandas as pd
 
-TABLE_HEADERS = ("variant", "context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s", "decode",
-                 "decode vs baseline", "decode basis", "note")
-NUMERIC_HEADERS = frozenset({"context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s",
-                             "decode vs baseline"})
+TABLE_HEADERS = (
+    "variant",
+    "context",
+    "memory MiB",
+    "cache MiB",
+    "memory vs baseline",
+    "decode tokens/s",
+    "decode",
+    "decode vs baseline",
+    "decode basis",
+    "note",
+)
+NUMERIC_HEADERS = frozenset(
+    {"context", "memory MiB", "cache MiB", "memory vs baseline", "decode tokens/s", "decode vs baseline"}
+)
 
 
 def table_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
@@ -29,9 +40,20 @@ def table_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
     baseline; the note column only when a row has a note."""
     rows = []
     for r in frame.to_dict("records"):
-        rows.append([r["label"], format_context(int(r["context"])), _mib(r["memory_bytes"]), _mib(r["cache_bytes"]),
-                     plain(r["memory_bytes_vs_baseline"]), _rate(r["decode_tokens_per_s"]), r["decode_source"],
-                     plain(r["decode_tokens_per_s_vs_baseline"]), r["decode_basis"], plain(r["note"])])
+        rows.append(
+            [
+                r["label"],
+                format_context(int(r["context"])),
+                _mib(r["memory_bytes"]),
+                _mib(r["cache_bytes"]),
+                plain(r["memory_bytes_vs_baseline"]),
+                _rate(r["decode_tokens_per_s"]),
+                r["decode_source"],
+                plain(r["decode_tokens_per_s_vs_baseline"]),
+                r["decode_basis"],
+                plain(r["note"]),
+            ]
+        )
     headers = list(TABLE_HEADERS)
     if not any(row[-1] for row in rows):
         headers, rows = headers[:-1], [row[:-1] for row in rows]
@@ -41,8 +63,10 @@ def table_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
 def context_markdown(frame: pd.DataFrame, items: Sequence[Mapping[str, Any]]) -> str:
     """The per-context table as Markdown, then one line per crossover."""
     headers, rows = table_rows(frame)
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join("---:" if h in NUMERIC_HEADERS else "---" for h in headers) + "|"]
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---:" if h in NUMERIC_HEADERS else "---" for h in headers) + "|",
+    ]
     lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in crossover_lines(items))
 
@@ -54,8 +78,10 @@ def render_contexts(frame: pd.DataFrame, stem: Path) -> dict[str, Path]:
     if not records:
         return {}
     contexts = as_frame(records)
-    paths = {"contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
-             "contexts_md": stem.with_name(f"{stem.name}-contexts.md")}
+    paths = {
+        "contexts_csv": stem.with_name(f"{stem.name}-contexts.csv"),
+        "contexts_md": stem.with_name(f"{stem.name}-contexts.md"),
+    }
     items = frame.attrs.get("crossovers", [])
     write_text_atomic(paths["contexts_csv"], contexts.to_csv(index=False))
     write_text_atomic(paths["contexts_md"], context_markdown(contexts, items))
@@ -87,10 +113,14 @@ def crossover_lines(items: Sequence[Mapping[str, Any]]) -> list[str]:
         against = item["baseline"] or "the baseline"
         if item["context"] is None:
             side = "better than" if item["after"] == "better" else "worse than"
-            lines.append(f"no crossover: {item['variant']} is {side} {against} in {item['measure']} "
-                         f"at every context from {lo} to {hi}")
+            lines.append(
+                f"no crossover: {item['variant']} is {side} {against} in {item['measure']} "
+                f"at every context from {lo} to {hi}"
+            )
             continue
         verb = "overtakes" if item["after"] == "better" else "falls behind"
-        lines.append(f"crossover: {item['variant']} {verb} {against} in {item['measure']} at "
-                     f"{item['context']:,.0f} tokens (between {lo} and {hi})")
+        lines.append(
+            f"crossover: {item['variant']} {verb} {against} in {item['measure']} at "
+            f"{item['context']:,.0f} tokens (between {lo} and {hi})"
+        )
     return lines

@@ -67,7 +67,13 @@ def plot_kv_against_context(rows: Sequence[Mapping[str, Any]], title: str, path:
     fig, ax = _figure()
     for label, curve in curves.items():
         ax.plot([c for c, _ in curve], [b / 2**20 for _, b in curve], marker="o", markersize=3, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache, batch 1 (MiB)", title=f"{title}: KV cache")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="context length (tokens)",
+        ylabel="KV cache, batch 1 (MiB)",
+        title=f"{title}: KV cache",
+    )
     plain_log_axes(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
@@ -80,7 +86,8 @@ def plot_decode_against_batch(rows: Sequence[Mapping[str, Any]], title: str, pat
         measurement = row.get("measurement") or {}
         if "batch_size" in row["values"] and measurement.get("decode_tokens_per_s"):
             series.setdefault(_label(row["values"], ("batch_size",)), []).append(
-                (row["values"]["batch_size"], measurement["decode_tokens_per_s"]))
+                (row["values"]["batch_size"], measurement["decode_tokens_per_s"])
+            )
     if not series or max(len(v) for v in series.values()) < 2:
         return None
     fig, ax = _figure()
@@ -101,14 +108,21 @@ def plot_params_against_kv(rows: Sequence[Mapping[str, Any]], title: str, path: 
     for row in rows:
         analysis = row.get("analysis") or {}
         if analysis.get("params_total") and analysis.get("kv_bytes_per_token") is not None:  # an encoder: no KV
-            points.setdefault(_label(row["values"], RUN_KEYS), (analysis["kv_bytes_per_token"], analysis["params_total"]))
+            points.setdefault(
+                _label(row["values"], RUN_KEYS), (analysis["kv_bytes_per_token"], analysis["params_total"])
+            )
     if not points:
         return None
     fig, ax = _figure()
     for label, (kv, params) in points.items():
         ax.scatter([kv / 1024], [params / 1e9])
         ax.annotate(label, (kv / 1024, params / 1e9), fontsize=7, xytext=(4, 4), textcoords="offset points")
-    ax.set(xscale="log", xlabel="KV bytes per token (KiB)", ylabel="parameters (billions)", title=f"{title}: parameters vs KV")
+    ax.set(
+        xscale="log",
+        xlabel="KV bytes per token (KiB)",
+        ylabel="parameters (billions)",
+        title=f"{title}: parameters vs KV",
+    )
     plain_log_axes(ax)
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
@@ -124,8 +138,12 @@ def plot_training_loss(rows: Sequence[Mapping[str, Any]], title: str, path: Path
     for label, measurement in curves:
         curve = measurement["train_curve"]
         held = measurement.get("train_held_out_loss")
-        ax.plot([t for t, _ in curve], [loss for _, loss in curve], linewidth=1.2,
-                label=label if held is None else f"{label} (held-out {held:.3f})")
+        ax.plot(
+            [t for t, _ in curve],
+            [loss for _, loss in curve],
+            linewidth=1.2,
+            label=label if held is None else f"{label} (held-out {held:.3f})",
+        )
     tokenizer = curves[0][1].get("train_tokenizer")
     ax.set(xlabel="training tokens", ylabel=f"training loss (nats/token, {tokenizer})", title=f"{title}: training loss")
     ax.grid(True, alpha=0.3)

@@ -32,9 +32,29 @@ DEFAULT_NAME = "bench"
 
 # Columns of the Markdown rendering (the CSV has them all).
 SUMMARY_COLUMNS = (
-    "timestamp", "arch", "device_name", "threads", "dtype", "weights_dtype", "batch_size", "prompt_len", "gen_len",
-    "compile_mode", "params_total", "weight_bytes", "kv_bytes", "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s",
-    "itl_p50_s", "itl_p99_s", "prefill_peak_bytes", "decode_peak_bytes", "fidelity_kl", "predicted_gpu", "predicted_decode_tokens_per_s",
+    "timestamp",
+    "arch",
+    "device_name",
+    "threads",
+    "dtype",
+    "weights_dtype",
+    "batch_size",
+    "prompt_len",
+    "gen_len",
+    "compile_mode",
+    "params_total",
+    "weight_bytes",
+    "kv_bytes",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "time_to_first_token_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "prefill_peak_bytes",
+    "decode_peak_bytes",
+    "fidelity_kl",
+    "predicted_gpu",
+    "predicted_decode_tokens_per_s",
     "zoo_commit",
 )
 # Added after kv_bytes when the log holds encoder rows (empty in decoder rows: not measured there).
@@ -61,15 +81,19 @@ def _measurements(rows: list[dict], path: Path) -> list[Row]:
     for number, row in enumerate(rows, start=1):
         kind = row.get("topology", row.get("family", "decoder"))
         if kind not in allowed:
-            raise BenchError(f"{path}: row {number} has topology {kind!r} (allowed: {', '.join(allowed)}); "
-                             "the results log is damaged (nothing was written)")
+            raise BenchError(
+                f"{path}: row {number} has topology {kind!r} (allowed: {', '.join(allowed)}); "
+                "the results log is damaged (nothing was written)"
+            )
         try:
             out.append(Row.model_validate(row))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise BenchError(f"{path}: row {number} is not a measurement ({where}: {first['msg']}); "
-                             "the results log is damaged (nothing was written)") from None
+            raise BenchError(
+                f"{path}: row {number} is not a measurement ({where}: {first['msg']}); "
+                "the results log is damaged (nothing was written)"
+            ) from None
     return out
 
 
@@ -112,7 +136,9 @@ def render_markdown(measurements: Sequence[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def append_result(measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME) -> dict[str, Path]:
+def append_result(
+    measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DIR, name: str = DEFAULT_NAME
+) -> dict[str, Path]:
     """Append one row to ``<dir>/<name>.jsonl`` and rewrite ``<name>.csv`` and ``<name>.md``.
 
     One log holds rows of every topology. Returns the three paths. Rows already in the file
@@ -132,27 +158,94 @@ def append_result(measurement: Row, results_dir: Path | str = DEFAULT_RESULTS_DI
 # ---- sweep tables ------------------------------------------------------------------------------
 # Analysis of the full-size model, then the measurement (of the model cut to the plan's depth).
 # A column a row's topology lacks is empty (an encoder's KV bytes: no cache), never 0.
-ANALYSIS_COLUMNS = ("arch", "topology", "n_layers", "dtype", "weights_layout", "params_total", "params_active", "weight_bytes",
-                    "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "context_len", "memory_len",
-                    "kv_bytes", "flops_per_token", "encoder_flops")
-TRAIN_RUN_COLUMNS = ("train_held_out_loss", "train_perplexity", "train_run_tokens", "train_run_tokens_per_s",
-                     "train_tokenizer", "train_run_start_step")  # phase train_run (--train-tokens)
+ANALYSIS_COLUMNS = (
+    "arch",
+    "topology",
+    "n_layers",
+    "dtype",
+    "weights_layout",
+    "params_total",
+    "params_active",
+    "weight_bytes",
+    "kv_bytes_per_token",
+    "cross_kv_bytes_per_token",
+    "state_bytes",
+    "context_len",
+    "memory_len",
+    "kv_bytes",
+    "flops_per_token",
+    "encoder_flops",
+)
+TRAIN_RUN_COLUMNS = (
+    "train_held_out_loss",
+    "train_perplexity",
+    "train_run_tokens",
+    "train_run_tokens_per_s",
+    "train_tokenizer",
+    "train_run_start_step",
+)  # phase train_run (--train-tokens)
 # how the weights are held ("int4", "Q4_1/Q8_0 -> int4 x210, ..."): the analysis's weights_dtype, named
 # apart from a weights_dtype axis
 ANALYSIS_SOURCE = {"weights_layout": "weights_dtype"}
-MEASURED_COLUMNS = ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "ttft_min_s", "ttft_max_s",
-                    "itl_p50_s", "itl_p90_s", "itl_p99_s", "itl_steps", "prefill_peak_bytes",
-                    "decode_peak_bytes", "fidelity_max_logit_error", "fidelity_kl", "eval_perplexity",
-                    "encoder_tokens_per_s", "encoder_time_s", "peak_bytes", "self_kv_bytes", "cross_kv_bytes",
-                    "train_tokens_per_s", *TRAIN_RUN_COLUMNS)
+MEASURED_COLUMNS = (
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "time_to_first_token_s",
+    "ttft_min_s",
+    "ttft_max_s",
+    "itl_p50_s",
+    "itl_p90_s",
+    "itl_p99_s",
+    "itl_steps",
+    "prefill_peak_bytes",
+    "decode_peak_bytes",
+    "fidelity_max_logit_error",
+    "fidelity_kl",
+    "eval_perplexity",
+    "encoder_tokens_per_s",
+    "encoder_time_s",
+    "peak_bytes",
+    "self_kv_bytes",
+    "cross_kv_bytes",
+    "train_tokens_per_s",
+    *TRAIN_RUN_COLUMNS,
+)
 MEASURED_CONTEXT = ("device_name", "threads")
-RATIO_COLUMNS = ("params_total", "kv_bytes_per_token", "kv_bytes", "weight_bytes", "decode_tokens_per_s",
-                 "prefill_tokens_per_s", "decode_peak_bytes", "encoder_tokens_per_s")
-SWEEP_MARKDOWN = ("topology", "params_total", "kv_bytes_per_token", "cross_kv_bytes_per_token", "state_bytes", "kv_bytes",
-                  "measured_n_layers", "encoder_tokens_per_s", "prefill_tokens_per_s", "decode_tokens_per_s", "itl_p50_s", "decode_peak_bytes", "peak_bytes", "kv_bytes_vs_baseline",
-                  "params_total_vs_baseline", "encoder_tokens_per_s_vs_baseline", "decode_tokens_per_s_vs_baseline",
-                  "train_held_out_loss", "train_perplexity", "train_run_tokens_per_s", "train_tokenizer",
-                  "status", "error")
+RATIO_COLUMNS = (
+    "params_total",
+    "kv_bytes_per_token",
+    "kv_bytes",
+    "weight_bytes",
+    "decode_tokens_per_s",
+    "prefill_tokens_per_s",
+    "decode_peak_bytes",
+    "encoder_tokens_per_s",
+)
+SWEEP_MARKDOWN = (
+    "topology",
+    "params_total",
+    "kv_bytes_per_token",
+    "cross_kv_bytes_per_token",
+    "state_bytes",
+    "kv_bytes",
+    "measured_n_layers",
+    "encoder_tokens_per_s",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "itl_p50_s",
+    "decode_peak_bytes",
+    "peak_bytes",
+    "kv_bytes_vs_baseline",
+    "params_total_vs_baseline",
+    "encoder_tokens_per_s_vs_baseline",
+    "decode_tokens_per_s_vs_baseline",
+    "train_held_out_loss",
+    "train_perplexity",
+    "train_run_tokens_per_s",
+    "train_tokenizer",
+    "status",
+    "error",
+)
 
 
 def sweep_table(rows, keys: Sequence[str], baseline: dict):  # type: ignore[no-untyped-def]
@@ -193,7 +286,11 @@ def integer_columns(frame, records: Sequence[dict]):  # type: ignore[no-untyped-
     failed row's gap does not turn 28 layers into 28.0 in --json and --csv."""
     for column in frame.columns:
         values = [r.get(column) for r in records if r.get(column) is not None]
-        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values) and max(map(abs, values)) < 2**63:
+        if (
+            values
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+            and max(map(abs, values)) < 2**63
+        ):
             frame[column] = frame[column].astype("Int64")
     return frame
 
@@ -217,9 +314,16 @@ def sweep_markdown(frame, keys: Sequence[str]) -> str:  # type: ignore[no-untype
 def render_sweep(frame, rows, stem: Path) -> dict[str, Path]:  # type: ignore[no-untyped-def]
     """``<stem>.csv``, ``<stem>.md`` and the plots the rows allow, each written whole."""
 
-    keys = [c for c in frame.columns if c not in ("point_id", "label", "status", "error") and c not in ANALYSIS_COLUMNS
-            and c not in MEASURED_COLUMNS and c not in MEASURED_CONTEXT and c != "measured_n_layers"
-            and not c.endswith("_vs_baseline")]
+    keys = [
+        c
+        for c in frame.columns
+        if c not in ("point_id", "label", "status", "error")
+        and c not in ANALYSIS_COLUMNS
+        and c not in MEASURED_COLUMNS
+        and c not in MEASURED_CONTEXT
+        and c != "measured_n_layers"
+        and not c.endswith("_vs_baseline")
+    ]
 
     if ARCH_KEY in frame.columns and any(ARCH_KEY in r.get("values", {}) for r in rows):
         keys.insert(0, ARCH_KEY)  # an axis of its own, though also an analysis column

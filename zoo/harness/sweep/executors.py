@@ -37,7 +37,13 @@ from zoo.harness.sweep.points import OnRow, evaluate_point, make_row
 from zoo.harness.sweep.ray_executor import RayExecutor
 
 Isolation = Literal["forkserver", "interpreter"]
-FORKSERVER_PRELOAD = ["zoo.harness.sweep.points", "zoo.harness.run", "zoo.analysis.counts", "zoo.model.generation", "torch._dynamo"]
+FORKSERVER_PRELOAD = [
+    "zoo.harness.sweep.points",
+    "zoo.harness.run",
+    "zoo.analysis.counts",
+    "zoo.model.generation",
+    "torch._dynamo",
+]
 STDERR_TAIL_LINES = 3
 
 
@@ -58,8 +64,13 @@ class LocalExecutor:
     """Each run in its own process, ``jobs`` at a time (timings of parallel runs compete for
     the same cores: keep ``jobs=1`` for figures you will compare)."""
 
-    def __init__(self, jobs: int = 1, isolation: Isolation | None = None, timeout: float | None = None,
-                 target: Callable[..., None] | None = None) -> None:
+    def __init__(
+        self,
+        jobs: int = 1,
+        isolation: Isolation | None = None,
+        timeout: float | None = None,
+        target: Callable[..., None] | None = None,
+    ) -> None:
         if jobs < 1:
             raise BenchError(f"jobs: {jobs} is not a number of parallel runs; allowed: 1 or more")
         if isolation is None:
@@ -104,7 +115,9 @@ class LocalExecutor:
                     point = queue.pop(0)
                     reader, writer = context.Pipe(duplex=False)
                     log = logs / f"{point.id}.log"
-                    process = context.Process(target=self.target, args=(plan_json, point.model_dump_json(), writer, str(log)), daemon=True)
+                    process = context.Process(
+                        target=self.target, args=(plan_json, point.model_dump_json(), writer, str(log)), daemon=True
+                    )
                     with _main_script_hidden():
                         process.start()
                     writer.close()
@@ -158,9 +171,9 @@ def remove_stale_log_folders(root: str | Path | None = None) -> list[Path]:
 
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{LOG_PREFIX}*"):
-        owner = folder.name[len(LOG_PREFIX):].split("-", 1)[0]
+        owner = folder.name[len(LOG_PREFIX) :].split("-", 1)[0]
         try:
-            if owner.isdigit() and "-" in folder.name[len(LOG_PREFIX):]:
+            if owner.isdigit() and "-" in folder.name[len(LOG_PREFIX) :]:
                 if _alive(int(owner)):
                     continue
             elif time.time() - folder.stat().st_mtime < STALE_UNNAMED_S:
@@ -183,7 +196,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _collect(point: SweepPoint, process: Any, reader: Any, log: Path, timeout: float | None, started: float) -> dict[str, Any] | None:
+def _collect(
+    point: SweepPoint, process: Any, reader: Any, log: Path, timeout: float | None, started: float
+) -> dict[str, Any] | None:
     """The row of a run that ended (or overran); None while it is still running."""
     reply = None
     if reader.poll():
@@ -238,8 +253,14 @@ def _forked_run(plan_json: str, point_json: str, conn: Any, log_path: str) -> No
     conn.close()
 
 
-def make_executor(name: str = "local", *, jobs: int = 1, isolation: Isolation | None = None,
-                  timeout: float | None = None, address: str | None = None) -> Executor:
+def make_executor(
+    name: str = "local",
+    *,
+    jobs: int = 1,
+    isolation: Isolation | None = None,
+    timeout: float | None = None,
+    address: str | None = None,
+) -> Executor:
     """An executor by name: ``local`` (default) or ``ray`` (needs ``pip install -e ".[ray]"``)."""
     check_executor_options(jobs, timeout)
     if name == "local":
@@ -254,8 +275,9 @@ def make_executor(name: str = "local", *, jobs: int = 1, isolation: Isolation | 
 def check_executor_options(jobs: int = 1, timeout: float | None = None) -> None:
     """--jobs and --timeout checked before anything runs (even when no executor is made)."""
 
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not math.isfinite(timeout) or timeout <= 0):
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0
+    ):
         raise BenchError(f"timeout: must be a positive number of seconds, got {timeout!r}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise BenchError(f"jobs: must be an integer >= 1, got {jobs!r}")

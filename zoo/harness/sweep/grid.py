@@ -29,10 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import zoo
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
 from zoo.files.safe_io import check_depth, read_text
-from zoo.files.safe_io import parse_scalar as parse
 from zoo.harness.context_lengths import parse_context, parse_contexts
 from zoo.harness.run import BenchConfig, make_config
 from zoo.harness.sweep.labels import label_of
+from zoo.harness.sweep.parsing import parse_assignments, parse_vary, split_values
 from zoo.specs.model import ModelSpec
 from zoo.specs.registry import get_registry
 
@@ -69,7 +69,9 @@ class SweepPlan(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict, description="axis values of the reference row")
     depth: int | None = Field(2, ge=1, description="layers of the measured model; None = full depth")
     analysis_only: bool = False
-    contexts: list[int] = Field(default_factory=list, description="context lengths for memory and decode tokens/s (4k = 4096)")
+    contexts: list[int] = Field(
+        default_factory=list, description="context lengths for memory and decode tokens/s (4k = 4096)"
+    )
     measure_up_to: int | None = Field(None, ge=1, description="contexts above this are predicted, not measured")
     max_points: int = Field(MAX_POINTS, ge=1, le=2**31 - 1, description="refuse a grid of more points than this")
 
@@ -92,15 +94,20 @@ class SweepPlan(BaseModel):
 
     def size(self) -> int:
         """Points of the grid and the extra points, counted without building them."""
-        return math.prod(len(v) if isinstance(v, list) else 1 for v in self.vary.values()) * bool(self.vary) + len(self.points)
+        return math.prod(len(v) if isinstance(v, list) else 1 for v in self.vary.values()) * bool(self.vary) + len(
+            self.points
+        )
 
     def check_size(self) -> None:
         """A grid past ``max_points`` is refused before one point is built (three axes of 1,000
         values are 10**9 points)."""
         if self.size() > self.max_points:
             shape = " x ".join(f"{len(v):,}" if isinstance(v, list) else "1" for v in self.vary.values()) or "0"
-            raise BenchError(f"vary: the grid has {self.size():,} points (axes of {shape} values, {len(self.points):,} extra points); "
-                             f"allowed: at most {self.max_points:,} (raise it with --max-points or max_points)")
+            raise BenchError(
+                f"vary: the grid has {self.size():,} points (axes of {shape} values, {len(self.points):,} extra "
+                "points); "
+                f"allowed: at most {self.max_points:,} (raise it with --max-points or max_points)"
+            )
 
     def expand(self) -> list[SweepPoint]:
         """The grid's points in order (first axis slowest), then the extra points."""
@@ -110,76 +117,32 @@ class SweepPlan(BaseModel):
             axes = list(self.vary.items())
             combos = [dict(zip([k for k, _ in axes], values)) for values in product(*(v for _, v in axes))]
         combos += [dict(extra) for extra in self.points]
-        points = [SweepPoint(index=i, id=self.point_id(values), label=label_of(values), values=values) for i, values in enumerate(combos)]
+        points = [
+            SweepPoint(index=i, id=self.point_id(values), label=label_of(values), values=values)
+            for i, values in enumerate(combos)
+        ]
         seen: dict[str, str] = {}
         for point in points:
             if point.id in seen:
-                raise BenchError(f"vary: the point {point.label!r} appears twice in the grid; each point must be unique")
+                raise BenchError(
+                    f"vary: the point {point.label!r} appears twice in the grid; each point must be unique"
+                )
             seen[point.id] = point.label
         return points
 
     def point_id(self, values: Mapping[str, Any]) -> str:
         identity = {
             "base": self.arch if self.spec is None else self.spec,
-            "set": self.set, "run": self.run, "values": dict(values),
-            "depth": None if self.analysis_only else self.depth, "analysis_only": self.analysis_only,
+            "set": self.set,
+            "run": self.run,
+            "values": dict(values),
+            "depth": None if self.analysis_only else self.depth,
+            "analysis_only": self.analysis_only,
         }
         if self.contexts:  # only then: ids of plans without contexts stay as they were
             identity["contexts"] = [self.contexts, None if self.analysis_only else self.measure_up_to]
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
         return digest[:16]
-
-
-# ---- parsing --vary / --set / --baseline -----------------------------------------------------
-def split_values(text: str) -> list[str]:
-    """Split on commas outside brackets and braces: 'a,{kind: moe, top_k: 2}' -> two items."""
-    items, depth, current = [], 0, ""
-    for char in text:
-        if char in "[{(":
-            depth += 1
-        elif char in "]})":
-            depth -= 1
-        if char == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += char
-    items.append(current)
-    return [item.strip() for item in items]
-
-
-def parse_scalar(raw: str) -> Any:
-    """A value as --set reads it: YAML (numbers, null, true, {flow: mappings}), else the text."""
-
-    return parse(raw, BenchError, repr(raw[:40]))
-
-
-def parse_vary(items: Iterable[str]) -> dict[str, list[Any]]:
-    """``["attention.kind=mha,gqa", "batch_size=1,4"]`` -> ordered axes."""
-    axes: dict[str, list[Any]] = {}
-    for item in items:
-        if "=" not in item:
-            raise BenchError(f"--vary {item!r}: expected KEY=V1,V2,..., e.g. attention.kind=mha,gqa,mqa")
-        key, raw = (part.strip() for part in item.split("=", 1))
-        values = [parse_scalar(v) for v in split_values(raw) if v != ""]
-        if not key or not values:
-            raise BenchError(f"--vary {item!r}: the grid is empty; give at least one value, e.g. {key or 'attention.kind'}=mha,gqa")
-        if key in axes:
-            raise BenchError(f"--vary {key}: given twice; give every value in one --vary")
-        axes[key] = values
-    return axes
-
-
-def parse_assignments(items: Iterable[str], what: str) -> dict[str, Any]:
-    """``["n_layers=2"]`` -> {"n_layers": 2} (for --set and --baseline)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        for part in split_values(item) if what == "--baseline" else [item]:
-            if "=" not in part:
-                raise BenchError(f"{what} {part!r}: expected KEY=VALUE")
-            key, raw = part.split("=", 1)
-            out[key.strip()] = parse_scalar(raw.strip())
-    return out
 
 
 # ---- checking keys before anything runs ------------------------------------------------------
@@ -191,8 +154,9 @@ def check_plan(plan: SweepPlan) -> None:
     if plan.arch is not None and plan.spec is not None:
         raise BenchError("give exactly one base model: an architecture (arch) or a spec")
     if plan.arch is None and plan.spec is None and not _every_point_names_a_model(plan):
-        raise BenchError("give a base model: an architecture (arch), a spec, or an axis of them "
-                         "(--vary arch=A,B or --weights A,B)")
+        raise BenchError(
+            "give a base model: an architecture (arch), a spec, or an axis of them (--vary arch=A,B or --weights A,B)"
+        )
     _check_checkpoint_axis(plan)
     for key, values in plan.vary.items():
         if not isinstance(values, list) or not values:
@@ -204,7 +168,9 @@ def check_plan(plan: SweepPlan) -> None:
     archs += [v for v in plan.vary.get(ARCH_KEY, [])] + [p[ARCH_KEY] for p in plan.points if ARCH_KEY in p]
     for name in archs:
         if not isinstance(name, str) or name not in registry.architectures:
-            raise SpecError(f"arch: unknown architecture {name!r}{did_you_mean(str(name), registry.architectures)}; see `zoo list`")
+            raise SpecError(
+                f"arch: unknown architecture {name!r}{did_you_mean(str(name), registry.architectures)}; see `zoo list`"
+            )
     bases = [ModelSpec.model_validate(plan.spec)] if plan.spec else []
 
     bases += [zoo.spec(name) for name in dict.fromkeys(archs)]
@@ -222,14 +188,19 @@ def check_plan(plan: SweepPlan) -> None:
     run_fields, spec_fields = set(BenchConfig.model_fields) - {"weights"}, set(ModelSpec.model_fields)
     for mapping, where in [(plan.set, "set"), (plan.run, "run"), (plan.baseline, "baseline")]:
         for key in mapping:
-            _check_key(key, where, kinds, registry, run_fields if where == "run" else spec_fields if where == "set" else None)
+            _check_key(
+                key, where, kinds, registry, run_fields if where == "run" else spec_fields if where == "set" else None
+            )
     for key in plan.keys():
         _check_key(key, "vary", kinds, registry, None)
     _check_run_values(plan, run_fields)
     unknown_baseline = set(plan.baseline) - set(plan.keys())
     if unknown_baseline:
         key = sorted(unknown_baseline)[0]
-        raise BenchError(f"baseline: {key} is not an axis of this sweep{did_you_mean(key, plan.keys())}; allowed: {allowed(plan.keys())}")
+        raise BenchError(
+            f"baseline: {key} is not an axis of this sweep{did_you_mean(key, plan.keys())}; allowed: "
+            f"{allowed(plan.keys())}"
+        )
 
 
 def _every_point_names_a_model(plan: SweepPlan) -> bool:
@@ -245,8 +216,10 @@ def _check_checkpoint_axis(plan: SweepPlan) -> None:
     spec_keys = [k for k in [*plan.set, *plan.keys()] if k.split(".")[0] in ModelSpec.model_fields or k == ARCH_KEY]
     if WEIGHTS_KEY in plan.keys() and (spec_keys or plan.arch is not None or plan.spec is not None):
         what = spec_keys[0] if spec_keys else "arch" if plan.arch is not None else "spec"
-        raise BenchError(f"{what}: a checkpoint's model is read from its files; vary weights alone, or with run "
-                         "options (batch_size, dtype, ...), not with an arch, a spec or spec fields")
+        raise BenchError(
+            f"{what}: a checkpoint's model is read from its files; vary weights alone, or with run "
+            "options (batch_size, dtype, ...), not with an arch, a spec or spec fields"
+        )
 
 
 def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
@@ -271,13 +244,18 @@ def _check_run_values(plan: SweepPlan, run_fields: set[str]) -> None:
 def check_name(name: str) -> None:
     """A sweep's name is a file stem inside --results-dir: no folders, no hidden files."""
     if not name or name.startswith(".") or any(c in name for c in "/\\\0") or name != name.strip():
-        raise BenchError(f"name: {name!r} is not a file name; use letters, digits, '.', '-' and '_' "
-                         "(no '/', no leading '.'): results are written inside --results-dir")
+        raise BenchError(
+            f"name: {name!r} is not a file name; use letters, digits, '.', '-' and '_' "
+            "(no '/', no leading '.'): results are written inside --results-dir"
+        )
 
 
 def _checked_kind(registry: Any, family: str, kind: Any, key: str) -> str:
     if not isinstance(kind, str) or kind not in registry.kinds(family):
-        raise SpecError(f"{key}: unknown kind {kind!r}{did_you_mean(str(kind), registry.kinds(family))}; allowed: {allowed(registry.kinds(family))}")
+        raise SpecError(
+            f"{key}: unknown kind {kind!r}{did_you_mean(str(kind), registry.kinds(family))}; allowed: "
+            f"{allowed(registry.kinds(family))}"
+        )
     return kind
 
 
@@ -289,7 +267,10 @@ def _check_key(key: str, where: str, kinds: Mapping[str, set[str]], registry: An
     if only is None and key in (ARCH_KEY, WEIGHTS_KEY):
         return
     if head not in choices or (head in run_fields and rest) or (head == ARCH_KEY and rest):
-        raise SpecError(f"{where}: unknown key {key!r}{did_you_mean(head, choices)}; allowed: spec fields and run options: {', '.join(choices)}")
+        raise SpecError(
+            f"{where}: unknown key {key!r}{did_you_mean(head, choices)}; allowed: spec fields and run options: "
+            f"{', '.join(choices)}"
+        )
     if head in COMPONENT_FAMILIES and rest:
         option = rest.split(".")[0]
         options: set[str] = {"kind"}
@@ -327,7 +308,7 @@ def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
         data["max_points"] = max_points
     if isinstance(data.get("depth"), str):
         if data["depth"] != "full":
-            raise BenchError(f"{path}: depth: expected a number of layers or \"full\", got {data['depth']!r}")
+            raise BenchError(f'{path}: depth: expected a number of layers or "full", got {data["depth"]!r}')
         data["depth"] = None
     spec_file = data.pop("spec_file", None)
     if spec_file is not None:
@@ -339,7 +320,9 @@ def load_plan(path: str | Path, max_points: int | None = None) -> SweepPlan:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise BenchError(f"{path}: {where}: {first['msg']}; allowed keys: {allowed(SweepPlan.model_fields)} (and spec_file)") from None
+        raise BenchError(
+            f"{path}: {where}: {first['msg']}; allowed keys: {allowed(SweepPlan.model_fields)} (and spec_file)"
+        ) from None
     try:
         check_plan(plan)
     except (BenchError, SpecError) as exc:

@@ -19,7 +19,9 @@ def short_value(key: str, value: Any) -> str:
     if not isinstance(value, Mapping):
         return f"{key}={format_value(value)}"
     if key == "layers":
-        return ", ".join(f"{_leaves(override)} {_share(str(where))}" for where, override in value.items()) or "layers=none"
+        return (
+            ", ".join(f"{_leaves(override)} {_share(str(where))}" for where, override in value.items()) or "layers=none"
+        )
     return f"{key}={_leaves(value)}"
 
 

@@ -42,7 +42,11 @@ def point_spec(plan: SweepPlan, point: SweepPoint) -> ModelSpec:
     if weights is not None:  # the checkpoint's own spec, read from its config or GGUF header
         return checkpoint_spec(str(weights))
     arch = point.values.get(ARCH_KEY, plan.arch)
-    base = zoo.spec(arch) if arch is not None and (ARCH_KEY in point.values or plan.spec is None) else ModelSpec.model_validate(plan.spec)
+    base = (
+        zoo.spec(arch)
+        if arch is not None and (ARCH_KEY in point.values or plan.spec is None)
+        else ModelSpec.model_validate(plan.spec)
+    )
     values = {k: v for k, v in point.values.items() if k != ARCH_KEY and k.split(".")[0] not in run_fields}
     updates = {**_shared_sets(plan.set, values), **values}
     return base.override(updates) if updates else base
@@ -79,7 +83,9 @@ def reduced_depth(spec, n_layers: int | None):  # type: ignore[no-untyped-def]
     data = spec.to_dict()
     data.update(n_layers=min(n_layers, spec.n_layers), layers=_layers_within(spec.layers, n_layers))
     if encoder is not None:
-        data["encoder"].update(n_layers=min(n_layers, encoder.n_layers), layers=_layers_within(encoder.layers, n_layers))
+        data["encoder"].update(
+            n_layers=min(n_layers, encoder.n_layers), layers=_layers_within(encoder.layers, n_layers)
+        )
     return type(spec).model_validate(data)
 
 

@@ -22,7 +22,10 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise BenchError('executor ray: Ray is not installed; install it with pip install -e ".[ray]" (or pip install "ray[default]")') from None
+        raise BenchError(
+            'executor ray: Ray is not installed; install it with pip install -e ".[ray]" (or pip install '
+            '"ray[default]")'
+        ) from None
     return ray
 
 
@@ -42,13 +45,19 @@ class RayExecutor:
         started_here = not ray.is_initialized()
         if started_here:
             try:
-                ray.init(address=self.address, num_cpus=self.num_cpus if self.address is None else None,
-                         log_to_driver=False, include_dashboard=False)
+                ray.init(
+                    address=self.address,
+                    num_cpus=self.num_cpus if self.address is None else None,
+                    log_to_driver=False,
+                    include_dashboard=False,
+                )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise BenchError(f"executor ray: cannot connect to a Ray cluster at {self.address!r}: {exc}") from None
         try:
             gpus = ray.cluster_resources().get("GPU", 0)
-            task = ray.remote(max_calls=1, max_retries=0, num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1)(_remote_evaluate)
+            task = ray.remote(max_calls=1, max_retries=0, num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1)(
+                _remote_evaluate
+            )
             plan_json = plan.model_dump_json()
             pending = {task.remote(plan_json, p.model_dump_json()): p for p in points}
             while pending:
@@ -56,7 +65,9 @@ class RayExecutor:
                 if not done:  # nothing finished within the timeout: cancel what runs longest
                     ref = next(iter(pending))
                     ray.cancel(ref, force=True)
-                    on_row(make_row(pending.pop(ref), f"run: exceeded its timeout of {self.timeout} s and was cancelled"))
+                    on_row(
+                        make_row(pending.pop(ref), f"run: exceeded its timeout of {self.timeout} s and was cancelled")
+                    )
                     continue
                 ref = done[0]
                 point = pending.pop(ref)
@@ -64,7 +75,11 @@ class RayExecutor:
                     on_row(ray.get(ref))
                 except Exception as exc:
                     message = str(exc).strip().splitlines()
-                    on_row(make_row(point, f"run: the Ray task failed ({type(exc).__name__}): {message[-1] if message else ''}"))
+                    on_row(
+                        make_row(
+                            point, f"run: the Ray task failed ({type(exc).__name__}): {message[-1] if message else ''}"
+                        )
+                    )
         finally:
             if started_here:
                 ray.shutdown()

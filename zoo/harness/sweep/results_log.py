@@ -46,9 +46,15 @@ def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
+        fd = os.open(
+            path,
+            os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0),
+            0o666,
+        )
     except OSError as exc:
-        raise BenchError(f"{path}: cannot write results there ({exc.strerror or exc}); choose another --results-dir") from None
+        raise BenchError(
+            f"{path}: cannot write results there ({exc.strerror or exc}); choose another --results-dir"
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # a link to /dev/zero would be read forever
         os.close(fd)
         raise BenchError(f"{path}: the results log is not a regular file; choose another name or --results-dir")
@@ -57,8 +63,10 @@ def locked(path: Path, *, wait: bool = True) -> Iterator[int]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
-                raise BenchError(f"{path}: another zoo process is writing this results log; "
-                                 "wait for it to finish or use another name or --results-dir") from None
+                raise BenchError(
+                    f"{path}: another zoo process is writing this results log; "
+                    "wait for it to finish or use another name or --results-dir"
+                ) from None
         yield fd
     finally:
         os.close(fd)  # closing releases the lock
@@ -72,7 +80,9 @@ def check_folder_writable(folder: Path) -> None:
         with tempfile.TemporaryFile(dir=folder, prefix=".zoo-probe-"):
             pass
     except OSError as exc:
-        raise BenchError(f"{folder}: cannot write results there ({exc.strerror or exc}); choose another --results-dir") from None
+        raise BenchError(
+            f"{folder}: cannot write results there ({exc.strerror or exc}); choose another --results-dir"
+        ) from None
 
 
 def _read_fd(fd: int) -> bytes:
@@ -99,16 +109,22 @@ def parse_rows(data: bytes, path: Path) -> list[dict[str, Any]]:
         except UnicodeDecodeError:
             if last:
                 continue
-            raise BenchError(f"{path}: line {number} is not UTF-8; the results log is damaged (nothing was written)") from None
+            raise BenchError(
+                f"{path}: line {number} is not UTF-8; the results log is damaged (nothing was written)"
+            ) from None
         except json.JSONDecodeError:
             if last:
                 continue  # the unterminated tail of an interrupted write
-            raise BenchError(f"{path}: line {number} is not a JSON row; the results log is damaged (nothing was written)") from None
+            raise BenchError(
+                f"{path}: line {number} is not a JSON row; the results log is damaged (nothing was written)"
+            ) from None
         except RecursionError:
             raise BenchError(f"{path}: line {number} is nested too deep; the results log is damaged") from None
         if not isinstance(row, dict):
-            raise BenchError(f"{path}: line {number} is a JSON {type(row).__name__}, not a row object; "
-                             "the results log is damaged (nothing was written)")
+            raise BenchError(
+                f"{path}: line {number} is a JSON {type(row).__name__}, not a row object; "
+                "the results log is damaged (nothing was written)"
+            )
         rows.append(row)
     return rows
 

@@ -53,7 +53,10 @@ def run_plan(
     with locked(log, wait=False) as fd:  # one sweep per log: a second is refused, not duplicated
         logged = read_locked(fd, log)
         if logged and not (resume or overwrite):
-            raise BenchError(f"{log}: already holds {len(logged)} rows; pass --resume to finish that sweep or --overwrite to start again")
+            raise BenchError(
+                f"{log}: already holds {len(logged)} rows; pass --resume to finish that sweep or --overwrite to "
+                "start again"
+            )
         if overwrite:
             os.ftruncate(fd, 0)
             logged = []
@@ -70,8 +73,9 @@ def run_plan(
     return frame
 
 
-def _run_staged(plan: SweepPlan, points: list[Any], executor: Executor | None, log: Path,
-                progress: Progress | None, render: bool) -> pd.DataFrame:
+def _run_staged(
+    plan: SweepPlan, points: list[Any], executor: Executor | None, log: Path, progress: Progress | None, render: bool
+) -> pd.DataFrame:
     """Every point into a fresh log in a staging folder beside ``log``; renderings there too;
     then all of them replace the earlier save at once (``zoo.files.atomic.staged_folder``)."""
 
@@ -93,7 +97,11 @@ def _run_staged(plan: SweepPlan, points: list[Any], executor: Executor | None, l
 
 
 def _run_points(
-    plan: SweepPlan, points: list[Any], rows: list[dict[str, Any]], executor: Executor | None, fd: int | None,
+    plan: SweepPlan,
+    points: list[Any],
+    rows: list[dict[str, Any]],
+    executor: Executor | None,
+    fd: int | None,
     progress: Progress | None,
 ) -> pd.DataFrame:
     """Run the points not in ``rows`` (the first row of each logged id), appending each row."""
@@ -176,12 +184,23 @@ def compare(
     check_executor_options(jobs, timeout)
     spec = arch if isinstance(arch, (ModelSpec, Mapping)) else None
     plan = plan_from_options(
-        arch=None if spec is not None else arch, spec=spec, vary=vary, attention=attention, set=set, baseline=baseline,
-        name=name, run=run_options, depth=depth, analysis_only=not measure, max_points=max_points,
+        arch=None if spec is not None else arch,
+        spec=spec,
+        vary=vary,
+        attention=attention,
+        set=set,
+        baseline=baseline,
+        name=name,
+        run=run_options,
+        depth=depth,
+        analysis_only=not measure,
+        max_points=max_points,
         **_context_fields(contexts, measure_up_to, "contexts", "measure_up_to"),
     )
-    chosen = executor if not isinstance(executor, str) else (
-        InlineExecutor() if not measure else make_executor(executor, jobs=jobs, timeout=timeout)
+    chosen = (
+        executor
+        if not isinstance(executor, str)
+        else (InlineExecutor() if not measure else make_executor(executor, jobs=jobs, timeout=timeout))
     )
     return run_plan(plan, chosen, results_dir, overwrite=results_dir is not None, staged=True, progress=progress)
 
@@ -209,9 +228,14 @@ def sweep(
     fields = _context_fields(contexts, measure_up_to, "contexts", "measure_up_to")
     if fields:
         plan = SweepPlan.model_validate({**plan.model_dump(), **fields})
-    chosen = executor if not isinstance(executor, str) else (
-        InlineExecutor() if plan.analysis_only and executor == "local"
-        else make_executor(executor, jobs=jobs, timeout=timeout, address=address, isolation=isolation)  # type: ignore[arg-type]
+    chosen = (
+        executor
+        if not isinstance(executor, str)
+        else (
+            InlineExecutor()
+            if plan.analysis_only and executor == "local"
+            else make_executor(executor, jobs=jobs, timeout=timeout, address=address, isolation=isolation)  # type: ignore[arg-type]
+        )
     )
     return run_plan(plan, chosen, results_dir, resume=resume, overwrite=overwrite, progress=progress)
 

@@ -26,12 +26,34 @@ MODEL_TYPE = "bart"
 ARCHITECTURE = "BartForConditionalGeneration"
 # the stacks' copies of the shared table (transformers ties them to shared.weight)
 IGNORED = re.compile(r"^(model\.)?(encoder|decoder)\.embed_tokens\.weight$")
-NEUTRAL = ("dropout", "activation_dropout", "attention_dropout", "classifier_dropout", "classif_dropout",
-           "encoder_layerdrop", "decoder_layerdrop", "init_std", "is_encoder_decoder", "is_decoder",
-           "decoder_start_token_id", "forced_eos_token_id", "forced_bos_token_id", "num_hidden_layers",
-           "gradient_checkpointing", "no_repeat_ngram_size", "num_beams", "early_stopping", "length_penalty",
-           "max_length", "min_length", "num_labels", "normalize_embedding", "static_position_embeddings",
-           "extra_pos_embeddings", "output_past")
+NEUTRAL = (
+    "dropout",
+    "activation_dropout",
+    "attention_dropout",
+    "classifier_dropout",
+    "classif_dropout",
+    "encoder_layerdrop",
+    "decoder_layerdrop",
+    "init_std",
+    "is_encoder_decoder",
+    "is_decoder",
+    "decoder_start_token_id",
+    "forced_eos_token_id",
+    "forced_bos_token_id",
+    "num_hidden_layers",
+    "gradient_checkpointing",
+    "no_repeat_ngram_size",
+    "num_beams",
+    "early_stopping",
+    "length_penalty",
+    "max_length",
+    "min_length",
+    "num_labels",
+    "normalize_embedding",
+    "static_position_embeddings",
+    "extra_pos_embeddings",
+    "output_past",
+)
 
 
 def read_config(r: ConfigReader) -> dict[str, Any]:
@@ -48,8 +70,11 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     scale = math.sqrt(d) if r.get("scale_embedding", False) else None
     attention = {"kind": "mha", "n_heads": dec_heads, "head_dim": d // dec_heads, "bias": True}
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("decoder_layers"),
-        "max_seq_len": table, "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("decoder_layers"),
+        "max_seq_len": table,
+        "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "embedding_scale": scale,
         "embedding": {"kind": "token", "norm": True},
         "norm": {"kind": "layernorm", "eps": 1e-5, "bias": True},
@@ -60,9 +85,12 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         "block": {"kind": "post_norm"},
         "final_norm": False,
         "head": {"kind": "causal_lm", "logits_bias": True},
-        "encoder": {"n_layers": r.need("encoder_layers"),
-                    "attention": {"causal": False, "n_heads": enc_heads, "head_dim": d // enc_heads},
-                    "ffn": {"hidden": r.need("encoder_ffn_dim")}, "final_norm": False},
+        "encoder": {
+            "n_layers": r.need("encoder_layers"),
+            "attention": {"causal": False, "n_heads": enc_heads, "head_dim": d // enc_heads},
+            "ffn": {"hidden": r.need("encoder_ffn_dim")},
+            "final_norm": False,
+        },
         "decoder_start_token_id": int(r.get("decoder_start_token_id", 2)),
     }
 
@@ -72,16 +100,27 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     encoder = spec.encoder_spec()
     if encoder is None or spec.encoder is None:
         raise CheckpointError(f"spec {spec.name!r}: a bart config describes an encoder-decoder")
-    require(spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("layernorm",), positional=("learned",), ffn=("mlp",))
+    require(
+        spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("layernorm",), positional=("learned",), ffn=("mlp",)
+    )
     dec, enc = spec.layer(0), encoder.layer(0)
     return {
-        "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "d_model": spec.d_model,
-        "decoder_layers": spec.n_layers, "encoder_layers": spec.encoder.n_layers,
-        "decoder_attention_heads": dec.attention.options.n_heads, "encoder_attention_heads": enc.attention.options.n_heads,
-        "decoder_ffn_dim": dec.ffn.options.hidden, "encoder_ffn_dim": enc.ffn.options.hidden,
-        "activation_function": dec.ffn.options.activation, "max_position_embeddings": spec.max_seq_len,
-        "scale_embedding": spec.embedding_scale is not None, "tie_word_embeddings": spec.tie_embeddings,
-        "is_encoder_decoder": True, "decoder_start_token_id": spec.decoder_start_token_id,
+        "architectures": [ARCHITECTURE],
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "d_model": spec.d_model,
+        "decoder_layers": spec.n_layers,
+        "encoder_layers": spec.encoder.n_layers,
+        "decoder_attention_heads": dec.attention.options.n_heads,
+        "encoder_attention_heads": enc.attention.options.n_heads,
+        "decoder_ffn_dim": dec.ffn.options.hidden,
+        "encoder_ffn_dim": enc.ffn.options.hidden,
+        "activation_function": dec.ffn.options.activation,
+        "max_position_embeddings": spec.max_seq_len,
+        "scale_embedding": spec.embedding_scale is not None,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "is_encoder_decoder": True,
+        "decoder_start_token_id": spec.decoder_start_token_id,
         "forced_eos_token_id": None,
     }
 
@@ -114,7 +153,10 @@ def tensor_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> tuple[
     rules = []
     if hf_keys and "final_logits_bias" not in hf_keys and "lm_head.final_logits_bias" in zoo_names:
         rules.append(_zero("lm_head.final_logits_bias"))
-    renames = [(r"embed\.weight", f"{p}shared.weight"), (r"lm_head\.weight", "lm_head.weight"),
-               (r"lm_head\.final_logits_bias", "final_logits_bias")]
+    renames = [
+        (r"embed\.weight", f"{p}shared.weight"),
+        (r"lm_head\.weight", "lm_head.weight"),
+        (r"lm_head\.final_logits_bias", "final_logits_bias"),
+    ]
     renames += _stack_renames(r"encoder\.", f"{p}encoder") + _stack_renames("", f"{p}decoder")
     return rules, renames

@@ -20,8 +20,15 @@ from zoo.specs.model import ModelSpec
 MODEL_TYPE = "bert"
 ARCHITECTURE = "BertModel"  # with a masked-LM head, write_config names BertForMaskedLM
 IGNORED = BERT_IGNORED
-LAYOUT = BertLayout(root="bert", head="cls.predictions", dense="transform.dense", norm="transform.LayerNorm",
-                    base_architecture=ARCHITECTURE, masked_architecture="BertForMaskedLM", position_offset=False)
+LAYOUT = BertLayout(
+    root="bert",
+    head="cls.predictions",
+    dense="transform.dense",
+    norm="transform.LayerNorm",
+    base_architecture=ARCHITECTURE,
+    masked_architecture="BertForMaskedLM",
+    position_offset=False,
+)
 
 
 def read_config(r: ConfigReader) -> dict[str, Any]:

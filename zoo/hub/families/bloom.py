@@ -30,8 +30,17 @@ MODEL_TYPE = "bloom"
 ARCHITECTURE = "BloomForCausalLM"
 IGNORED = re.compile("$^")
 # keys of fused kernels, tensor-parallel training and initialisation: the same forward either way
-NEUTRAL = ("attention_softmax_in_fp32", "bias_dropout_fusion", "masked_softmax_fusion", "skip_bias_add",
-           "skip_bias_add_qkv", "offset_alibi", "slow_but_exact", "hidden_dropout", "seq_length")
+NEUTRAL = (
+    "attention_softmax_in_fp32",
+    "bias_dropout_fusion",
+    "masked_softmax_fusion",
+    "skip_bias_add",
+    "skip_bias_add_qkv",
+    "offset_alibi",
+    "slow_but_exact",
+    "hidden_dropout",
+    "seq_length",
+)
 DEFAULT_CONTEXT = 2048  # BLOOM's training length; ALiBi itself has no table to bound it
 
 
@@ -46,7 +55,9 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         raise r.error("n_head", f"hidden_size {d} is not divisible by n_head {heads}")
     r.expect("n_inner", (None, 4 * d), "transformers' BLOOM MLP is 4 * hidden_size wide whatever n_inner says")
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("n_layer"),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("n_layer"),
         "max_seq_len": int(r.config.get("seq_length") or DEFAULT_CONTEXT),
         "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "embedding": {"kind": "token", "norm": True},
@@ -65,10 +76,16 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     require(spec, MODEL_TYPE, attention=("mha",), positional=("alibi",), ffn=("mlp",), norm=("layernorm",))
     att = spec.layer(0).attention
     return {
-        "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size,
-        "hidden_size": spec.d_model, "n_layer": spec.n_layers, "n_head": att.options.n_heads,
-        "layer_norm_epsilon": spec.layer(0).norm.options.eps, "apply_residual_connection_post_layernorm": False,
-        "seq_length": spec.max_seq_len, "tie_word_embeddings": spec.tie_embeddings,
+        "architectures": [ARCHITECTURE],
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "n_layer": spec.n_layers,
+        "n_head": att.options.n_heads,
+        "layer_norm_epsilon": spec.layer(0).norm.options.eps,
+        "apply_residual_connection_post_layernorm": False,
+        "seq_length": spec.max_seq_len,
+        "tie_word_embeddings": spec.tie_embeddings,
         **dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id")),
     }
 

@@ -27,11 +27,21 @@ MODEL_TYPE = "deberta-v2"
 ARCHITECTURE = "DebertaV2Model"
 ARCHITECTURES = {"masked_lm": "DebertaV2ForMaskedLM", "none": "DebertaV2Model"}
 # the tied decoder's copies, the pre-training heads transformers also drops, stored id buffers
-IGNORED = re.compile(r"^(cls\.predictions\.decoder\.(weight|bias)|mask_predictions\..*|lm_predictions\.lm_head\.decoder\..*"
-                     r"|(deberta\.)?embeddings\.position_ids)$")
+IGNORED = re.compile(
+    r"^(cls\.predictions\.decoder\.(weight|bias)|mask_predictions\..*|lm_predictions\.lm_head\.decoder\..*"
+    r"|(deberta\.)?embeddings\.position_ids)$"
+)
 # pooler keys feed only classification heads; conv_* only a convolution (refused when present)
-NEUTRAL = ("pooler_hidden_size", "pooler_dropout", "pooler_hidden_act", "pooler_mode", "conv_act", "conv_groups",
-           "legacy", "z_steps")
+NEUTRAL = (
+    "pooler_hidden_size",
+    "pooler_dropout",
+    "pooler_hidden_act",
+    "pooler_mode",
+    "conv_act",
+    "conv_groups",
+    "legacy",
+    "z_steps",
+)
 
 
 def _terms(r: ConfigReader) -> list[str]:
@@ -49,9 +59,13 @@ def _positional(r: ConfigReader) -> dict[str, Any]:
     if not set(norms) <= {"none", "layer_norm"}:
         raise r.error("norm_rel_ebd", f"{r.config['norm_rel_ebd']!r} is not supported; allowed: none, layer_norm")
     max_relative = int(r.get("max_relative_positions", -1))
-    return {"kind": "disentangled", "position_buckets": max(int(r.get("position_buckets", -1)), 0),
-            "max_relative_positions": max_relative if max_relative >= 1 else None, "norm": "layer_norm" in norms,
-            "absolute": bool(r.get("position_biased_input", True))}
+    return {
+        "kind": "disentangled",
+        "position_buckets": max(int(r.get("position_buckets", -1)), 0),
+        "max_relative_positions": max_relative if max_relative >= 1 else None,
+        "norm": "layer_norm" in norms,
+        "absolute": bool(r.get("position_biased_input", True)),
+    }
 
 
 def read_config(r: ConfigReader) -> dict[str, Any]:
@@ -65,12 +79,21 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     masked = any(str(a).endswith("ForMaskedLM") for a in r.get("architectures") or [])
     table = r.need("max_position_embeddings")
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("num_hidden_layers"),
-        "max_seq_len": table, "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("num_hidden_layers"),
+        "max_seq_len": table,
+        "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "norm": {"kind": "layernorm", "eps": float(r.get("layer_norm_eps", 1e-7)), "bias": True},
         "positional": _positional(r),
-        "attention": {"kind": "disentangled", "n_heads": heads, "head_dim": d // heads, "bias": True,
-                      "pos_att_type": _terms(r), "share_att_key": bool(r.get("share_att_key", False))},
+        "attention": {
+            "kind": "disentangled",
+            "n_heads": heads,
+            "head_dim": d // heads,
+            "bias": True,
+            "pos_att_type": _terms(r),
+            "share_att_key": bool(r.get("share_att_key", False)),
+        },
         "ffn": {"kind": "mlp", "hidden": r.need("intermediate_size"), "activation": act, "bias": True},
         "block": {"kind": "post_norm"},
         "embedding": {"kind": "token", "type_vocab_size": r.get("type_vocab_size", 0), "norm": True},
@@ -83,20 +106,34 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The deberta-v2 config.json computing what ``spec`` computes (checked by reading it back)."""
     head = spec.part("head")
     if spec.encoder is not None or head.kind not in ARCHITECTURES:
-        raise CheckpointError(f"spec {spec.name!r}: a deberta-v2 config describes an encoder with head none or masked_lm")
+        raise CheckpointError(
+            f"spec {spec.name!r}: a deberta-v2 config describes an encoder with head none or masked_lm"
+        )
     base = spec.layer(0)
     att, ffn, pos = base.attention, base.ffn, base.positional
     if att.kind != "disentangled" or pos.kind != "disentangled":
         raise CheckpointError(f"spec {spec.name!r}: a deberta-v2 config describes disentangled attention and positions")
     return {
-        "architectures": [ARCHITECTURES[head.kind]], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size,
-        "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads,
-        "intermediate_size": ffn.options.hidden, "hidden_act": ffn.options.activation, "max_position_embeddings": spec.max_seq_len,
-        "type_vocab_size": spec.part("embedding").options.type_vocab_size, "layer_norm_eps": base.norm.options.eps,
-        "relative_attention": True, "position_buckets": pos.options.position_buckets or -1,
-        "max_relative_positions": pos.options.max_relative_positions or -1, "norm_rel_ebd": "layer_norm" if pos.options.norm else "none",
-        "position_biased_input": pos.options.absolute, "pos_att_type": "|".join(att.options.pos_att_type),
-        "share_att_key": att.options.share_att_key, "tie_word_embeddings": spec.tie_embeddings, "legacy": True,
+        "architectures": [ARCHITECTURES[head.kind]],
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": att.options.n_heads,
+        "intermediate_size": ffn.options.hidden,
+        "hidden_act": ffn.options.activation,
+        "max_position_embeddings": spec.max_seq_len,
+        "type_vocab_size": spec.part("embedding").options.type_vocab_size,
+        "layer_norm_eps": base.norm.options.eps,
+        "relative_attention": True,
+        "position_buckets": pos.options.position_buckets or -1,
+        "max_relative_positions": pos.options.max_relative_positions or -1,
+        "norm_rel_ebd": "layer_norm" if pos.options.norm else "none",
+        "position_biased_input": pos.options.absolute,
+        "pos_att_type": "|".join(att.options.pos_att_type),
+        "share_att_key": att.options.share_att_key,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "legacy": True,
         "pad_token_id": None,
     }
 
@@ -107,9 +144,11 @@ def tensor_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> tuple[
     masked = "lm_head.bias" in zoo_names
     p = "deberta." if masked else ""
     legacy = not any(k.startswith("lm_predictions.") for k in hf_keys)
-    dense, norm, bias = (("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
-                         if legacy else ("lm_predictions.lm_head.dense", "lm_predictions.lm_head.LayerNorm",
-                                         "lm_predictions.lm_head.bias"))
+    dense, norm, bias = (
+        ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
+        if legacy
+        else ("lm_predictions.lm_head.dense", "lm_predictions.lm_head.LayerNorm", "lm_predictions.lm_head.bias")
+    )
     layer = rf"{p}encoder.layer.\1"
     return [], [
         (r"embed\.weight", f"{p}embeddings.word_embeddings.weight"),

@@ -34,15 +34,21 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     r.expect("position_embedding_type", (None, "absolute"), "relative position embeddings are not implemented")
     architectures = [str(a) for a in r.get("architectures") or []]
     if any(a in ("ElectraForMaskedLM", "ElectraForCausalLM") for a in architectures):
-        raise r.error("architectures", f"{architectures}: zoo reads ELECTRA's discriminator "
-                      "(ElectraModel, ElectraForPreTraining), not the generator")
+        raise r.error(
+            "architectures",
+            f"{architectures}: zoo reads ELECTRA's discriminator "
+            "(ElectraModel, ElectraForPreTraining), not the generator",
+        )
     d, heads = r.need("hidden_size"), r.need("num_attention_heads")
     width = int(r.get("embedding_size", d))
     act = r.activation("hidden_act", "gelu")
     discriminator = "ElectraForPreTraining" in architectures
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("num_hidden_layers"),
-        "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": False,
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("num_hidden_layers"),
+        "max_seq_len": r.need("max_position_embeddings"),
+        "tie_embeddings": False,
         "norm": {"kind": "layernorm", "eps": float(r.get("layer_norm_eps", 1e-12)), "bias": True},
         "positional": {"kind": "learned", "max_positions": r.need("max_position_embeddings"), "dim": width},
         "attention": {"kind": "mha", "n_heads": heads, "head_dim": d // heads, "bias": True, "causal": False},
@@ -58,16 +64,27 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The electra config.json computing what ``spec`` computes (checked by reading it back)."""
     head = spec.part("head")
     if spec.encoder is not None or head.kind not in ARCHITECTURES:
-        raise CheckpointError(f"spec {spec.name!r}: an electra config describes an encoder with head none or discriminator")
+        raise CheckpointError(
+            f"spec {spec.name!r}: an electra config describes an encoder with head none or discriminator"
+        )
     base = spec.layer(0)
     att, ffn = base.attention, base.ffn
     return {
-        "architectures": [ARCHITECTURES[head.kind]], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size,
-        "hidden_size": spec.d_model, "embedding_size": spec.part("embedding").options.dim or spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
-        "hidden_act": ffn.options.activation, "max_position_embeddings": base.positional.options.max_positions or spec.max_seq_len,
-        "type_vocab_size": spec.part("embedding").options.type_vocab_size, "layer_norm_eps": base.norm.options.eps,
-        "position_embedding_type": "absolute", "tie_word_embeddings": False, "pad_token_id": None,
+        "architectures": [ARCHITECTURES[head.kind]],
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "embedding_size": spec.part("embedding").options.dim or spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": att.options.n_heads,
+        "intermediate_size": ffn.options.hidden,
+        "hidden_act": ffn.options.activation,
+        "max_position_embeddings": base.positional.options.max_positions or spec.max_seq_len,
+        "type_vocab_size": spec.part("embedding").options.type_vocab_size,
+        "layer_norm_eps": base.norm.options.eps,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": False,
+        "pad_token_id": None,
     }
 
 

@@ -49,13 +49,20 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         attention["scale"] = scale
     eps = r.get("layer_norm_epsilon", 1e-5)
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("n_layer"),
-        "max_seq_len": r.get("n_positions", 1024), "tie_embeddings": r.get("tie_word_embeddings", True),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("n_layer"),
+        "max_seq_len": r.get("n_positions", 1024),
+        "tie_embeddings": r.get("tie_word_embeddings", True),
         "norm": {"kind": "layernorm", "eps": eps, "bias": True},
         "positional": {"kind": "learned"},
         "attention": attention,
-        "ffn": {"kind": "mlp", "hidden": r.get("n_inner", 4 * d), "activation": r.activation("activation_function", "gelu_new"),
-                "bias": True},
+        "ffn": {
+            "kind": "mlp",
+            "hidden": r.get("n_inner", 4 * d),
+            "activation": r.activation("activation_function", "gelu_new"),
+            "bias": True,
+        },
         "block": {"kind": "pre_norm"},
     }
 
@@ -65,11 +72,19 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     require(spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), ffn=("mlp",), norm=("layernorm",))
     base = spec.layer(0)
     att, ffn = base.attention, base.ffn
-    return {"model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "n_embd": spec.d_model, "n_layer": spec.n_layers,
-            "n_head": att.options.n_heads, "n_positions": spec.max_seq_len, "n_inner": ffn.options.hidden,
-            "activation_function": {"gelu_tanh": "gelu_new"}.get(ffn.options.activation, ffn.options.activation),
-            "layer_norm_epsilon": base.norm.options.eps, "tie_word_embeddings": spec.tie_embeddings,
-            "scale_attn_weights": att.options.scale is None}
+    return {
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "n_embd": spec.d_model,
+        "n_layer": spec.n_layers,
+        "n_head": att.options.n_heads,
+        "n_positions": spec.max_seq_len,
+        "n_inner": ffn.options.hidden,
+        "activation_function": {"gelu_tanh": "gelu_new"}.get(ffn.options.activation, ffn.options.activation),
+        "layer_norm_epsilon": base.norm.options.eps,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "scale_attn_weights": att.options.scale is None,
+    }
 
 
 def tensor_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:

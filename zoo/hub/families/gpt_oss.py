@@ -42,16 +42,25 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     """The spec dict of a gpt_oss config.json (MXFP4-quantized experts included)."""
     quantization = r.get("quantization_config")
     if quantization is not None and quantization.get("quant_method") != "mxfp4":
-        raise r.error("quantization_config", f"quantized checkpoints ({quantization.get('quant_method')}) are not "
-                      "supported; allowed: unquantized safetensors, or mxfp4 experts (dequantized on load)")
+        raise r.error(
+            "quantization_config",
+            f"quantized checkpoints ({quantization.get('quant_method')}) are not "
+            "supported; allowed: unquantized safetensors, or mxfp4 experts (dequantized on load)",
+        )
     spec = read_llama_like(r)
     r.expect("hidden_act", (None, "silu"), "gpt-oss experts use their clamped SwiGLU")
     spec["attention"].update(sinks=True)
     spec["ffn"] = {
-        "kind": "moe", "n_experts": r.need("num_local_experts"),
-        "top_k": r.get("num_experts_per_tok") or r.need("experts_per_token"), "hidden": r.need("intermediate_size"),
-        "activation": "swiglu_oai", "bias": True, "router_bias": True, "routing": "topk_softmax",
-        "clamp_limit": r.get("swiglu_limit", 7.0), "alpha": r.get("swiglu_alpha", 1.702),
+        "kind": "moe",
+        "n_experts": r.need("num_local_experts"),
+        "top_k": r.get("num_experts_per_tok") or r.need("experts_per_token"),
+        "hidden": r.need("intermediate_size"),
+        "activation": "swiglu_oai",
+        "bias": True,
+        "router_bias": True,
+        "routing": "topk_softmax",
+        "clamp_limit": r.get("swiglu_limit", 7.0),
+        "alpha": r.get("swiglu_alpha", 1.702),
     }
     r.used.add("experts_per_token")
     r.get("initial_context_length")  # informational: YaRN reads original_max_position_embeddings
@@ -63,13 +72,21 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     config = write_llama_like(spec, MODEL_TYPE, ffn_kinds=("moe",))
     types, _ = windows(spec)
     moe = moe_ffn(spec)
-    config.update(attention_bias=spec.layer(0).attention.options.bias, layer_types=types, num_local_experts=moe.n_experts,
-                  num_experts_per_tok=moe.top_k, intermediate_size=moe.hidden, swiglu_limit=moe.clamp_limit,
-                  swiglu_alpha=moe.alpha)
+    config.update(
+        attention_bias=spec.layer(0).attention.options.bias,
+        layer_types=types,
+        num_local_experts=moe.n_experts,
+        num_experts_per_tok=moe.top_k,
+        intermediate_size=moe.hidden,
+        swiglu_limit=moe.clamp_limit,
+        swiglu_alpha=moe.alpha,
+    )
     return config
 
 
-def tensor_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:
+def tensor_rules(
+    zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]
+) -> tuple[list[Rule], list[tuple[str, str]]]:
     """Experts (plain or MXFP4) with their biases and the router; the rest renamed as Llama's."""
     rules = []
     for i in layers_with(zoo_shapes, r"ffn\.w_up"):

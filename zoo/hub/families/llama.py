@@ -26,8 +26,11 @@ IGNORED = re.compile("$^")
 def read_config(r: ConfigReader) -> dict[str, Any]:
     """The spec dict of a llama config.json."""
     if r.get("sliding_window") is not None:
-        raise r.error("sliding_window", "transformers' Llama has no sliding window and would ignore it; "
-                      "a windowed model of this shape is model_type 'mistral'")
+        raise r.error(
+            "sliding_window",
+            "transformers' Llama has no sliding window and would ignore it; "
+            "a windowed model of this shape is model_type 'mistral'",
+        )
     return read_llama_like(r)
 
 

@@ -42,7 +42,9 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     return config
 
 
-def tensor_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:
+def tensor_rules(
+    zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]
+) -> tuple[list[Rule], list[tuple[str, str]]]:
     """Experts per expert (under mlp or block_sparse_moe) or fused; the rest renamed as Llama's."""
     prefix = "mlp" if any(".mlp.gate.weight" in k for k in hf_keys) else "block_sparse_moe"
     return expert_rules(zoo_shapes, hf_keys, prefix, "gate", ("w1", "w3", "w2")), LLAMA_RENAMES

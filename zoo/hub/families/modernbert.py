@@ -28,10 +28,25 @@ MODEL_TYPE = "modernbert"
 ARCHITECTURE = "ModernBertModel"  # the bare encoder; with a masked-LM head the config names ModernBertForMaskedLM
 ARCHITECTURES = {"masked_lm": "ModernBertForMaskedLM", "none": "ModernBertModel"}
 # keys transformers' ModernBERT reads for training or tokenization only, or never reads
-NEUTRAL = ("cls_token_id", "sep_token_id", "initializer_cutoff_factor", "embedding_dropout", "mlp_dropout",
-           "classifier_pooling", "classifier_dropout", "deterministic_flash_attn", "sparse_prediction",
-           "sparse_pred_ignore_index", "reference_compile", "repad_logits_with_grad", "gradient_checkpointing",
-           "layer_norm_eps", "position_embedding_type", "is_encoder_decoder", "head_dim")
+NEUTRAL = (
+    "cls_token_id",
+    "sep_token_id",
+    "initializer_cutoff_factor",
+    "embedding_dropout",
+    "mlp_dropout",
+    "classifier_pooling",
+    "classifier_dropout",
+    "deterministic_flash_attn",
+    "sparse_prediction",
+    "sparse_pred_ignore_index",
+    "reference_compile",
+    "repad_logits_with_grad",
+    "gradient_checkpointing",
+    "layer_norm_eps",
+    "position_embedding_type",
+    "is_encoder_decoder",
+    "head_dim",
+)
 
 
 def _layer_types(r: ConfigReader, n_layers: int) -> list[str]:
@@ -41,7 +56,9 @@ def _layer_types(r: ConfigReader, n_layers: int) -> list[str]:
         return ["sliding_attention" if i % every else "full_attention" for i in range(n_layers)]
     allowed = {"full_attention", "sliding_attention"}
     if len(types) != n_layers or not set(types) <= allowed:
-        raise r.error("layer_types", f"expected {n_layers} entries from full_attention, sliding_attention; got {types!r}")
+        raise r.error(
+            "layer_types", f"expected {n_layers} entries from full_attention, sliding_attention; got {types!r}"
+        )
     return list(types)
 
 
@@ -52,11 +69,17 @@ def _ropes(r: ConfigReader) -> tuple[dict[str, Any], dict[str, Any]]:
     if r.config.get("rope_scaling") is not None:
         raise r.error("rope_scaling", "RoPE scaling is not supported for modernbert")
     if isinstance(params, dict) and ("full_attention" in params or "sliding_attention" in params):
-        full = rope_options(r, params.get("full_attention") or {"rope_theta": 160000.0}, "rope_parameters.full_attention")
-        local = rope_options(r, params.get("sliding_attention") or {"rope_theta": 10000.0}, "rope_parameters.sliding_attention")
+        full = rope_options(
+            r, params.get("full_attention") or {"rope_theta": 160000.0}, "rope_parameters.full_attention"
+        )
+        local = rope_options(
+            r, params.get("sliding_attention") or {"rope_theta": 10000.0}, "rope_parameters.sliding_attention"
+        )
         return full, local
-    return ({"kind": "rope", "theta": float(r.get("global_rope_theta", 160000.0))},
-            {"kind": "rope", "theta": float(r.get("local_rope_theta", 10000.0))})
+    return (
+        {"kind": "rope", "theta": float(r.get("global_rope_theta", 160000.0))},
+        {"kind": "rope", "theta": float(r.get("local_rope_theta", 10000.0))},
+    )
 
 
 def read_config(r: ConfigReader) -> dict[str, Any]:
@@ -71,8 +94,11 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     masked = any(str(a).endswith("ForMaskedLM") for a in architectures)
     head: dict[str, Any] = {"kind": "none"}
     if masked:
-        head = {"kind": "masked_lm", "activation": r.activation("classifier_activation", "gelu"),
-                "transform_bias": bool(r.get("classifier_bias", False))}
+        head = {
+            "kind": "masked_lm",
+            "activation": r.activation("classifier_activation", "gelu"),
+            "transform_bias": bool(r.get("classifier_bias", False)),
+        }
         r.expect("decoder_bias", (None, True), "the masked-LM decoder has a bias")
     r.used.update({"classifier_activation", "classifier_bias", "decoder_bias"})
     full = [i for i, t in enumerate(types) if t == "full_attention"]
@@ -83,15 +109,28 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         layers[layer_selector(full, n_layers)] = {"attention": {"window": None}, "positional": full_rope}
     layers["0"] = {"block": {"attn_norm": False}}
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
-        "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": n_layers,
+        "max_seq_len": r.need("max_position_embeddings"),
+        "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "embedding": {"kind": "token", "norm": True},
         "norm": norm,
         "positional": local_rope if base_local else full_rope,
-        "attention": {"kind": "mha", "n_heads": heads, "head_dim": d // heads, "bias": bool(r.get("attention_bias", False)),
-                      "causal": False, "window": window if base_local else None},
-        "ffn": {"kind": "gated", "hidden": r.need("intermediate_size"), "activation": r.activation("hidden_activation", "gelu"),
-                "bias": bool(r.get("mlp_bias", False))},
+        "attention": {
+            "kind": "mha",
+            "n_heads": heads,
+            "head_dim": d // heads,
+            "bias": bool(r.get("attention_bias", False)),
+            "causal": False,
+            "window": window if base_local else None,
+        },
+        "ffn": {
+            "kind": "gated",
+            "hidden": r.need("intermediate_size"),
+            "activation": r.activation("hidden_activation", "gelu"),
+            "bias": bool(r.get("mlp_bias", False)),
+        },
         "block": {"kind": "pre_norm"},
         "final_norm": True,
         "head": head,
@@ -103,8 +142,12 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The modernbert config.json computing what ``spec`` computes (checked by reading it back)."""
     head = spec.part("head")
     if spec.encoder is not None or head.kind not in ARCHITECTURES:
-        raise CheckpointError(f"spec {spec.name!r}: a modernbert config describes an encoder with head none or masked_lm")
-    require(spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("layernorm",), positional=("rope",), ffn=("gated",))
+        raise CheckpointError(
+            f"spec {spec.name!r}: a modernbert config describes an encoder with head none or masked_lm"
+        )
+    require(
+        spec, MODEL_TYPE, attention=("mha", "gqa", "mqa"), norm=("layernorm",), positional=("rope",), ffn=("gated",)
+    )
     layers = spec.layer_specs()
     base = layers[0]
     att, ffn, norm = base.attention, base.ffn, base.norm
@@ -112,21 +155,37 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     full = next((layer for layer in layers if not layer.attention.options.window), base)
     local = next((layer for layer in layers if layer.attention.options.window), base)
     config: dict[str, Any] = {
-        "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "num_attention_heads": att.options.n_heads, "intermediate_size": ffn.options.hidden,
-        "hidden_activation": ffn.options.activation, "max_position_embeddings": spec.max_seq_len, "norm_eps": norm.options.eps,
-        "norm_bias": norm.options.bias, "attention_bias": att.options.bias, "mlp_bias": ffn.options.bias,
-        "layer_types": ["sliding_attention" if layer.attention.options.window else "full_attention" for layer in layers],
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": att.options.n_heads,
+        "intermediate_size": ffn.options.hidden,
+        "hidden_activation": ffn.options.activation,
+        "max_position_embeddings": spec.max_seq_len,
+        "norm_eps": norm.options.eps,
+        "norm_bias": norm.options.bias,
+        "attention_bias": att.options.bias,
+        "mlp_bias": ffn.options.bias,
+        "layer_types": [
+            "sliding_attention" if layer.attention.options.window else "full_attention" for layer in layers
+        ],
         "local_attention": windows.pop() if len(windows) == 1 else 128,
-        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": full.positional.options.theta},
-                            "sliding_attention": {"rope_type": "default", "rope_theta": local.positional.options.theta}},
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": full.positional.options.theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": local.positional.options.theta},
+        },
         "tie_word_embeddings": spec.tie_embeddings,
         # token ids are the tokenizer's, not the spec's: transformers' defaults (50283, ...)
         # would not even fit a smaller vocabulary
         **dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")),
     }
     if head.kind == "masked_lm":
-        config.update(classifier_activation=head.options.activation, classifier_bias=head.options.transform_bias, decoder_bias=True)
+        config.update(
+            classifier_activation=head.options.activation,
+            classifier_bias=head.options.transform_bias,
+            decoder_bias=True,
+        )
     return {"architectures": [ARCHITECTURES[head.kind]], **config}
 
 
@@ -157,9 +216,13 @@ def tensor_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> tuple[
             if name.endswith(f".attention.q_proj.{suffix}"):
                 a = name.removesuffix(f".q_proj.{suffix}")
                 i = a.split(".")[1]
-                rules.append(split_rows(tuple(f"{a}.{x}_proj.{suffix}" for x in "qkv"), f"{p}layers.{i}.attn.Wqkv.{suffix}"))
+                rules.append(
+                    split_rows(tuple(f"{a}.{x}_proj.{suffix}" for x in "qkv"), f"{p}layers.{i}.attn.Wqkv.{suffix}")
+                )
             if name.endswith(f".ffn.gate_proj.{suffix}"):
                 f = name.removesuffix(f".gate_proj.{suffix}")
                 i = f.split(".")[1]
-                rules.append(split_rows((f"{f}.gate_proj.{suffix}", f"{f}.up_proj.{suffix}"), f"{p}layers.{i}.mlp.Wi.{suffix}"))
+                rules.append(
+                    split_rows((f"{f}.gate_proj.{suffix}", f"{f}.up_proj.{suffix}"), f"{p}layers.{i}.mlp.Wi.{suffix}")
+                )
     return rules, [(pattern, target.replace("{p}", p)) for pattern, target in RENAMES]

@@ -30,8 +30,16 @@ MODEL_TYPE = "mpt"
 ARCHITECTURE = "MptForCausalLM"
 IGNORED = re.compile("$^")
 # initialisation, kernels and training-only switches (embedding_fraction scales gradients, not values)
-NEUTRAL = ("init_config", "init_device", "embedding_fraction", "verbose", "emb_pdrop", "learned_pos_emb",
-           "tokenizer_name", "norm_type")
+NEUTRAL = (
+    "init_config",
+    "init_device",
+    "embedding_fraction",
+    "verbose",
+    "emb_pdrop",
+    "learned_pos_emb",
+    "tokenizer_name",
+    "norm_type",
+)
 # attn_config: key -> (values transformers computes, why)
 ATTN_CHECKS: dict[str, tuple[tuple[Any, ...], str]] = {
     "attn_type": (("multihead_attention",), "transformers' MPT is multi-head whatever attn_type says"),
@@ -81,8 +89,11 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     if attn.get("softmax_scale") is not None:
         attention["scale"] = float(attn["softmax_scale"])
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": r.need("n_layers"),
-        "max_seq_len": int(r.get("max_seq_len", 2048)), "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": r.need("n_layers"),
+        "max_seq_len": int(r.get("max_seq_len", 2048)),
+        "tie_embeddings": bool(r.get("tie_word_embeddings", True)),
         "norm": {"kind": "layernorm", "eps": float(r.get("layer_norm_epsilon", 1e-5)), "bias": False},
         "positional": {"kind": "alibi", "max_bias": 8.0},
         "attention": attention,
@@ -100,14 +111,29 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     att = base.attention
     if att.kind != "mha":
         raise CheckpointError(f"spec {spec.name!r}: attention.kind {att.kind!r}; an mpt config describes mha")
-    attn_config: dict[str, Any] = {"attn_type": "multihead_attention", "alibi": True, "alibi_bias_max": 8,
-                                   "clip_qkv": att.options.clip_qkv, "softmax_scale": att.options.scale,
-                                   "prefix_lm": False, "qk_ln": False, "attn_uses_sequence_id": False}
+    attn_config: dict[str, Any] = {
+        "attn_type": "multihead_attention",
+        "alibi": True,
+        "alibi_bias_max": 8,
+        "clip_qkv": att.options.clip_qkv,
+        "softmax_scale": att.options.scale,
+        "prefix_lm": False,
+        "qk_ln": False,
+        "attn_uses_sequence_id": False,
+    }
     return {
-        "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "vocab_size": spec.vocab_size,
-        "d_model": spec.d_model, "n_layers": spec.n_layers, "n_heads": att.options.n_heads, "expansion_ratio": 4,
-        "max_seq_len": spec.max_seq_len, "layer_norm_epsilon": base.norm.options.eps, "no_bias": True,
-        "attn_config": attn_config, "tie_word_embeddings": spec.tie_embeddings,
+        "architectures": [ARCHITECTURE],
+        "model_type": MODEL_TYPE,
+        "vocab_size": spec.vocab_size,
+        "d_model": spec.d_model,
+        "n_layers": spec.n_layers,
+        "n_heads": att.options.n_heads,
+        "expansion_ratio": 4,
+        "max_seq_len": spec.max_seq_len,
+        "layer_norm_epsilon": base.norm.options.eps,
+        "no_bias": True,
+        "attn_config": attn_config,
+        "tie_word_embeddings": spec.tie_embeddings,
         **dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id")),
     }
 

@@ -36,8 +36,11 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         params = r.config.get(key)
         kind = (params.get("rope_type") or params.get("type") or "default") if params is not None else "default"
         if kind != "default":
-            raise r.error(f"{key}.rope_type", f"{kind!r} is not supported for phi3 (Phi-3's long-context LongRoPE is "
-                          "not implemented); allowed: 'default'")
+            raise r.error(
+                f"{key}.rope_type",
+                f"{kind!r} is not supported for phi3 (Phi-3's long-context LongRoPE is "
+                "not implemented); allowed: 'default'",
+            )
     for key in ("attention_bias", "mlp_bias"):
         r.expect(key, (None, False), "Phi-3's projections have no biases")
     r.used.add("original_max_position_embeddings")  # read by longrope scaling only
@@ -56,9 +59,15 @@ def tensor_rules(zoo_names: Collection[str], hf_keys: Collection[str]) -> tuple[
     rules = []
     for i in layers_with(zoo_names, r"attention\.q_proj\.weight"):
         a = f"layers.{i}.attention"
-        rules.append(split_rows((f"{a}.q_proj.weight", f"{a}.k_proj.weight", f"{a}.v_proj.weight"),
-                                f"model.layers.{i}.self_attn.qkv_proj.weight"))
+        rules.append(
+            split_rows(
+                (f"{a}.q_proj.weight", f"{a}.k_proj.weight", f"{a}.v_proj.weight"),
+                f"model.layers.{i}.self_attn.qkv_proj.weight",
+            )
+        )
     for i in layers_with(zoo_names, r"ffn\.gate_proj\.weight"):
         f = f"layers.{i}.ffn"
-        rules.append(split_rows((f"{f}.gate_proj.weight", f"{f}.up_proj.weight"), f"model.layers.{i}.mlp.gate_up_proj.weight"))
+        rules.append(
+            split_rows((f"{f}.gate_proj.weight", f"{f}.up_proj.weight"), f"model.layers.{i}.mlp.gate_up_proj.weight")
+        )
     return rules, LLAMA_RENAMES

@@ -30,7 +30,9 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The qwen3 config.json computing what ``spec`` computes."""
     config = write_llama_like(spec, MODEL_TYPE)
     types, window = windows(spec)
-    config.update(attention_bias=spec.layer(0).attention.options.bias, layer_types=types, use_sliding_window=window is not None)
+    config.update(
+        attention_bias=spec.layer(0).attention.options.bias, layer_types=types, use_sliding_window=window is not None
+    )
     return config
 
 

@@ -34,8 +34,13 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     n_experts = r.get("num_experts") or r.get("num_local_experts")
     if n_experts is None:
         raise r.error("num_experts", "required but missing")
-    experts(r, spec, n_experts=n_experts, hidden_key="moe_intermediate_size",
-            renormalize=bool(r.get("norm_topk_prob", False)))
+    experts(
+        r,
+        spec,
+        n_experts=n_experts,
+        hidden_key="moe_intermediate_size",
+        renormalize=bool(r.get("norm_topk_prob", False)),
+    )
     step, dense = r.get("decoder_sparse_step", 1), set(r.get("mlp_only_layers", []))
     dense_layers = [i for i in range(spec["n_layers"]) if i in dense or (i + 1) % step != 0]
     if dense_layers:
@@ -48,15 +53,24 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     """The qwen3_moe config.json computing what ``spec`` computes."""
     config = write_llama_like(spec, MODEL_TYPE, ffn_kinds=("moe", "swiglu"))
     types, window = windows(spec)
-    config.update(attention_bias=spec.layer(0).attention.options.bias, layer_types=types, use_sliding_window=window is not None)
+    config.update(
+        attention_bias=spec.layer(0).attention.options.bias, layer_types=types, use_sliding_window=window is not None
+    )
     moe = moe_ffn(spec)
     if moe is not None:
-        config.update(num_experts=moe.n_experts, num_experts_per_tok=moe.top_k, moe_intermediate_size=moe.hidden,
-                      norm_topk_prob=moe.renormalize, decoder_sparse_step=1,
-                      mlp_only_layers=[layer.index for layer in spec.layer_specs() if layer.ffn.kind != "moe"])
+        config.update(
+            num_experts=moe.n_experts,
+            num_experts_per_tok=moe.top_k,
+            moe_intermediate_size=moe.hidden,
+            norm_topk_prob=moe.renormalize,
+            decoder_sparse_step=1,
+            mlp_only_layers=[layer.index for layer in spec.layer_specs() if layer.ffn.kind != "moe"],
+        )
     return config
 
 
-def tensor_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:
+def tensor_rules(
+    zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]
+) -> tuple[list[Rule], list[tuple[str, str]]]:
     """Experts per expert or fused under ``mlp``; the rest renamed as Llama's."""
     return expert_rules(zoo_shapes, hf_keys, "mlp", "gate", ("gate_proj", "up_proj", "down_proj")), LLAMA_RENAMES

@@ -30,9 +30,15 @@ MODEL_TYPE = "qwen3_next"
 ARCHITECTURE = "Qwen3NextForCausalLM"
 IGNORED = re.compile(r"^mtp\..*$")
 RENAMES: list[tuple[str, str]] = [
-    (r"layers\.(\d+)\.attention\.(in_proj_qkvz|in_proj_ba|conv1d|out_proj|norm)\.weight", r"model.layers.\1.linear_attn.\2.weight"),
+    (
+        r"layers\.(\d+)\.attention\.(in_proj_qkvz|in_proj_ba|conv1d|out_proj|norm)\.weight",
+        r"model.layers.\1.linear_attn.\2.weight",
+    ),
     (r"layers\.(\d+)\.attention\.(dt_bias|A_log)", r"model.layers.\1.linear_attn.\2"),
-    (r"layers\.(\d+)\.ffn\.shared\.(gate_proj|up_proj|down_proj)\.weight", r"model.layers.\1.mlp.shared_expert.\2.weight"),
+    (
+        r"layers\.(\d+)\.ffn\.shared\.(gate_proj|up_proj|down_proj)\.weight",
+        r"model.layers.\1.mlp.shared_expert.\2.weight",
+    ),
     (r"layers\.(\d+)\.ffn\.shared_gate\.weight", r"model.layers.\1.mlp.shared_expert_gate.weight"),
 ] + LLAMA_RENAMES
 
@@ -58,23 +64,11 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     key, params = rope_params(r)
     types = _qwen3_next_types(r, n_layers)
     eps = r.get("rms_norm_eps", 1e-6)
-    deltanet = {
-        "kind": "gated_deltanet", "n_k_heads": r.need("linear_num_key_heads"), "n_v_heads": r.need("linear_num_value_heads"),
-        "head_k_dim": r.need("linear_key_head_dim"), "head_v_dim": r.need("linear_value_head_dim"),
-        "conv_kernel": r.get("linear_conv_kernel_dim", 4), "eps": eps,
-    }
-    attention = {
-        "kind": "gqa", "n_heads": heads, "n_kv_heads": r.get("num_key_value_heads", heads), "head_dim": r.get("head_dim", d // heads),
-        "bias": bool(r.get("attention_bias", False)), "qk_norm": True, "output_gate": True,
-    }
+    deltanet, attention = _deltanet(r, eps), _attention(r, d, heads)
     experts, step = r.get("num_experts", 0), r.get("decoder_sparse_step", 1)
     dense = set(r.get("mlp_only_layers", []))
     dense_layers = [i for i in range(n_layers) if i in dense or experts == 0 or (i + 1) % step != 0]
-    moe = None if experts == 0 else {
-        "kind": "moe", "n_experts": experts, "top_k": r.need("num_experts_per_tok"), "hidden": r.need("moe_intermediate_size"),
-        "routing": "softmax_topk", "renormalize": bool(r.get("norm_topk_prob", False)),
-        "shared_hidden": r.need("shared_expert_intermediate_size"), "shared_gate": True,
-    }
+    moe = _moe(r) if experts else None
     swiglu = {"kind": "swiglu", "hidden": r.need("intermediate_size")} if dense_layers else None
     r.used.add("intermediate_size")  # no dense layer: unused, as in transformers
     r.expect("use_sliding_window", (None, False), "Qwen3-Next's attention has no window")
@@ -93,12 +87,56 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
     for value in {repr(v): v for v in overrides.values()}.values():
         layers[layer_selector([i for i, v in overrides.items() if v == value], n_layers)] = value
     return {
-        "vocab_size": r.need("vocab_size"), "d_model": d, "n_layers": n_layers,
-        "max_seq_len": r.need("max_position_embeddings"), "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
+        "vocab_size": r.need("vocab_size"),
+        "d_model": d,
+        "n_layers": n_layers,
+        "max_seq_len": r.need("max_position_embeddings"),
+        "tie_embeddings": bool(r.get("tie_word_embeddings", False)),
         "norm": {"kind": "rmsnorm", "eps": eps, "unit_offset": True},
         **base,
         "block": {"kind": "pre_norm"},
         "layers": layers,
+    }
+
+
+def _deltanet(r: ConfigReader, eps: float) -> dict[str, Any]:
+    """The Gated DeltaNet (linear attention) layers' mixer."""
+    return {
+        "kind": "gated_deltanet",
+        "n_k_heads": r.need("linear_num_key_heads"),
+        "n_v_heads": r.need("linear_num_value_heads"),
+        "head_k_dim": r.need("linear_key_head_dim"),
+        "head_v_dim": r.need("linear_value_head_dim"),
+        "conv_kernel": r.get("linear_conv_kernel_dim", 4),
+        "eps": eps,
+    }
+
+
+def _attention(r: ConfigReader, d: int, heads: int) -> dict[str, Any]:
+    """The full-attention layers' gated attention."""
+    return {
+        "kind": "gqa",
+        "n_heads": heads,
+        "n_kv_heads": r.get("num_key_value_heads", heads),
+        "head_dim": r.get("head_dim", d // heads),
+        "bias": bool(r.get("attention_bias", False)),
+        "qk_norm": True,
+        "output_gate": True,
+    }
+
+
+def _moe(r: ConfigReader) -> dict[str, Any]:
+    """The sparse layers' mixture of experts with its gated shared expert."""
+    experts = r.get("num_experts", 0)
+    return {
+        "kind": "moe",
+        "n_experts": experts,
+        "top_k": r.need("num_experts_per_tok"),
+        "hidden": r.need("moe_intermediate_size"),
+        "routing": "softmax_topk",
+        "renormalize": bool(r.get("norm_topk_prob", False)),
+        "shared_hidden": r.need("shared_expert_intermediate_size"),
+        "shared_gate": True,
     }
 
 
@@ -114,32 +152,54 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
     layers = spec.layer_specs()
     kinds = {layer.attention.kind for layer in layers}
     if "gated_deltanet" not in kinds or len(kinds) != 2:
-        raise CheckpointError(f"spec {spec.name!r}: a qwen3_next config needs Gated DeltaNet and attention layers, got {sorted(kinds)}")
+        raise CheckpointError(
+            f"spec {spec.name!r}: a qwen3_next config needs Gated DeltaNet and attention layers, got {sorted(kinds)}"
+        )
     full = next(layer for layer in layers if layer.attention.kind != "gated_deltanet")
     net = next(layer.attention.options for layer in layers if layer.attention.kind == "gated_deltanet")
     moe = next((layer.ffn.options for layer in layers if layer.ffn.kind == "moe"), None)
     dense = next((layer.ffn.options for layer in layers if layer.ffn.kind != "moe"), None)
     att = full.attention
     config: dict[str, Any] = {
-        "model_type": "qwen3_next", "vocab_size": spec.vocab_size, "hidden_size": spec.d_model,
-        "num_hidden_layers": spec.n_layers, "max_position_embeddings": spec.max_seq_len,
-        "tie_word_embeddings": spec.tie_embeddings, "rms_norm_eps": layers[0].norm.options.eps, "hidden_act": "silu",
-        "num_attention_heads": att.options.n_heads, "num_key_value_heads": att.options.kv_heads, "head_dim": att.options.head_dim,
-        "attention_bias": att.options.bias, "rope_parameters": _rope(full.positional),
-        "linear_num_key_heads": net.n_k_heads, "linear_num_value_heads": net.n_v_heads,
-        "linear_key_head_dim": net.head_k_dim, "linear_value_head_dim": net.head_v_dim, "linear_conv_kernel_dim": net.conv_kernel,
-        "layer_types": ["linear_attention" if layer.attention.kind == "gated_deltanet" else "full_attention" for layer in layers],
-        "num_experts": 0 if moe is None else moe.n_experts, "decoder_sparse_step": 1,
+        "model_type": "qwen3_next",
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "num_hidden_layers": spec.n_layers,
+        "max_position_embeddings": spec.max_seq_len,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "rms_norm_eps": layers[0].norm.options.eps,
+        "hidden_act": "silu",
+        "num_attention_heads": att.options.n_heads,
+        "num_key_value_heads": att.options.kv_heads,
+        "head_dim": att.options.head_dim,
+        "attention_bias": att.options.bias,
+        "rope_parameters": _rope(full.positional),
+        "linear_num_key_heads": net.n_k_heads,
+        "linear_num_value_heads": net.n_v_heads,
+        "linear_key_head_dim": net.head_k_dim,
+        "linear_value_head_dim": net.head_v_dim,
+        "linear_conv_kernel_dim": net.conv_kernel,
+        "layer_types": [
+            "linear_attention" if layer.attention.kind == "gated_deltanet" else "full_attention" for layer in layers
+        ],
+        "num_experts": 0 if moe is None else moe.n_experts,
+        "decoder_sparse_step": 1,
         "mlp_only_layers": [layer.index for layer in layers if layer.ffn.kind != "moe"] if moe is not None else [],
     }
     if moe is not None:
-        config.update(num_experts_per_tok=moe.top_k, moe_intermediate_size=moe.hidden, norm_topk_prob=moe.renormalize,
-                      shared_expert_intermediate_size=moe.shared_hidden)
+        config.update(
+            num_experts_per_tok=moe.top_k,
+            moe_intermediate_size=moe.hidden,
+            norm_topk_prob=moe.renormalize,
+            shared_expert_intermediate_size=moe.shared_hidden,
+        )
     if dense is not None:
         config["intermediate_size"] = dense.hidden
     return config
 
 
-def tensor_rules(zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]) -> tuple[list[Rule], list[tuple[str, str]]]:
+def tensor_rules(
+    zoo_shapes: Mapping[str, torch.Size], hf_keys: Collection[str]
+) -> tuple[list[Rule], list[tuple[str, str]]]:
     """Routed experts as Qwen3-MoE's; DeltaNet layers and the shared expert renamed."""
     return expert_rules(zoo_shapes, hf_keys, "mlp", "gate", ("gate_proj", "up_proj", "down_proj")), RENAMES

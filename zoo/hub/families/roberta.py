@@ -20,8 +20,15 @@ from zoo.specs.model import ModelSpec
 MODEL_TYPE = "roberta"
 ARCHITECTURE = "RobertaModel"  # with a masked-LM head, write_config names RobertaForMaskedLM
 IGNORED = BERT_IGNORED
-LAYOUT = BertLayout(root="roberta", head="lm_head", dense="dense", norm="layer_norm",
-                    base_architecture=ARCHITECTURE, masked_architecture="RobertaForMaskedLM", position_offset=True)
+LAYOUT = BertLayout(
+    root="roberta",
+    head="lm_head",
+    dense="dense",
+    norm="layer_norm",
+    base_architecture=ARCHITECTURE,
+    masked_architecture="RobertaForMaskedLM",
+    position_offset=True,
+)
 
 
 def read_config(r: ConfigReader) -> dict[str, Any]:

@@ -37,8 +37,16 @@ DEFAULT_ALIGNMENT = 32
 
 # GGUF value types: id -> (name, struct code); 8 is string, 9 array
 SCALARS: dict[int, tuple[str, str]] = {
-    0: ("uint8", "B"), 1: ("int8", "b"), 2: ("uint16", "H"), 3: ("int16", "h"), 4: ("uint32", "I"),
-    5: ("int32", "i"), 6: ("float32", "f"), 7: ("bool", "?"), 10: ("uint64", "Q"), 11: ("int64", "q"),
+    0: ("uint8", "B"),
+    1: ("int8", "b"),
+    2: ("uint16", "H"),
+    3: ("int16", "h"),
+    4: ("uint32", "I"),
+    5: ("int32", "i"),
+    6: ("float32", "f"),
+    7: ("bool", "?"),
+    10: ("uint64", "Q"),
+    11: ("int64", "q"),
     12: ("float64", "d"),
 }
 STRING, ARRAY = 8, 9
@@ -78,8 +86,11 @@ class _Cursor:
     def take(self, n: int, where: str) -> int:
         """Advance by ``n`` bytes (after checking they exist); the old position."""
         if n < 0 or n > self.left():
-            raise self.fail(where, f"needs {n:,} bytes at offset {self.pos:,} but the file has {self.left():,} left "
-                                   "(truncated or corrupt)")
+            raise self.fail(
+                where,
+                f"needs {n:,} bytes at offset {self.pos:,} but the file has {self.left():,} left "
+                "(truncated or corrupt)",
+            )
         start, self.pos = self.pos, self.pos + n
         return start
 
@@ -93,7 +104,7 @@ class _Cursor:
             raise self.fail(where, f"a string of {n:,} bytes; at most {limit:,}")
         start = self.take(n, where)
         try:
-            return bytes(self.buf[start:start + n]).decode("utf-8")
+            return bytes(self.buf[start : start + n]).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise self.fail(where, f"not UTF-8 text (bad byte at offset {start + exc.start:,})") from None
 
@@ -121,7 +132,11 @@ def read_header(buf: Any, path: Path) -> Header:
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 30:
-        shown = f"an array of {len(alignment):,} items" if isinstance(alignment, (list, np.ndarray)) else bounded_repr(alignment)
+        shown = (
+            f"an array of {len(alignment):,} items"
+            if isinstance(alignment, (list, np.ndarray))
+            else bounded_repr(alignment)
+        )
         raise cur.fail("general.alignment", f"{shown}; allowed: a power of two")
     data_start = -(-cur.pos // alignment) * alignment
     return Header(metadata, _place(cur, infos, data_start, alignment))
@@ -132,8 +147,11 @@ def _bound(cur: _Cursor, where: str, count: int, limit: int, min_item: int) -> N
     if count > limit:
         raise cur.fail(where, f"{count:,} items; at most {limit:,}")
     if count * min_item > cur.left():
-        raise cur.fail(where, f"{count:,} items of at least {min_item} bytes each, but the file has "
-                              f"{cur.left():,} bytes left (truncated or corrupt)")
+        raise cur.fail(
+            where,
+            f"{count:,} items of at least {min_item} bytes each, but the file has "
+            f"{cur.left():,} bytes left (truncated or corrupt)",
+        )
 
 
 def _value(cur: _Cursor, key: str) -> Any:
@@ -175,12 +193,14 @@ def _tensor_info(cur: _Cursor) -> tuple[str, tuple[int, ...], int, int, int]:
     for d in dims:
         elements *= d
     if any(d < 1 for d in dims) or elements > MAX_ELEMENTS:
-        raise cur.fail(f"tensor {name!r}", f"dimensions {dims}; each must be at least 1, at most {MAX_ELEMENTS:,} "
-                                           "elements in all")
+        raise cur.fail(
+            f"tensor {name!r}", f"dimensions {dims}; each must be at least 1, at most {MAX_ELEMENTS:,} elements in all"
+        )
     block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
     if dims[0] % block:
-        raise cur.fail(f"tensor {name!r}", f"rows of {dims[0]} values do not fill whole {known[type_id].name} "
-                                           f"blocks of {block}")
+        raise cur.fail(
+            f"tensor {name!r}", f"rows of {dims[0]} values do not fill whole {known[type_id].name} blocks of {block}"
+        )
     return name, tuple(reversed(dims)), type_id, offset, elements // block * type_size
 
 
@@ -194,12 +214,17 @@ def _place(cur: _Cursor, infos: list[Any], data_start: int, alignment: int) -> d
         if offset % alignment:
             raise cur.fail(where, f"offset {offset:,} is not a multiple of the alignment {alignment}")
         if data_start + offset + nbytes > cur.size:
-            raise cur.fail(where, f"{nbytes:,} bytes at offset {offset:,} run past the end of the file "
-                                  f"({cur.size - data_start:,} bytes of tensor data)")
+            raise cur.fail(
+                where,
+                f"{nbytes:,} bytes at offset {offset:,} run past the end of the file "
+                f"({cur.size - data_start:,} bytes of tensor data)",
+            )
         tensors[name] = TensorInfo(name, shape, type_id, data_start + offset, nbytes)
     ordered = sorted(tensors.values(), key=lambda t: t.start)
     for before, after in itertools.pairwise(ordered):
         if after.start < before.start + before.nbytes:
-            raise cur.fail(f"tensor {after.name!r}", f"its bytes overlap tensor {before.name!r}'s "
-                                                     "(a file whose tensors share data)")
+            raise cur.fail(
+                f"tensor {after.name!r}",
+                f"its bytes overlap tensor {before.name!r}'s (a file whose tensors share data)",
+            )
     return tensors

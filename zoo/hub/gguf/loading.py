@@ -61,14 +61,17 @@ def _download(repo_id: str, filename: str, revision: str | None) -> Path:
     try:
         return Path(hf_hub_download(repo_id=repo_id, filename=filename, revision=revision))
     except LocalEntryNotFoundError as exc:
-        raise CheckpointError(f"{repo_id}/{filename}: not in the local Hugging Face cache and cannot be "
-                              f"downloaded (offline, or the hub is unreachable): {exc}") from None
+        raise CheckpointError(
+            f"{repo_id}/{filename}: not in the local Hugging Face cache and cannot be "
+            f"downloaded (offline, or the hub is unreachable): {exc}"
+        ) from None
     except (HfHubHTTPError, ValueError, OSError) as exc:
         raise CheckpointError(f"{repo_id}/{filename}: cannot download from the Hugging Face hub: {exc}") from None
 
 
-def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, rules: list[GGUFRule], placed: set[str] = frozenset(),
-                      progress: bool = False) -> None:
+def load_gguf_weights(
+    model: ZooModel, g: GGUFCheckpoint, rules: list[GGUFRule], placed: set[str] = frozenset(), progress: bool = False
+) -> None:
     """Dequantize every GGUF tensor into its zoo parameter, one tensor at a time; ``placed``:
     zoo parameters already loaded in a packed layout (zoo/hub/gguf/quantized.py)."""
     params = dict(model.named_parameters())
@@ -82,8 +85,10 @@ def load_gguf_weights(model: ZooModel, g: GGUFCheckpoint, rules: list[GGUFRule],
             advance()
             dest = params[rule.zoo]
             if g.shape(rule.gguf) != tuple(dest.shape):
-                raise CheckpointError(f"{g.path}: tensor {rule.gguf!r} has shape {list(g.shape(rule.gguf))}, which "
-                                      f"does not fit zoo parameter {rule.zoo!r} of shape {list(dest.shape)}")
+                raise CheckpointError(
+                    f"{g.path}: tensor {rule.gguf!r} has shape {list(g.shape(rule.gguf))}, which "
+                    f"does not fit zoo parameter {rule.zoo!r} of shape {list(dest.shape)}"
+                )
             value = g.tensor(rule.gguf)  # float32, PyTorch layout
             dest.copy_(rule.transform(value) if rule.transform else value)
     used = {rule.gguf for rule in rules} | IGNORED
@@ -107,8 +112,14 @@ def _progress(stack: contextlib.ExitStack, enabled: bool, total: int, label: str
     return lambda: bar.advance(task)
 
 
-def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
-              name: str | None = None, progress: bool = False, dequantize: bool = False) -> ZooModel:
+def from_gguf(
+    path: Path,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    name: str | None = None,
+    progress: bool = False,
+    dequantize: bool = False,
+) -> ZooModel:
     """A ZooModel with the weights of one GGUF file: 4- and 8-bit matrices in zoo's packed
     int4 / int8 layouts (zoo/hub/gguf/quantized.py), or with ``dequantize`` every tensor as
     floats of ``dtype``. ``model.weights_layout`` says which."""
@@ -118,12 +129,18 @@ def from_gguf(path: Path, dtype: str | torch.dtype | None = None, device: str | 
     check_weights_fit(spec, dtype, device)
     target = torch.device(device) if device is not None else torch.device("cpu")
     model = build(spec, device="meta", dtype=dtype)
-    rules = gguf_rules(g.architecture, [n for n, _ in model.named_parameters()], config["num_attention_heads"],
-                       config["num_key_value_heads"])
+    rules = gguf_rules(
+        g.architecture,
+        [n for n, _ in model.named_parameters()],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+    )
     float_dtype = next(p.dtype for p in model.parameters())
     placed: set[str] = set()
     if not dequantize:
-        placed = place_quantized(model, g, rules, float_dtype, target) | place_table(model, g, rules, float_dtype, target)
+        placed = place_quantized(model, g, rules, float_dtype, target) | place_table(
+            model, g, rules, float_dtype, target
+        )
     materialize(model, target)
     if not isinstance(model.lm_head, QuantizedLinear):
         model.tie_weights()

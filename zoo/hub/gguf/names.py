@@ -87,6 +87,8 @@ def gguf_rules(arch: str, zoo_names: list[str], n_heads: int, n_kv_heads: int) -
         target = next((re.sub(p, t, name) for p, t in renames if re.fullmatch(p, name)), None)
         if target is None:
             raise CheckpointError(f"zoo parameter {name!r} has no counterpart in a GGUF file of architecture {arch!r}")
-        transform = next((make(n_heads, n_kv_heads) for p, make in TRANSFORMS.get(arch, []) if re.fullmatch(p, name)), None)
+        transform = next(
+            (make(n_heads, n_kv_heads) for p, make in TRANSFORMS.get(arch, []) if re.fullmatch(p, name)), None
+        )
         rules.append(GGUFRule(name, target, transform))
     return rules

@@ -72,8 +72,9 @@ def holds_packed(g: GGUFCheckpoint) -> bool:
     return any(len(g.shape(name)) == 2 and layout(g.type_name(name)) is not None for name in g.tensors)
 
 
-def _int4_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype,
-                device: torch.device) -> Int4Linear:
+def _int4_layer(
+    g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device
+) -> Int4Linear:
     import gguf
 
     qtype = gguf.GGMLQuantizationType(g.info(rule.gguf).type_id)
@@ -90,15 +91,17 @@ def _int4_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dt
     return Int4Linear.from_groups(values.to(device, torch.int32), scales.to(device), offsets.to(device), bias, dtype)
 
 
-def _int8_layer(g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype,
-                device: torch.device) -> Int8Linear:
+def _int8_layer(
+    g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device
+) -> Int8Linear:
     weight = g.tensor(rule.gguf)  # (out, in) float32, this one tensor only
     weight = rule.transform(weight) if rule.transform else weight
     return Int8Linear(weight.to(device), bias, dtype)
 
 
-def place_quantized(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], dtype: torch.dtype,
-                    device: torch.device) -> set[str]:
+def place_quantized(
+    model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], dtype: torch.dtype, device: torch.device
+) -> set[str]:
     """Replace every plain linear whose GGUF weight has a packed layout by its quantized layer
     (built on ``device``; the model may still be on meta); the zoo names of the parameters
     placed (weights and their biases)."""
@@ -115,7 +118,11 @@ def place_quantized(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], 
         linear = getattr(parent, child)
         # a Linear with sub-modules computes more than x W^T + b (zoo.quant.quantize skips it too);
         # a misshapen tensor is left to the float loader, which names it
-        if not isinstance(linear, nn.Linear) or any(linear.children()) or tuple(linear.weight.shape) != g.shape(rule.gguf):
+        if (
+            not isinstance(linear, nn.Linear)
+            or any(linear.children())
+            or tuple(linear.weight.shape) != g.shape(rule.gguf)
+        ):
             continue
         bias_rule = by_zoo.get(f"{path}.bias")
         bias = None
@@ -129,8 +136,9 @@ def place_quantized(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], 
     return placed
 
 
-def place_table(model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], dtype: torch.dtype,
-                device: torch.device) -> set[str]:
+def place_table(
+    model: nn.Module, g: GGUFCheckpoint, rules: list[GGUFRule], dtype: torch.dtype, device: torch.device
+) -> set[str]:
     """The token table as int8 rows when its GGUF type has the int8 layout, and a tied head as
     an ``Int8Linear`` on the same buffers (module docstring); the zoo names placed."""
     rule = next((r for r in rules if r.zoo == "embed.weight" and r.gguf in g.tensors), None)
@@ -156,8 +164,9 @@ def materialize(model: nn.Module, device: torch.device) -> None:
     for module in model.modules():
         for name, param in list(module._parameters.items()):
             if param is not None and param.is_meta:
-                module._parameters[name] = nn.Parameter(torch.empty_like(param, device=device),
-                                                        requires_grad=param.requires_grad)
+                module._parameters[name] = nn.Parameter(
+                    torch.empty_like(param, device=device), requires_grad=param.requires_grad
+                )
         for name, buffer in list(module._buffers.items()):
             if buffer is not None and buffer.is_meta:
                 module._buffers[name] = torch.empty_like(buffer, device=device)
@@ -172,7 +181,9 @@ def describe(g: GGUFCheckpoint, model: nn.Module) -> str:
     tables = [m for m in model.modules() if isinstance(m, Int8Embedding)]
     floats = str(next(p.dtype for p in model.parameters())).removeprefix("torch.")
     shared = " (the head's)"
-    held = ", ".join([f"{k} x{n}" for k, n in sorted(kinds.items())]
-                     + [f"int8 table{shared if id(t.qweight) in heads else ''}" for t in tables])
+    held = ", ".join(
+        [f"{k} x{n}" for k, n in sorted(kinds.items())]
+        + [f"int8 table{shared if id(t.qweight) in heads else ''}" for t in tables]
+    )
     file = "/".join(t for t, _ in types.most_common())
     return f"{file} -> {held}; the rest {floats}" if held else f"{file} -> {floats}"

@@ -27,9 +27,34 @@ from zoo.hub.gguf.header import TensorInfo, read_header
 
 # every type gguf-py's ``gguf.quants.dequantize`` reads (MXFP4: how llama.cpp stores gpt-oss
 # experts); Q8_1, Q8_K (llama.cpp's activation-only types), integers and F64 are refused by name
-READABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-            "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0",
-            "MXFP4", "NVFP4")
+READABLE = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "IQ1_S",
+    "IQ1_M",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ2_S",
+    "IQ3_XXS",
+    "IQ3_S",
+    "IQ4_NL",
+    "IQ4_XS",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4",
+    "NVFP4",
+)
 INSTALL_HINT = "reading GGUF files needs the gguf library: pip install zoo[gguf]"
 
 
@@ -59,7 +84,9 @@ class GGUFCheckpoint:
         try:
             size = os.fstat(fd).st_size
             if size < 24:
-                raise CheckpointError(f"{self.path}: not a readable GGUF file ({size} bytes; a GGUF header is at least 24)")
+                raise CheckpointError(
+                    f"{self.path}: not a readable GGUF file ({size} bytes; a GGUF header is at least 24)"
+                )
             self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
@@ -68,8 +95,10 @@ class GGUFCheckpoint:
         self.tensors: dict[str, TensorInfo] = header.tensors
         parts = self.integer("split.count", 1)
         if parts > 1:
-            raise CheckpointError(f"{self.path}: split.count: a GGUF split in {parts} parts is not supported; "
-                                  "merge it first (llama.cpp's gguf-split --merge)")
+            raise CheckpointError(
+                f"{self.path}: split.count: a GGUF split in {parts} parts is not supported; "
+                "merge it first (llama.cpp's gguf-split --merge)"
+            )
 
     # ---- typed metadata ------------------------------------------------------------------
     def _lie(self, key: str, value: Any, what: str) -> CheckpointError:

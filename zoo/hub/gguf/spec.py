@@ -33,8 +33,10 @@ def _base(g: GGUFCheckpoint) -> dict[str, Any]:
     d, heads = g.integer(g.arch("embedding_length"), low=1), g.integer(g.arch("attention.head_count"), low=1)
     vocab, _ = _embedding(g, d)
     config: dict[str, Any] = {
-        "hidden_size": d, "num_hidden_layers": _block_count(g),
-        "num_attention_heads": heads, "num_key_value_heads": _kv_heads(g, heads),
+        "hidden_size": d,
+        "num_hidden_layers": _block_count(g),
+        "num_attention_heads": heads,
+        "num_key_value_heads": _kv_heads(g, heads),
         "head_dim": g.integer(g.arch("attention.key_length"), max(d // heads, 1), low=1),
         "vocab_size": vocab,
         "max_position_embeddings": g.integer(g.arch("context_length"), low=1),
@@ -45,8 +47,10 @@ def _base(g: GGUFCheckpoint) -> dict[str, Any]:
         config["intermediate_size"] = g.integer(g.arch("feed_forward_length"), low=1)
     value = g.integer(g.arch("attention.value_length"), None, low=1)
     if value is not None and value != config["head_dim"]:
-        raise CheckpointError(f"{g.path}: {g.architecture}.attention.value_length: {value} differs from key_length "
-                              f"{config['head_dim']}; zoo's attention uses one head size")
+        raise CheckpointError(
+            f"{g.path}: {g.architecture}.attention.value_length: {value} differs from key_length "
+            f"{config['head_dim']}; zoo's attention uses one head size"
+        )
     config["rope_parameters"] = _rope(g, g.number(g.arch("rope.freq_base"), 10000.0, low=1e-6))
     return config
 
@@ -56,8 +60,10 @@ def _embedding(g: GGUFCheckpoint, d: int) -> tuple[int, int]:
     tensors do not bear out are refused before anything is built from them."""
     shape = g.shape("token_embd.weight")
     if len(shape) != 2 or shape[1] != d:
-        raise CheckpointError(f"{g.path}: {g.arch('embedding_length')}: {d}, but tensor 'token_embd.weight' has "
-                              f"shape {list(shape)}; allowed: [vocab, {d}]")
+        raise CheckpointError(
+            f"{g.path}: {g.arch('embedding_length')}: {d}, but tensor 'token_embd.weight' has "
+            f"shape {list(shape)}; allowed: [vocab, {d}]"
+        )
     return shape[0], shape[1]
 
 
@@ -66,8 +72,10 @@ def _block_count(g: GGUFCheckpoint) -> int:
     n = g.integer(g.arch("block_count"), low=1, high=MAX_LAYERS)
     held = {name.split(".")[1] for name in g.tensors if name.startswith("blk.") and name.count(".") >= 2}
     if held != {str(i) for i in range(n)}:
-        raise CheckpointError(f"{g.path}: {g.arch('block_count')}: {n}, but the file holds tensors for "
-                              f"{len(held)} blocks; allowed: blk.0 to blk.{n - 1}, each present")
+        raise CheckpointError(
+            f"{g.path}: {g.arch('block_count')}: {n}, but the file holds tensors for "
+            f"{len(held)} blocks; allowed: blk.0 to blk.{n - 1}, each present"
+        )
     return n
 
 
@@ -77,7 +85,9 @@ def _kv_heads(g: GGUFCheckpoint, heads: int) -> int:
     if isinstance(g.metadata.get(key), np.ndarray):
         counts = g.numbers(key, integers=True)
         if len(counts) == 0 or len(set(counts.tolist())) != 1 or not 1 <= int(counts[0]) <= MAX_INT:
-            raise CheckpointError(f"{g.path}: {key}: per-layer counts that differ (or are out of range) are not supported")
+            raise CheckpointError(
+                f"{g.path}: {key}: per-layer counts that differ (or are out of range) are not supported"
+            )
         return int(counts[0])
     return g.integer(key, heads, low=1)
 
@@ -88,13 +98,17 @@ def _rope(g: GGUFCheckpoint, theta: float) -> dict[str, Any]:
     if kind == "none":
         return params
     if kind not in ("linear", "yarn"):
-        raise CheckpointError(f"{g.path}: {g.arch('rope.scaling.type')}: {kind!r} is not supported; "
-                              "allowed: none, linear, yarn")
+        raise CheckpointError(
+            f"{g.path}: {g.arch('rope.scaling.type')}: {kind!r} is not supported; allowed: none, linear, yarn"
+        )
     factor = g.number(g.arch("rope.scaling.factor"), low=1e-6, high=1e6)
     if kind == "linear":
         return {**params, "rope_type": "linear", "factor": factor}
-    params.update(rope_type="yarn", factor=factor,  # yarn, the only other kind
-                  original_max_position_embeddings=g.integer(g.arch("rope.scaling.original_context_length"), low=1))
+    params.update(
+        rope_type="yarn",
+        factor=factor,  # yarn, the only other kind
+        original_max_position_embeddings=g.integer(g.arch("rope.scaling.original_context_length"), low=1),
+    )
     for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
         if g.arch(f"rope.scaling.{key}") in g.metadata:
             params[name] = g.number(g.arch(f"rope.scaling.{key}"))
@@ -108,8 +122,10 @@ def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
 
     theta, dim = config["rope_parameters"]["rope_theta"], config["head_dim"]
     if g.shape("rope_freqs.weight") != (dim // 2,):
-        raise CheckpointError(f"{g.path}: tensor 'rope_freqs.weight': shape {list(g.shape('rope_freqs.weight'))}; "
-                              f"allowed: [{dim // 2}] (head_dim / 2)")
+        raise CheckpointError(
+            f"{g.path}: tensor 'rope_freqs.weight': shape {list(g.shape('rope_freqs.weight'))}; "
+            f"allowed: [{dim // 2}] (head_dim / 2)"
+        )
     divisors = g.tensor("rope_freqs.weight").double()  # (head_dim/2,)
     if not (torch.isfinite(divisors).all() and (divisors > 0).all()):
         raise CheckpointError(f"{g.path}: tensor 'rope_freqs.weight': holds values that are not finite and positive")
@@ -133,13 +149,20 @@ def _llama3_rope(g: GGUFCheckpoint, config: dict[str, Any]) -> None:
         orig = w1 * (3 * (1 / f1 - 1 / factor) / (1 - 1 / factor) + 1)
     else:
         orig = high * max(ones, default=1.0) * 1.0001
-    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": float(f"{high:.6g}"),
-               "original_max_position_embeddings": max(int(round(orig)), 1)}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": factor,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": float(f"{high:.6g}"),
+        "original_max_position_embeddings": max(int(round(orig)), 1),
+    }
     options = RopeScaling.model_validate({"type": "llama3", **{k: v for k, v in scaling.items() if k != "rope_type"}})
     scaled, _ = rope_frequencies(dim, theta, options)
     if not ((plain / scaled).double() - divisors).abs().max() < 1e-3 * factor:
-        raise CheckpointError(f"{g.path}: tensor 'rope_freqs.weight': per-frequency RoPE factors that are not "
-                              "Llama 3's scaling; zoo cannot reproduce them")
+        raise CheckpointError(
+            f"{g.path}: tensor 'rope_freqs.weight': per-frequency RoPE factors that are not "
+            "Llama 3's scaling; zoo cannot reproduce them"
+        )
     config["rope_parameters"].update(scaling)
 
 
@@ -151,16 +174,23 @@ def _llama(g: GGUFCheckpoint) -> dict[str, Any]:
     if g.arch("attention.sliding_window") in g.metadata:
         config.update(model_type="mistral", sliding_window=g.integer(g.arch("attention.sliding_window"), low=1))
     if g.integer(g.arch("expert_count"), 0):
-        config.update(model_type="mixtral", num_local_experts=g.integer(g.arch("expert_count"), low=1),
-                      num_experts_per_tok=g.integer(g.arch("expert_used_count"), low=1))
+        config.update(
+            model_type="mixtral",
+            num_local_experts=g.integer(g.arch("expert_count"), low=1),
+            num_experts_per_tok=g.integer(g.arch("expert_used_count"), low=1),
+        )
     return config
 
 
 def _qwen3moe(g: GGUFCheckpoint) -> dict[str, Any]:
-    config = {**_base(g), "model_type": "qwen3_moe", "num_experts": g.integer(g.arch("expert_count"), low=1),
-              "num_experts_per_tok": g.integer(g.arch("expert_used_count"), low=1),
-              "moe_intermediate_size": g.integer(g.arch("expert_feed_forward_length"), low=1),
-              "norm_topk_prob": g.flag(g.arch("expert_weights_norm"), True)}
+    config = {
+        **_base(g),
+        "model_type": "qwen3_moe",
+        "num_experts": g.integer(g.arch("expert_count"), low=1),
+        "num_experts_per_tok": g.integer(g.arch("expert_used_count"), low=1),
+        "moe_intermediate_size": g.integer(g.arch("expert_feed_forward_length"), low=1),
+        "norm_topk_prob": g.flag(g.arch("expert_weights_norm"), True),
+    }
     config.setdefault("intermediate_size", config["moe_intermediate_size"])
     return config
 
@@ -180,9 +210,12 @@ def _gemma3(g: GGUFCheckpoint) -> dict[str, Any]:
         pattern = g.integer(key, 6, low=1)
         types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
     scalar = config["hidden_size"] // config["num_attention_heads"] if n_layers == 62 else config["head_dim"]
-    config.update(layer_types=types, sliding_window=g.integer(g.arch("attention.sliding_window"), low=1),
-                  rope_local_base_freq=g.number(g.arch("rope.freq_base_swa"), 10000.0, low=1e-6),
-                  query_pre_attn_scalar=scalar)
+    config.update(
+        layer_types=types,
+        sliding_window=g.integer(g.arch("attention.sliding_window"), low=1),
+        rope_local_base_freq=g.number(g.arch("rope.freq_base_swa"), 10000.0, low=1e-6),
+        query_pre_attn_scalar=scalar,
+    )
     for name in ("final_logit_softcapping", "attn_logit_softcapping"):
         if g.arch(name) in g.metadata:
             config[name] = g.number(g.arch(name))  # refused by the config mapping, naming the key
@@ -191,12 +224,18 @@ def _gemma3(g: GGUFCheckpoint) -> dict[str, Any]:
 
 def _gpt_oss(g: GGUFCheckpoint) -> dict[str, Any]:
     """gpt-oss alternates windowed (even) and full (odd) layers, as llama.cpp hard-codes."""
-    config = {**_base(g), "model_type": "gpt_oss", "num_local_experts": g.integer(g.arch("expert_count"), low=1),
-              "num_experts_per_tok": g.integer(g.arch("expert_used_count"), low=1),
-              "intermediate_size": g.integer(g.arch("expert_feed_forward_length"), low=1), "attention_bias": True,
-              "sliding_window": g.integer(g.arch("attention.sliding_window"), low=1)}
-    config["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
-                             for i in range(config["num_hidden_layers"])]
+    config = {
+        **_base(g),
+        "model_type": "gpt_oss",
+        "num_local_experts": g.integer(g.arch("expert_count"), low=1),
+        "num_experts_per_tok": g.integer(g.arch("expert_used_count"), low=1),
+        "intermediate_size": g.integer(g.arch("expert_feed_forward_length"), low=1),
+        "attention_bias": True,
+        "sliding_window": g.integer(g.arch("attention.sliding_window"), low=1),
+    }
+    config["layer_types"] = [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(config["num_hidden_layers"])
+    ]
     if config["rope_parameters"]["rope_type"] == "yarn":
         config["rope_parameters"]["truncate"] = False  # gpt-oss's YaRN keeps fractional bounds
     return config
@@ -216,7 +255,9 @@ def hf_config_from_gguf(g: GGUFCheckpoint) -> dict[str, Any]:
     """The config.json of the model this GGUF was converted from (as far as zoo computes it)."""
     arch = g.architecture
     if arch not in ARCHITECTURES:
-        raise CheckpointError(f"{g.path}: general.architecture: {arch!r} is not supported; allowed: {allowed(ARCHITECTURES)}")
+        raise CheckpointError(
+            f"{g.path}: general.architecture: {arch!r} is not supported; allowed: {allowed(ARCHITECTURES)}"
+        )
     return ARCHITECTURES[arch](g)
 
 

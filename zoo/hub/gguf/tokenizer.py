@@ -49,8 +49,9 @@ def _byte_level_bpe(g: GGUFCheckpoint, tokens: list[str]) -> Any:
     vocab = {token: i for i, token in enumerate(tokens)}
     tokenizer = Tokenizer(models.BPE(vocab, merges, ignore_merges=pre in IGNORE_MERGES))
     splits = [pre_tokenizers.Split(Regex(regex), behavior="isolated") for regex in PRE_TOKENIZERS[pre]]
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                                                          use_regex=False)])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
 
@@ -61,7 +62,9 @@ def sentencepiece_merges(tokens: list[str], scores: list[float]) -> list[tuple[s
     vocab = {token: i for i, token in enumerate(tokens)}
     merges = []
     for token, score in zip(tokens, scores):
-        pairs = [(token[:cut], token[cut:]) for cut in range(1, len(token)) if token[:cut] in vocab and token[cut:] in vocab]
+        pairs = [
+            (token[:cut], token[cut:]) for cut in range(1, len(token)) if token[:cut] in vocab and token[cut:] in vocab
+        ]
         merges.extend((a, b, score) for a, b in sorted(pairs, key=lambda p: (vocab[p[0]], vocab[p[1]])))
     merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)  # stable: ties keep vocabulary order
     return [(a, b) for a, b, _ in merges]
@@ -81,18 +84,23 @@ def _sentencepiece_bpe(g: GGUFCheckpoint, tokens: list[str]) -> Any:
     else:
         found = g.numbers("tokenizer.ggml.scores", None)
         if found is not None and len(found) != len(tokens):
-            raise CheckpointError(f"{g.path}: tokenizer.ggml.scores: {len(found):,} scores for {len(tokens):,} tokens; "
-                                  "allowed: one score per token")
+            raise CheckpointError(
+                f"{g.path}: tokenizer.ggml.scores: {len(found):,} scores for {len(tokens):,} tokens; "
+                "allowed: one score per token"
+            )
         scores = [0.0] * len(tokens) if found is None else found.tolist()
     work = sum(len(t) * len(t) for t in tokens)  # each split of a piece copies it: quadratic in its length
     if work > MAX_SPLIT_WORK:
-        raise CheckpointError(f"{g.path}: tokenizer.ggml.tokens: pieces too long to rebuild merges from "
-                              f"(sum of squared lengths {work:,}; at most {MAX_SPLIT_WORK:,})")
+        raise CheckpointError(
+            f"{g.path}: tokenizer.ggml.tokens: pieces too long to rebuild merges from "
+            f"(sum of squared lengths {work:,}; at most {MAX_SPLIT_WORK:,})"
+        )
     vocab = {token: i for i, token in enumerate(tokens)}
     tokenizer = Tokenizer(models.BPE(vocab, sentencepiece_merges(tokens, scores), byte_fallback=True, fuse_unk=True))
     prefix = g.flag("tokenizer.ggml.add_space_prefix", True)
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first" if prefix else "never",
-                                                       split=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement=SPACE, prepend_scheme="first" if prefix else "never", split=False
+    )
     decode = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
     tokenizer.decoder = decoders.Sequence([*decode, decoders.Strip(" ", 1, 0)] if prefix else decode)
     return tokenizer
@@ -125,13 +133,22 @@ def _added_tokens(g: GGUFCheckpoint, tokens: list[str], kind: str) -> tuple[list
     alphabet = set(pre_tokenizers.ByteLevel.alphabet()) if kind == "gpt2" else None
     found = g.numbers("tokenizer.ggml.token_type", None, integers=True)
     if found is not None and len(found) != len(tokens):
-        raise CheckpointError(f"{g.path}: tokenizer.ggml.token_type: {len(found):,} types for {len(tokens):,} tokens; "
-                              "allowed: one type per token")
+        raise CheckpointError(
+            f"{g.path}: tokenizer.ggml.token_type: {len(found):,} types for {len(tokens):,} tokens; "
+            "allowed: one type per token"
+        )
     types = [] if found is None else found.tolist()
     spelled = set(respelled(tokens) if kind == "llama" and g.architecture in GEMMA_STYLE else tokens)
-    control = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types)
-               if t == CONTROL and (alphabet is None or set(tokens[i]) <= alphabet)]
-    user = [AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == USER_DEFINED and tokens[i] in spelled]
+    control = [
+        AddedToken(tokens[i], special=True, normalized=False)
+        for i, t in enumerate(types)
+        if t == CONTROL and (alphabet is None or set(tokens[i]) <= alphabet)
+    ]
+    user = [
+        AddedToken(tokens[i], special=False, normalized=False)
+        for i, t in enumerate(types)
+        if t == USER_DEFINED and tokens[i] in spelled
+    ]
     return control, user
 
 
@@ -147,15 +164,18 @@ def gguf_tokenizer(g: GGUFCheckpoint) -> Any:
     except CheckpointError:
         raise
     except Exception as exc:
-        raise CheckpointError(f"{g.path}: tokenizer.ggml.*: not a tokenizer the tokenizers library builds: "
-                              f"{str(exc).splitlines()[0][:200]}") from None
+        raise CheckpointError(
+            f"{g.path}: tokenizer.ggml.*: not a tokenizer the tokenizers library builds: "
+            f"{str(exc).splitlines()[0][:200]}"
+        ) from None
     control, user = _added_tokens(g, tokens, kind)
     tokenizer.add_special_tokens(control)
     tokenizer.add_tokens(user)  # text, not special: kept by decode(skip_special_tokens=True)
     bos = g.token_id("tokenizer.ggml.bos_token_id", len(tokens))
     if bos is not None and g.flag("tokenizer.ggml.add_bos_token", ADD_BOS_DEFAULT.get(kind, False)):
-        tokenizer.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
-                                                                 special_tokens=[(tokens[bos], int(bos))])
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))]
+        )
     return tokenizer
 
 
@@ -176,8 +196,12 @@ def gguf_chat_template(g: GGUFCheckpoint) -> str | None:
 def gguf_special_tokens(g: GGUFCheckpoint) -> dict[str, str]:
     """``bos_token`` / ``eos_token`` / ``unk_token`` / ``pad_token`` spelled as in the vocabulary."""
     tokens = g.strings("tokenizer.ggml.tokens", [])
-    keys = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
-            "pad_token": "padding_token_id"}
+    keys = {
+        "bos_token": "bos_token_id",
+        "eos_token": "eos_token_id",
+        "unk_token": "unknown_token_id",
+        "pad_token": "padding_token_id",
+    }
     out = {}
     for name, key in keys.items():
         index = g.token_id(f"tokenizer.ggml.{key}", len(tokens)) if tokens else None
