@@ -11,7 +11,8 @@ import pytest
 import zoo
 from tests.harness.sweep_helpers import TINY_RUN, write_tiny_spec
 from zoo.errors import BenchError
-from zoo.harness.contexts import StepTimeModel, context_frame, crossovers, parse_context, parse_contexts
+from zoo.harness.context_lengths import parse_context, parse_contexts
+from zoo.harness.contexts import StepTimeModel, context_frame, crossovers
 from zoo.harness.report.contexts import crossover_lines
 from zoo.harness.sweep.executors import InlineExecutor
 from zoo.harness.sweep.grid import SweepPlan
@@ -221,7 +222,7 @@ def test_a_bad_context_in_a_sweep_file_names_the_file_and_key(tmp_path):
 
 def test_a_context_whose_run_is_refused_is_noted_and_predicted(tmp_path):
     from zoo.harness.contexts import context_curve
-    from zoo.harness.run import make_config
+    from zoo.harness.run_config import make_config
     from zoo.harness.sweep.points import analyse
 
     spec = zoo.ModelSpec.from_file(write_tiny_spec(tmp_path))

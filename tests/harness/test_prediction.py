@@ -19,7 +19,7 @@ from zoo.harness.phases.decode import Decode
 from zoo.harness.phases.encode import Encode
 from zoo.harness.phases.prefill import Prefill
 from zoo.harness.prediction import prediction_columns
-from zoo.harness.run import make_config
+from zoo.harness.run_config import make_config
 
 H100 = gpu_peaks("h100-sxm")  # 989.4 TFLOP/s bf16, 3350 GB/s
 BF16 = torch.bfloat16

@@ -9,7 +9,7 @@ import zoo
 from tests.conftest import tiny_spec
 from zoo.analysis.counts import weight_bytes
 from zoo.errors import BenchError
-from zoo.harness.run import make_config
+from zoo.harness.run_config import make_config
 
 RUN = {"prompt_len": 8, "gen_len": 4, "repeats": 1, "device": "cpu", "threads": 1}
 

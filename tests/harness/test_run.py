@@ -18,7 +18,8 @@ from zoo.harness.phases import decode as decode_phase
 from zoo.harness.phases.base import PHASES, Phase
 from zoo.harness.phases.stats import percentile
 from zoo.harness.row import Row
-from zoo.harness.run import BenchConfig, bench, measure_in_subprocess
+from zoo.harness.run import bench, measure_in_subprocess
+from zoo.harness.run_config import BenchConfig
 
 SMALL = {"prompt_len": 16, "gen_len": 6, "repeats": 2, "device": "cpu"}
 

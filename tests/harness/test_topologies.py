@@ -8,7 +8,8 @@ import pytest
 
 import zoo
 from zoo.analysis.counts import cache_bytes, encoder_flops, forward_flops, topology
-from zoo.harness.run import make_config, measure_in_subprocess
+from zoo.harness.run import measure_in_subprocess
+from zoo.harness.run_config import make_config
 from zoo.harness.sweep.executors import InlineExecutor
 
 SMALL = [

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import zoo
 from zoo.errors import BenchError, GenerationError, SpecError
-from zoo.harness.run import make_config
+from zoo.harness.run_config import make_config
 from zoo.model.sampling import SamplingSettings, check_seed
 
 

@@ -135,7 +135,8 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from zoo.harness.run import bench, make_config
+    from zoo.harness.run import bench
+    from zoo.harness.run_config import make_config
 
     options = dict(
         device=args.device,

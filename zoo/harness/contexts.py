@@ -36,7 +36,7 @@ import torch
 from zoo.analysis.counts import cache_bytes, decode_bytes_per_step
 from zoo.analysis.devices import gpu_peaks
 from zoo.errors import ZooError
-from zoo.harness.context_lengths import format_context, parse_context, parse_contexts  # noqa: F401 - re-exported
+from zoo.harness.context_lengths import format_context
 from zoo.harness.environment import pick_device
 from zoo.harness.phases.decode import Decode
 from zoo.harness.report.cells import values_key

@@ -38,7 +38,6 @@ from zoo.harness.source import ModelSource, model_source, names_checkpoint, reso
 from zoo.model.build import ZooModel
 from zoo.specs.model import ModelSpec
 
-__all__ = ["BenchConfig", "Progress", "Row", "bench", "make_config", "measure", "measure_in_subprocess"]
 GRID_SHARED = frozenset({"gen_len"})  # a grid's gen_len is every row's: an encoder's row runs without it
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zoo.errors import CheckpointError, allowed, did_you_mean
-from zoo.hub.config_keys import NEUTRAL_KEYS, is_neutral  # noqa: F401 - NEUTRAL_KEYS re-exported
+from zoo.hub.config_keys import is_neutral
 
 # the keys accepted unread: the rule and its lists live in zoo/hub/config_keys.py
 ACTIVATIONS = {

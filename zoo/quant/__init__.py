@@ -22,7 +22,7 @@ from __future__ import annotations
 from torch import nn
 
 from zoo.errors import BenchError, allowed
-from zoo.model.build import resolve_dtype
+from zoo.model.build import ZooModel, resolve_dtype
 from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear
 
 WEIGHTS_DTYPES = ("bf16", "float32", "int8", "int4")
@@ -67,7 +67,7 @@ def run_dtype(weights_dtype: str | None, dtype: str | None, default: str) -> str
     return dtype or default
 
 
-def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None = None) -> nn.Module:
+def quantize(model: ZooModel, weights_dtype: str | None, group_size: int | None = None) -> ZooModel:
     """Replace the model's linear layers by quantized ones, in place; returns the model.
 
     Float ``weights_dtype`` (or None) leaves it unchanged: the run builds it in that dtype.
@@ -78,8 +78,13 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
     if name not in QUANTIZED:
         return model
     size = check_group_size(group_size)
-    head, embed = getattr(model, "lm_head", None), getattr(model, "embed", None)
-    tied = isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and head.weight is embed.weight
+    head, embed = model.lm_head, model.embed
+    tied = (
+        model.head_tied
+        and isinstance(head, nn.Linear)
+        and isinstance(embed, nn.Embedding)
+        and head.weight is embed.weight
+    )
     targets = [
         (parent, child_name, child)
         for parent in model.modules()
@@ -102,7 +107,7 @@ def quantize(model: nn.Module, weights_dtype: str | None, group_size: int | None
         replace_linear(parent, child_name, quantized)
     if tied and isinstance(model.lm_head, QuantizedLinear):
         head = model.lm_head
-        table = embed.weight.detach()  # type: ignore[union-attr]
+        table = embed.weight.detach()
         use_int8_rows(
             embed, Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
         )

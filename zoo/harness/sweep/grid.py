@@ -30,7 +30,7 @@ import zoo
 from zoo.errors import BenchError, SpecError, allowed, did_you_mean
 from zoo.files.safe_io import check_depth, read_text
 from zoo.harness.context_lengths import parse_context, parse_contexts
-from zoo.harness.run import BenchConfig, make_config
+from zoo.harness.run_config import BenchConfig, make_config
 from zoo.harness.sweep.labels import label_of
 from zoo.harness.sweep.parsing import parse_assignments, parse_vary, split_values
 from zoo.specs.model import ModelSpec

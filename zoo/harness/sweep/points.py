@@ -22,7 +22,7 @@ from zoo.analysis.counts import topology
 from zoo.errors import SpecError, ZooError
 from zoo.harness.analysis_columns import analysis_columns
 from zoo.harness.contexts import context_curve
-from zoo.harness.run import BenchConfig, make_config
+from zoo.harness.run_config import BenchConfig, make_config
 from zoo.harness.source import resolve_source
 from zoo.harness.sweep.grid import ARCH_KEY, WEIGHTS_KEY, SweepPlan, SweepPoint
 from zoo.hub.loading import checkpoint_spec
