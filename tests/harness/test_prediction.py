@@ -7,12 +7,6 @@ import pytest
 import torch
 
 import zoo
-from zoo.analysis.counts import (
-    cache_bytes,
-    encoder_flops,
-    forward_flops,
-    weight_bytes_read,
-)
 from zoo.analysis.devices import device_peaks, gpu_peaks
 from zoo.harness.phases import phases_for
 from zoo.harness.phases.decode import Decode
@@ -61,20 +55,26 @@ def test_encoder_roofline_reads_its_weights_once_per_forward():
     assert line["tokens_per_s"] == pytest.approx(128 * 3350e9 / (read * 2))
     big = Encode().predict(spec, make_config(batch_size=64, prompt_len=512), H100, BF16)
     assert big["bound"] == "compute"
-    assert big["tokens_per_s"] == pytest.approx(64 * 512 / (forward_flops(spec, 512, 512, 64) / 989.4e12))
+    d, ff, layers = 768, 3072, 12  # by hand: 2 FLOPs per weight and bias per token, plus QK^T and AV per layer
+    per_layer = 2 * (4 * d * d + 2 * d * ff + 4 * d + ff + d) * 512 + 2 * 2 * 512 * 512 * d
+    assert big["tokens_per_s"] == pytest.approx(64 * 512 / (64 * layers * per_layer / 989.4e12))
 
 
 def test_encoder_decoder_roofline_reads_cross_kv_every_decode_step():
     spec = zoo.spec("t5-small")
     config = make_config(batch_size=8, prompt_len=512, gen_len=64)
     decode = Decode().predict(spec, config, H100, BF16)
-    read = (
-        weight_bytes_read(spec, 8, "bfloat16") + cache_bytes(spec, 8, 33, 512, "bfloat16").total
-    )  # midpoint 1 + 64 // 2
+    d, ff, layers, vocab = 512, 2048, 6, 32128  # t5-small, by hand, bfloat16 (2 bytes)
+    # per decoder layer: self q, k, v, o and cross q, o (cross K/V are projected once per prompt), the
+    # ReLU FFN, three norms; the final norm, the relative-position table (32 x 8), the tied head
+    weights = 2 * (layers * (6 * d * d + 2 * d * ff + 3 * d) + d + 32 * 8 + vocab * d)
+    cache = 2 * layers * 2 * 8 * (8 * 64 * 33 + 512 * 512)  # self K/V at the midpoint 1 + 64 // 2, cross K/V of 512
+    read = weights + cache
     assert decode["bound"] == "memory" and decode["tokens_per_s"] == pytest.approx(8 * 3350e9 / read)
     encode = Encode().predict(spec, config, H100, BF16)
     assert encode["bound"] == "compute"
-    assert encode["tokens_per_s"] == pytest.approx(8 * 512 / (encoder_flops(spec, 512, 8) / 989.4e12))
+    flops = 8 * layers * (2 * (4 * d * d + 2 * d * ff) * 512 + 2 * 2 * 512 * 512 * d)  # no biases in T5
+    assert encode["tokens_per_s"] == pytest.approx(8 * 512 / (flops / 989.4e12))
     columns = prediction_columns(
         spec,
         make_config(**{**config.model_dump(), "predict": "h100-sxm"}),
