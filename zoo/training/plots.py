@@ -48,7 +48,12 @@ def plot_recall(rows: Sequence[dict[str, Any]], path: Path) -> None:
     first = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="pairs", fontsize=8)
     ax.add_artist(first)
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(1.01, 0.0), title="mixer", fontsize=8)
+    from matplotlib.ticker import FuncFormatter  # matplotlib loads with the plot, as in _pyplot
+
     ax.set_xscale("log")
+    byte_ticks = FuncFormatter(lambda v, _: f"{v:,.0f}" if f"{v:.0e}"[0] in "1235" else "")  # plain numbers
+    ax.xaxis.set_major_formatter(byte_ticks)
+    ax.xaxis.set_minor_formatter(byte_ticks)
     ax.set_xlabel("state / KV bytes per sequence, all layers (K/V bf16, recurrent state float32)")
     ax.set_ylabel("MQAR recall accuracy")
     ax.set_ylim(-0.02, 1.02)

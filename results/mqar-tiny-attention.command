@@ -1,1 +1,0 @@
-zoo probe mqar --arch llama-3.2-1b --set n_layers=2 --set d_model=64 --set attention.n_heads=4 --set attention.n_kv_heads=4 --set attention.head_dim=16 --set ffn.kind=none --variant mha:attention.kind=gqa --pairs 4,8 --seq-len 64 --vocab 256 --steps 2500 --batch-size 64 --lr 3e-3 --train-examples 20000 --threads 1 --jobs 2 --out results --name tiny-attention
