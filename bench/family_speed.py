@@ -12,6 +12,9 @@ machine; figures are medians over rounds. Compare within one run only.
 
 Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] [--threads 2]
      [--layers 4] [--impls reference,auto] [--families gpt2,mamba-130m,...]
+
+``rwkv`` is the zoo-rwkv plugin (plugins/zoo-rwkv), staged from the source tree when it is
+not installed.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -31,6 +35,10 @@ from zoo.components.kernels import implementations, preferring
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.specs.model import ModelSpec
+from zoo.specs.registry import reset_registry
+from zoo.specs.staging import stage_plugin
+
+PLUGINS = {"rwkv": Path(__file__).resolve().parents[1] / "plugins" / "zoo-rwkv"}  # family -> plugin source
 
 FAMILIES = {  # name -> (preset, overrides)
     "gpt2": ("gpt2", {}),
@@ -48,6 +56,7 @@ FAMILIES = {  # name -> (preset, overrides)
     ),
     "linear": ("gpt2", {"attention.kind": "linear"}),
     "infini": ("gpt2", {"attention.kind": "infini"}),
+    "rwkv": ("rwkv-4-169m-pile", {}),
 }
 
 
@@ -92,6 +101,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    for family in args.families.split(","):
+        if family in PLUGINS:
+            stage_plugin(PLUGINS[family])
+            reset_registry()
     cases = [build(f, i, args.layers) for i in args.impls.split(",") for f in args.families.split(",")]
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     with torch.inference_mode():

@@ -22,8 +22,10 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
+from zoo.components import cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
+from zoo.components.kernels import KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.hookspecs import hookimpl
@@ -85,8 +87,15 @@ class GatedRMSNorm(nn.Module):
         return (self.weight * normed.to(x.dtype) * F.silu(gate.float())).to(x.dtype)
 
 
-class GatedDeltaNet(nn.Module):
-    """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors."""
+class GatedDeltaNet(KernelChoice):
+    """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (the chunked delta rule and the
+    one-token step of ``delta_rule.py`` in PyTorch) and ``cpu-step`` (``cpu_steps``: a decode
+    step from the projections' outputs to out_proj's input as one C++ call; inference only)."""
+
+    kernel_family = "gated_deltanet"
+    kernels = (cpu_steps.KERNEL,)
 
     def __init__(
         self,
@@ -115,6 +124,7 @@ class GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.empty(n_v_heads))
         self.norm = GatedRMSNorm(head_v_dim, eps)
         self.out_proj = Linear(self.value_dim, d_model, bias=False)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -153,6 +163,10 @@ class GatedDeltaNet(nn.Module):
         """x (B, T, d) -> (B, T, d). ``state`` tensors are read and updated in place; tokens
         with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
         B, T, _ = x.shape
+        if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.values(), token_valid):
+            params = (self.dt_bias, self.A_log, self.norm.weight)
+            out = cpu_steps.gdn_step(self._split(x), self.conv1d, params, state, self.n_k_heads, self.norm.eps)
+            return self.out_proj(out.to(x.dtype)[:, None])  # (B, 1, d)
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         qkv, z, b, a = self._split(x)

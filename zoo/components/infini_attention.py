@@ -31,7 +31,9 @@ import torch
 from pydantic import Field, PositiveInt
 from torch import nn
 
+from zoo.components import cpu_steps
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
+from zoo.components.kernels import KernelChoice
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -56,14 +58,22 @@ def segment_keys_seen(n_new: int, context_len: int, segment: int) -> int:
     return prefix(context_len) - prefix(context_len - n_new)
 
 
-class InfiniAttention(FeatureStateMixer):
-    """Local softmax attention per segment plus a compressive memory across segments."""
+class InfiniAttention(FeatureStateMixer, KernelChoice):
+    """Local softmax attention per segment plus a compressive memory across segments.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (the PyTorch code below,
+    decode steps included) and ``cpu-step`` (``cpu_steps``: a decode step's local softmax over
+    the ring, memory read, segment write and ring write as one C++ call; inference only)."""
+
+    kernel_family = "infini"
+    kernels = (cpu_steps.KERNEL,)
 
     def __init__(self, options: InfiniAttentionOptions, ctx: BuildContext) -> None:
         super().__init__(options, ctx, bias=options.bias)
         self.segment = options.segment
         self.delta = options.update == "delta"
         self.gate = nn.Parameter(torch.empty(self.n_heads))  # β per head
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -102,6 +112,11 @@ class InfiniAttention(FeatureStateMixer):
         in place. Tokens marked False in ``token_valid`` (left padding) write nothing."""
         B, T, _ = x.shape
         q, k, v = self.project(x, positions)  # (B, H, T, D) each
+        if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.tensors.values(), state.token_valid):
+            valid_slots = None if state.key_valid is None else state.key_valid.to(torch.bool)
+            t0 = int(state.time[0])
+            y = cpu_steps.infini_step(q, k, v, state.tensors, self.gate, valid_slots, t0, self.segment, self.delta)
+            return self.output(y, x.dtype)  # (B, T, d); the ring, M and z updated in place
         pos, valid = self._token_positions(B, T, x.device, positions, state)  # (B, T) each
         ext_k, ext_v, ext_pos, ext_valid = self._extend(k, v, pos, valid, state)  # ring + new, along time
         local = self._local(q.float(), ext_k.float(), ext_v.float(), pos, ext_pos, ext_valid)  # (B, H, T, D)

@@ -20,7 +20,9 @@ from collections.abc import Callable
 import torch
 from pydantic import Field
 
+from zoo.components import cpu_steps
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
+from zoo.components.kernels import KernelChoice
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -33,11 +35,19 @@ class LinearAttentionOptions(FeatureStateOptions):
     bias: bool = Field(False, description="bias on the q, k, v and output projections")
 
 
-class LinearAttention(FeatureStateMixer):
-    """Causal linear attention with a running key-value state per head."""
+class LinearAttention(FeatureStateMixer, KernelChoice):
+    """Causal linear attention with a running key-value state per head.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (the chunked form below, a
+    decode step included) and ``cpu-step`` (``cpu_steps``: a decode step's state update and
+    read as one C++ call; inference only)."""
+
+    kernel_family = "linear"
+    kernels = (cpu_steps.KERNEL,)
 
     def __init__(self, options: LinearAttentionOptions, ctx: BuildContext) -> None:
         super().__init__(options, ctx, bias=options.bias)
+        self.choose_kernel()
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         H, D = self.n_heads, self.head_dim
@@ -58,6 +68,10 @@ class LinearAttention(FeatureStateMixer):
         place. Tokens marked False in ``token_valid`` (left padding) add nothing to them."""
         T = x.shape[1]
         q, k, v = self.project(x, positions)  # (B, H, T, D) each
+        if T == 1 and state is not None:
+            kv_state = [state.tensors[name] for name in STATE]
+            if cpu_steps.step_ready(self, x, kv_state, state.token_valid):
+                return self.output(cpu_steps.linear_step(q, k, v, *kv_state), x.dtype)  # state updated in place
         q, k, v = feature_map(q.float()), feature_map(k.float()), v.float()
         valid = state.token_valid if state is not None else (None if positions is None else positions.key_valid)
         if valid is not None:

@@ -22,7 +22,9 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
+from zoo.components import cpu_steps
 from zoo.components.causal_conv import causal_conv
+from zoo.components.kernels import KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
@@ -73,8 +75,15 @@ class GroupedGatedRMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-class Mamba2Mixer(nn.Module):
-    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors."""
+class Mamba2Mixer(KernelChoice):
+    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (the chunked SSD scan and the
+    one-token step of ``ssd.py`` in PyTorch) and ``cpu-step`` (``cpu_steps``: a decode step
+    from in_proj's output to out_proj's input as one C++ call; inference only)."""
+
+    kernel_family = "mamba2"
+    kernels = (cpu_steps.KERNEL,)
 
     def __init__(
         self,
@@ -104,6 +113,7 @@ class Mamba2Mixer(nn.Module):
         self.D = nn.Parameter(torch.empty(n_heads))
         self.norm = GroupedGatedRMSNorm(d_inner, n_groups, eps)
         self.out_proj = Linear(d_inner, d_model, bias=bias)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -134,6 +144,12 @@ class Mamba2Mixer(nn.Module):
         """x (B, T, d) -> (B, T, d). ``state`` tensors are read and updated in place; tokens
         with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
         batch, T, _ = x.shape
+        if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.values(), token_valid):
+            params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
+            y = cpu_steps.mamba2_step(
+                self.in_proj(x)[:, 0], self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
+            )  # (B, d_inner)
+            return self.out_proj(y.to(x.dtype)[:, None])
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)

@@ -1,0 +1,118 @@
+"""The fused one-token decode steps (``zoo.components.cpu_steps``, implementation ``cpu-step``)
+equal the reference steps: a prefill then decode steps gives the reference model's logits to
+1e-5 in float32, and the full forward's; ``--impl reference`` runs the PyTorch step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.components import cpu_steps
+from zoo.components.kernels import implementations, preferring
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, left_pad, prefill
+from zoo.specs.model import ModelSpec
+
+VOCAB = 61
+ROPE, NONE = {"kind": "rope"}, {"kind": "none"}
+MIXERS = {  # case -> (family, positional, attention options)
+    "mamba2": ("mamba2", NONE, {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "n_groups": 2, "state_size": 8}),
+    "mamba2-clamped": (
+        "mamba2",
+        NONE,
+        {"kind": "mamba2", "n_heads": 2, "head_dim": 16, "state_size": 4, "dt_min": 0.01, "dt_max": 0.05},
+    ),
+    "gated_deltanet": (
+        "gated_deltanet",
+        NONE,
+        {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 6, "chunk_size": 4},
+    ),
+    "linear": ("linear", ROPE, {"kind": "linear", "n_heads": 4, "head_dim": 8}),
+    "infini-delta": ("infini", ROPE, {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"}),
+    "infini-linear": ("infini", {"kind": "learned"}, {"kind": "infini", "n_heads": 2, "segment": 5}),
+}
+
+
+def _spec(case: str, state_dtype: str = "float32") -> ModelSpec:
+    _, positional, attention = MIXERS[case]
+    return ModelSpec.model_validate(
+        {
+            "name": f"steps-{case}",
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": 2,
+            "max_seq_len": 32,
+            "norm": {"kind": "rmsnorm"},
+            "positional": positional,
+            "attention": attention,
+            "ffn": {"kind": "swiglu", "hidden": 24},
+            "block": {"kind": "pre_norm"},
+            "state_dtype": state_dtype,
+        }
+    )
+
+
+def _built(spec: ModelSpec, impl: str) -> torch.nn.Module:
+    with preferring(impl):
+        return zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
+
+
+def _stepped(model: torch.nn.Module, ids: torch.Tensor, split: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits after a prefill of ``split`` tokens and one decode step per later token (B, T - split + 1, V)."""
+    cache = KVCache(model, batch_size=ids.shape[0], max_len=ids.shape[1])
+    out = [prefill(model, ids[:, :split], cache, None if mask is None else mask[:, :split])]  # (B, V)
+    for t in range(split, ids.shape[1]):
+        out.append(decode_step(model, ids[:, t : t + 1], cache))  # (B, V)
+    return torch.stack(out, dim=1)
+
+
+def test_the_cpu_steps_build_with_the_dev_install():
+    """A C++ compiler and ninja are there (as for cpu_scan): no silent skip of the checks below."""
+    assert cpu_steps.load() is not None
+
+
+@pytest.mark.parametrize("state_dtype", ["float32", "cache"])
+@pytest.mark.parametrize("case", sorted(MIXERS))
+def test_the_fused_step_equals_the_reference_step_and_the_full_forward(case: str, state_dtype: str):
+    family = MIXERS[case][0]
+    spec = _spec(case, state_dtype)
+    reference, fast = _built(spec, "reference"), _built(spec, "auto")
+    ids = torch.randint(0, VOCAB, (2, 19), generator=torch.Generator().manual_seed(2))  # (B, T)
+    with torch.no_grad():
+        full = reference(ids)  # (B, T, V)
+        expected = _stepped(reference, ids, 6)
+        got = _stepped(fast, ids, 6)
+    assert implementations(fast) == f"{family}: cpu-step"
+    assert implementations(reference) == f"{family}: reference"
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, full[:, 5:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", sorted(MIXERS))
+def test_the_fused_step_after_a_left_padded_prefill(case: str):
+    """Rows of different prompt lengths: the cache marks padding slots, every decode token is
+    real, so the fused step runs and must see the padding as the reference does."""
+    spec = _spec(case)
+    reference, fast = _built(spec, "reference"), _built(spec, "cpu-step")
+    prompts = [[5, 9, 3, 7, 1, 2, 8], [4, 6]]
+    ids, mask = left_pad(prompts, pad_token_id=0)  # (B, 7)
+    more = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))  # (B, 9)
+    ids, mask = torch.cat([ids, more], dim=1), torch.cat([mask, torch.ones_like(more)], dim=1)
+    with torch.no_grad():
+        expected = _stepped(reference, ids, 7, mask)
+        got = _stepped(fast, ids, 7, mask)
+    assert implementations(fast) == f"{MIXERS[case][0]}: cpu-step"
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_half_precision_state_runs_the_reference_step():
+    """``state_dtype: cache`` in bfloat16: the kernel updates float32 state only, so the step
+    is the reference's (and the kernel is never resolved)."""
+    spec = _spec("linear", "cache")
+    with preferring("auto"):
+        model = zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval()
+    ids = torch.randint(0, VOCAB, (1, 8))  # (B, T)
+    with torch.no_grad():
+        _stepped(model, ids, 4)
+    assert implementations(model) is None

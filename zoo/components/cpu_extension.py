@@ -1,0 +1,43 @@
+"""Build and load a C++ CPU extension from source, once per machine and process.
+
+zoo's fused CPU kernels (``cpu_steps``; plugins through ``zoo.parts``) are small C++ sources
+compiled with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler and ninja) with the
+flags of ``cpu_scan``: -O3, the host's instruction set, fast maths and OpenMP, so
+``at::parallel_for`` runs on torch's threads. The build is cached in torch's extensions
+folder, so later processes load it in a second. Where it cannot be built, ``cpu_extension``
+logs why once and returns None, and the caller runs its PyTorch reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+
+log = logging.getLogger(__name__)
+
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
+
+_loaded: dict[str, types.ModuleType | None] = {}
+
+
+def cpu_extension(name: str, source: str, functions: list[str]) -> types.ModuleType | None:
+    """The extension ``name`` built from C++ ``source`` exporting ``functions``, or None where
+    it cannot be built (the reason logged once per process)."""
+    if name in _loaded:
+        return _loaded[name]
+    try:
+        from torch.utils import cpp_extension
+
+        _loaded[name] = cpp_extension.load_inline(
+            name=name,
+            cpp_sources=[source],
+            functions=functions,
+            extra_cflags=FLAGS,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        log.warning("zoo: the C++ extension %s could not be built (%s); using the PyTorch reference", name, reason)
+        _loaded[name] = None
+    return _loaded[name]

@@ -1,0 +1,137 @@
+"""One-token decode steps of the recurrent mixers as fused C++ calls: the ``cpu-step`` kernel.
+
+A decode step of Mamba2, Gated DeltaNet, linear attention or Infini-attention in PyTorch is a
+few GEMVs (the projections) plus 30 to 100 small ops on the state: splits, reshapes, the
+convolution window's concatenation and copy, a one-column convolution, exponentials and
+norms, each a dispatch of a few microseconds over a few kilobytes. Here everything between
+the input and the output projections is one call (``cpu_steps_source``): the state is read
+and written once in place and nothing is materialised but the output. The projections stay
+torch GEMVs (they move the weights: the part a roofline counts).
+
+``step_ready`` is the gate each mixer asks first: the kernel is for inference (no autograd,
+no ``torch.compile`` graph), float32 state tensors (``state_dtype: cache`` with a float32
+cache included; a half-precision state runs the reference) and a token that is real in
+every row (a padding token in a decode step runs the reference). Mamba-1 has its own fused
+scan (``cpu_scan``, prefill and step alike).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable
+
+import torch
+
+from zoo.components.cpu_extension import cpu_extension
+from zoo.components.cpu_steps_source import SOURCE
+from zoo.components.kernels import Kernel, KernelChoice
+
+FUNCTIONS = ["conv_step", "mamba2_step", "gdn_step", "linear_step", "infini_step"]
+FEATURE_EPS = 1e-6  # feature_state.EPS: the normaliser's epsilon of linear and Infini-attention
+
+
+def load() -> types.ModuleType | None:
+    """The compiled steps (built once per machine), or None where they cannot be built."""
+    return cpu_extension("zoo_cpu_steps", SOURCE, FUNCTIONS)
+
+
+KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
+
+
+def step_ready(
+    mixer: KernelChoice, x: torch.Tensor, tensors: Iterable[torch.Tensor], token_valid: torch.Tensor | None
+) -> bool:
+    """Whether this one-token call of ``mixer`` runs the fused step (module doc), resolving the
+    mixer's kernel the first time it could."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
+        return False
+    if not all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+        return False
+    if token_valid is not None and not bool(token_valid.all()):
+        return False
+    return mixer.resolve_kernel(x.device) == KERNEL.name
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().contiguous()
+
+
+def _taps(conv: torch.nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
+    """A depthwise Conv1d's weight (C, K) and bias (C,) (empty when it has none), float32."""
+    bias = torch.empty(0) if conv.bias is None else _f32(conv.bias)
+    return _f32(conv.weight[:, 0]), bias
+
+
+def conv_step(x: torch.Tensor, conv: torch.nn.Conv1d, window: torch.Tensor) -> torch.Tensor:
+    """``causal_conv`` for one token: x (B, C) -> SiLU(conv) (B, C); window (B, C, K) shifted in place."""
+    module = load()
+    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
+    return module.conv_step(_f32(x), *_taps(conv), window)
+
+
+def mamba2_step(
+    proj: torch.Tensor,
+    conv: torch.nn.Conv1d,
+    params: tuple[torch.Tensor, ...],
+    state: dict[str, torch.Tensor],
+    n_groups: int,
+    eps: float,
+    dt_limit: tuple[float, float],
+) -> torch.Tensor:
+    """Mamba2 between in_proj and out_proj: proj (B, d_inner + conv_dim + H) for one token ->
+    the gated, group-normed y (B, d_inner); ``params`` are dt_bias, A_log, D and the norm's
+    weight; ``state``'s conv window and ssm are updated in place."""
+    module = load()
+    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
+    low, high = dt_limit
+    high = min(high, torch.finfo(torch.float32).max)  # fast maths assumes no infinities
+    params = tuple(_f32(p) for p in params)
+    return module.mamba2_step(_f32(proj), *_taps(conv), state["conv"], *params, state["ssm"], n_groups, eps, low, high)
+
+
+def gdn_step(
+    parts: tuple[torch.Tensor, ...],
+    conv: torch.nn.Conv1d,
+    params: tuple[torch.Tensor, ...],
+    state: dict[str, torch.Tensor],
+    n_k_heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """Gated DeltaNet between the input projections and out_proj: ``parts`` are the qkv, z, b,
+    a of one token (B, 1, ...); ``params`` dt_bias, A_log and the norm's weight -> the gated,
+    normed heads (B, H_v d_v); ``state``'s conv window and recurrent state updated in place."""
+    module = load()
+    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
+    qkv, z, b, a = (_f32(t[:, 0]).reshape(t.shape[0], -1) for t in parts)
+    weight, _ = _taps(conv)
+    dt_bias, A_log, norm = (_f32(p) for p in params)
+    recurrent = state["recurrent"]
+    return module.gdn_step(qkv, z, b, a, weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps)
+
+
+def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Linear attention for one token: q, k, v (B, H, 1, D) before φ -> (B, H, 1, D); kv, z in place."""
+    module = load()
+    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
+    return module.linear_step(*(_f32(t[:, :, 0]) for t in (q, k, v)), kv, z, FEATURE_EPS)[:, :, None]
+
+
+def infini_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensors: dict[str, torch.Tensor],
+    gate: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    t0: int,
+    segment: int,
+    delta: bool,
+) -> torch.Tensor:
+    """Infini-attention for one token at cache slot ``t0``: q, k, v (B, H, 1, D) -> the gated mix
+    of memory read and local softmax (B, H, 1, D); the ring, ``mem`` and ``z`` in place."""
+    module = load()
+    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
+    valid = torch.empty(0, dtype=torch.bool) if key_valid is None else key_valid.contiguous()
+    q, k, v = (_f32(t[:, :, 0]) for t in (q, k, v))
+    ring = (tensors[name] for name in ("k", "v", "mem", "z"))
+    return module.infini_step(q, k, v, *ring, _f32(gate), valid, t0, segment, delta, FEATURE_EPS)[:, :, None]

@@ -1,0 +1,279 @@
+"""The C++ of ``cpu_steps``: one-token decode steps of the recurrent mixers, one call each.
+
+Each function takes what the mixer's input projection(s) gave for one token (float32,
+contiguous) and its state tensors (float32, contiguous, updated in place), and returns what
+goes into the output projection. Per (row, head) the state is read once and written once;
+the loops run over torch's threads with ``at::parallel_for``. The maths is the reference's
+(``ssd.ssd_step``, ``delta_rule.gated_delta_step``, ``linear_attention``,
+``infini_attention``), operation for operation, in float32.
+
+The causal convolution's window keeps transformers' layout (B, C, K), oldest input first:
+its step shifts each channel's K - 1 older inputs down in place while it reads them for the
+dot product, so the window is read and written once in the same cache lines, with no copy or
+concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` does.
+"""
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <vector>
+
+static inline float silu(float x) { return x / (1.f + std::exp(-x)); }
+static inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+static inline float feature(float x) { return x > 0.f ? x + 1.f : std::exp(x); }  // elu(x) + 1
+static inline const float* maybe(const torch::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
+
+// One row: window (C, K) <- [window[1:], x]; out = SiLU(sum_j w_j window_j + bias).
+static void conv_row(const float* x, const float* w, const float* bias, float* win, float* out, int64_t C,
+                     int64_t K) {
+  for (int64_t c = 0; c < C; ++c) {
+    float* wc = win + c * K;
+    const float* kc = w + c * K;
+    float acc = bias ? bias[c] : 0.f;
+    for (int64_t j = 0; j + 1 < K; ++j) {
+      wc[j] = wc[j + 1];
+      acc += kc[j] * wc[j];
+    }
+    wc[K - 1] = x[c];
+    acc += kc[K - 1] * x[c];
+    out[c] = silu(acc);
+  }
+}
+
+// x (B, C) -> SiLU(depthwise conv) (B, C); window (B, C, K) shifted in place.
+torch::Tensor conv_step(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor window) {
+  const int64_t batch = x.size(0), C = x.size(1), K = window.size(2), stride = x.stride(0);
+  auto out = torch::empty({batch, C}, x.options());
+  for (int64_t b = 0; b < batch; ++b)
+    conv_row(x.data_ptr<float>() + b * stride, w.data_ptr<float>(), maybe(bias), window.data_ptr<float>() + b * C * K,
+             out.data_ptr<float>() + b * C, C, K);
+  return out;
+}
+
+// Mamba2: proj (B, d_inner + conv_dim + H) = [z, xBC, dt] -> gated, group-RMS-normed y (B, d_inner).
+torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
+                          torch::Tensor dt_bias, torch::Tensor A_log, torch::Tensor Dskip, torch::Tensor norm_w,
+                          torch::Tensor state, int64_t groups, double eps, double dt_min, double dt_max) {
+  const int64_t batch = state.size(0), H = state.size(1), P = state.size(2), N = state.size(3);
+  const int64_t inner = H * P, C = window.size(1), K = window.size(2), width = proj.size(1), per = H / groups;
+  auto xbc = torch::empty({batch, C}, proj.options());
+  auto y = torch::empty({batch, inner}, proj.options());
+  const float *pp = proj.data_ptr<float>(), *db = dt_bias.data_ptr<float>(), *al = A_log.data_ptr<float>();
+  const float *dp = Dskip.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
+  float *xp = xbc.data_ptr<float>(), *yp = y.data_ptr<float>(), *sp = state.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b)
+    conv_row(pp + b * width + inner, conv_w.data_ptr<float>(), maybe(conv_b), window.data_ptr<float>() + b * C * K,
+             xp + b * C, C, K);
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H, g = h / per;
+      const float *x = xp + b * C + h * P, *Bv = xp + b * C + inner + g * N, *Cv = Bv + groups * N;
+      float dt = softplus(pp[b * width + inner + C + h] + db[h]);
+      dt = std::min(std::max(dt, (float)dt_min), (float)dt_max);
+      const float decay = std::exp(-dt * std::exp(al[h]));
+      for (int64_t p = 0; p < P; ++p) {
+        float* S = sp + ((b * H + h) * P + p) * N;
+        const float input = dt * x[p];
+        float acc = 0.f;
+        for (int64_t n = 0; n < N; ++n) {
+          const float s = S[n] * decay + input * Bv[n];
+          S[n] = s;
+          acc += s * Cv[n];
+        }
+        yp[b * inner + h * P + p] = acc + dp[h] * x[p];
+      }
+    }
+  });
+  const int64_t span = inner / groups;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t g = 0; g < groups; ++g) {
+      float* v = yp + b * inner + g * span;
+      const float* z = pp + b * width + g * span;
+      float ms = 0.f;
+      for (int64_t i = 0; i < span; ++i) {
+        v[i] *= silu(z[i]);
+        ms += v[i] * v[i];
+      }
+      const float scale = 1.f / std::sqrt(ms / span + (float)eps);
+      for (int64_t i = 0; i < span; ++i) v[i] = nw[g * span + i] * (v[i] * scale);
+    }
+  return y;
+}
+
+// Gated DeltaNet: qkv (B, 2 Hk dk + Hv dv) before the conv, z (B, Hv dv), b, a (B, Hv) ->
+// RMS-normed, SiLU(z)-gated output (B, Hv dv); state (B, Hv, dk, dv).
+torch::Tensor gdn_step(torch::Tensor qkv, torch::Tensor z, torch::Tensor beta_in, torch::Tensor a,
+                       torch::Tensor conv_w, torch::Tensor window, torch::Tensor dt_bias, torch::Tensor A_log,
+                       torch::Tensor norm_w, torch::Tensor state, int64_t k_heads, double eps) {
+  const int64_t batch = state.size(0), H = state.size(1), dk = state.size(2), dv = state.size(3);
+  const int64_t C = window.size(1), K = window.size(2), key = k_heads * dk, per = H / k_heads;
+  auto act = torch::empty({batch, C}, qkv.options());
+  auto out = torch::empty({batch, H * dv}, qkv.options());
+  float *ap = act.data_ptr<float>(), *op = out.data_ptr<float>(), *sp = state.data_ptr<float>();
+  const float *zp = z.data_ptr<float>(), *bp = beta_in.data_ptr<float>(), *gp = a.data_ptr<float>();
+  const float *db = dt_bias.data_ptr<float>(), *al = A_log.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b) {
+    conv_row(qkv.data_ptr<float>() + b * C, conv_w.data_ptr<float>(), nullptr, window.data_ptr<float>() + b * C * K,
+             ap + b * C, C, K);
+    for (int64_t head = 0; head < 2 * k_heads; ++head) {  // L2-normalise q and k heads; q also by dk^-1/2
+      float* v = ap + b * C + head * dk;
+      float ss = 0.f;
+      for (int64_t i = 0; i < dk; ++i) ss += v[i] * v[i];
+      const float scale = 1.f / std::sqrt(ss + 1e-6f) * (head < k_heads ? 1.f / std::sqrt((float)dk) : 1.f);
+      for (int64_t i = 0; i < dk; ++i) v[i] *= scale;
+    }
+  }
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> delta(dv);
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H, kh = h / per;
+      const float *q = ap + b * C + kh * dk, *k = ap + b * C + key + kh * dk, *v = ap + b * C + 2 * key + h * dv;
+      const float beta = sigmoid(bp[b * H + h]);
+      const float decay = std::exp(-std::exp(al[h]) * softplus(gp[b * H + h] + db[h]));
+      float* S = sp + (b * H + h) * dk * dv;
+      float* o = op + (b * H + h) * dv;
+      for (int64_t j = 0; j < dv; ++j) delta[j] = 0.f;
+      for (int64_t i = 0; i < dk; ++i)
+        for (int64_t j = 0; j < dv; ++j) {
+          S[i * dv + j] *= decay;
+          delta[j] += k[i] * S[i * dv + j];
+        }
+      for (int64_t j = 0; j < dv; ++j) {
+        delta[j] = (v[j] - delta[j]) * beta;
+        o[j] = 0.f;
+      }
+      for (int64_t i = 0; i < dk; ++i)
+        for (int64_t j = 0; j < dv; ++j) {
+          S[i * dv + j] += k[i] * delta[j];
+          o[j] += q[i] * S[i * dv + j];
+        }
+      float ms = 0.f;
+      for (int64_t j = 0; j < dv; ++j) ms += o[j] * o[j];
+      const float scale = 1.f / std::sqrt(ms / dv + (float)eps);
+      const float* gate = zp + (b * H + h) * dv;
+      for (int64_t j = 0; j < dv; ++j) o[j] = nw[j] * (o[j] * scale) * silu(gate[j]);
+    }
+  });
+  return out;
+}
+
+// Linear attention: q, k, v (B, H, D) -> phi(q) S / (phi(q) z + eps) after S += phi(k) v^T, z += phi(k).
+torch::Tensor linear_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor kv, torch::Tensor z,
+                          double eps) {
+  const int64_t batch = kv.size(0), H = kv.size(1), D = kv.size(2), E = kv.size(3);
+  auto y = torch::empty({batch, H, E}, q.options());
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  float *sp = kv.data_ptr<float>(), *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const float *qh = qp + job * D, *kh = kp + job * D, *vh = vp + job * E;
+      float *S = sp + job * D * E, *zh = zp + job * D, *o = yp + job * E;
+      float den = 0.f;
+      for (int64_t j = 0; j < E; ++j) o[j] = 0.f;
+      for (int64_t i = 0; i < D; ++i) {
+        const float fk = feature(kh[i]), fq = feature(qh[i]);
+        zh[i] += fk;
+        den += fq * zh[i];
+        for (int64_t j = 0; j < E; ++j) {
+          S[i * E + j] += fk * vh[j];
+          o[j] += fq * S[i * E + j];
+        }
+      }
+      for (int64_t j = 0; j < E; ++j) o[j] /= den + (float)eps;
+    }
+  });
+  return y;
+}
+static inline int64_t floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// sigma(q) M / (sigma(q) z + eps) for one head: q (D) raw, M (D, D), z (D) -> out (D).
+static void memory_read(const float* q, const float* M, const float* z, float* out, int64_t D, float eps) {
+  float den = 0.f;
+  for (int64_t j = 0; j < D; ++j) out[j] = 0.f;
+  for (int64_t i = 0; i < D; ++i) {
+    const float f = feature(q[i]);
+    den += f * z[i];
+    for (int64_t j = 0; j < D; ++j) out[j] += f * M[i * D + j];
+  }
+  for (int64_t j = 0; j < D; ++j) out[j] /= den + eps;
+}
+
+// Infini-attention at cache slot t0: q, k, v (B, H, D); ring_k, ring_v (B, H, R, D) (slot = time mod R);
+// mem (B, H, D, D), z (B, H, D); key_valid (B, max_len) bool or empty. Returns
+// sigmoid(gate) * memory read + (1 - sigmoid(gate)) * local softmax (B, H, D); writes the token into the
+// ring and, when it ends a segment, the segment (linear or delta rule) into mem and z, after the read.
+torch::Tensor infini_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor ring_k,
+                          torch::Tensor ring_v, torch::Tensor mem, torch::Tensor z, torch::Tensor gate,
+                          torch::Tensor key_valid, int64_t t0, int64_t S, bool delta, double eps) {
+  const int64_t batch = q.size(0), H = q.size(1), D = q.size(2), R = ring_k.size(2);
+  const int64_t slots = key_valid.numel() ? key_valid.size(1) : 0;
+  const bool* kv = key_valid.numel() ? key_valid.data_ptr<bool>() : nullptr;
+  auto y = torch::empty({batch, H, D}, q.options());
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  float *rk = ring_k.data_ptr<float>(), *rv = ring_v.data_ptr<float>(), *mp = mem.data_ptr<float>();
+  float *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
+  const float *gp = gate.data_ptr<float>(), scale = 1.f / std::sqrt((float)D);
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> w(R + 1), read(D), seg(S * D), val(S * D);
+    std::vector<int64_t> lag_of(R + 1);
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H;
+      int64_t pads = 0;
+      for (int64_t s = 0; kv && s < slots; ++s) pads += !kv[b * slots + s];
+      const int64_t pos = t0 - pads;
+      auto valid = [&](int64_t time) { return time >= 0 && (!kv || kv[b * slots + time]); };
+      const float *qh = qp + job * D, *kh = kp + job * D, *vh = vp + job * D;
+      float *RK = rk + job * R * D, *RV = rv + job * R * D, *M = mp + job * D * D, *Z = zp + job * D;
+      int64_t n = 0;  // local keys: the ring's in this token's segment, then the token itself
+      float top = -INFINITY;
+      for (int64_t lag = R; lag >= 0; --lag) {
+        const int64_t time = t0 - lag;
+        if (lag > 0 && !(valid(time) && floordiv(pos - lag, S) == floordiv(pos, S))) continue;
+        const float* key = lag ? RK + (time % R) * D : kh;
+        float s = 0.f;
+        for (int64_t i = 0; i < D; ++i) s += qh[i] * key[i];
+        w[n] = s * scale, lag_of[n] = lag, top = std::max(top, w[n]);
+        ++n;
+      }
+      float total = 0.f;
+      for (int64_t m = 0; m < n; ++m) total += (w[m] = std::exp(w[m] - top));
+      const float g = sigmoid(gp[h]);
+      float* o = yp + job * D;
+      memory_read(qh, M, Z, read.data(), D, (float)eps);
+      for (int64_t j = 0; j < D; ++j) o[j] = g * read[j];
+      for (int64_t m = 0; m < n; ++m) {
+        const float* value = lag_of[m] ? RV + ((t0 - lag_of[m]) % R) * D : vh;
+        const float p = (1.f - g) * w[m] / total;
+        for (int64_t j = 0; j < D; ++j) o[j] += p * value[j];
+      }
+      if (pos >= 0 && pos % S == S - 1) {  // the segment's S tokens: lags S-1 .. 0
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t lag = S - 1 - s, time = t0 - lag;
+          const float *key = lag ? RK + (time % R) * D : kh, *value = lag ? RV + (time % R) * D : vh;
+          const float keep = valid(time) ? 1.f : 0.f;
+          for (int64_t i = 0; i < D; ++i) seg[s * D + i] = feature(key[i]) * keep, val[s * D + i] = value[i];
+        }
+        if (delta)  // what M already returns for each key, from M and z before this segment
+          for (int64_t s = 0; s < S; ++s) {
+            float den = 0.f;
+            for (int64_t i = 0; i < D; ++i) den += seg[s * D + i] * Z[i];
+            for (int64_t j = 0; j < D; ++j) {
+              float r = 0.f;
+              for (int64_t i = 0; i < D; ++i) r += seg[s * D + i] * M[i * D + j];
+              val[s * D + j] -= r / (den + (float)eps);
+            }
+          }
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t i = 0; i < D; ++i) {
+            Z[i] += seg[s * D + i];
+            for (int64_t j = 0; j < D; ++j) M[i * D + j] += seg[s * D + i] * val[s * D + j];
+          }
+      }
+      for (int64_t i = 0; i < D; ++i) RK[(t0 % R) * D + i] = kh[i], RV[(t0 % R) * D + i] = vh[i];
+    }
+  });
+  return y;
+}
+"""
