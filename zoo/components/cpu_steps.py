@@ -26,7 +26,7 @@ from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_steps_source import SOURCE
 from zoo.components.kernels import Kernel, KernelChoice
 
-FUNCTIONS = ["conv_step", "mamba2_step", "gdn_step", "linear_step", "infini_step"]
+FUNCTIONS = ["mamba2_step", "gdn_step", "linear_step", "infini_step"]
 FEATURE_EPS = 1e-6  # feature_state.EPS: the normaliser's epsilon of linear and Infini-attention
 
 
@@ -39,17 +39,21 @@ KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
 
 
 def step_ready(
-    mixer: KernelChoice, x: torch.Tensor, tensors: Iterable[torch.Tensor], token_valid: torch.Tensor | None
+    mixer: KernelChoice,
+    x: torch.Tensor,
+    tensors: Iterable[torch.Tensor],
+    token_valid: torch.Tensor | None,
+    kernel: str = KERNEL.name,
 ) -> bool:
-    """Whether this one-token call of ``mixer`` runs the fused step (module doc), resolving the
-    mixer's kernel the first time it could."""
+    """Whether this one-token call of ``mixer`` runs its fused step ``kernel`` (module doc),
+    resolving the mixer's kernel the first time it could. Plugins ask it through ``zoo.parts``."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
         return False
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
         return False
     if token_valid is not None and not bool(token_valid.all()):
         return False
-    return mixer.resolve_kernel(x.device) == KERNEL.name
+    return mixer.resolve_kernel(x.device) == kernel
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
@@ -60,13 +64,6 @@ def _taps(conv: torch.nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
     """A depthwise Conv1d's weight (C, K) and bias (C,) (empty when it has none), float32."""
     bias = torch.empty(0) if conv.bias is None else _f32(conv.bias)
     return _f32(conv.weight[:, 0]), bias
-
-
-def conv_step(x: torch.Tensor, conv: torch.nn.Conv1d, window: torch.Tensor) -> torch.Tensor:
-    """``causal_conv`` for one token: x (B, C) -> SiLU(conv) (B, C); window (B, C, K) shifted in place."""
-    module = load()
-    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
-    return module.conv_step(_f32(x), *_taps(conv), window)
 
 
 def mamba2_step(

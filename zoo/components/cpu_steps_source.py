@@ -42,16 +42,6 @@ static void conv_row(const float* x, const float* w, const float* bias, float* w
   }
 }
 
-// x (B, C) -> SiLU(depthwise conv) (B, C); window (B, C, K) shifted in place.
-torch::Tensor conv_step(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor window) {
-  const int64_t batch = x.size(0), C = x.size(1), K = window.size(2), stride = x.stride(0);
-  auto out = torch::empty({batch, C}, x.options());
-  for (int64_t b = 0; b < batch; ++b)
-    conv_row(x.data_ptr<float>() + b * stride, w.data_ptr<float>(), maybe(bias), window.data_ptr<float>() + b * C * K,
-             out.data_ptr<float>() + b * C, C, K);
-  return out;
-}
-
 // Mamba2: proj (B, d_inner + conv_dim + H) = [z, xBC, dt] -> gated, group-RMS-normed y (B, d_inner).
 torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
                           torch::Tensor dt_bias, torch::Tensor A_log, torch::Tensor Dskip, torch::Tensor norm_w,

@@ -20,7 +20,18 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.parts import BuildContext, LayerState, Linear, Options, Positions, StateTensor, TokenMixer
+from zoo.parts import (
+    BuildContext,
+    KernelChoice,
+    LayerState,
+    Linear,
+    Options,
+    Positions,
+    StateTensor,
+    TokenMixer,
+    step_ready,
+)
+from zoo_rwkv import cpu_step
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv
 
@@ -42,8 +53,14 @@ class TimeMixOptions(Options):
         return data
 
 
-class TimeMix(TokenMixer):
-    """x (B, T, d) -> output(sigmoid(r) · wkv(k, v)) (B, T, d), causal and recurrent."""
+class TimeMix(TokenMixer, KernelChoice):
+    """x (B, T, d) -> output(sigmoid(r) · wkv(k, v)) (B, T, d), causal and recurrent.
+
+    Implementations: ``reference`` (``shift`` and ``wkv`` in PyTorch) and ``cpu-step``
+    (``cpu_step``: a decode step's token shift and WKV step in C++; inference only)."""
+
+    kernel_family = "rwkv"
+    kernels = (cpu_step.KERNEL,)
 
     def __init__(self, options: TimeMixOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -60,6 +77,7 @@ class TimeMix(TokenMixer):
         self.value = Linear(d, c, bias=False)
         self.receptance = Linear(d, c, bias=False)
         self.output = Linear(c, d, bias=False)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -105,6 +123,10 @@ class TimeMix(TokenMixer):
         """x (B, T, d) -> (B, T, d). With a state, ``att_x`` and the WKV sums are read and
         written in place; tokens False in ``token_valid`` (left padding) change nothing."""
         tensors = None if state is None else state.tensors
+        if x.shape[1] == 1 and state is not None and tensors is not None:
+            mine = [tensors[name] for name in ("att_x", *WKV_STATE)]
+            if step_ready(self, x, mine, state.token_valid):
+                return self._step(x, mine)
         valid = state_valid(positions, state)
         shifted, last = shift(x, valid, None if tensors is None else tensors["att_x"])
         k = self.key(mix(x, shifted, self.time_mix_key))  # (B, T, C)
@@ -122,6 +144,15 @@ class TimeMix(TokenMixer):
             for name, value in zip(WKV_STATE, end, strict=True):
                 tensors[name].copy_(value)
         return self.output(r * out.to(x.dtype))  # (B, T, d)
+
+    def _step(self, x: torch.Tensor, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """One token (B, 1, d) on the fused kernel: att_x, num, den, max updated in place."""
+        ratios = (self.time_mix_key, self.time_mix_value, self.time_mix_receptance)
+        mixed = cpu_step.shift_mix(x[:, 0], tensors[0], ratios).to(x.dtype)  # (3, B, d)
+        k, v, r = self.key(mixed[0]), self.value(mixed[1]), self.receptance(mixed[2])  # (B, C) each
+        w = -torch.exp(self.time_decay.float())  # (C,)
+        out = cpu_step.wkv_step(w, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
+        return self.output(out.to(x.dtype))[:, None]  # (B, 1, d)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, attention_hidden={self.channels}"
