@@ -87,23 +87,26 @@ def mamba2_step(
 
 
 def gdn_step(
-    parts: tuple[torch.Tensor, ...],
+    qkvz: torch.Tensor,
+    ba: torch.Tensor,
     conv: torch.nn.Conv1d,
     params: tuple[torch.Tensor, ...],
     state: dict[str, torch.Tensor],
     n_k_heads: int,
     eps: float,
 ) -> torch.Tensor:
-    """Gated DeltaNet between the input projections and out_proj: ``parts`` are the qkv, z, b,
-    a of one token (B, 1, ...); ``params`` dt_bias, A_log and the norm's weight -> the gated,
-    normed heads (B, H_v d_v); ``state``'s conv window and recurrent state updated in place."""
+    """Gated DeltaNet between the input projections and out_proj: their outputs qkvz, ba for
+    one token (B, 1, ...) in the checkpoint's grouped layout; ``params`` dt_bias, A_log and the
+    norm's weight -> the gated, normed heads (B, H_v d_v); ``state``'s conv window and
+    recurrent state updated in place."""
     module = load()
     assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
-    qkv, z, b, a = (_f32(t[:, 0]).reshape(t.shape[0], -1) for t in parts)
     weight, _ = _taps(conv)
     dt_bias, A_log, norm = (_f32(p) for p in params)
     recurrent = state["recurrent"]
-    return module.gdn_step(qkv, z, b, a, weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps)
+    return module.gdn_step(
+        _f32(qkvz[:, 0]), _f32(ba[:, 0]), weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps
+    )
 
 
 def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
