@@ -40,8 +40,6 @@ def _static_address(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-
-
 class KVCache:
     """Per-module state tensors plus the bookkeeping shared by all of them.
 
