@@ -20,7 +20,9 @@ from collections.abc import Callable
 import torch
 from pydantic import Field
 
+from zoo.components.cuda_kernels import fla
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -33,11 +35,18 @@ class LinearAttentionOptions(FeatureStateOptions):
     bias: bool = Field(False, description="bias on the q, k, v and output projections")
 
 
-class LinearAttention(FeatureStateMixer):
-    """Causal linear attention with a running key-value state per head."""
+class LinearAttention(FeatureStateMixer, KernelChoice):
+    """Causal linear attention with a running key-value state per head. Implementations
+    (``zoo.components.kernels``): ``reference`` (the chunked loop below) and, on CUDA,
+    ``fla`` (``cuda_kernels.fla``: fla's ``chunk_linear_attn`` for φ(q)·S, this module's
+    normaliser; it has a backward)."""
+
+    kernel_family = "linear"
+    kernels = (Kernel("fla", "cuda", fla.load, autograd=True),)
 
     def __init__(self, options: LinearAttentionOptions, ctx: BuildContext) -> None:
         super().__init__(options, ctx, bias=options.bias)
+        self.choose_kernel()
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         H, D = self.n_heads, self.head_dim
@@ -63,6 +72,10 @@ class LinearAttention(FeatureStateMixer):
         if valid is not None:
             k = k * valid[:, None, :, None].to(k.dtype)  # (B, H, T, D): padding keys add nothing
         kv, k_sum = self.load_state(state, STATE, x.shape[0], x.device)
+        if self.kernel_in_use(x.device, stateful=state is not None) == "fla":
+            y, kv, k_sum = fla.linear_attention(q, k, v, kv, k_sum, x.dtype)  # (B, H, T, D)
+            self.store_state(state, STATE, kv, k_sum)
+            return self.output(y, x.dtype)
         outputs = []
         for start in range(0, T, CHUNK):
             stop = min(start + CHUNK, T)

@@ -23,6 +23,8 @@ from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
 from zoo.components.causal_conv import causal_conv
+from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
@@ -73,8 +75,15 @@ class GroupedGatedRMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-class Mamba2Mixer(nn.Module):
-    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors."""
+class Mamba2Mixer(KernelChoice):
+    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors. Implementations
+    (``zoo.components.kernels``): ``reference`` (``ssd``: the chunked scan and one-token step
+    in PyTorch) and, on CUDA, ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: mamba-ssm's
+    ``mamba_chunk_scan_combined`` and ``selective_state_update``, causal-conv1d's convolution;
+    the chunked scan has a backward)."""
+
+    kernel_family = "mamba2"
+    kernels = (Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba2() and causal_conv1d.load(), autograd=True),)
 
     def __init__(
         self,
@@ -104,6 +113,7 @@ class Mamba2Mixer(nn.Module):
         self.D = nn.Parameter(torch.empty(n_heads))
         self.norm = GroupedGatedRMSNorm(d_inner, n_groups, eps)
         self.out_proj = Linear(d_inner, d_model, bias=bias)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -137,22 +147,29 @@ class Mamba2Mixer(nn.Module):
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)
-        xbc = causal_conv(
-            xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, None if state is None else state["conv"]
-        )
+        impl = self.kernel_in_use(x.device, stateful=state is not None)
+        window = None if state is None else state["conv"]
+        if impl == "mamba-ssm" and causal_conv1d.fits(self.conv_kernel):
+            weight = self.conv1d.weight[:, 0]  # (C, K)
+            xbc = causal_conv1d.causal_conv(xbc.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
+        else:
+            xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)
         xs, Bm, Cm = torch.split(
             xbc.transpose(1, 2).float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1
         )
         per_group = self.n_heads // self.n_groups
         xs = xs.reshape(batch, T, self.n_heads, self.head_dim)  # (B, T, H, P)
-        Bm, Cm = (
-            t.reshape(batch, T, self.n_groups, -1).repeat_interleave(per_group, dim=2) for t in (Bm, Cm)
-        )  # (B, T, H, N)
+        Bm, Cm = (t.reshape(batch, T, self.n_groups, -1) for t in (Bm, Cm))  # (B, T, G, N)
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)  # (B, T, H)
         if token_valid is not None:
             dt = dt * token_valid[..., None]
         A = -self.A_log.float().exp()  # (H,)
         ssm = None if state is None else state["ssm"]
+        if impl == "mamba-ssm":  # the kernels run in the model's dtype (exact: x, B, C came from it)
+            xs, Bm, Cm = (t.to(x.dtype) for t in (xs, Bm, Cm))
+            y = mamba_ssm.mamba2_scan(xs, dt, A, Bm, Cm, self.D, ssm, self.chunk_size)  # (B, T, H, P), D in
+            return self.out_proj(self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z))
+        Bm, Cm = (t.repeat_interleave(per_group, dim=2) for t in (Bm, Cm))  # (B, T, H, N)
         if ssm is not None and T == 1:
             y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm.float())
             y = y[:, None]  # (B, 1, H, P)
