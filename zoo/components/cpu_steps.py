@@ -10,10 +10,10 @@ torch GEMVs (they move the weights: the part a roofline counts).
 
 ``step_ready`` is the gate each mixer asks first: the kernel is for inference (no autograd,
 no ``torch.compile`` graph), float32 state tensors (``state_dtype: cache`` with a float32
-cache included; a half-precision state runs the reference and leaves the kernel
-unresolved), a CPU tensor (on another device the mixer resolves to its reference or that
-device's kernel) and a token that is real in every row (a padding token in a decode step
-runs the reference). Mamba-1 has its own fused scan (``cpu_scan``, prefill and step alike).
+cache included; a half-precision state runs the reference), a CPU tensor (on another
+device the mixer resolves to its reference or that device's kernel) and a token that is real
+in every row (a padding token in a decode step runs the reference). Mamba-1 has its own
+fused scan (``cpu_scan``, prefill and step alike).
 """
 
 from __future__ import annotations
@@ -48,11 +48,9 @@ def step_ready(
 ) -> bool:
     """Whether this one-token call of ``mixer`` runs its fused step ``kernel`` (module doc),
     resolving the mixer's kernel the first time it could. Plugins ask it through ``zoo.parts``."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling():
-        return False
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
         return False
-    if mixer.resolve_kernel(x.device) != kernel:
+    if mixer.kernel_in_use(x.device, stateful=True) != kernel:  # compiled or under autograd: the reference
         return False
     return token_valid is None or bool(token_valid.all())  # a CPU tensor here: no device sync
 
