@@ -118,3 +118,18 @@ def test_a_half_precision_state_runs_the_reference_step():
     with torch.no_grad():
         expected, got = (_stepped(model, ids, 4) for model in models)
     assert torch.equal(got, expected)
+
+
+def test_a_bfloat16_model_with_float32_state_runs_the_fused_step():
+    """Linear attention keeps no window in the cache's dtype: with a float32 state a bfloat16
+    model's step is the kernel's, inputs cast to float32 and the output back."""
+    spec = _spec("linear")
+    models = []
+    for impl in ("reference", "auto"):
+        with preferring(impl):
+            models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
+    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
+    with torch.no_grad():
+        expected, got = (_stepped(model, ids, 4).float() for model in models)
+    assert implementations(models[1]) == "linear: cpu-step"
+    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)

@@ -1,9 +1,9 @@
 """One-token decode steps of the recurrent mixers as fused C++ calls: the ``cpu-step`` kernel.
 
 A decode step of Mamba2, Gated DeltaNet, linear attention or Infini-attention in PyTorch is a
-few GEMVs (the projections) plus 30 to 100 small ops on the state: splits, reshapes, the
-convolution window's concatenation and copy, a one-column convolution, exponentials and
-norms, each a dispatch of a few microseconds over a few kilobytes. Here everything between
+few GEMVs (the projections) plus 50 to 140 more dispatched ops (views included): splits,
+reshapes, the convolution window's concatenation and copy, exponentials, norms, gathers,
+each a dispatch of microseconds over a few kilobytes. Here everything between
 the input and the output projections is one call (``cpu_steps_source``): the state is read
 and written once in place and nothing is materialised but the output. The projections stay
 torch GEMVs (they move the weights: the part a roofline counts).
@@ -25,10 +25,10 @@ import torch
 
 from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_steps_source import SOURCE
+from zoo.components.feature_state import EPS
 from zoo.components.kernels import Kernel, KernelChoice
 
 FUNCTIONS = ["mamba2_step", "gdn_step", "linear_step", "infini_step"]
-FEATURE_EPS = 1e-6  # feature_state.EPS: the normaliser's epsilon of linear and Infini-attention
 
 
 def load() -> types.ModuleType | None:
@@ -112,7 +112,7 @@ def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Ten
     """Linear attention for one token: q, k, v (B, H, 1, D) before φ -> (B, H, 1, D); kv, z in place."""
     module = load()
     assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
-    return module.linear_step(*(_f32(t[:, :, 0]) for t in (q, k, v)), kv, z, FEATURE_EPS)[:, :, None]
+    return module.linear_step(*(_f32(t[:, :, 0]) for t in (q, k, v)), kv, z, EPS)[:, :, None]
 
 
 def infini_step(
@@ -133,4 +133,4 @@ def infini_step(
     valid = torch.empty(0, dtype=torch.bool) if key_valid is None else key_valid.contiguous()
     q, k, v = (_f32(t[:, :, 0]) for t in (q, k, v))
     ring = (tensors[name] for name in ("k", "v", "mem", "z"))
-    return module.infini_step(q, k, v, *ring, _f32(gate), valid, t0, segment, delta, FEATURE_EPS)[:, :, None]
+    return module.infini_step(q, k, v, *ring, _f32(gate), valid, t0, segment, delta, EPS)[:, :, None]
