@@ -161,16 +161,15 @@ class Mamba2Mixer(KernelChoice):
         )
         per_group = self.n_heads // self.n_groups
         xs = xs.reshape(batch, T, self.n_heads, self.head_dim)  # (B, T, H, P)
-        Bm, Cm = (
-            t.reshape(batch, T, self.n_groups, -1).repeat_interleave(per_group, dim=2) for t in (Bm, Cm)
-        )  # (B, T, H, N)
+        Bm, Cm = (t.reshape(batch, T, self.n_groups, -1) for t in (Bm, Cm))  # (B, T, G, N)
         dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)  # (B, T, H)
         if token_valid is not None:
             dt = dt * token_valid[..., None]
         A = -self.A_log.float().exp()  # (H,)
         ssm = None if state is None else state["ssm"]
         if ssm is not None and T == 1:
-            y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm.float())
+            Bh, Ch = (t[:, 0].repeat_interleave(per_group, dim=1) for t in (Bm, Cm))  # (B, H, N)
+            y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bh, Ch, ssm.float())
             y = y[:, None]  # (B, 1, H, P)
         else:
             initial = (
