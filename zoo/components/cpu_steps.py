@@ -49,7 +49,7 @@ def step_ready(
         return False
     if token_valid is not None and not bool(token_valid.all()):
         return False
-    return mixer.resolve_kernel(x.device) == KERNEL.name
+    return mixer.runs(KERNEL, x.device)
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:

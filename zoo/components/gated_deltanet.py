@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.components import cpu_steps
+from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
 from zoo.components.kernels import KernelChoice
@@ -91,11 +91,13 @@ class GatedDeltaNet(KernelChoice):
     """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors.
 
     Implementations (``zoo.components.kernels``): ``reference`` (the chunked delta rule and the
-    one-token step of ``delta_rule.py`` in PyTorch) and ``cpu-step`` (``cpu_steps``: a decode
-    step from the projections' outputs to out_proj's input as one C++ call; inference only)."""
+    one-token step of ``delta_rule.py`` in PyTorch), ``cpu-scan`` (``cpu_prefill``: a
+    multi-token call's delta rule as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    decode step from the projections' outputs to out_proj's input as one C++ call); the C++
+    kernels are for inference only."""
 
     kernel_family = "gated_deltanet"
-    kernels = (cpu_steps.KERNEL,)
+    kernels = (cpu_prefill.KERNEL, cpu_steps.KERNEL)
 
     def __init__(
         self,
@@ -172,9 +174,8 @@ class GatedDeltaNet(KernelChoice):
         qkv, z, b, a = self._split(x)
         qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, None if state is None else state["conv"])
         q, k, v = torch.split(qkv.transpose(1, 2).float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        group = self.n_v_heads // self.n_k_heads
-        q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)).repeat_interleave(group, dim=2) * self.head_k_dim**-0.5
-        k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1)).repeat_interleave(group, dim=2)  # (B, T, H_v, d_k)
+        q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)) * self.head_k_dim**-0.5  # (B, T, H_k, d_k)
+        k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1))  # (B, T, H_k, d_k)
         v = v.reshape(B, T, self.n_v_heads, self.head_v_dim)  # (B, T, H_v, d_v)
         beta = b.float().sigmoid()  # (B, T, H_v)
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, H_v), log decay
@@ -193,14 +194,21 @@ class GatedDeltaNet(KernelChoice):
         beta: torch.Tensor,
         recurrent: torch.Tensor | None,
     ) -> torch.Tensor:
-        """The delta rule over q, k (B, T, H, d_k), v (B, T, H, d_v), g, beta (B, T, H);
-        a one-token call with a state is one step."""
+        """The delta rule over q, k (B, T, H_k, d_k), v (B, T, H, d_v), g, beta (B, T, H);
+        a one-token call with a state is one step; a longer one the fused scan (``cpu_prefill``)
+        where it runs, else the chunked form."""
+        B, T, H, _ = v.shape
+        initial = recurrent.float() if recurrent is not None else q.new_zeros(B, H, self.head_k_dim, self.head_v_dim)
+        if T > 1 and cpu_prefill.scan_ready(self, q):
+            out, new = cpu_prefill.gated_delta_scan(q, k, v, g, beta, initial)  # (B, T, H, d_v)
+            if recurrent is not None:
+                recurrent.copy_(new)
+            return out
+        q, k = (t.repeat_interleave(H // self.n_k_heads, dim=2) for t in (q, k))  # (B, T, H, d_k)
         if recurrent is not None and q.shape[1] == 1:
             out, new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], recurrent.float())
             recurrent.copy_(new)
             return out[:, None]  # (B, 1, H, d_v)
-        B, _, H, _ = q.shape
-        initial = recurrent.float() if recurrent is not None else q.new_zeros(B, H, self.head_k_dim, self.head_v_dim)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
         out, new = chunk_gated_delta_rule(q, k, v, g.transpose(1, 2), beta.transpose(1, 2), initial, self.chunk_size)
         if recurrent is not None:

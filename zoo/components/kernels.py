@@ -1,21 +1,23 @@
 """Which implementation each token mixer runs: the reference PyTorch maths or a faster kernel.
 
 A mixer with more than one implementation (``KernelChoice``) declares its ``kernel_family``
-and the kernels it can run, fastest first, each with the device kind it runs on. The choice
-is taken from the process's preference when the model is built (``preferring``; the harness
-sets it from ``--impl``) and kept on the module:
+and the kernels it can run, each with the device kind it runs on. Kernels of one device may
+cover different calls (a multi-token prefill scan, a one-token decode step); the mixer asks
+for them in its own order, so where two cover the same call the one it asks first wins. The
+choice is taken from the process's preference when the model is built (``preferring``; the
+harness sets it from ``--impl``) and kept on the module:
 
-- ``auto``: the fastest kernel of the mixer's list that runs on the device and could be
-  loaded, else the reference;
+- ``auto``: every kernel of the mixer's list that runs on the device and could be loaded
+  (the reference for the calls none covers);
 - ``reference``: the pure-PyTorch maths (what the fast paths are tested equal to);
 - a kernel's name: that kernel where it applies (the reference elsewhere, and for mixers
   that do not have it).
 
 A kernel is resolved at the first forward that may use it (the device is known then, and a
-model built on ``meta`` for analysis never loads one); ``impl`` then names what ran, and a
-row gathers them (``implementations``: ``"mamba: cpu-scan"``). A kernel a mixer cannot use
-in a call (under autograd, inside a ``torch.compile`` graph) is not resolved there: those
-calls run the reference.
+model built on ``meta`` for analysis never loads one); ``impl`` then names what ran (several
+kernels joined by ``+``), and a row gathers them (``implementations``: ``"mamba: cpu-scan"``).
+A kernel a mixer cannot use in a call (under autograd, inside a ``torch.compile`` graph) is
+not resolved there: those calls run the reference.
 """
 
 from __future__ import annotations
@@ -64,16 +66,22 @@ class KernelChoice(nn.Module):
         self.impl: str | None = None  # resolved at the first forward
 
     def resolve_kernel(self, device: torch.device) -> str:
-        """The implementation this module runs on ``device`` (decided once)."""
+        """The implementation this module runs on ``device`` (decided once): the reference, or
+        its kernels' names joined by ``+``."""
         if self.impl is None:
-            self.impl = REFERENCE
-            if self.impl_preference != REFERENCE:
-                for kernel in self.kernels:
-                    wanted = self.impl_preference in (AUTO, kernel.name)
-                    if wanted and kernel.device_type == device.type and kernel.loads():
-                        self.impl = kernel.name
-                        break
+            names = [
+                kernel.name
+                for kernel in self.kernels
+                if self.impl_preference in (AUTO, kernel.name)
+                and kernel.device_type == device.type
+                and kernel.loads()
+            ]
+            self.impl = "+".join(names) or REFERENCE
         return self.impl
+
+    def runs(self, kernel: Kernel, device: torch.device) -> bool:
+        """Whether ``kernel`` is one this module runs on ``device`` (resolving it the first time)."""
+        return kernel.name in self.resolve_kernel(device).split("+")
 
 
 def check_preference(choice: str) -> str:

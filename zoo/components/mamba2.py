@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.components import cpu_steps
+from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.kernels import KernelChoice
 from zoo.components.linear import Linear
@@ -79,11 +79,13 @@ class Mamba2Mixer(KernelChoice):
     """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors.
 
     Implementations (``zoo.components.kernels``): ``reference`` (the chunked SSD scan and the
-    one-token step of ``ssd.py`` in PyTorch) and ``cpu-step`` (``cpu_steps``: a decode step
-    from in_proj's output to out_proj's input as one C++ call; inference only)."""
+    one-token step of ``ssd.py`` in PyTorch), ``cpu-scan`` (``cpu_prefill``: a multi-token
+    call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a decode step
+    from in_proj's output to out_proj's input as one C++ call); the C++ kernels are for
+    inference only."""
 
     kernel_family = "mamba2"
-    kernels = (cpu_steps.KERNEL,)
+    kernels = (cpu_prefill.KERNEL, cpu_steps.KERNEL)
 
     def __init__(
         self,
@@ -175,7 +177,10 @@ class Mamba2Mixer(KernelChoice):
             initial = (
                 ssm.float() if ssm is not None else xs.new_zeros(batch, self.n_heads, self.head_dim, self.state_size)
             )
-            y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
+            if cpu_prefill.scan_ready(self, x):
+                y, new = cpu_prefill.ssd_scan(xs, dt, A, Bm, Cm, initial)  # (B, T, H, P)
+            else:
+                y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
         if ssm is not None:
             ssm.copy_(new)
         y = y + xs * self.D.float()[:, None]  # (B, T, H, P)

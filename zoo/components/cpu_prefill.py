@@ -1,0 +1,169 @@
+"""Multi-token (prefill) scans of Mamba2 and Gated DeltaNet as fused C++ loops: ``cpu-scan``.
+
+The chunked forms (``ssd.chunk_scan``, ``delta_rule.chunk_gated_delta_rule``) turn the
+recurrence into matrix products so that autograd and accelerators see large operations, at
+the price of (L, L) tensors per chunk and head (decays, scores) and more arithmetic than the
+recurrence itself. On a CPU core in inference the recurrence is cheaper: per token and head
+it reads and writes the (P, N) or (d_k, d_v) state once or twice (32 KiB at Mamba2-130m's and
+Qwen3-Next's head sizes, so it stays in the core's cache) and does the minimum arithmetic
+(``score_flops``), nothing materialised but the output. Here it is one C++ loop per (batch,
+head) job, jobs spread over torch's threads (``at::parallel_for``); the inner loops run
+along contiguous state rows, so the compiler vectorises them.
+
+Inference only (no backward): a mixer asks ``scan_ready`` first, which is False under
+autograd or inside a ``torch.compile`` graph, off the CPU, or where the mixer does not run
+this kernel (``--impl reference``); those calls take the chunked reference. One-token decode
+calls keep their own path (``cpu_steps``).
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from zoo.components.cpu_extension import cpu_extension
+from zoo.components.kernels import Kernel, KernelChoice
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <vector>
+
+// Mamba2's SSD recurrence, one (batch, head) per job: S (P, N) <- exp(dt A) S + dt x B^T; y = S C.
+// x (Bt, T, H, P), dt (Bt, T, H), A (H), Bm, Cm (Bt, T, G, N), state (Bt, H, P, N) in place -> y (Bt, T, H, P).
+torch::Tensor ssd_scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch::Tensor Bm, torch::Tensor Cm,
+                       torch::Tensor state) {
+  const int64_t batch = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), G = Bm.size(2), N = Bm.size(3);
+  const int64_t per_group = H / G;
+  auto y = torch::empty_like(x);
+  const float *xp = x.data_ptr<float>(), *dtp = dt.data_ptr<float>(), *Ap = A.data_ptr<float>();
+  const float *Bp = Bm.data_ptr<float>(), *Cp = Cm.data_ptr<float>();
+  float *sp = state.data_ptr<float>(), *yp = y.data_ptr<float>();
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H, g = h / per_group;
+      float *S = sp + job * P * N;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t row = b * T + t;
+        const float step = dtp[row * H + h], decay = std::exp(step * Ap[h]);
+        const float *xv = xp + (row * H + h) * P, *bv = Bp + (row * G + g) * N, *cv = Cp + (row * G + g) * N;
+        float *out = yp + (row * H + h) * P;
+        for (int64_t p = 0; p < P; ++p) {
+          const float input = step * xv[p];
+          float *s = S + p * N;
+          float acc = 0.f;
+          for (int64_t n = 0; n < N; ++n) {
+            const float value = decay * s[n] + input * bv[n];
+            s[n] = value;
+            acc += value * cv[n];
+          }
+          out[p] = acc;
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// The gated delta rule, one (batch, value head) per job: S <- exp(g) S; S <- S + k (beta (v - k^T S))^T; o = S^T q.
+// q, k (Bt, T, Hk, K) shared by H / Hk consecutive value heads each, v (Bt, T, H, V), g, beta (Bt, T, H),
+// state (Bt, H, K, V) in place -> o (Bt, T, H, V).
+torch::Tensor gated_delta_scan(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor beta,
+                               torch::Tensor state) {
+  const int64_t batch = q.size(0), T = q.size(1), Hk = q.size(2), K = q.size(3), H = v.size(2), V = v.size(3);
+  const int64_t per_key = H / Hk;
+  auto o = torch::empty_like(v);
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  const float *gp = g.data_ptr<float>(), *bp = beta.data_ptr<float>();
+  float *sp = state.data_ptr<float>(), *op = o.data_ptr<float>();
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> predicted(V), delta(V);
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H, hk = h / per_key;
+      float *S = sp + job * K * V;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t head = (b * T + t) * H + h;
+        const float decay = std::exp(gp[head]), strength = bp[head];
+        const int64_t key_head = (b * T + t) * Hk + hk;
+        const float *qv = qp + key_head * K, *kv = kp + key_head * K, *vv = vp + head * V;
+        float *out = op + head * V;
+        for (int64_t j = 0; j < V; ++j) predicted[j] = 0.f;
+        for (int64_t i = 0; i < K; ++i) {  // decay the state and read k^T S in one pass
+          float *s = S + i * V;
+          const float key = kv[i];
+          for (int64_t j = 0; j < V; ++j) {
+            s[j] *= decay;
+            predicted[j] += key * s[j];
+          }
+        }
+        for (int64_t j = 0; j < V; ++j) {
+          delta[j] = strength * (vv[j] - predicted[j]);
+          out[j] = 0.f;
+        }
+        for (int64_t i = 0; i < K; ++i) {  // write k delta^T and read q^T S in one pass
+          float *s = S + i * V;
+          const float key = kv[i], query = qv[i];
+          for (int64_t j = 0; j < V; ++j) {
+            s[j] += key * delta[j];
+            out[j] += query * s[j];
+          }
+        }
+      }
+    }
+  });
+  return o;
+}
+"""
+
+FUNCTIONS = ["ssd_scan", "gated_delta_scan"]
+
+
+def load() -> types.ModuleType | None:
+    """The compiled scans (built once per machine), or None where they cannot be built."""
+    return cpu_extension("zoo_cpu_prefill", SOURCE, FUNCTIONS)
+
+
+KERNEL = Kernel("cpu-scan", "cpu", lambda: load() is not None)
+
+
+def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
+    """Whether this multi-token call of ``mixer`` runs the fused scan (module doc), resolving
+    the mixer's kernels the first time it could."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
+        return False
+    return mixer.runs(KERNEL, x.device)
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().contiguous()
+
+
+def _module() -> types.ModuleType:
+    module = load()
+    assert module is not None, "cpu_prefill used without a built kernel (scan_ready first)"
+    return module
+
+
+def ssd_scan(
+    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ssd.chunk_scan``'s maths on the fused loop: x (B, T, H, P), dt (B, T, H), A (H,), B, C
+    (B, T, G, N), state (B, H, P, N) before the first token (not modified) -> y (B, T, H, P)
+    without the D skip, and the state after the last token, float32."""
+    after = _f32(state).clone()  # (B, H, P, N): the kernel updates it in place
+    y = _module().ssd_scan(*(_f32(t) for t in (x, dt, A, B, C)), after)  # (B, T, H, P)
+    return y, after
+
+
+def gated_delta_scan(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``delta_rule.chunk_gated_delta_rule``'s maths on the fused loop, tokens before heads: q, k
+    (B, T, H_k, d_k), each key head shared by H / H_k consecutive value heads (not repeated),
+    v (B, T, H, d_v), g, beta (B, T, H), state (B, H, d_k, d_v) before the first token (not
+    modified) -> outputs (B, T, H, d_v) and the state after the last token, float32."""
+    after = _f32(state).clone()  # (B, H, d_k, d_v): the kernel updates it in place
+    out = _module().gated_delta_scan(*(_f32(t) for t in (q, k, v, g, beta)), after)  # (B, T, H, d_v)
+    return out, after
