@@ -1,7 +1,9 @@
 """The plugin-facing API: what out-of-tree parts import and subclass.
 
-The slot bases and the types they share (``zoo.specs.interfaces``, which defines them) and a
-few reusable concrete parts. Plugins import from here, ``zoo``, ``zoo.errors`` and
+The slot bases and the types they share (``zoo.specs.interfaces``, which defines them), a
+few reusable concrete parts, and what a part needs to offer its own fast kernels
+(``Kernel``, ``KernelChoice``: ``zoo.components.kernels``; ``cpu_extension``: a C++ source
+built once per machine). Plugins import from here, ``zoo``, ``zoo.errors`` and
 ``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
 ``zoo.specs.*`` are internal and may change. Names here keep their meaning across releases.
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 from zoo.components.activations import ACTIVATIONS
 from zoo.components.attention import Attention, AttentionOptions
+from zoo.components.cpu_extension import cpu_extension
 from zoo.components.ffn import MLP, GatedMLP
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.moe import MoE, MoEOptions
 from zoo.specs.interfaces import (
@@ -47,6 +51,8 @@ __all__ = [
     "GatedMLP",
     "Head",
     "HoldsState",
+    "Kernel",
+    "KernelChoice",
     "LayerState",
     "Linear",
     "Memory",
@@ -62,5 +68,6 @@ __all__ = [
     "StateTensor",
     "TokenMixer",
     "causal_keys_seen",
+    "cpu_extension",
     "visible_keys",
 ]

@@ -72,9 +72,7 @@ class KernelChoice(nn.Module):
             names = [
                 kernel.name
                 for kernel in self.kernels
-                if self.impl_preference in (AUTO, kernel.name)
-                and kernel.device_type == device.type
-                and kernel.loads()
+                if self.impl_preference in (AUTO, kernel.name) and kernel.device_type == device.type and kernel.loads()
             ]
             self.impl = "+".join(names) or REFERENCE
         return self.impl

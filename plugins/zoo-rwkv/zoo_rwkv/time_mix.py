@@ -20,7 +20,8 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.parts import BuildContext, LayerState, Linear, Options, Positions, StateTensor, TokenMixer
+from zoo.parts import BuildContext, KernelChoice, LayerState, Linear, Options, Positions, StateTensor, TokenMixer
+from zoo_rwkv import cpu_wkv
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv
 
@@ -42,8 +43,15 @@ class TimeMixOptions(Options):
         return data
 
 
-class TimeMix(TokenMixer):
-    """x (B, T, d) -> output(sigmoid(r) · wkv(k, v)) (B, T, d), causal and recurrent."""
+class TimeMix(TokenMixer, KernelChoice):
+    """x (B, T, d) -> output(sigmoid(r) · wkv(k, v)) (B, T, d), causal and recurrent.
+
+    Implementations (``zoo.parts.KernelChoice``): ``reference`` (``wkv``: a parallel scan for a
+    prompt, the recurrence's step for one token) and ``cpu-scan`` (``cpu_wkv``: a prompt's
+    recurrence as one fused C++ loop; inference only)."""
+
+    kernel_family = "rwkv"
+    kernels = (cpu_wkv.KERNEL,)
 
     def __init__(self, options: TimeMixOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -60,6 +68,7 @@ class TimeMix(TokenMixer):
         self.value = Linear(d, c, bias=False)
         self.receptance = Linear(d, c, bias=False)
         self.output = Linear(c, d, bias=False)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -116,7 +125,10 @@ class TimeMix(TokenMixer):
             else tuple(tensors[n].float() for n in WKV_STATE)
         )
         w = -torch.exp(self.time_decay.float())  # (C,)
-        out, end = wkv(w, self.time_first.float(), k, v, valid, start)  # (B, T, C)
+        if x.shape[1] > 1 and cpu_wkv.scan_ready(self, x):
+            out, end = cpu_wkv.wkv_scan(w, self.time_first, k, v, valid, start)  # (B, T, C)
+        else:
+            out, end = wkv(w, self.time_first.float(), k, v, valid, start)  # (B, T, C)
         if tensors is not None:
             tensors["att_x"].copy_(last)
             for name, value in zip(WKV_STATE, end, strict=True):
