@@ -31,7 +31,29 @@ SOURCE = r"""
 #include <cmath>
 #include <vector>
 
-// Mamba2's SSD recurrence, one (batch, head) per job: S (P, N) <- exp(dt A) S + dt x B^T; y = S C.
+// One token of the SSD recurrence on columns p0 .. p0 + W of the transposed state St (N, P):
+// St[n] <- decay St[n] + B_n (dt x), y = sum_n C_n St[n], W accumulators in registers across n.
+template <int W>
+static inline void ssd_columns(float *St, int64_t N, int64_t P, int64_t p0, const float *xv, float step, float decay,
+                               const float *bv, const float *cv, float *out) {
+  float input[W], acc[W];
+  for (int w = 0; w < W; ++w) {
+    input[w] = step * xv[p0 + w];
+    acc[w] = 0.f;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    float *s = St + n * P + p0;
+    const float bn = bv[n], cn = cv[n];
+    for (int w = 0; w < W; ++w) {
+      s[w] = decay * s[w] + bn * input[w];
+      acc[w] += cn * s[w];
+    }
+  }
+  for (int w = 0; w < W; ++w) out[p0 + w] = acc[w];
+}
+
+// Mamba2's SSD recurrence, one (batch, head) per job: S (P, N) <- exp(dt A) S + dt x B^T; y = S C. The job's
+// state is held transposed (N, P) while it runs, so each step runs along P with one accumulator per channel.
 // x (Bt, T, H, P), dt (Bt, T, H), A (H), Bm, Cm (Bt, T, G, N), state (Bt, H, P, N) in place -> y (Bt, T, H, P).
 torch::Tensor ssd_scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch::Tensor Bm, torch::Tensor Cm,
                        torch::Tensor state) {
@@ -42,29 +64,58 @@ torch::Tensor ssd_scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch
   const float *Bp = Bm.data_ptr<float>(), *Cp = Cm.data_ptr<float>();
   float *sp = state.data_ptr<float>(), *yp = y.data_ptr<float>();
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> St(N * P);
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H, g = h / per_group;
       float *S = sp + job * P * N;
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) St[n * P + p] = S[p * N + n];
       for (int64_t t = 0; t < T; ++t) {
         const int64_t row = b * T + t;
         const float step = dtp[row * H + h], decay = std::exp(step * Ap[h]);
         const float *xv = xp + (row * H + h) * P, *bv = Bp + (row * G + g) * N, *cv = Cp + (row * G + g) * N;
         float *out = yp + (row * H + h) * P;
-        for (int64_t p = 0; p < P; ++p) {
-          const float input = step * xv[p];
-          float *s = S + p * N;
-          float acc = 0.f;
-          for (int64_t n = 0; n < N; ++n) {
-            const float value = decay * s[n] + input * bv[n];
-            s[n] = value;
-            acc += value * cv[n];
-          }
-          out[p] = acc;
-        }
+        int64_t p = 0;
+        for (; p + 64 <= P; p += 64) ssd_columns<64>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
+        for (; p + 16 <= P; p += 16) ssd_columns<16>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
+        for (; p < P; ++p) ssd_columns<1>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
       }
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) S[p * N + n] = St[n * P + p];
     }
   });
   return y;
+}
+
+// One token of the gated delta rule on columns j0 .. j0 + W of the state S (K, V): two passes
+// over those columns (decay and read k^T S; write k delta^T and read q^T S), W accumulators
+// held in registers across the K rows.
+template <int W>
+static inline void delta_columns(float *S, int64_t K, int64_t V, int64_t j0, const float *kv, const float *qv,
+                                 const float *vv, float decay, float strength, float *out) {
+  float acc[W], delta[W];
+  for (int w = 0; w < W; ++w) acc[w] = 0.f;
+  for (int64_t i = 0; i < K; ++i) {
+    float *s = S + i * V + j0;
+    const float key = kv[i];
+    for (int w = 0; w < W; ++w) {
+      s[w] *= decay;
+      acc[w] += key * s[w];
+    }
+  }
+  for (int w = 0; w < W; ++w) {
+    delta[w] = strength * (vv[j0 + w] - acc[w]);
+    acc[w] = 0.f;
+  }
+  for (int64_t i = 0; i < K; ++i) {
+    float *s = S + i * V + j0;
+    const float key = kv[i], query = qv[i];
+    for (int w = 0; w < W; ++w) {
+      s[w] += key * delta[w];
+      acc[w] += query * s[w];
+    }
+  }
+  for (int w = 0; w < W; ++w) out[j0 + w] = acc[w];
 }
 
 // The gated delta rule, one (batch, value head) per job: S <- exp(g) S; S <- S + k (beta (v - k^T S))^T; o = S^T q.
@@ -79,37 +130,18 @@ torch::Tensor gated_delta_scan(torch::Tensor q, torch::Tensor k, torch::Tensor v
   const float *gp = g.data_ptr<float>(), *bp = beta.data_ptr<float>();
   float *sp = state.data_ptr<float>(), *op = o.data_ptr<float>();
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> predicted(V), delta(V);
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H, hk = h / per_key;
       float *S = sp + job * K * V;
       for (int64_t t = 0; t < T; ++t) {
-        const int64_t head = (b * T + t) * H + h;
+        const int64_t head = (b * T + t) * H + h, key_head = (b * T + t) * Hk + hk;
         const float decay = std::exp(gp[head]), strength = bp[head];
-        const int64_t key_head = (b * T + t) * Hk + hk;
         const float *qv = qp + key_head * K, *kv = kp + key_head * K, *vv = vp + head * V;
         float *out = op + head * V;
-        for (int64_t j = 0; j < V; ++j) predicted[j] = 0.f;
-        for (int64_t i = 0; i < K; ++i) {  // decay the state and read k^T S in one pass
-          float *s = S + i * V;
-          const float key = kv[i];
-          for (int64_t j = 0; j < V; ++j) {
-            s[j] *= decay;
-            predicted[j] += key * s[j];
-          }
-        }
-        for (int64_t j = 0; j < V; ++j) {
-          delta[j] = strength * (vv[j] - predicted[j]);
-          out[j] = 0.f;
-        }
-        for (int64_t i = 0; i < K; ++i) {  // write k delta^T and read q^T S in one pass
-          float *s = S + i * V;
-          const float key = kv[i], query = qv[i];
-          for (int64_t j = 0; j < V; ++j) {
-            s[j] += key * delta[j];
-            out[j] += query * s[j];
-          }
-        }
+        int64_t j = 0;
+        for (; j + 64 <= V; j += 64) delta_columns<64>(S, K, V, j, kv, qv, vv, decay, strength, out);
+        for (; j + 16 <= V; j += 16) delta_columns<16>(S, K, V, j, kv, qv, vv, decay, strength, out);
+        for (; j < V; ++j) delta_columns<1>(S, K, V, j, kv, qv, vv, decay, strength, out);
       }
     }
   });
