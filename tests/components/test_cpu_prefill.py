@@ -146,3 +146,18 @@ def test_training_takes_the_chunked_reference(family: str):
     model(torch.randint(0, VOCAB, (1, 9))).sum().backward()
     assert implementations(model) is None  # never resolved under autograd
     assert all(p.grad is not None for name, p in model.named_parameters() if "A_log" in name)
+
+
+@pytest.mark.parametrize(
+    ("impl", "ran"), [("auto", "cpu-scan+cpu-step"), ("cpu-step", "cpu-step"), ("cpu-scan", "cpu-scan")]
+)
+def test_auto_runs_each_cpu_kernel_on_its_own_calls(impl: str, ran: str):
+    """Kernels of one device cover different calls (``zoo.components.kernels``): under ``auto``
+    a prompt runs the fused scan and a decode step the fused step; a named kernel runs alone."""
+    model = _built(_spec("mamba2"), impl)
+    ids = torch.randint(0, VOCAB, (1, 9))  # (B, T)
+    cache = KVCache(model, batch_size=1, max_len=10)
+    with torch.no_grad():
+        prefill(model, ids, cache)
+        decode_step(model, ids[:, -1:], cache)
+    assert implementations(model) == f"mamba2: {ran}"
