@@ -24,8 +24,9 @@ from torch import nn
 
 from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
+from zoo.components.cuda_kernels import causal_conv1d, fla
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
-from zoo.components.kernels import KernelChoice
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.hookspecs import hookimpl
@@ -90,14 +91,20 @@ class GatedRMSNorm(nn.Module):
 class GatedDeltaNet(KernelChoice):
     """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors.
 
-    Implementations (``zoo.components.kernels``): ``reference`` (the chunked delta rule and the
-    one-token step of ``delta_rule.py`` in PyTorch), ``cpu-scan`` (``cpu_prefill``: a
+    Implementations (``zoo.components.kernels``): ``reference`` (``delta_rule``: the chunked
+    rule and one-token step in PyTorch); on the CPU ``cpu-scan`` (``cpu_prefill``: a
     multi-token call's delta rule as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
-    decode step from the projections' outputs to out_proj's input as one C++ call); the C++
-    kernels are for inference only."""
+    decode step from the projections' outputs to out_proj's input as one C++ call), inference
+    only; on CUDA ``fla`` (``cuda_kernels.fla``: fla's ``chunk_gated_delta_rule`` and
+    ``fused_recurrent_gated_delta_rule``, causal-conv1d's convolution, as transformers' fast
+    path; the chunked rule has a backward)."""
 
     kernel_family = "gated_deltanet"
-    kernels = (cpu_prefill.KERNEL, cpu_steps.KERNEL)
+    kernels = (
+        cpu_prefill.KERNEL,
+        cpu_steps.KERNEL,
+        Kernel("fla", "cuda", lambda: fla.load() and causal_conv1d.load(), autograd=True),
+    )
 
     def __init__(
         self,
@@ -172,7 +179,12 @@ class GatedDeltaNet(KernelChoice):
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         qkv, z, b, a = self._split(x)
-        qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, None if state is None else state["conv"])
+        impl = self.kernel_in_use(x.device, stateful=state is not None)
+        window = None if state is None else state["conv"]
+        if impl == "fla" and causal_conv1d.fits(self.conv_kernel):
+            qkv = causal_conv1d.causal_conv(qkv.transpose(1, 2), self.conv1d.weight[:, 0], None, window, silu=True)
+        else:
+            qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, window)
         q, k, v = torch.split(qkv.transpose(1, 2).float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)) * self.head_k_dim**-0.5  # (B, T, H_k, d_k)
         k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1))  # (B, T, H_k, d_k)
@@ -181,7 +193,13 @@ class GatedDeltaNet(KernelChoice):
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, H_v), log decay
         if token_valid is not None:
             beta, g = beta * token_valid[..., None], g * token_valid[..., None]
-        out = self._scan(q, k, v, g, beta, None if state is None else state["recurrent"])  # (B, T, H_v, d_v)
+        recurrent = None if state is None else state["recurrent"]
+        if impl == "fla":  # q, k, v and beta in the model's dtype, g in float32, as fla's own tests
+            q, k = (t.repeat_interleave(self.n_v_heads // self.n_k_heads, dim=2) for t in (q, k))  # (B, T, H_v, d_k)
+            q, k, v, beta = (t.to(x.dtype) for t in (q, k, v, beta))
+            out = fla.gated_delta_rule(q, k, v, g, beta, recurrent)  # (B, T, H_v, d_v)
+        else:
+            out = self._scan(q, k, v, g, beta, recurrent)  # (B, T, H_v, d_v)
         out = self.norm(out.to(x.dtype), z)  # (B, T, H_v, d_v)
         return self.out_proj(out.reshape(B, T, self.value_dim))
 

@@ -16,8 +16,11 @@ harness sets it from ``--impl``) and kept on the module:
 A kernel is resolved at the first forward that may use it (the device is known then, and a
 model built on ``meta`` for analysis never loads one); ``impl`` then names what ran (several
 kernels joined by ``+``), and a row gathers them (``implementations``: ``"mamba: cpu-scan"``).
-A kernel a mixer cannot use in a call (under autograd, inside a ``torch.compile`` graph) is
-not resolved there: those calls run the reference.
+A kernel a mixer cannot use in a call is not resolved there and those calls run the
+reference: inside a ``torch.compile`` graph (the kernels are opaque to dynamo), and under
+autograd unless the kernel declares ``autograd`` (its library defines the backward, as
+mamba-ssm's and fla's prefill kernels do) and the call carries no cached state (the
+one-token state updates have no backward).
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ REFERENCE, AUTO = "reference", "auto"
 
 @dataclass(frozen=True)
 class Kernel:
-    """One fast implementation: its name, the device kind it runs on and a loader that
-    returns False where it cannot run (not installed, not buildable)."""
+    """One fast implementation: its name, the device kind it runs on, a loader that
+    returns False where it cannot run (not installed, not buildable) and whether its
+    stateless (training) path has a backward, so it may run under autograd."""
 
     name: str
     device_type: str
     loads: Callable[[], bool]
+    autograd: bool = False
 
 
 _preference: str = AUTO
@@ -80,6 +85,20 @@ class KernelChoice(nn.Module):
     def runs(self, kernel: Kernel, device: torch.device) -> bool:
         """Whether ``kernel`` is one this module runs on ``device`` (resolving it the first time)."""
         return kernel.name in self.resolve_kernel(device).split("+")
+
+    def kernel_in_use(self, device: torch.device, stateful: bool) -> str:
+        """The implementation this call runs: ``resolve_kernel``'s, or the reference where the
+        kernel cannot serve the call (see the module doc); ``stateful``: the call reads and
+        writes a cached state."""
+        if torch.compiler.is_compiling():
+            return REFERENCE
+        if not torch.is_grad_enabled():
+            return self.resolve_kernel(device)
+        differentiable = {k.name for k in self.kernels if k.autograd and k.device_type == device.type}
+        if stateful or not differentiable:
+            return REFERENCE  # not resolved: no kernel of this device may run under autograd
+        impl = self.resolve_kernel(device)
+        return impl if impl in differentiable else REFERENCE
 
 
 def check_preference(choice: str) -> str:

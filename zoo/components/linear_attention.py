@@ -21,8 +21,9 @@ import torch
 from pydantic import Field
 
 from zoo.components import cpu_steps
+from zoo.components.cuda_kernels import fla
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
-from zoo.components.kernels import KernelChoice
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -39,11 +40,12 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
     """Causal linear attention with a running key-value state per head.
 
     Implementations (``zoo.components.kernels``): ``reference`` (the chunked form below, a
-    decode step included) and ``cpu-step`` (``cpu_steps``: a decode step's state update and
-    read as one C++ call; inference only)."""
+    decode step included); on the CPU ``cpu-step`` (``cpu_steps``: a decode step's state
+    update and read as one C++ call; inference only); on CUDA ``fla`` (``cuda_kernels.fla``:
+    fla's ``chunk_linear_attn`` for φ(q)·S, this module's normaliser; it has a backward)."""
 
     kernel_family = "linear"
-    kernels = (cpu_steps.KERNEL,)
+    kernels = (cpu_steps.KERNEL, Kernel("fla", "cuda", fla.load, autograd=True))
 
     def __init__(self, options: LinearAttentionOptions, ctx: BuildContext) -> None:
         super().__init__(options, ctx, bias=options.bias)
@@ -77,6 +79,10 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         if valid is not None:
             k = k * valid[:, None, :, None].to(k.dtype)  # (B, H, T, D): padding keys add nothing
         kv, k_sum = self.load_state(state, STATE, x.shape[0], x.device)
+        if self.kernel_in_use(x.device, stateful=state is not None) == "fla":
+            y, kv, k_sum = fla.linear_attention(q, k, v, kv, k_sum, x.dtype)  # (B, H, T, D)
+            self.store_state(state, STATE, kv, k_sum)
+            return self.output(y, x.dtype)
         outputs = []
         for start in range(0, T, CHUNK):
             stop = min(start + CHUNK, T)

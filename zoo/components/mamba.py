@@ -25,6 +25,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components import cpu_scan
+from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
@@ -89,12 +90,17 @@ class MambaMixer(TokenMixer, KernelChoice):
     """The selective-scan mixer. Positions are not used: order comes from the recurrence.
 
     Implementations (``zoo.components.kernels``): ``reference`` (``mamba_scan``: a chunked
-    parallel scan and a one-token step in PyTorch) and ``cpu-scan`` (``cpu_scan``: the
-    recurrence as one fused C++ loop, prefill and decode step alike; inference only)."""
+    parallel scan and a one-token step in PyTorch), ``cpu-scan`` (``cpu_scan``: the
+    recurrence as one fused C++ loop, prefill and decode step alike; inference only) and, on
+    CUDA, ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: the selective scan and state update of
+    mamba-ssm, the convolution of causal-conv1d; its scan has a backward)."""
 
     causal = True
     kernel_family = "mamba"
-    kernels = (Kernel("cpu-scan", "cpu", lambda: cpu_scan.load() is not None),)
+    kernels = (
+        Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba1() and causal_conv1d.load(), autograd=True),
+        Kernel("cpu-scan", "cpu", lambda: cpu_scan.load() is not None),
+    )
 
     def __init__(self, options: MambaOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -170,9 +176,12 @@ class MambaMixer(TokenMixer, KernelChoice):
             xs = xs * valid[..., None].to(xs.dtype)  # padding enters the convolution as zeros
         window = None if tensors is None else tensors["conv"]
         weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
-        xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window)).transpose(
-            1, 2
-        )  # (B, T, d_inner)
+        impl = self.kernel_in_use(x.device, stateful=state is not None)
+        if impl == "mamba-ssm" and causal_conv1d.fits(self.d_conv):
+            xs = causal_conv1d.causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
+        else:
+            xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window))
+        xs = xs.transpose(1, 2)  # (B, T, d_inner)
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         if self.norm_eps is not None:
             dt, Bm, Cm = (_weightless_rms(t, self.norm_eps) for t in (dt, Bm, Cm))
@@ -181,12 +190,11 @@ class MambaMixer(TokenMixer, KernelChoice):
             dt = dt * valid[..., None]  # a zero step leaves the state as it was
         A = -torch.exp(self.A_log.float())  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
-        # the kernel is opaque to autograd and to dynamo: training and compiled graphs run the reference
-        fused = (
-            not (torch.is_grad_enabled() or torch.compiler.is_compiling())
-            and self.resolve_kernel(x.device) == "cpu-scan"
-        )
-        if fused:
+        if impl == "mamba-ssm":
+            fresh = state is None or state.filled == T  # this call's tokens are the first: the state is zeros
+            y = mamba_ssm.mamba1_scan(xs, dt, A, Bm, Cm, self.D, z, ssm, fresh)  # (B, T, d_inner), D and gate in
+            return self.out_proj(y.to(x.dtype))
+        if impl == "cpu-scan":
             y = cpu_scan.scan_into(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner); ssm updated in place
         elif ssm is not None and T == 1:
             y = selective_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm)[:, None]  # (B, 1, d_inner)

@@ -24,7 +24,8 @@ from torch import nn
 
 from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
-from zoo.components.kernels import KernelChoice
+from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
+from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
@@ -79,13 +80,19 @@ class Mamba2Mixer(KernelChoice):
     """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors.
 
     Implementations (``zoo.components.kernels``): ``reference`` (the chunked SSD scan and the
-    one-token step of ``ssd.py`` in PyTorch), ``cpu-scan`` (``cpu_prefill``: a multi-token
-    call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a decode step
-    from in_proj's output to out_proj's input as one C++ call); the C++ kernels are for
-    inference only."""
+    one-token step of ``ssd.py`` in PyTorch); on the CPU ``cpu-scan`` (``cpu_prefill``: a
+    multi-token call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    decode step from in_proj's output to out_proj's input as one C++ call), inference only; on
+    CUDA ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: mamba-ssm's ``mamba_chunk_scan_combined``
+    and ``selective_state_update``, causal-conv1d's convolution; the chunked scan has a
+    backward)."""
 
     kernel_family = "mamba2"
-    kernels = (cpu_prefill.KERNEL, cpu_steps.KERNEL)
+    kernels = (
+        cpu_prefill.KERNEL,
+        cpu_steps.KERNEL,
+        Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba2() and causal_conv1d.load(), autograd=True),
+    )
 
     def __init__(
         self,
@@ -155,9 +162,13 @@ class Mamba2Mixer(KernelChoice):
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)
-        xbc = causal_conv(
-            xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, None if state is None else state["conv"]
-        )
+        impl = self.kernel_in_use(x.device, stateful=state is not None)
+        window = None if state is None else state["conv"]
+        if impl == "mamba-ssm" and causal_conv1d.fits(self.conv_kernel):
+            weight = self.conv1d.weight[:, 0]  # (C, K)
+            xbc = causal_conv1d.causal_conv(xbc.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
+        else:
+            xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)
         xs, Bm, Cm = torch.split(
             xbc.transpose(1, 2).float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1
         )
@@ -169,6 +180,10 @@ class Mamba2Mixer(KernelChoice):
             dt = dt * token_valid[..., None]
         A = -self.A_log.float().exp()  # (H,)
         ssm = None if state is None else state["ssm"]
+        if impl == "mamba-ssm":  # the kernels run in the model's dtype (exact: x, B, C came from it)
+            xs, Bm, Cm = (t.to(x.dtype) for t in (xs, Bm, Cm))
+            y = mamba_ssm.mamba2_scan(xs, dt, A, Bm, Cm, self.D, ssm, self.chunk_size)  # (B, T, H, P), D in
+            return self.out_proj(self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z))
         if ssm is not None and T == 1:
             Bh, Ch = (t[:, 0].repeat_interleave(per_group, dim=1) for t in (Bm, Cm))  # (B, H, N)
             y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bh, Ch, ssm.float())

@@ -39,7 +39,7 @@ def read_bert_like(r: ConfigReader, layout: BertLayout) -> dict[str, Any]:
     r.expect("is_decoder", (None, False), "zoo's bert is the encoder; a causal BERT is a decoder spec")
     d, heads = r.need("hidden_size"), r.need("num_attention_heads")
     table = r.need("max_position_embeddings")
-    positional: dict[str, Any] = {"kind": "learned", "max_positions": table}
+    positional: dict[str, Any] = {"kind": "learned"}  # the table: max_seq_len + offset rows, its default
     max_seq_len = table
     if layout.position_offset:
         offset = int(r.config.get("pad_token_id") if r.config.get("pad_token_id") is not None else 1) + 1
@@ -92,7 +92,7 @@ def write_bert_like(spec: ModelSpec, model_type: str, layout: BertLayout) -> dic
         "num_attention_heads": att.options.n_heads,
         "intermediate_size": ffn.options.hidden,
         "hidden_act": ffn.options.activation,
-        "max_position_embeddings": positional.options.max_positions or spec.max_seq_len,
+        "max_position_embeddings": positional.options.max_positions or spec.max_seq_len + positional.options.offset,
         "type_vocab_size": embedding.options.type_vocab_size,
         "layer_norm_eps": norm.options.eps,
         "tie_word_embeddings": spec.tie_embeddings,

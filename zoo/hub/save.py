@@ -34,6 +34,13 @@ def hf_config_from_spec(spec: ModelSpec, model_type: str) -> dict[str, Any]:
 
 
 def _same_computation(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two specs build the same model: the same top-level fields and, layer by layer,
+    the same resolved parts; an encoder-decoder's encoders compared the same way, resolved
+    (a config reader may spell out what the encoder inherits, or its role implies)."""
+    if (a.encoder is None) != (b.encoder is None):
+        return False
+    if a.encoder is not None and not _same_computation(a.encoder_spec(), b.encoder_spec()):
+        return False
     top = (
         "vocab_size",
         "d_model",
@@ -43,7 +50,6 @@ def _same_computation(a: ModelSpec, b: ModelSpec) -> bool:
         "embedding",
         "head",
         "final_norm",
-        "encoder",
         "cross_attention",
     )
     if any(getattr(a, k) != getattr(b, k) for k in top) or a.resolved_embedding_scale != b.resolved_embedding_scale:

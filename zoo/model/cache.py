@@ -40,9 +40,6 @@ def _static_address(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-LayerCache = LayerState  # deprecated alias (the name before recurrent state existed)
-
-
 class KVCache:
     """Per-module state tensors plus the bookkeeping shared by all of them.
 

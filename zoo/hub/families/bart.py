@@ -87,7 +87,7 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         "head": {"kind": "causal_lm", "logits_bias": True},
         "encoder": {
             "n_layers": r.need("encoder_layers"),
-            "attention": {"causal": False, "n_heads": enc_heads, "head_dim": d // enc_heads},
+            "attention": {"n_heads": enc_heads, "head_dim": d // enc_heads},  # bidirectional by its role
             "ffn": {"hidden": r.need("encoder_ffn_dim")},
             "final_norm": False,
         },

@@ -16,6 +16,7 @@ from typing import Any
 
 from zoo.errors import CheckpointError
 from zoo.hub.config_reader import ConfigReader
+from zoo.hub.config_writer import require
 from zoo.hub.names import Rule
 from zoo.specs.model import ModelSpec
 
@@ -67,6 +68,15 @@ def write_config(spec: ModelSpec) -> dict[str, Any]:
         raise CheckpointError(
             f"spec {spec.name!r}: an electra config describes an encoder with head none or discriminator"
         )
+    require(
+        spec,
+        MODEL_TYPE,
+        attention=("mha", "gqa", "mqa"),
+        ffn=("mlp",),
+        norm=("layernorm",),
+        positional=("learned",),
+        block=("post_norm",),
+    )
     base = spec.layer(0)
     att, ffn = base.attention, base.ffn
     return {

@@ -77,7 +77,7 @@ def read_config(r: ConfigReader) -> dict[str, Any]:
         "block": {"kind": "pre_norm"},
         "final_norm": True,
         "head": {"kind": "causal_lm", "scale": d**-0.5 if scale_out else None},
-        "encoder": {"n_layers": layers, "attention": {"causal": False}},
+        "encoder": {"n_layers": layers},  # bidirectional by its role in the build
         "decoder_start_token_id": int(r.get("decoder_start_token_id", r.config.get("pad_token_id") or 0)),
     }
 

@@ -1,0 +1,236 @@
+"""zoo against transformers on the same weights, one model of each family, in one process.
+
+gpt2, mamba-130m and mamba2-130m (causal LMs: prefill, then greedy decode steps on each
+library's own cache), bert-base-uncased (an encoder pass) and t5-small (the encoder pass plus
+the decoder's start token, then decode steps over self and cross caches). Each model is built
+by zoo at its real width and ``--layers`` deep with seed 0, written with
+``zoo.save_pretrained`` and read back by ``zoo.from_pretrained`` and by the transformers class
+its config names, so both libraries run one checkpoint. Rounds alternate the libraries (the
+order flips each round, so neither always runs on a warmer cache); tokens/s are medians over
+rounds and the ratio is the median of the per-round ratios zoo / transformers, so machine
+noise falls on both sides of a ratio alike. "same tokens": both libraries' greedy tokens
+agree over the whole timed run. "zoo impl": the mixer implementations zoo ran
+(``--impl``, ``zoo.components.kernels``); transformers runs its own CPU path (for Mamba
+without mamba-ssm, its sequential reference).
+
+    python bench/families_vs_transformers.py                    # 2 layers, 1 thread, 5 rounds
+    python bench/families_vs_transformers.py --layers 4 --threads 2 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+import zoo
+from zoo.components.kernels import implementations, preferring
+from zoo.files.atomic import write_text_atomic
+from zoo.model.build import ZooModel
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, decoder_start, prefill
+
+FAMILIES = {  # name -> (preset, kind)
+    "gpt2": ("gpt2", "causal"),
+    "mamba": ("mamba-130m", "causal"),
+    "mamba2": ("mamba2-130m", "causal"),
+    "bert": ("bert-base-uncased", "encoder"),
+    "t5": ("t5-small", "seq2seq"),
+}
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "perf-families-vs-transformers.md"
+
+# a runner: prompt ids (B, T), decode steps -> (first-phase seconds, decode seconds, tokens (B, n) or None)
+Runner = Callable[[torch.Tensor, int], tuple[float, float, torch.Tensor | None]]
+
+
+@dataclass
+class Sides:
+    """Per-round seconds of each phase, for zoo and transformers."""
+
+    seconds: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (side, phase) -> per round
+    agree: bool = True
+
+    def add(self, side: str, phase: str, value: float) -> None:
+        self.seconds.setdefault((side, phase), []).append(value)
+
+
+# ---- zoo ----------------------------------------------------------------------------------------
+def zoo_runner(model: ZooModel, kind: str, batch: int, prompt: int, steps: int) -> Runner:
+    if kind == "encoder":
+        return lambda ids, n: (_timed(lambda: model(ids)), 0.0, None)
+    memory_len = prompt if kind == "seq2seq" else 0
+    cache = KVCache(model, batch, (1 if kind == "seq2seq" else prompt) + steps + 1, memory_len=memory_len)
+
+    def run(ids: torch.Tensor, n: int) -> tuple[float, float, torch.Tensor | None]:
+        cache.reset()
+        start = time.perf_counter()
+        if kind == "seq2seq":
+            memory = model.encode(ids)  # (B, S, d)
+            logits = prefill(model, decoder_start(model, ids.shape[0], ids.device), cache, memory=memory)
+        else:
+            logits = prefill(model, ids, cache)  # (B, vocab)
+        token = logits.argmax(-1, keepdim=True)  # (B, 1)
+        middle = time.perf_counter()
+        tokens = [token]
+        for _ in range(n):
+            token = decode_step(model, token, cache).argmax(-1, keepdim=True)  # (B, 1)
+            tokens.append(token)
+        return middle - start, time.perf_counter() - middle, torch.cat(tokens, 1)
+
+    return run
+
+
+# ---- transformers -------------------------------------------------------------------------------
+def hf_runner(model: torch.nn.Module, kind: str) -> Runner:
+    """transformers' own forward and cache: the loop its ``generate`` runs, minus its bookkeeping."""
+    if kind == "encoder":
+        return lambda ids, n: (_timed(lambda: model(input_ids=ids)), 0.0, None)
+    start_id = model.config.decoder_start_token_id if kind == "seq2seq" else None
+
+    def run(ids: torch.Tensor, n: int) -> tuple[float, float, torch.Tensor | None]:
+        start = time.perf_counter()
+        if kind == "seq2seq":
+            encoded = model.get_encoder()(input_ids=ids)
+            first = torch.full((ids.shape[0], 1), start_id, dtype=torch.long)
+            out = model(encoder_outputs=encoded, decoder_input_ids=first, use_cache=True)
+        else:
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        middle = time.perf_counter()
+        tokens = [token]
+        for _ in range(n):
+            if kind == "seq2seq":
+                out = model(encoder_outputs=encoded, decoder_input_ids=token, cache=out.cache, use_cache=True)
+            else:
+                out = model(input_ids=token, cache=out.cache, use_cache=True)
+            token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            tokens.append(token)
+        return middle - start, time.perf_counter() - middle, torch.cat(tokens, 1)
+
+    return run
+
+
+def _timed(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+# ---- one family ---------------------------------------------------------------------------------
+def checkpoint(family: str, layers: int, root: Path) -> Path:
+    """Random weights at the family's real width, ``layers`` deep (its encoder too), saved once."""
+    preset, kind = FAMILIES[family]
+    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if kind == "seq2seq" else {})}
+    model = zoo.build(zoo.spec(preset).override(depth), dtype="float32", seed=0)
+    out = root / family
+    zoo.save_pretrained(model, out)
+    return out
+
+
+def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides, str]:
+    import transformers
+
+    kind = FAMILIES[family][1]
+    with preferring(args.impl):
+        ours = zoo.from_pretrained(str(folder), progress=False).eval()
+    config = transformers.AutoConfig.from_pretrained(folder)
+    theirs = getattr(transformers, config.architectures[0]).from_pretrained(folder).eval()
+    ids = torch.randint(1, ours.spec.vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
+    runners = {"zoo": zoo_runner(ours, kind, args.batch, args.prompt, args.decode), "hf": hf_runner(theirs, kind)}
+    sides = Sides()
+    with torch.inference_mode():
+        for run in runners.values():  # warm-up: allocator, kernels, the C++ extensions' first load
+            run(ids, 2)
+        for round_index in range(args.rounds):
+            order = ("zoo", "hf") if round_index % 2 == 0 else ("hf", "zoo")
+            tokens = {}
+            for side in order:
+                first_s, decode_s, tokens[side] = runners[side](ids, args.decode)
+                sides.add(side, "first", first_s)
+                sides.add(side, "decode", decode_s)
+            if tokens["zoo"] is not None:
+                sides.agree = sides.agree and torch.equal(tokens["zoo"], tokens["hf"])
+    return sides, implementations(ours) or "-"
+
+
+# ---- the table ----------------------------------------------------------------------------------
+PHASES = {  # kind -> [(phase, row label, tokens per timed phase)]
+    "causal": [("first", "prefill", "prompt"), ("decode", "decode", "decode")],
+    "encoder": [("first", "encoder pass", "prompt")],
+    "seq2seq": [("first", "encode + start token", "prompt"), ("decode", "decode", "decode")],
+}
+
+
+def rows(family: str, sides: Sides, impl: str, args: argparse.Namespace) -> list[str]:
+    kind = FAMILIES[family][1]
+    out = []
+    for phase, label, count in PHASES[kind]:
+        tokens = args.batch * (args.prompt if count == "prompt" else args.decode)
+        zoo_s, hf_s = sides.seconds[("zoo", phase)], sides.seconds[("hf", phase)]
+        ratio = statistics.median(h / z for z, h in zip(zoo_s, hf_s))
+        same = "yes" if sides.agree else "no"
+        out.append(
+            f"| {FAMILIES[family][0]} | {label} | {tokens / statistics.median(zoo_s):,.1f} | "
+            f"{tokens / statistics.median(hf_s):,.1f} | {ratio:.2f}x | {impl} | {same if kind != 'encoder' else '-'} |"
+        )
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated, of {', '.join(FAMILIES)}")
+    p.add_argument("--layers", type=int, default=2, help="layers of each model (real width; t5's encoder too)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt", type=int, default=128, help="prompt tokens (the encoder's input for bert and t5)")
+    p.add_argument("--decode", type=int, default=32, help="decode steps timed per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--impl", default="auto", help="zoo's mixer implementations: auto, reference or a kernel")
+    p.add_argument("--write", action="store_true", help=f"write {RESULTS.name} under results/ (whole, atomically)")
+    args = p.parse_args(argv)
+    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = sorted(set(args.families) - set(FAMILIES))
+    if unknown:
+        p.error(f"--families: unknown {unknown}; allowed: {', '.join(FAMILIES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    command = "python " + shlex.join(["bench/families_vs_transformers.py", *(sys.argv[1:] if argv is None else argv)])
+    lines = [
+        "| model | phase | zoo tok/s | transformers tok/s | zoo / transformers | zoo impl | same tokens |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for family in args.families:
+            folder = checkpoint(family, args.layers, Path(tmp))
+            sides, impl = measure(family, folder, args)
+            lines += rows(family, sides, impl, args)
+            print(lines[-1] if FAMILIES[family][1] == "encoder" else "\n".join(lines[-2:]), flush=True)
+    header = (
+        f"# zoo vs transformers, one model per family\n\n`{command}`  \n"
+        f"{args.layers} layers at each model's real width, float32, batch {args.batch}, prompt {args.prompt}, "
+        f"{args.decode} decode steps, {args.threads} thread(s), {args.rounds} interleaved rounds; "
+        f"torch {torch.__version__}.\n\n"
+    )
+    text = header + "\n".join(lines) + "\n"
+    print("\n" + text)
+    if args.write:
+        write_text_atomic(RESULTS, text)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
