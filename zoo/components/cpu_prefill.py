@@ -4,11 +4,14 @@ The chunked forms (``ssd.chunk_scan``, ``delta_rule.chunk_gated_delta_rule``) tu
 recurrence into matrix products so that autograd and accelerators see large operations, at
 the price of (L, L) tensors per chunk and head (decays, scores) and more arithmetic than the
 recurrence itself. On a CPU core in inference the recurrence is cheaper: per token and head
-it reads and writes the (P, N) or (d_k, d_v) state once or twice (32 KiB at Mamba2-130m's and
-Qwen3-Next's head sizes, so it stays in the core's cache) and does the minimum arithmetic
-(``score_flops``), nothing materialised but the output. Here it is one C++ loop per (batch,
-head) job, jobs spread over torch's threads (``at::parallel_for``); the inner loops run
-along contiguous state rows, so the compiler vectorises them.
+it reads and writes the (P, N) or (d_k, d_v) state once or twice (32 KiB at Mamba2-130m's
+head size, 64 KiB at Qwen3-Next's, so it stays in the core's cache) and does the minimum
+arithmetic (``score_flops``), nothing materialised but the output. Here it is one C++ loop
+per (batch, head) job, jobs spread over torch's threads (``at::parallel_for``); each token
+sweeps the state along its contiguous last dimension in blocks of 64 (or 16) columns with
+one accumulator per column held in registers (the SSD state is held transposed, (N, P),
+while its job runs), so the compiler vectorises the sweep and the reductions do not wait
+on each other.
 
 Inference only (no backward): a mixer asks ``scan_ready`` first, which is False under
 autograd or inside a ``torch.compile`` graph, off the CPU, or where the mixer does not run
