@@ -6,9 +6,12 @@ implementation of ``--impls`` (``zoo.components.kernels``: ``reference`` is the 
 maths, ``auto`` the fastest that runs here), the table gives decode tokens/s, the bytes one
 decode step moves (``decode_bytes_per_step`` at the decode midpoint), the bandwidth that
 achieves, its fraction of the measured host bandwidth (``zoo hardware``), prefill tokens/s
-and prefill as a multiple of gpt2's in the same implementation. Models run in turns (every
-model once per round, ``--rounds`` rounds) so that all see the same load on a shared
-machine; figures are medians over rounds. Compare within one run only.
+and prefill as a multiple of gpt2's in the same implementation; ``decode vs gpt2`` is the
+median over rounds of each round's decode tokens/s over gpt2's (same implementation, same
+round), steadier than the tokens/s under a load that changes from round to round. Models run
+in turns (every model once per round, ``--rounds`` rounds; a family's implementations back
+to back) so that all see the same load on a shared machine; figures are medians over
+rounds. Compare within one run only.
 
 Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] [--threads 2]
      [--layers 4] [--impls reference,auto] [--families gpt2,mamba-130m,...]
@@ -112,7 +115,7 @@ def main() -> None:
             one_round(case, ids[:, :16], 2)
             case.prefill.clear(), case.decode.clear()
         for _ in range(args.rounds):
-            for case in cases:
+            for case in sorted(cases, key=lambda c: c.family):  # a family's implementations back to back
                 one_round(case, ids, args.decode)
     peaks = device_peaks("cpu", "")
     print(
@@ -124,18 +127,22 @@ def main() -> None:
         f"{args.rounds} interleaved rounds (medians)\n"
     )
     print(
-        "| family | impl | decode tok/s | MB per step | achieved GB/s | of roofline | prefill tok/s | prefill vs gpt2 |"
+        "| family | impl | decode tok/s | decode vs gpt2 | MB per step | achieved GB/s | of roofline "
+        "| prefill tok/s | prefill vs gpt2 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    gpt2 = {c.impl: statistics.median(c.prefill) for c in cases if c.family == "gpt2"}
+    print("|---|---|---|---|---|---|---|---|---|")
+    gpt2 = {c.impl: c for c in cases if c.family == "gpt2"}
     for c in cases:
         decode, pre = statistics.median(c.decode), statistics.median(c.prefill)
         nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, "float32")
         achieved = decode * nbytes
-        versus = f"{pre / gpt2[c.impl]:.2f}x" if c.impl in gpt2 else "-"
+        base = gpt2.get(c.impl)
+        versus = f"{pre / statistics.median(base.prefill):.2f}x" if base else "-"
+        ratios = [d / g for d, g in zip(c.decode, base.decode, strict=True)] if base else []
+        decode_versus = f"{statistics.median(ratios):.2f}x" if ratios else "-"
         print(
             f"| {c.family} | {implementations(c.model) or c.spec.attention.kind + ': only impl'} | {decode:.1f} | "
-            f"{nbytes / 1e6:.0f} "
+            f"{decode_versus} | {nbytes / 1e6:.0f} "
             f"| {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} | {pre:.0f} | {versus} |"
         )
 

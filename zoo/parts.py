@@ -1,9 +1,9 @@
 """The plugin-facing API: what out-of-tree parts import and subclass.
 
-The slot bases and the types they share (``zoo.specs.interfaces``, which defines them), a
-few reusable concrete parts, and what a part needs to offer its own fast kernels
-(``Kernel``, ``KernelChoice``: ``zoo.components.kernels``; ``cpu_extension``: a C++ source
-built once per machine). Plugins import from here, ``zoo``, ``zoo.errors`` and
+The slot bases and the types they share (``zoo.specs.interfaces``, which defines them) and a
+few reusable concrete parts; ``Kernel``, ``KernelChoice``, ``cpu_extension`` and
+``step_ready`` give a plugin's mixer fast implementations beside its reference
+(``zoo.components.kernels``). Plugins import from here, ``zoo``, ``zoo.errors`` and
 ``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
 ``zoo.specs.*`` are internal and may change. Names here keep their meaning across releases.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from zoo.components.activations import ACTIVATIONS
 from zoo.components.attention import Attention, AttentionOptions
 from zoo.components.cpu_extension import cpu_extension
+from zoo.components.cpu_steps import step_ready
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
@@ -69,5 +70,6 @@ __all__ = [
     "TokenMixer",
     "causal_keys_seen",
     "cpu_extension",
+    "step_ready",
     "visible_keys",
 ]

@@ -108,14 +108,13 @@ def test_the_fused_step_after_a_left_padded_prefill(case: str):
 
 def test_a_half_precision_state_runs_the_reference_step():
     """``state_dtype: cache`` in bfloat16: the kernel updates float32 state only, so the step
-    is the reference's, bit for bit (the kernels may be resolved: ``kernel_in_use`` resolves
-    them for the prompt)."""
+    is the reference's, bit for bit."""
     spec = _spec("linear", "cache")
     models = []
-    for impl in ("auto", "reference"):
+    for impl in ("reference", "auto"):
         with preferring(impl):
             models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
     ids = torch.randint(0, VOCAB, (1, 8))  # (B, T)
     with torch.no_grad():
-        got, expected = (_stepped(model, ids, 4) for model in models)
+        expected, got = (_stepped(model, ids, 4) for model in models)
     assert torch.equal(got, expected)

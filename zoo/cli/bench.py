@@ -98,7 +98,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         metavar="NAME",
         help="token-mixer implementations: auto (the fastest that runs here), reference (pure PyTorch) "
-        "or a kernel's name: cpu-scan, mamba-ssm, fla (default: auto)",
+        "or a kernel's name: cpu-scan, cpu-step, mamba-ssm, fla (default: auto)",
     )
     g.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default: 0)")
     g.add_argument(

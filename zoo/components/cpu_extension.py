@@ -4,12 +4,16 @@ zoo's fused CPU kernels (``cpu_steps``; plugins through ``zoo.parts``) are small
 compiled with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler and ninja) with the
 flags of ``cpu_scan``: -O3, the host's instruction set, fast maths and OpenMP, so
 ``at::parallel_for`` runs on torch's threads. The build is cached in torch's extensions
-folder, so later processes load it in a second. Where it cannot be built, ``cpu_extension``
-logs why once and returns None, and the caller runs its PyTorch reference.
+folder, so later processes load it in a second. The folder is per user, not per checkout, so
+the module's name carries a hash of its source and flags: two checkouts (or versions) of zoo
+building different sources under one name would otherwise overwrite each other's build and
+load the other's functions. Where it cannot be built, ``cpu_extension`` logs why once and
+returns None, and the caller runs its PyTorch reference.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import types
 
@@ -25,11 +29,12 @@ def cpu_extension(name: str, source: str, functions: list[str]) -> types.ModuleT
     it cannot be built (the reason logged once per process)."""
     if name in _loaded:
         return _loaded[name]
+    digest = hashlib.sha256("\n".join([source, *FLAGS, *functions]).encode()).hexdigest()[:12]
     try:
         from torch.utils import cpp_extension
 
         _loaded[name] = cpp_extension.load_inline(
-            name=name,
+            name=f"{name}_{digest}",
             cpp_sources=[source],
             functions=functions,
             extra_cflags=FLAGS,

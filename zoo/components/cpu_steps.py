@@ -10,9 +10,10 @@ torch GEMVs (they move the weights: the part a roofline counts).
 
 ``step_ready`` is the gate each mixer asks first: the kernel is for inference (no autograd,
 no ``torch.compile`` graph), float32 state tensors (``state_dtype: cache`` with a float32
-cache included; a half-precision state runs the reference) and a token that is real in
-every row (a padding token in a decode step runs the reference). Mamba-1 has its own fused
-scan (``cpu_scan``, prefill and step alike).
+cache included; a half-precision state runs the reference), a CPU tensor (on another
+device the mixer resolves to its reference or that device's kernel) and a token that is real
+in every row (a padding token in a decode step runs the reference). Mamba-1 has its own
+fused scan (``cpu_scan``, prefill and step alike).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_steps_source import SOURCE
 from zoo.components.kernels import Kernel, KernelChoice
 
-FUNCTIONS = ["conv_step", "mamba2_step", "gdn_step", "linear_step", "infini_step"]
+FUNCTIONS = ["mamba2_step", "gdn_step", "linear_step", "infini_step"]
 FEATURE_EPS = 1e-6  # feature_state.EPS: the normaliser's epsilon of linear and Infini-attention
 
 
@@ -39,17 +40,19 @@ KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
 
 
 def step_ready(
-    mixer: KernelChoice, x: torch.Tensor, tensors: Iterable[torch.Tensor], token_valid: torch.Tensor | None
+    mixer: KernelChoice,
+    x: torch.Tensor,
+    tensors: Iterable[torch.Tensor],
+    token_valid: torch.Tensor | None,
+    kernel: str = KERNEL.name,
 ) -> bool:
-    """Whether this one-token call of ``mixer`` runs the fused step (module doc), resolving the
-    mixer's kernel the first time it could."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
-        return False
+    """Whether this one-token call of ``mixer`` runs its fused step ``kernel`` (module doc),
+    resolving the mixer's kernel the first time it could. Plugins ask it through ``zoo.parts``."""
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
         return False
-    if token_valid is not None and not bool(token_valid.all()):
+    if kernel not in mixer.kernel_in_use(x.device, stateful=True).split("+"):  # compiled, autograd: reference
         return False
-    return mixer.runs(KERNEL, x.device)
+    return token_valid is None or bool(token_valid.all())  # a CPU tensor here: no device sync
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
@@ -60,13 +63,6 @@ def _taps(conv: torch.nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
     """A depthwise Conv1d's weight (C, K) and bias (C,) (empty when it has none), float32."""
     bias = torch.empty(0) if conv.bias is None else _f32(conv.bias)
     return _f32(conv.weight[:, 0]), bias
-
-
-def conv_step(x: torch.Tensor, conv: torch.nn.Conv1d, window: torch.Tensor) -> torch.Tensor:
-    """``causal_conv`` for one token: x (B, C) -> SiLU(conv) (B, C); window (B, C, K) shifted in place."""
-    module = load()
-    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
-    return module.conv_step(_f32(x), *_taps(conv), window)
 
 
 def mamba2_step(
@@ -90,23 +86,26 @@ def mamba2_step(
 
 
 def gdn_step(
-    parts: tuple[torch.Tensor, ...],
+    qkvz: torch.Tensor,
+    ba: torch.Tensor,
     conv: torch.nn.Conv1d,
     params: tuple[torch.Tensor, ...],
     state: dict[str, torch.Tensor],
     n_k_heads: int,
     eps: float,
 ) -> torch.Tensor:
-    """Gated DeltaNet between the input projections and out_proj: ``parts`` are the qkv, z, b,
-    a of one token (B, 1, ...); ``params`` dt_bias, A_log and the norm's weight -> the gated,
-    normed heads (B, H_v d_v); ``state``'s conv window and recurrent state updated in place."""
+    """Gated DeltaNet between the input projections and out_proj: their outputs qkvz, ba for
+    one token (B, 1, ...) in the checkpoint's grouped layout; ``params`` dt_bias, A_log and the
+    norm's weight -> the gated, normed heads (B, H_v d_v); ``state``'s conv window and
+    recurrent state updated in place."""
     module = load()
     assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
-    qkv, z, b, a = (_f32(t[:, 0]).reshape(t.shape[0], -1) for t in parts)
     weight, _ = _taps(conv)
     dt_bias, A_log, norm = (_f32(p) for p in params)
     recurrent = state["recurrent"]
-    return module.gdn_step(qkv, z, b, a, weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps)
+    return module.gdn_step(
+        _f32(qkvz[:, 0]), _f32(ba[:, 0]), weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps
+    )
 
 
 def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

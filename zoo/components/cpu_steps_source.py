@@ -17,6 +17,7 @@ SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
+#include <algorithm>
 #include <vector>
 
 static inline float silu(float x) { return x / (1.f + std::exp(-x)); }
@@ -40,16 +41,6 @@ static void conv_row(const float* x, const float* w, const float* bias, float* w
     acc += kc[K - 1] * x[c];
     out[c] = silu(acc);
   }
-}
-
-// x (B, C) -> SiLU(depthwise conv) (B, C); window (B, C, K) shifted in place.
-torch::Tensor conv_step(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor window) {
-  const int64_t batch = x.size(0), C = x.size(1), K = window.size(2), stride = x.stride(0);
-  auto out = torch::empty({batch, C}, x.options());
-  for (int64_t b = 0; b < batch; ++b)
-    conv_row(x.data_ptr<float>() + b * stride, w.data_ptr<float>(), maybe(bias), window.data_ptr<float>() + b * C * K,
-             out.data_ptr<float>() + b * C, C, K);
-  return out;
 }
 
 // Mamba2: proj (B, d_inner + conv_dim + H) = [z, xBC, dt] -> gated, group-RMS-normed y (B, d_inner).
@@ -102,21 +93,31 @@ torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tenso
   return y;
 }
 
-// Gated DeltaNet: qkv (B, 2 Hk dk + Hv dv) before the conv, z (B, Hv dv), b, a (B, Hv) ->
-// RMS-normed, SiLU(z)-gated output (B, Hv dv); state (B, Hv, dk, dv).
-torch::Tensor gdn_step(torch::Tensor qkv, torch::Tensor z, torch::Tensor beta_in, torch::Tensor a,
-                       torch::Tensor conv_w, torch::Tensor window, torch::Tensor dt_bias, torch::Tensor A_log,
-                       torch::Tensor norm_w, torch::Tensor state, int64_t k_heads, double eps) {
+// Gated DeltaNet: the projections in the checkpoint's grouped layout, qkvz (B, Hk (2 dk + 2 r dv)) with
+// per key head [q, k, its r value heads' v, their z] and ba (B, Hk 2 r) with per key head [b (r), a (r)] ->
+// RMS-normed, SiLU(z)-gated output (B, Hv dv); state (B, Hv, dk, dv), r = Hv / Hk.
+torch::Tensor gdn_step(torch::Tensor qkvz, torch::Tensor ba, torch::Tensor conv_w, torch::Tensor window,
+                       torch::Tensor dt_bias, torch::Tensor A_log, torch::Tensor norm_w, torch::Tensor state,
+                       int64_t k_heads, double eps) {
   const int64_t batch = state.size(0), H = state.size(1), dk = state.size(2), dv = state.size(3);
   const int64_t C = window.size(1), K = window.size(2), key = k_heads * dk, per = H / k_heads;
-  auto act = torch::empty({batch, C}, qkv.options());
-  auto out = torch::empty({batch, H * dv}, qkv.options());
-  float *ap = act.data_ptr<float>(), *op = out.data_ptr<float>(), *sp = state.data_ptr<float>();
-  const float *zp = z.data_ptr<float>(), *bp = beta_in.data_ptr<float>(), *gp = a.data_ptr<float>();
+  const int64_t W = 2 * dk + 2 * per * dv;  // one key head's slice of qkvz
+  auto qkv = torch::empty({batch, C}, qkvz.options());
+  auto act = torch::empty({batch, C}, qkvz.options());
+  auto out = torch::empty({batch, H * dv}, qkvz.options());
+  float *qp = qkv.data_ptr<float>(), *ap = act.data_ptr<float>(), *op = out.data_ptr<float>();
+  float* sp = state.data_ptr<float>();
+  const float *src = qkvz.data_ptr<float>(), *bap = ba.data_ptr<float>();
   const float *db = dt_bias.data_ptr<float>(), *al = A_log.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
   for (int64_t b = 0; b < batch; ++b) {
-    conv_row(qkv.data_ptr<float>() + b * C, conv_w.data_ptr<float>(), nullptr, window.data_ptr<float>() + b * C * K,
-             ap + b * C, C, K);
+    for (int64_t kh = 0; kh < k_heads; ++kh) {  // the convolution's channel order: all q, all k, all v
+      const float* head = src + (b * k_heads + kh) * W;
+      float* row = qp + b * C;
+      std::copy(head, head + dk, row + kh * dk);
+      std::copy(head + dk, head + 2 * dk, row + key + kh * dk);
+      std::copy(head + 2 * dk, head + 2 * dk + per * dv, row + 2 * key + kh * per * dv);
+    }
+    conv_row(qp + b * C, conv_w.data_ptr<float>(), nullptr, window.data_ptr<float>() + b * C * K, ap + b * C, C, K);
     for (int64_t head = 0; head < 2 * k_heads; ++head) {  // L2-normalise q and k heads; q also by dk^-1/2
       float* v = ap + b * C + head * dk;
       float ss = 0.f;
@@ -130,8 +131,9 @@ torch::Tensor gdn_step(torch::Tensor qkv, torch::Tensor z, torch::Tensor beta_in
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H, kh = h / per;
       const float *q = ap + b * C + kh * dk, *k = ap + b * C + key + kh * dk, *v = ap + b * C + 2 * key + h * dv;
-      const float beta = sigmoid(bp[b * H + h]);
-      const float decay = std::exp(-std::exp(al[h]) * softplus(gp[b * H + h] + db[h]));
+      const float *gates = bap + (b * k_heads + kh) * 2 * per, *zh = src + (b * k_heads + kh) * W + 2 * dk + per * dv;
+      const float beta = sigmoid(gates[h % per]);
+      const float decay = std::exp(-std::exp(al[h]) * softplus(gates[per + h % per] + db[h]));
       float* S = sp + (b * H + h) * dk * dv;
       float* o = op + (b * H + h) * dv;
       for (int64_t j = 0; j < dv; ++j) delta[j] = 0.f;
@@ -152,7 +154,7 @@ torch::Tensor gdn_step(torch::Tensor qkv, torch::Tensor z, torch::Tensor beta_in
       float ms = 0.f;
       for (int64_t j = 0; j < dv; ++j) ms += o[j] * o[j];
       const float scale = 1.f / std::sqrt(ms / dv + (float)eps);
-      const float* gate = zp + (b * H + h) * dv;
+      const float* gate = zh + (h % per) * dv;
       for (int64_t j = 0; j < dv; ++j) o[j] = nw[j] * (o[j] * scale) * silu(gate[j]);
     }
   });

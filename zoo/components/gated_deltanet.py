@@ -174,7 +174,8 @@ class GatedDeltaNet(KernelChoice):
         B, T, _ = x.shape
         if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.values(), token_valid):
             params = (self.dt_bias, self.A_log, self.norm.weight)
-            out = cpu_steps.gdn_step(self._split(x), self.conv1d, params, state, self.n_k_heads, self.norm.eps)
+            qkvz, ba = self.in_proj_qkvz(x), self.in_proj_ba(x)  # (B, 1, .): the grouped layout, split in C++
+            out = cpu_steps.gdn_step(qkvz, ba, self.conv1d, params, state, self.n_k_heads, self.norm.eps)
             return self.out_proj(out.to(x.dtype)[:, None])  # (B, 1, d)
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)

@@ -20,8 +20,18 @@ import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.parts import BuildContext, KernelChoice, LayerState, Linear, Options, Positions, StateTensor, TokenMixer
-from zoo_rwkv import cpu_wkv
+from zoo.parts import (
+    BuildContext,
+    KernelChoice,
+    LayerState,
+    Linear,
+    Options,
+    Positions,
+    StateTensor,
+    TokenMixer,
+    step_ready,
+)
+from zoo_rwkv import cpu_step, cpu_wkv
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv
 
@@ -46,12 +56,13 @@ class TimeMixOptions(Options):
 class TimeMix(TokenMixer, KernelChoice):
     """x (B, T, d) -> output(sigmoid(r) · wkv(k, v)) (B, T, d), causal and recurrent.
 
-    Implementations (``zoo.parts.KernelChoice``): ``reference`` (``wkv``: a parallel scan for a
-    prompt, the recurrence's step for one token) and ``cpu-scan`` (``cpu_wkv``: a prompt's
-    recurrence as one fused C++ loop; inference only)."""
+    Implementations (``zoo.parts.KernelChoice``): ``reference`` (``shift`` and ``wkv`` in
+    PyTorch: a parallel scan for a prompt, the recurrence's step for one token), ``cpu-scan``
+    (``cpu_wkv``: a prompt's recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_step``: a
+    decode step's token shift and WKV step in C++); the C++ kernels are for inference only."""
 
     kernel_family = "rwkv"
-    kernels = (cpu_wkv.KERNEL,)
+    kernels = (cpu_wkv.KERNEL, cpu_step.KERNEL)
 
     def __init__(self, options: TimeMixOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -114,6 +125,10 @@ class TimeMix(TokenMixer, KernelChoice):
         """x (B, T, d) -> (B, T, d). With a state, ``att_x`` and the WKV sums are read and
         written in place; tokens False in ``token_valid`` (left padding) change nothing."""
         tensors = None if state is None else state.tensors
+        if x.shape[1] == 1 and state is not None and tensors is not None:
+            mine = [tensors[name] for name in ("att_x", *WKV_STATE)]
+            if step_ready(self, x, mine, state.token_valid):
+                return self._step(x, mine)
         valid = state_valid(positions, state)
         shifted, last = shift(x, valid, None if tensors is None else tensors["att_x"])
         k = self.key(mix(x, shifted, self.time_mix_key))  # (B, T, C)
@@ -134,6 +149,15 @@ class TimeMix(TokenMixer, KernelChoice):
             for name, value in zip(WKV_STATE, end, strict=True):
                 tensors[name].copy_(value)
         return self.output(r * out.to(x.dtype))  # (B, T, d)
+
+    def _step(self, x: torch.Tensor, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """One token (B, 1, d) on the fused kernel: att_x, num, den, max updated in place."""
+        ratios = (self.time_mix_key, self.time_mix_value, self.time_mix_receptance)
+        mixed = cpu_step.shift_mix(x[:, 0], tensors[0], ratios).to(x.dtype)  # (3, B, d)
+        k, v, r = self.key(mixed[0]), self.value(mixed[1]), self.receptance(mixed[2])  # (B, C) each
+        w = -torch.exp(self.time_decay.float())  # (C,)
+        out = cpu_step.wkv_step(w, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
+        return self.output(out.to(x.dtype))[:, None]  # (B, 1, d)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, attention_hidden={self.channels}"
