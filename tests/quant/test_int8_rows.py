@@ -1,0 +1,82 @@
+"""zoo.quant.int8_rows: the compiled one-row int8 kernel a large int8 matrix (a tied LM head)
+takes on the CPU, eagerly and inside a compiled graph, equals torch's own int8 kernel; small
+matrices, several rows and the off switch keep torch's kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.quant import int8_rows, kernels
+from zoo.quant.linear import Int8Linear
+
+# bfloat16 output: the two kernels sum in different orders, then each rounds once to 8 bits of mantissa
+TOLERANCE = {torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
+
+
+def head(rows: int = 8192, width: int = 576) -> Int8Linear:
+    """An int8 layer over the kernel's size threshold (8192 x 576 int8: 4.5 MiB)."""
+    weight = torch.randn(rows, width, generator=torch.Generator().manual_seed(0)) / width**0.5
+    return Int8Linear(weight, None, torch.bfloat16)
+
+
+def reference(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    """torch's int8 weight kernel (what zoo used before), (1, out)."""
+    return torch.ops.aten._weight_int8pack_mm(x, layer.qweight, layer.scales.to(x.dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_one_row_through_the_kernel_equals_torchs_int8_kernel(dtype: torch.dtype) -> None:
+    layer = head()
+    x = torch.randn(1, 576, generator=torch.Generator().manual_seed(1)).to(dtype)
+    with torch.no_grad():
+        assert int8_rows.applies(x, layer.qweight)
+        got = layer(x)
+    assert got.dtype == dtype and got.shape == (1, 8192)
+    torch.testing.assert_close(got, reference(layer, x), rtol=TOLERANCE[dtype][0], atol=TOLERANCE[dtype][1])
+
+
+def test_inside_a_compiled_graph_the_kernel_is_the_opaque_op_and_agrees() -> None:
+    layer = head()
+    x = torch.randn(1, 576, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    seen: list[object] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
+        seen.extend(node.target for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        got = compiled(x)
+    assert torch.ops.zoo.int8_rows.default in seen
+    torch.testing.assert_close(got, reference(layer, x), rtol=2e-2, atol=2e-2)
+
+
+def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    big, small = head(), head(rows=1024)
+    one, many = torch.randn(1, 576, dtype=torch.bfloat16), torch.randn(3, 576, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert not int8_rows.applies(one, small.qweight)  # in cache: torch's kernel is faster
+        assert not int8_rows.applies(many, big.qweight)
+        long_rows = big.qweight[:1024].repeat(1, 8)  # (1024, 4608): rows past MAX_ROW_LENGTH
+        assert not int8_rows.applies(torch.randn(1, 4608, dtype=torch.bfloat16), long_rows)
+        monkeypatch.setenv(int8_rows.ENV_SWITCH, "0")
+        assert not int8_rows.applies(one, big.qweight)
+        assert torch.equal(kernels.int8_matmul(one, big.qweight, big.scales), reference(big, one))
+    monkeypatch.delenv(int8_rows.ENV_SWITCH)
+    assert not int8_rows.applies(one, big.qweight)  # grad mode on: not a decode step
+
+
+def test_a_kernel_that_cannot_compile_falls_back_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = head()
+    x = torch.randn(1, 576, dtype=torch.bfloat16)
+
+    def broken(dtype: torch.dtype) -> object:
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(int8_rows, "_kernel", broken)
+    monkeypatch.setattr(int8_rows, "_failed", None)
+    with torch.no_grad():
+        got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
+    assert int8_rows._failed == "RuntimeError: no C++ compiler" and not int8_rows.enabled()
+    assert torch.equal(got, reference(layer, x)[0])
