@@ -80,3 +80,32 @@ def test_a_kernel_that_cannot_compile_falls_back_once(monkeypatch: pytest.Monkey
         got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
     assert int8_rows._failed == "RuntimeError: no C++ compiler" and not int8_rows.enabled()
     assert torch.equal(got, reference(layer, x)[0])
+
+
+def test_decode_through_the_kernel_gives_the_logits_of_torchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tied int8 model (the head takes the kernel: size threshold lowered to the tiny head)
+    decodes, eagerly and compiled, to the logits it gives with the kernel switched off."""
+    import zoo
+    from tests.conftest import tiny_spec
+    from zoo.model.cache import KVCache
+    from zoo.model.generation import compile_decode_step, decode_step, prefill
+    from zoo.quant import quantize
+
+    spec = tiny_spec("llama-3.2-1b")  # tied embeddings, as SmolLM2
+    model = quantize(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval(), "int8")
+    monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 0)
+    prompt = torch.randint(spec.vocab_size, (1, 6), generator=torch.Generator().manual_seed(0))
+
+    def logits(step: object, switch: str) -> torch.Tensor:
+        monkeypatch.setenv(int8_rows.ENV_SWITCH, switch)
+        cache = KVCache(model, 1, 10, dtype=torch.bfloat16, device="cpu")
+        token = prefill(model, prompt, cache).argmax(-1, keepdim=True)  # (1, 1)
+        first = step(model, token, cache)  # type: ignore[operator]
+        second = step(model, first.argmax(-1, keepdim=True), cache)  # type: ignore[operator]
+        return torch.stack((first, second)).float()  # (2, 1, vocab)
+
+    with torch.no_grad():
+        reference = logits(decode_step, "0")
+        torch.testing.assert_close(logits(decode_step, "1"), reference, rtol=2e-2, atol=2e-2)
+        assert int8_rows.applies(torch.ones(1, spec.d_model, dtype=torch.bfloat16), model.lm_head.qweight)
+        torch.testing.assert_close(logits(compile_decode_step(), "1"), reference, rtol=2e-2, atol=2e-2)
