@@ -4,6 +4,8 @@ matrices, several rows and the off switch keep torch's kernel."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -12,6 +14,15 @@ from zoo.quant.linear import Int8Linear
 
 # bfloat16 output: the two kernels sum in different orders, then each rounds once to 8 bits of mantissa
 TOLERANCE = {torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """The kernel runs at one thread (module doc); every test starts there."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def head(rows: int = 8192, width: int = 576) -> Int8Linear:
@@ -65,6 +76,17 @@ def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypat
         assert torch.equal(kernels.int8_matmul(one, big.qweight, big.scales), reference(big, one))
     monkeypatch.delenv(int8_rows.ENV_SWITCH)
     assert not int8_rows.applies(one, big.qweight)  # grad mode on: not a decode step
+
+
+def test_at_two_threads_torchs_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = head()
+    x = torch.randn(1, 576, dtype=torch.bfloat16)
+    calls: list[torch.dtype] = []
+    monkeypatch.setattr(int8_rows, "_kernel", lambda dtype: calls.append(dtype))
+    torch.set_num_threads(2)  # the fixture sets it back
+    with torch.no_grad():
+        got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
+    assert not calls and torch.equal(got, reference(layer, x)[0])
 
 
 def test_a_kernel_that_cannot_compile_falls_back_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,9 @@ one vectorised loop reading the int8 bytes once, at 5.1 GB/s (median per-round r
 matrix that stays in cache (1536 x 576: 11.1 against 4.4 GB/s), hence ``MIN_WEIGHT_BYTES``,
 and rows longer than ``MAX_ROW_LENGTH`` (2048 x 8192: 10.9 against 4.5 GB/s), where
 inductor splits the reduction (zoo/components/row_product.py measured the same for
-floats). ``ZOO_INT8_ROW_KERNEL=0`` turns it off. Script: ``python bench/int8_rows.py``.
+floats). At two threads (a shared 2-core machine: noisy) it lost on every shape (0.46-0.57x:
+the head 1.1 against 2.0 GB/s), so it runs at one thread only. ``ZOO_INT8_ROW_KERNEL=0``
+turns it off. Script: ``python bench/int8_rows.py``.
 
 Accumulation is in float32, scaled per row, then rounded once to the input's dtype, as the
 aten kernel does. The kernel is compiled once per dtype with dynamic shapes (the weight goes
@@ -69,10 +71,11 @@ def applies(x: torch.Tensor, qweight: torch.Tensor) -> bool:
 
 
 def compiled_int8_rows(qweight: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``int8_rows`` through the inductor kernel (x (in,) -> (out,)), or the aten kernel if
-    that cannot be compiled."""
+    """``int8_rows`` through the inductor kernel (x (in,) -> (out,)) at one thread, else (or if
+    it cannot be compiled) the aten kernel: at two threads on the shared 2-core machine the
+    kernel ran at 0.46-0.57x aten's speed (module doc)."""
     global _failed
-    if _failed is None:
+    if _failed is None and torch.get_num_threads() == 1:
         try:
             return _kernel(x.dtype)(qweight.view(-1), scales, x)  # weight flat: (out * in,)
         except Exception as error:  # a speed-up, never a reason to fail: any compile error falls back
