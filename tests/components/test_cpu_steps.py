@@ -67,6 +67,12 @@ def _stepped(model: torch.nn.Module, ids: torch.Tensor, split: int, mask: torch.
     return torch.stack(out, dim=1)
 
 
+def _ran_step(model: torch.nn.Module, family: str) -> bool:
+    """Whether the model's ``family`` mixers ran cpu-step (beside cpu-scan for prompts, under auto)."""
+    used = implementations(model) or ""
+    return cpu_steps.KERNEL.name in used.removeprefix(f"{family}: ").split("+")
+
+
 def test_the_cpu_steps_build_with_the_dev_install():
     """A C++ compiler and ninja are there (as for cpu_scan): no silent skip of the checks below."""
     assert cpu_steps.load() is not None
@@ -83,7 +89,7 @@ def test_the_fused_step_equals_the_reference_step_and_the_full_forward(case: str
         full = reference(ids)  # (B, T, V)
         expected = _stepped(reference, ids, 6)
         got = _stepped(fast, ids, 6)
-    assert implementations(fast) == f"{family}: cpu-step"
+    assert _ran_step(fast, family)
     assert implementations(reference) == f"{family}: reference"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got, full[:, 5:], atol=1e-5, rtol=1e-5)
@@ -102,7 +108,7 @@ def test_the_fused_step_after_a_left_padded_prefill(case: str):
     with torch.no_grad():
         expected = _stepped(reference, ids, 7, mask)
         got = _stepped(fast, ids, 7, mask)
-    assert implementations(fast) == f"{MIXERS[case][0]}: cpu-step"
+    assert _ran_step(fast, MIXERS[case][0])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -131,5 +137,5 @@ def test_a_bfloat16_model_with_float32_state_runs_the_fused_step():
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
     with torch.no_grad():
         expected, got = (_stepped(model, ids, 4).float() for model in models)
-    assert implementations(models[1]) == "linear: cpu-step"
+    assert _ran_step(models[1], "linear")
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)

@@ -133,3 +133,27 @@ def test_training_gradients_through_the_chunked_scan_equal_the_token_loop(T: int
     ((torch.stack(steps, dim=1) * weights).sum() + state.sum()).backward()
     for ours, reference in zip(chunked, looped):
         torch.testing.assert_close(ours.grad, reference.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_b_and_c_equal_b_and_c_repeated_per_head_with_gradients():
+    """``chunk_scan`` takes B, C per group (heads share them, no repeat): values and gradients
+    equal the one-token recurrence on B, C repeated to every head, across several chunks."""
+    torch.manual_seed(3)
+    b, T, h, g, p, n = 2, 11, 6, 2, 4, 5
+    inputs = [torch.randn(b, T, h, p), torch.rand(b, T, h), -torch.rand(h) * 2]
+    inputs += [torch.randn(b, T, g, n), torch.randn(b, T, g, n), torch.randn(b, h, p, n)]
+    grouped = [t.clone().requires_grad_() for t in inputs]
+    looped = [t.clone().requires_grad_() for t in inputs]
+    y, final = chunk_scan(*grouped, chunk_size=4)
+    x, dt, A, B, C, state = looped
+    B_heads, C_heads = (t.repeat_interleave(h // g, dim=2) for t in (B, C))  # (b, T, h, n)
+    steps = []
+    for t in range(T):
+        out, state = ssd_step(x[:, t], dt[:, t], A, B_heads[:, t], C_heads[:, t], state)
+        steps.append(out)
+    torch.testing.assert_close(y, torch.stack(steps, dim=1), atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(y)
+    ((y * weights).sum() + final.sum()).backward()
+    ((torch.stack(steps, dim=1) * weights).sum() + state.sum()).backward()
+    for ours, reference in zip(grouped, looped, strict=True):
+        torch.testing.assert_close(ours.grad, reference.grad, atol=1e-5, rtol=1e-5)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.components import cpu_steps
+from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.cuda_kernels import causal_conv1d, fla
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
@@ -90,15 +90,21 @@ class GatedRMSNorm(nn.Module):
 
 class GatedDeltaNet(KernelChoice):
     """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors.
+
     Implementations (``zoo.components.kernels``): ``reference`` (``delta_rule``: the chunked
-    rule and one-token step in PyTorch), on the CPU ``cpu-step`` (``cpu_steps``: a decode step
-    from the projections' outputs to out_proj's input as one C++ call; inference only) and, on
-    CUDA, ``fla`` (``cuda_kernels.fla``: fla's ``chunk_gated_delta_rule`` and
+    rule and one-token step in PyTorch); on the CPU ``cpu-scan`` (``cpu_prefill``: a
+    multi-token call's delta rule as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    decode step from the projections' outputs to out_proj's input as one C++ call), inference
+    only; on CUDA ``fla`` (``cuda_kernels.fla``: fla's ``chunk_gated_delta_rule`` and
     ``fused_recurrent_gated_delta_rule``, causal-conv1d's convolution, as transformers' fast
     path; the chunked rule has a backward)."""
 
     kernel_family = "gated_deltanet"
-    kernels = (cpu_steps.KERNEL, Kernel("fla", "cuda", lambda: fla.load() and causal_conv1d.load(), autograd=True))
+    kernels = (
+        cpu_prefill.KERNEL,
+        cpu_steps.KERNEL,
+        Kernel("fla", "cuda", lambda: fla.load() and causal_conv1d.load(), autograd=True),
+    )
 
     def __init__(
         self,
@@ -181,9 +187,8 @@ class GatedDeltaNet(KernelChoice):
         else:
             qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, window)
         q, k, v = torch.split(qkv.transpose(1, 2).float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        group = self.n_v_heads // self.n_k_heads
-        q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)).repeat_interleave(group, dim=2) * self.head_k_dim**-0.5
-        k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1)).repeat_interleave(group, dim=2)  # (B, T, H_v, d_k)
+        q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)) * self.head_k_dim**-0.5  # (B, T, H_k, d_k)
+        k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1))  # (B, T, H_k, d_k)
         v = v.reshape(B, T, self.n_v_heads, self.head_v_dim)  # (B, T, H_v, d_v)
         beta = b.float().sigmoid()  # (B, T, H_v)
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, H_v), log decay
@@ -191,6 +196,7 @@ class GatedDeltaNet(KernelChoice):
             beta, g = beta * token_valid[..., None], g * token_valid[..., None]
         recurrent = None if state is None else state["recurrent"]
         if impl == "fla":  # q, k, v and beta in the model's dtype, g in float32, as fla's own tests
+            q, k = (t.repeat_interleave(self.n_v_heads // self.n_k_heads, dim=2) for t in (q, k))  # (B, T, H_v, d_k)
             q, k, v, beta = (t.to(x.dtype) for t in (q, k, v, beta))
             out = fla.gated_delta_rule(q, k, v, g, beta, recurrent)  # (B, T, H_v, d_v)
         else:
@@ -207,14 +213,21 @@ class GatedDeltaNet(KernelChoice):
         beta: torch.Tensor,
         recurrent: torch.Tensor | None,
     ) -> torch.Tensor:
-        """The delta rule over q, k (B, T, H, d_k), v (B, T, H, d_v), g, beta (B, T, H);
-        a one-token call with a state is one step."""
+        """The delta rule over q, k (B, T, H_k, d_k), v (B, T, H, d_v), g, beta (B, T, H);
+        a one-token call with a state is one step; a longer one the fused scan (``cpu_prefill``)
+        where it runs, else the chunked form."""
+        B, T, H, _ = v.shape
+        initial = recurrent.float() if recurrent is not None else q.new_zeros(B, H, self.head_k_dim, self.head_v_dim)
+        if T > 1 and cpu_prefill.scan_ready(self, q):
+            out, new = cpu_prefill.gated_delta_scan(q, k, v, g, beta, initial)  # (B, T, H, d_v)
+            if recurrent is not None:
+                recurrent.copy_(new)
+            return out
+        q, k = (t.repeat_interleave(H // self.n_k_heads, dim=2) for t in (q, k))  # (B, T, H, d_k)
         if recurrent is not None and q.shape[1] == 1:
             out, new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], recurrent.float())
             recurrent.copy_(new)
             return out[:, None]  # (B, 1, H, d_v)
-        B, _, H, _ = q.shape
-        initial = recurrent.float() if recurrent is not None else q.new_zeros(B, H, self.head_k_dim, self.head_v_dim)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
         out, new = chunk_gated_delta_rule(q, k, v, g.transpose(1, 2), beta.transpose(1, 2), initial, self.chunk_size)
         if recurrent is not None:

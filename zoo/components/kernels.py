@@ -1,24 +1,26 @@
 """Which implementation each token mixer runs: the reference PyTorch maths or a faster kernel.
 
 A mixer with more than one implementation (``KernelChoice``) declares its ``kernel_family``
-and the kernels it can run, fastest first, each with the device kind it runs on. The choice
-is taken from the process's preference when the model is built (``preferring``; the harness
-sets it from ``--impl``) and kept on the module:
+and the kernels it can run, each with the device kind it runs on. Kernels of one device may
+cover different calls (a multi-token prefill scan, a one-token decode step); the mixer asks
+for them in its own order, so where two cover the same call the one it asks first wins. The
+choice is taken from the process's preference when the model is built (``preferring``; the
+harness sets it from ``--impl``) and kept on the module:
 
-- ``auto``: the fastest kernel of the mixer's list that runs on the device and could be
-  loaded, else the reference;
+- ``auto``: every kernel of the mixer's list that runs on the device and could be loaded
+  (the reference for the calls none covers);
 - ``reference``: the pure-PyTorch maths (what the fast paths are tested equal to);
 - a kernel's name: that kernel where it applies (the reference elsewhere, and for mixers
   that do not have it).
 
 A kernel is resolved at the first forward that may use it (the device is known then, and a
-model built on ``meta`` for analysis never loads one); ``impl`` then names what ran, and a
-row gathers them (``implementations``: ``"mamba: cpu-scan"``). A kernel a mixer cannot use
-in a call is not resolved there and those calls run the reference: inside a
-``torch.compile`` graph (the kernels are opaque to dynamo), and under autograd unless the
-kernel declares ``autograd`` (its library defines the backward, as mamba-ssm's and fla's
-prefill kernels do) and the call carries no cached state (the one-token state updates have
-no backward).
+model built on ``meta`` for analysis never loads one); ``impl`` then names what ran (several
+kernels joined by ``+``), and a row gathers them (``implementations``: ``"mamba: cpu-scan"``).
+A kernel a mixer cannot use in a call is not resolved there and those calls run the
+reference: inside a ``torch.compile`` graph (the kernels are opaque to dynamo), and under
+autograd unless the kernel declares ``autograd`` (its library defines the backward, as
+mamba-ssm's and fla's prefill kernels do) and the call carries no cached state (the
+one-token state updates have no backward).
 """
 
 from __future__ import annotations
@@ -69,16 +71,20 @@ class KernelChoice(nn.Module):
         self.impl: str | None = None  # resolved at the first forward
 
     def resolve_kernel(self, device: torch.device) -> str:
-        """The implementation this module runs on ``device`` (decided once)."""
+        """The implementation this module runs on ``device`` (decided once): the reference, or
+        its kernels' names joined by ``+``."""
         if self.impl is None:
-            self.impl = REFERENCE
-            if self.impl_preference != REFERENCE:
-                for kernel in self.kernels:
-                    wanted = self.impl_preference in (AUTO, kernel.name)
-                    if wanted and kernel.device_type == device.type and kernel.loads():
-                        self.impl = kernel.name
-                        break
+            names = [
+                kernel.name
+                for kernel in self.kernels
+                if self.impl_preference in (AUTO, kernel.name) and kernel.device_type == device.type and kernel.loads()
+            ]
+            self.impl = "+".join(names) or REFERENCE
         return self.impl
+
+    def runs(self, kernel: Kernel, device: torch.device) -> bool:
+        """Whether ``kernel`` is one this module runs on ``device`` (resolving it the first time)."""
+        return kernel.name in self.resolve_kernel(device).split("+")
 
     def kernel_in_use(self, device: torch.device, stateful: bool) -> str:
         """The implementation this call runs: ``resolve_kernel``'s, or the reference where the

@@ -37,11 +37,12 @@ class LinearAttentionOptions(FeatureStateOptions):
 
 
 class LinearAttention(FeatureStateMixer, KernelChoice):
-    """Causal linear attention with a running key-value state per head. Implementations
-    (``zoo.components.kernels``): ``reference`` (the chunked loop below, a decode step
-    included), on the CPU ``cpu-step`` (``cpu_steps``: a decode step's state update and read as
-    one C++ call; inference only) and, on CUDA, ``fla`` (``cuda_kernels.fla``: fla's
-    ``chunk_linear_attn`` for φ(q)·S, this module's normaliser; it has a backward)."""
+    """Causal linear attention with a running key-value state per head.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (the chunked form below, a
+    decode step included); on the CPU ``cpu-step`` (``cpu_steps``: a decode step's state
+    update and read as one C++ call; inference only); on CUDA ``fla`` (``cuda_kernels.fla``:
+    fla's ``chunk_linear_attn`` for φ(q)·S, this module's normaliser; it has a backward)."""
 
     kernel_family = "linear"
     kernels = (cpu_steps.KERNEL, Kernel("fla", "cuda", fla.load, autograd=True))

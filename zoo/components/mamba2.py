@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.components import cpu_steps
+from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
@@ -77,15 +77,19 @@ class GroupedGatedRMSNorm(nn.Module):
 
 
 class Mamba2Mixer(KernelChoice):
-    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors. Implementations
-    (``zoo.components.kernels``): ``reference`` (``ssd``: the chunked scan and one-token step
-    in PyTorch), on the CPU ``cpu-step`` (``cpu_steps``: a decode step from in_proj's output to
-    out_proj's input as one C++ call; inference only) and, on CUDA, ``mamba-ssm``
-    (``cuda_kernels.mamba_ssm``: mamba-ssm's ``mamba_chunk_scan_combined`` and
-    ``selective_state_update``, causal-conv1d's convolution; the chunked scan has a backward)."""
+    """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors.
+
+    Implementations (``zoo.components.kernels``): ``reference`` (the chunked SSD scan and the
+    one-token step of ``ssd.py`` in PyTorch); on the CPU ``cpu-scan`` (``cpu_prefill``: a
+    multi-token call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    decode step from in_proj's output to out_proj's input as one C++ call), inference only; on
+    CUDA ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: mamba-ssm's ``mamba_chunk_scan_combined``
+    and ``selective_state_update``, causal-conv1d's convolution; the chunked scan has a
+    backward)."""
 
     kernel_family = "mamba2"
     kernels = (
+        cpu_prefill.KERNEL,
         cpu_steps.KERNEL,
         Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba2() and causal_conv1d.load(), autograd=True),
     )
@@ -180,15 +184,18 @@ class Mamba2Mixer(KernelChoice):
             xs, Bm, Cm = (t.to(x.dtype) for t in (xs, Bm, Cm))
             y = mamba_ssm.mamba2_scan(xs, dt, A, Bm, Cm, self.D, ssm, self.chunk_size)  # (B, T, H, P), D in
             return self.out_proj(self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z))
-        Bm, Cm = (t.repeat_interleave(per_group, dim=2) for t in (Bm, Cm))  # (B, T, H, N)
         if ssm is not None and T == 1:
-            y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm.float())
+            Bh, Ch = (t[:, 0].repeat_interleave(per_group, dim=1) for t in (Bm, Cm))  # (B, H, N)
+            y, new = ssd_step(xs[:, 0], dt[:, 0], A, Bh, Ch, ssm.float())
             y = y[:, None]  # (B, 1, H, P)
         else:
             initial = (
                 ssm.float() if ssm is not None else xs.new_zeros(batch, self.n_heads, self.head_dim, self.state_size)
             )
-            y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
+            if cpu_prefill.scan_ready(self, x):
+                y, new = cpu_prefill.ssd_scan(xs, dt, A, Bm, Cm, initial)  # (B, T, H, P)
+            else:
+                y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
         if ssm is not None:
             ssm.copy_(new)
         y = y + xs * self.D.float()[:, None]  # (B, T, H, P)

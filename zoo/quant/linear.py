@@ -80,6 +80,16 @@ class Int8Linear(QuantizedLinear):
         self.register_buffer("qweight", qweight)  # (out, in) int8
         self.register_buffer("scales", scales)  # (out,)
 
+    @classmethod
+    def from_rows(
+        cls, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, scale_dtype: torch.dtype
+    ) -> Int8Linear:
+        """A layer holding given int8 rows (out, in) and their scales (out,) exactly: how a
+        GGUF's 8-bit matrix loads, re-quantized a slice at a time (zoo/hub/gguf/quantized.py)."""
+        layer = cls(torch.empty(qweight.shape, device="meta"), bias, scale_dtype)
+        layer.qweight, layer.scales = qweight, scales.to(scale_dtype)
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, in)
         return self._finish(kernels.int8_matmul(rows, self.qweight, self.scales), x)

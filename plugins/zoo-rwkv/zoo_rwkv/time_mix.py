@@ -31,7 +31,7 @@ from zoo.parts import (
     TokenMixer,
     step_ready,
 )
-from zoo_rwkv import cpu_step
+from zoo_rwkv import cpu_step, cpu_wkv
 from zoo_rwkv.shift import mix, shift
 from zoo_rwkv.wkv import empty_state, wkv
 
@@ -56,11 +56,13 @@ class TimeMixOptions(Options):
 class TimeMix(TokenMixer, KernelChoice):
     """x (B, T, d) -> output(sigmoid(r) · wkv(k, v)) (B, T, d), causal and recurrent.
 
-    Implementations: ``reference`` (``shift`` and ``wkv`` in PyTorch) and ``cpu-step``
-    (``cpu_step``: a decode step's token shift and WKV step in C++; inference only)."""
+    Implementations (``zoo.parts.KernelChoice``): ``reference`` (``shift`` and ``wkv`` in
+    PyTorch: a parallel scan for a prompt, the recurrence's step for one token), ``cpu-scan``
+    (``cpu_wkv``: a prompt's recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_step``: a
+    decode step's token shift and WKV step in C++); the C++ kernels are for inference only."""
 
     kernel_family = "rwkv"
-    kernels = (cpu_step.KERNEL,)
+    kernels = (cpu_wkv.KERNEL, cpu_step.KERNEL)
 
     def __init__(self, options: TimeMixOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -138,7 +140,10 @@ class TimeMix(TokenMixer, KernelChoice):
             else tuple(tensors[n].float() for n in WKV_STATE)
         )
         w = -torch.exp(self.time_decay.float())  # (C,)
-        out, end = wkv(w, self.time_first.float(), k, v, valid, start)  # (B, T, C)
+        if x.shape[1] > 1 and cpu_wkv.scan_ready(self, x):
+            out, end = cpu_wkv.wkv_scan(w, self.time_first, k, v, valid, start)  # (B, T, C)
+        else:
+            out, end = wkv(w, self.time_first.float(), k, v, valid, start)  # (B, T, C)
         if tensors is not None:
             tensors["att_x"].copy_(last)
             for name, value in zip(WKV_STATE, end, strict=True):

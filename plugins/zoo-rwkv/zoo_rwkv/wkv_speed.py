@@ -1,6 +1,7 @@
 """Prefill speed of the WKV alone: the parallel scan against the per-token recurrence
-(transformers' CPU path), same inputs, same process, best of ``--repeats``; prints tokens/s
-and their ratio. ``python -m zoo_rwkv.wkv_speed --tokens 1024 --channels 768``."""
+(transformers' CPU path) and the fused C++ loop (``cpu_wkv``, where it builds), same inputs,
+same process, best of ``--repeats``; prints tokens/s and the ratios.
+``python -m zoo_rwkv.wkv_speed --tokens 1024 --channels 768``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 
+from zoo_rwkv import cpu_wkv
 from zoo_rwkv.wkv import empty_state, wkv, wkv_reference
 
 
@@ -39,9 +41,13 @@ def main() -> None:
     with torch.no_grad():
         scan = best_seconds(lambda: wkv(w, u, k, v, None, empty_state(B, C, k.device)), args.repeats)
         loop = best_seconds(lambda: wkv_reference(w, u, k, v), args.repeats)
+        fused = None
+        if cpu_wkv.load() is not None:
+            fused = best_seconds(lambda: cpu_wkv.wkv_scan(w, u, k, v, None, empty_state(B, C, k.device)), args.repeats)
     print(
         f"B={B} T={T} C={C} threads={args.threads}: scan {B * T / scan:,.0f} tokens/s, "
         f"per-token loop {B * T / loop:,.0f} tokens/s, scan/loop speed ratio {loop / scan:.2f}"
+        + ("" if fused is None else f"; fused C++ loop {B * T / fused:,.0f} tokens/s, {scan / fused:.1f}x the scan")
     )
 
 

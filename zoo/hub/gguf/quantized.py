@@ -17,7 +17,10 @@
   dequantized into the model's dtype, as ``dequantize=True`` does for all.
 
 Only plain ``nn.Linear`` weights (2-D) take a packed layout. Each layer is built straight from
-the file on the target device, so no float copy of a quantized matrix is ever kept.
+the file on the target device with no float copy of its matrix: 4-bit values are read from the
+blocks' bytes (``nibbles``), 8-bit matrices are dequantized and re-quantized ``ROWS_PER_SLICE``
+rows at a time. (Dequantizing whole matrices to float32 left a 95 MB packed SmolLM2-135M at
+~430 MB resident after loading: glibc kept the freed copies' heap, see ``from_gguf``.)
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from torch import nn
 from zoo.hub.gguf.names import GGUFRule
 from zoo.hub.gguf.reader import GGUFCheckpoint
 from zoo.quant import replace_linear, use_int8_rows
-from zoo.quant.linear import Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear
+from zoo.quant.linear import Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear, quantize_int8
 
 GROUP = 32
 Groups = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # blocks (n, bytes) -> scales, offsets (n, groups)
@@ -58,8 +61,17 @@ def _q4_k(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _f16(blocks, 0) * sc.astype(np.float32), -(_f16(blocks, 2) * m.astype(np.float32))
 
 
-INT4_TYPES: dict[str, Groups] = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k}
+# per type: its block scales and offsets, where its 4-bit values start in a block, and how
+# many bytes hold the low nibbles of one run (then the same bytes' high nibbles continue it):
+# Q4_0/Q4_1's 16 bytes hold values 0-15 low and 16-31 high; Q4_K's 128 bytes are four runs of
+# 32 bytes, each two groups of 32 values (gguf-py's dequantization reads them so)
+INT4_TYPES: dict[str, tuple[Groups, int, int]] = {
+    "Q4_0": (_q4_0, 2, 16),
+    "Q4_1": (_q4_1, 4, 16),
+    "Q4_K": (_q4_k, 16, 32),
+}
 INT8_TYPES = frozenset({"Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K"})
+ROWS_PER_SLICE = 4096  # an int8 matrix is re-quantized this many rows at a time (<= 4096 x in floats)
 
 
 def layout(type_name: str) -> str | None:
@@ -72,6 +84,14 @@ def holds_packed(g: GGUFCheckpoint) -> bool:
     return any(len(g.shape(name)) == 2 and layout(g.type_name(name)) is not None for name in g.tensors)
 
 
+def nibbles(blocks: np.ndarray, start: int, run: int) -> torch.Tensor:
+    """The 4-bit values of blocks (n, bytes) in order (n, values per block), uint8 0..15,
+    read straight from the bytes: no float copy of the matrix is made."""
+    qs = torch.from_numpy(blocks[:, start:].copy()).reshape(blocks.shape[0], -1, 1, run)  # (n, runs, 1, run)
+    shifts = torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 2, 1)
+    return ((qs >> shifts) & 15).reshape(blocks.shape[0], -1)  # (n, runs * 2 * run)
+
+
 def _int4_layer(
     g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device
 ) -> Int4Linear:
@@ -80,23 +100,36 @@ def _int4_layer(
     qtype = gguf.GGMLQuantizationType(g.info(rule.gguf).type_id)
     out, width = g.shape(rule.gguf)
     block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
-    scales, offsets = INT4_TYPES[qtype.name](g.raw(rule.gguf).reshape(-1, block_bytes))
+    groups, start, run = INT4_TYPES[qtype.name]
+    blocks = g.raw(rule.gguf).reshape(-1, block_bytes)  # (blocks, bytes): a view of the file
+    scales, offsets = groups(blocks)
     scales = torch.from_numpy(scales.reshape(out, width // GROUP))  # (out, G)
     offsets = torch.from_numpy(offsets.reshape(out, width // GROUP))  # (out, G)
-    weight = g.tensor(rule.gguf).reshape(out, width // GROUP, GROUP)  # (out, G, 32) float32, exact q * scale + offset
-    safe = torch.where(scales == 0, torch.ones_like(scales), scales)
-    values = torch.round((weight - offsets[..., None]) / safe[..., None]).clamp(0, 15).reshape(out, width)  # (out, in)
+    values = nibbles(blocks, start, run).reshape(out, width)  # (out, in) uint8: w = q * scale + offset
     if rule.transform is not None:  # a permutation of rows: the values and their scales move together
         values, scales, offsets = rule.transform(values), rule.transform(scales), rule.transform(offsets)
-    return Int4Linear.from_groups(values.to(device, torch.int32), scales.to(device), offsets.to(device), bias, dtype)
+    return Int4Linear.from_groups(values.to(device), scales.to(device), offsets.to(device), bias, dtype)
+
+
+def int8_rows(g: GGUFCheckpoint, rule: GGUFRule, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A GGUF matrix re-quantized per row (``quantize_int8``) a slice of rows at a time:
+    (q (out, in) int8, scales (out,) float32), rows in zoo's order."""
+    out, width = g.shape(rule.gguf)
+    q = torch.empty(out, width, dtype=torch.int8, device=device)  # (out, in)
+    scales = torch.empty(out, dtype=torch.float32, device=device)  # (out,)
+    for first in range(0, out, ROWS_PER_SLICE):
+        last = min(first + ROWS_PER_SLICE, out)
+        q[first:last], scales[first:last] = quantize_int8(g.rows(rule.gguf, first, last).to(device))
+    if rule.transform is not None:  # a permutation of rows: per-row scales move with their rows
+        q, scales = rule.transform(q), rule.transform(scales[:, None])[:, 0]
+    return q.contiguous(), scales
 
 
 def _int8_layer(
     g: GGUFCheckpoint, rule: GGUFRule, bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device
 ) -> Int8Linear:
-    weight = g.tensor(rule.gguf)  # (out, in) float32, this one tensor only
-    weight = rule.transform(weight) if rule.transform else weight
-    return Int8Linear(weight.to(device), bias, dtype)
+    q, scales = int8_rows(g, rule, device)
+    return Int8Linear.from_rows(q, scales, bias, dtype)
 
 
 def place_quantized(
@@ -150,8 +183,8 @@ def place_table(
     tied = isinstance(head, nn.Linear) and head.weight is embed.weight
     if tied and any(head.children()):  # a head computing more than x W^T keeps the float table
         return set()
-    weight = g.tensor(rule.gguf)  # (vocab, d) float32, this one tensor only
-    rows = Int8Linear((rule.transform(weight) if rule.transform else weight).to(device), None, dtype)
+    q, scales = int8_rows(g, rule, device)
+    rows = Int8Linear.from_rows(q, scales, None, dtype)
     if tied:  # the head multiplies by the same int8 matrix
         replace_linear(model, "lm_head", rows)
     use_int8_rows(embed, Int8Embedding(rows.qweight, rows.scales))

@@ -217,6 +217,17 @@ class GGUFCheckpoint:
         info = self.info(name)
         return np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.start)
 
+    def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of a 2-D tensor dequantized to float32 (out, in): a large
+        matrix re-quantized a slice at a time never has a float copy of the whole."""
+        gguf = import_gguf()
+        self._check_type(name)
+        info = self.info(name)
+        qtype = gguf.GGMLQuantizationType(info.type_id)
+        blocks = self.raw(name).reshape(gguf.quants.quant_shape_to_byte_shape(info.shape, qtype))  # (out, bytes)
+        values = gguf.quants.dequantize(blocks[start:stop], qtype)  # F32: a view of the read-only map
+        return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(-1, info.shape[-1])  # a copy
+
     def tensor(self, name: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The tensor dequantized to ``dtype``, in PyTorch's shape (a fresh copy)."""
         gguf = import_gguf()

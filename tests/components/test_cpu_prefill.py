@@ -1,0 +1,163 @@
+"""The fused prefill scans (``zoo.components.cpu_prefill``, implementation ``cpu-scan``) equal
+the chunked reference: the model's logits to 1e-5 in float32, a prefill then decode steps
+equal the full forward, left padding leaves the state as without it, and training (autograd)
+runs the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.components import cpu_prefill, delta_rule, ssd
+from zoo.components.kernels import implementations, preferring
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, left_pad, prefill
+from zoo.specs.model import ModelSpec
+
+VOCAB = 61
+MIXERS = {  # family -> attention options (grouped B/C and grouped keys: heads share them)
+    "mamba2": {"kind": "mamba2", "n_heads": 4, "head_dim": 8, "n_groups": 2, "state_size": 8, "chunk_size": 8},
+    "gated_deltanet": {
+        "kind": "gated_deltanet",
+        "n_k_heads": 2,
+        "n_v_heads": 4,
+        "head_k_dim": 8,
+        "head_v_dim": 6,
+        "chunk_size": 4,
+    },
+}
+
+
+def _spec(family: str, state_dtype: str = "float32") -> ModelSpec:
+    return ModelSpec.model_validate(
+        {
+            "name": f"prefill-{family}",
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": 2,
+            "max_seq_len": 64,
+            "norm": {"kind": "rmsnorm"},
+            "positional": {"kind": "none"},
+            "attention": MIXERS[family],
+            "ffn": {"kind": "swiglu", "hidden": 24},
+            "block": {"kind": "pre_norm"},
+            "state_dtype": state_dtype,
+        }
+    )
+
+
+def _built(spec: ModelSpec, impl: str) -> torch.nn.Module:
+    with preferring(impl):
+        return zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
+
+
+def _prefills_then_steps(model: torch.nn.Module, ids: torch.Tensor, cuts: tuple[int, int]) -> torch.Tensor:
+    """Logits after two prefills (tokens up to each cut), then one decode step per later token."""
+    cache = KVCache(model, batch_size=ids.shape[0], max_len=ids.shape[1])
+    out = [prefill(model, ids[:, : cuts[0]], cache), prefill(model, ids[:, cuts[0] : cuts[1]], cache)]  # (B, V) each
+    out += [decode_step(model, ids[:, t : t + 1], cache) for t in range(cuts[1], ids.shape[1])]
+    return torch.stack(out, dim=1)  # (B, 2 + T - cut, V)
+
+
+def test_the_cpu_prefill_scans_build_with_the_dev_install():
+    """A C++ compiler and ninja are there (as for cpu_scan): no silent skip of the checks below."""
+    assert cpu_prefill.load() is not None
+
+
+@pytest.mark.parametrize("state_dtype", ["float32", "cache"])
+@pytest.mark.parametrize("family", sorted(MIXERS))
+def test_the_fused_scan_equals_the_reference(family: str, state_dtype: str):
+    spec = _spec(family, state_dtype)
+    reference, fast = _built(spec, "reference"), _built(spec, "cpu-scan")
+    ids = torch.randint(0, VOCAB, (2, 29), generator=torch.Generator().manual_seed(1))  # (B, T): several chunks
+    with torch.no_grad():
+        expected = reference(ids)  # (B, T, V)
+        got = fast(ids)
+        assert implementations(fast) == f"{family}: cpu-scan"
+        assert implementations(reference) == f"{family}: reference"
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        stepped = _prefills_then_steps(fast, ids, (7, 24))
+        referenced = _prefills_then_steps(reference, ids, (7, 24))
+    torch.testing.assert_close(stepped, expected[:, [6, *range(23, 29)]], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(stepped, referenced, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(MIXERS))
+def test_a_left_padded_prefill_equals_the_reference(family: str):
+    """Padding tokens enter with a zero step / zero write strength: the kernel must leave the
+    state as the reference does, so the decode steps after it agree."""
+    spec = _spec(family)
+    reference, fast = _built(spec, "reference"), _built(spec, "auto")
+    ids, mask = left_pad([[5, 9, 3, 7, 1, 2, 8, 4, 4, 1], [4, 6, 2]], pad_token_id=0)  # (B, 10)
+    more = torch.randint(1, VOCAB, (2, 5), generator=torch.Generator().manual_seed(3))  # (B, 5)
+    ids, mask = torch.cat([ids, more], dim=1), torch.cat([mask, torch.ones_like(more)], dim=1)
+    results = []
+    for model in (reference, fast):
+        cache = KVCache(model, batch_size=2, max_len=ids.shape[1])
+        with torch.no_grad():
+            out = [prefill(model, ids[:, :10], cache, mask[:, :10])]
+            out += [decode_step(model, ids[:, t : t + 1], cache) for t in range(10, ids.shape[1])]
+        results.append(torch.stack(out, dim=1))  # (B, 6, V)
+    assert cpu_prefill.KERNEL.name in implementations(fast).removeprefix(f"{family}: ").split("+")
+    torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
+
+
+def test_the_scans_equal_the_chunked_forms_with_a_carried_state():
+    """The kernels alone against ``ssd.chunk_scan`` and ``delta_rule.chunk_gated_delta_rule``
+    from a nonzero state, several chunks long; the state passed in is left as it was."""
+    g = torch.Generator().manual_seed(4)
+    b, T, H, G, P, N = 2, 23, 6, 3, 5, 7
+    x, B, C = (
+        torch.randn(b, T, H, P, generator=g),
+        torch.randn(b, T, G, N, generator=g),
+        torch.randn(b, T, G, N, generator=g),
+    )
+    dt, A, state = (
+        torch.rand(b, T, H, generator=g),
+        -torch.rand(H, generator=g) * 2,
+        torch.randn(b, H, P, N, generator=g),
+    )
+    before = state.clone()
+    y, final = cpu_prefill.ssd_scan(x, dt, A, B, C, state)
+    y_ref, final_ref = ssd.chunk_scan(x, dt, A, B, C, state, chunk_size=4)
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(final, final_ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(state, before)
+
+    Hk, K, V = 2, 8, 6
+    q = delta_rule.l2_normalize(torch.randn(b, T, Hk, K, generator=g)) * K**-0.5
+    k = delta_rule.l2_normalize(torch.randn(b, T, Hk, K, generator=g))
+    v, beta = torch.randn(b, T, H, V, generator=g), torch.rand(b, T, H, generator=g)
+    decay, state = -torch.rand(b, T, H, generator=g), torch.randn(b, H, K, V, generator=g)
+    out, final = cpu_prefill.gated_delta_scan(q, k, v, decay, beta, state)
+    heads = [t.repeat_interleave(H // Hk, dim=2).transpose(1, 2) for t in (q, k)]  # (b, H, T, K)
+    out_ref, final_ref = delta_rule.chunk_gated_delta_rule(
+        *heads, v.transpose(1, 2), decay.transpose(1, 2), beta.transpose(1, 2), state, chunk_size=4
+    )
+    torch.testing.assert_close(out, out_ref.transpose(1, 2), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(final, final_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(MIXERS))
+def test_training_takes_the_chunked_reference(family: str):
+    """The kernels have no backward: under autograd the chunked form runs and gradients flow."""
+    model = _built(_spec(family), "auto").train()
+    model(torch.randint(0, VOCAB, (1, 9))).sum().backward()
+    assert implementations(model) is None  # never resolved under autograd
+    assert all(p.grad is not None for name, p in model.named_parameters() if "A_log" in name)
+
+
+@pytest.mark.parametrize(
+    ("impl", "ran"), [("auto", "cpu-scan+cpu-step"), ("cpu-step", "cpu-step"), ("cpu-scan", "cpu-scan")]
+)
+def test_auto_runs_each_cpu_kernel_on_its_own_calls(impl: str, ran: str):
+    """Kernels of one device cover different calls (``zoo.components.kernels``): under ``auto``
+    a prompt runs the fused scan and a decode step the fused step; a named kernel runs alone."""
+    model = _built(_spec("mamba2"), impl)
+    ids = torch.randint(0, VOCAB, (1, 9))  # (B, T)
+    cache = KVCache(model, batch_size=1, max_len=10)
+    with torch.no_grad():
+        prefill(model, ids, cache)
+        decode_step(model, ids[:, -1:], cache)
+    assert implementations(model) == f"mamba2: {ran}"

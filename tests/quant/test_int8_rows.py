@@ -1,0 +1,133 @@
+"""zoo.quant.int8_rows: the compiled one-row int8 kernel a large int8 matrix (a tied LM head)
+takes on the CPU, eagerly and inside a compiled graph, equals torch's own int8 kernel; small
+matrices, several rows and the off switch keep torch's kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from zoo.quant import int8_rows, kernels
+from zoo.quant.linear import Int8Linear
+
+# bfloat16 output: the two kernels sum in different orders, then each rounds once to 8 bits of mantissa
+TOLERANCE = {torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """The kernel runs at one thread (module doc); every test starts there."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def head(rows: int = 8192, width: int = 576) -> Int8Linear:
+    """An int8 layer over the kernel's size threshold (8192 x 576 int8: 4.5 MiB)."""
+    weight = torch.randn(rows, width, generator=torch.Generator().manual_seed(0)) / width**0.5
+    return Int8Linear(weight, None, torch.bfloat16)
+
+
+def reference(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    """torch's int8 weight kernel (what zoo used before), (1, out)."""
+    return torch.ops.aten._weight_int8pack_mm(x, layer.qweight, layer.scales.to(x.dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_one_row_through_the_kernel_equals_torchs_int8_kernel(dtype: torch.dtype) -> None:
+    layer = head()
+    x = torch.randn(1, 576, generator=torch.Generator().manual_seed(1)).to(dtype)
+    with torch.no_grad():
+        assert int8_rows.applies(x, layer.qweight)
+        got = layer(x)
+    assert got.dtype == dtype and got.shape == (1, 8192)
+    torch.testing.assert_close(got, reference(layer, x), rtol=TOLERANCE[dtype][0], atol=TOLERANCE[dtype][1])
+
+
+def test_inside_a_compiled_graph_the_kernel_is_the_opaque_op_and_agrees() -> None:
+    layer = head()
+    x = torch.randn(1, 576, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    seen: list[object] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
+        seen.extend(node.target for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        got = compiled(x)
+    assert torch.ops.zoo.int8_rows.default in seen
+    torch.testing.assert_close(got, reference(layer, x), rtol=2e-2, atol=2e-2)
+
+
+def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    big, small = head(), head(rows=1024)
+    one, many = torch.randn(1, 576, dtype=torch.bfloat16), torch.randn(3, 576, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert not int8_rows.applies(one, small.qweight)  # in cache: torch's kernel is faster
+        assert not int8_rows.applies(many, big.qweight)
+        long_rows = big.qweight[:1024].repeat(1, 8)  # (1024, 4608): rows past MAX_ROW_LENGTH
+        assert not int8_rows.applies(torch.randn(1, 4608, dtype=torch.bfloat16), long_rows)
+        monkeypatch.setenv(int8_rows.ENV_SWITCH, "0")
+        assert not int8_rows.applies(one, big.qweight)
+        assert torch.equal(kernels.int8_matmul(one, big.qweight, big.scales), reference(big, one))
+    monkeypatch.delenv(int8_rows.ENV_SWITCH)
+    assert not int8_rows.applies(one, big.qweight)  # grad mode on: not a decode step
+
+
+def test_at_two_threads_torchs_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = head()
+    x = torch.randn(1, 576, dtype=torch.bfloat16)
+    calls: list[torch.dtype] = []
+    monkeypatch.setattr(int8_rows, "_kernel", lambda dtype: calls.append(dtype))
+    torch.set_num_threads(2)  # the fixture sets it back
+    with torch.no_grad():
+        got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
+    assert not calls and torch.equal(got, reference(layer, x)[0])
+
+
+def test_a_kernel_that_cannot_compile_falls_back_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = head()
+    x = torch.randn(1, 576, dtype=torch.bfloat16)
+
+    def broken(dtype: torch.dtype) -> object:
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(int8_rows, "_kernel", broken)
+    monkeypatch.setattr(int8_rows, "_failed", None)
+    with torch.no_grad():
+        got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
+    assert int8_rows._failed == "RuntimeError: no C++ compiler" and not int8_rows.enabled()
+    assert torch.equal(got, reference(layer, x)[0])
+
+
+def test_decode_through_the_kernel_gives_the_logits_of_torchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tied int8 model (the head takes the kernel: size threshold lowered to the tiny head)
+    decodes, eagerly and compiled, to the logits it gives with the kernel switched off."""
+    import zoo
+    from tests.conftest import tiny_spec
+    from zoo.model.cache import KVCache
+    from zoo.model.generation import compile_decode_step, decode_step, prefill
+    from zoo.quant import quantize
+
+    spec = tiny_spec("llama-3.2-1b")  # tied embeddings, as SmolLM2
+    model = quantize(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval(), "int8")
+    monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 0)
+    prompt = torch.randint(spec.vocab_size, (1, 6), generator=torch.Generator().manual_seed(0))
+
+    def logits(step: object, switch: str) -> torch.Tensor:
+        monkeypatch.setenv(int8_rows.ENV_SWITCH, switch)
+        cache = KVCache(model, 1, 10, dtype=torch.bfloat16, device="cpu")
+        token = prefill(model, prompt, cache).argmax(-1, keepdim=True)  # (1, 1)
+        first = step(model, token, cache)  # type: ignore[operator]
+        second = step(model, first.argmax(-1, keepdim=True), cache)  # type: ignore[operator]
+        return torch.stack((first, second)).float()  # (2, 1, vocab)
+
+    with torch.no_grad():
+        reference = logits(decode_step, "0")
+        torch.testing.assert_close(logits(decode_step, "1"), reference, rtol=2e-2, atol=2e-2)
+        assert int8_rows.applies(torch.ones(1, spec.d_model, dtype=torch.bfloat16), model.lm_head.qweight)
+        torch.testing.assert_close(logits(compile_decode_step(), "1"), reference, rtol=2e-2, atol=2e-2)

@@ -1,0 +1,204 @@
+"""Multi-token (prefill) scans of Mamba2 and Gated DeltaNet as fused C++ loops: ``cpu-scan``.
+
+The chunked forms (``ssd.chunk_scan``, ``delta_rule.chunk_gated_delta_rule``) turn the
+recurrence into matrix products so that autograd and accelerators see large operations, at
+the price of (L, L) tensors per chunk and head (decays, scores) and more arithmetic than the
+recurrence itself. On a CPU core in inference the recurrence is cheaper: per token and head
+it reads and writes the (P, N) or (d_k, d_v) state once or twice (32 KiB at Mamba2-130m's
+head size, 64 KiB at Qwen3-Next's, so it stays in the core's cache) and does the minimum
+arithmetic (``score_flops``), nothing materialised but the output. Here it is one C++ loop
+per (batch, head) job, jobs spread over torch's threads (``at::parallel_for``); each token
+sweeps the state along its contiguous last dimension in blocks of 64 (or 16) columns with
+one accumulator per column held in registers (the SSD state is held transposed, (N, P),
+while its job runs), so the compiler vectorises the sweep and the reductions do not wait
+on each other.
+
+Inference only (no backward): a mixer asks ``scan_ready`` first, which is False under
+autograd or inside a ``torch.compile`` graph, off the CPU, or where the mixer does not run
+this kernel (``--impl reference``); those calls take the chunked reference. One-token decode
+calls keep their own path (``cpu_steps``).
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from zoo.components.cpu_extension import cpu_extension
+from zoo.components.kernels import Kernel, KernelChoice
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <vector>
+
+// One token of the SSD recurrence on columns p0 .. p0 + W of the transposed state St (N, P):
+// St[n] <- decay St[n] + B_n (dt x), y = sum_n C_n St[n], W accumulators in registers across n.
+template <int W>
+static inline void ssd_columns(float *St, int64_t N, int64_t P, int64_t p0, const float *xv, float step, float decay,
+                               const float *bv, const float *cv, float *out) {
+  float input[W], acc[W];
+  for (int w = 0; w < W; ++w) {
+    input[w] = step * xv[p0 + w];
+    acc[w] = 0.f;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    float *s = St + n * P + p0;
+    const float bn = bv[n], cn = cv[n];
+    for (int w = 0; w < W; ++w) {
+      s[w] = decay * s[w] + bn * input[w];
+      acc[w] += cn * s[w];
+    }
+  }
+  for (int w = 0; w < W; ++w) out[p0 + w] = acc[w];
+}
+
+// Mamba2's SSD recurrence, one (batch, head) per job: S (P, N) <- exp(dt A) S + dt x B^T; y = S C. The job's
+// state is held transposed (N, P) while it runs, so each step runs along P with one accumulator per channel.
+// x (Bt, T, H, P), dt (Bt, T, H), A (H), Bm, Cm (Bt, T, G, N), state (Bt, H, P, N) in place -> y (Bt, T, H, P).
+torch::Tensor ssd_scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch::Tensor Bm, torch::Tensor Cm,
+                       torch::Tensor state) {
+  const int64_t batch = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), G = Bm.size(2), N = Bm.size(3);
+  const int64_t per_group = H / G;
+  auto y = torch::empty_like(x);
+  const float *xp = x.data_ptr<float>(), *dtp = dt.data_ptr<float>(), *Ap = A.data_ptr<float>();
+  const float *Bp = Bm.data_ptr<float>(), *Cp = Cm.data_ptr<float>();
+  float *sp = state.data_ptr<float>(), *yp = y.data_ptr<float>();
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> St(N * P);
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H, g = h / per_group;
+      float *S = sp + job * P * N;
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) St[n * P + p] = S[p * N + n];
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t row = b * T + t;
+        const float step = dtp[row * H + h], decay = std::exp(step * Ap[h]);
+        const float *xv = xp + (row * H + h) * P, *bv = Bp + (row * G + g) * N, *cv = Cp + (row * G + g) * N;
+        float *out = yp + (row * H + h) * P;
+        int64_t p = 0;
+        for (; p + 64 <= P; p += 64) ssd_columns<64>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
+        for (; p + 16 <= P; p += 16) ssd_columns<16>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
+        for (; p < P; ++p) ssd_columns<1>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
+      }
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) S[p * N + n] = St[n * P + p];
+    }
+  });
+  return y;
+}
+
+// One token of the gated delta rule on columns j0 .. j0 + W of the state S (K, V): two passes
+// over those columns (decay and read k^T S; write k delta^T and read q^T S), W accumulators
+// held in registers across the K rows.
+template <int W>
+static inline void delta_columns(float *S, int64_t K, int64_t V, int64_t j0, const float *kv, const float *qv,
+                                 const float *vv, float decay, float strength, float *out) {
+  float acc[W], delta[W];
+  for (int w = 0; w < W; ++w) acc[w] = 0.f;
+  for (int64_t i = 0; i < K; ++i) {
+    float *s = S + i * V + j0;
+    const float key = kv[i];
+    for (int w = 0; w < W; ++w) {
+      s[w] *= decay;
+      acc[w] += key * s[w];
+    }
+  }
+  for (int w = 0; w < W; ++w) {
+    delta[w] = strength * (vv[j0 + w] - acc[w]);
+    acc[w] = 0.f;
+  }
+  for (int64_t i = 0; i < K; ++i) {
+    float *s = S + i * V + j0;
+    const float key = kv[i], query = qv[i];
+    for (int w = 0; w < W; ++w) {
+      s[w] += key * delta[w];
+      acc[w] += query * s[w];
+    }
+  }
+  for (int w = 0; w < W; ++w) out[j0 + w] = acc[w];
+}
+
+// The gated delta rule, one (batch, value head) per job: S <- exp(g) S; S <- S + k (beta (v - k^T S))^T; o = S^T q.
+// q, k (Bt, T, Hk, K) shared by H / Hk consecutive value heads each, v (Bt, T, H, V), g, beta (Bt, T, H),
+// state (Bt, H, K, V) in place -> o (Bt, T, H, V).
+torch::Tensor gated_delta_scan(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor beta,
+                               torch::Tensor state) {
+  const int64_t batch = q.size(0), T = q.size(1), Hk = q.size(2), K = q.size(3), H = v.size(2), V = v.size(3);
+  const int64_t per_key = H / Hk;
+  auto o = torch::empty_like(v);
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  const float *gp = g.data_ptr<float>(), *bp = beta.data_ptr<float>();
+  float *sp = state.data_ptr<float>(), *op = o.data_ptr<float>();
+  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t b = job / H, h = job % H, hk = h / per_key;
+      float *S = sp + job * K * V;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t head = (b * T + t) * H + h, key_head = (b * T + t) * Hk + hk;
+        const float decay = std::exp(gp[head]), strength = bp[head];
+        const float *qv = qp + key_head * K, *kv = kp + key_head * K, *vv = vp + head * V;
+        float *out = op + head * V;
+        int64_t j = 0;
+        for (; j + 64 <= V; j += 64) delta_columns<64>(S, K, V, j, kv, qv, vv, decay, strength, out);
+        for (; j + 16 <= V; j += 16) delta_columns<16>(S, K, V, j, kv, qv, vv, decay, strength, out);
+        for (; j < V; ++j) delta_columns<1>(S, K, V, j, kv, qv, vv, decay, strength, out);
+      }
+    }
+  });
+  return o;
+}
+"""
+
+FUNCTIONS = ["ssd_scan", "gated_delta_scan"]
+
+
+def load() -> types.ModuleType | None:
+    """The compiled scans (built once per machine), or None where they cannot be built."""
+    return cpu_extension("zoo_cpu_prefill", SOURCE, FUNCTIONS)
+
+
+KERNEL = Kernel("cpu-scan", "cpu", lambda: load() is not None)
+
+
+def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
+    """Whether this multi-token call of ``mixer`` runs the fused scan (module doc), resolving
+    the mixer's kernels the first time it could."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
+        return False
+    return mixer.runs(KERNEL, x.device)
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().contiguous()
+
+
+def _module() -> types.ModuleType:
+    module = load()
+    assert module is not None, "cpu_prefill used without a built kernel (scan_ready first)"
+    return module
+
+
+def ssd_scan(
+    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ssd.chunk_scan``'s maths on the fused loop: x (B, T, H, P), dt (B, T, H), A (H,), B, C
+    (B, T, G, N), state (B, H, P, N) before the first token (not modified) -> y (B, T, H, P)
+    without the D skip, and the state after the last token, float32."""
+    after = _f32(state).clone()  # (B, H, P, N): the kernel updates it in place
+    y = _module().ssd_scan(*(_f32(t) for t in (x, dt, A, B, C)), after)  # (B, T, H, P)
+    return y, after
+
+
+def gated_delta_scan(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``delta_rule.chunk_gated_delta_rule``'s maths on the fused loop, tokens before heads: q, k
+    (B, T, H_k, d_k), each key head shared by H / H_k consecutive value heads (not repeated),
+    v (B, T, H, d_v), g, beta (B, T, H), state (B, H, d_k, d_v) before the first token (not
+    modified) -> outputs (B, T, H, d_v) and the state after the last token, float32."""
+    after = _f32(state).clone()  # (B, H, d_k, d_v): the kernel updates it in place
+    out = _module().gated_delta_scan(*(_f32(t) for t in (q, k, v, g, beta)), after)  # (B, T, H, d_v)
+    return out, after
