@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -134,3 +136,65 @@ def test_training_gradients_through_the_chunked_rule_equal_the_token_loop(T: int
     ((torch.stack(steps, dim=2) * weights).sum() + state.sum()).backward()
     for ours, reference in zip(chunked, looped):
         torch.testing.assert_close(ours.grad, reference.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_fresh_layers_start_with_the_gdn_authors_decay_init_so_the_state_remembers():
+    """Trained from scratch, the layer starts as fla's ``GatedDeltaNet`` (the GDN authors'
+    training code) does: A = exp(A_log) uniform in (0, 16] and softplus(dt_bias) = dt
+    log-uniform in [0.001, 0.1], so a token's decay exp(-A dt) at zero decay input is at least
+    exp(-1.6). transformers' checkpoint-loading placeholder (dt_bias = 1: dt = 1.31) instead
+    starts every head at exp(-1.31 A) <= 0.27 per token; a key written 16 tokens back was then
+    gone (< 1e-9), and MQAR at 8 pairs never trained. Built through zoo.build (whose init
+    calls the layer's reset_parameters) as the MQAR probe builds it."""
+    import zoo
+
+    spec = zoo.spec("llama-3.2-1b").override(
+        {"n_layers": 2, "d_model": 32, "vocab_size": 64, "ffn.kind": "none", "attention.kind": "gated_deltanet"}
+        | {f"attention.{k}": v for k, v in {"n_k_heads": 4, "n_v_heads": 16, "head_k_dim": 8, "head_v_dim": 8}.items()}
+    )
+    layers = [m for m in zoo.build(spec, seed=0).modules() if isinstance(m, GatedDeltaNet)]
+    assert len(layers) == 2
+    for layer in layers:
+        A, dt = layer.A_log.detach().exp(), torch.nn.functional.softplus(layer.dt_bias.detach())
+        assert bool(((A > 0) & (A <= 16)).all()), A
+        assert bool(((dt >= 1e-3 * (1 - 1e-5)) & (dt <= 0.1 * (1 + 1e-5))).all()), dt
+        decay = torch.exp(-A * dt)  # per token, at zero decay input
+        assert float(decay.min()) >= math.exp(-1.6) * (1 - 1e-5)
+        assert float(decay.max()) > 0.99  # the state's lifetime spans the 64-token MQAR sequence in some head
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 7, 64])
+@pytest.mark.parametrize(("g_range", "beta_range"), [((-1e-3, 0.0), (0.99, 1.0)), ((-12.0, -6.0), (0.0, 0.01))])
+def test_float64_gradients_at_extreme_gates_equal_the_token_loop(
+    chunk_size: int, g_range: tuple[float, float], beta_range: tuple[float, float]
+):
+    """The training path's gradients, in float64 so only the algebra is compared: decays near 1
+    with full writes, and near 0 with almost no writes, for chunk sizes that do and do not
+    divide T = 23 (and one longer than T); every input's gradient equals the one-token rule's."""
+    torch.manual_seed(4)
+    B, H, T = 2, 3, 23
+
+    def uniform(low: float, high: float) -> torch.Tensor:
+        return torch.rand(B, H, T, dtype=torch.float64) * (high - low) + low
+
+    inputs = [
+        torch.randn(B, H, T, 5, dtype=torch.float64),
+        torch.nn.functional.normalize(torch.randn(B, H, T, 5, dtype=torch.float64), dim=-1),
+        torch.randn(B, H, T, 4, dtype=torch.float64),
+        uniform(*g_range),
+        uniform(*beta_range),
+        torch.randn(B, H, 5, 4, dtype=torch.float64),
+    ]
+    chunked = [t.clone().requires_grad_() for t in inputs]
+    looped = [t.clone().requires_grad_() for t in inputs]
+    out, final = chunk_gated_delta_rule(*chunked, chunk_size=chunk_size)
+    q, k, v, g, beta, state = looped
+    steps = []
+    for t in range(T):
+        o, state = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], state)
+        steps.append(o)
+    weights, state_weights = torch.randn_like(out), torch.randn_like(final)
+    ((out * weights).sum() + (final * state_weights).sum()).backward()
+    ((torch.stack(steps, dim=2) * weights).sum() + (state * state_weights).sum()).backward()
+    for ours, reference in zip(chunked, looped):
+        torch.testing.assert_close(ours.grad, reference.grad, atol=1e-10, rtol=1e-10)

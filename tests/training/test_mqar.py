@@ -119,3 +119,45 @@ def test_probe_cli_trains_variants_in_parallel_and_writes_the_table(tmp_path, ca
     table = (tmp_path / "mqar-t.md").read_text().splitlines()
     assert [row.split("|")[1].strip() for row in table[2:]] == ["gqa", "lin"]  # task order, whichever finished first
     assert (tmp_path / "mqar-t.png").is_file() and "pairs=4" in capsys.readouterr().out
+
+
+def test_probe_cli_merges_runs_a_rerun_row_replacing_the_earlier_one(tmp_path) -> None:
+    """--from-jsonl trains nothing: one table and plot from several runs, a later file's row for
+    the same variant and pair count replacing the earlier one (one variant rerun)."""
+    import json
+
+    from zoo.cli import main
+
+    def row(variant: str, pairs: int, accuracy: float) -> dict[str, object]:
+        return {
+            "variant": variant,
+            "attention": variant,
+            "params": 10,
+            "state_bytes_per_sequence": 100 + len(variant),
+            "num_kv_pairs": pairs,
+            "seq_len": 64,
+            "steps": 5,
+            "final_loss": 1.0,
+            "accuracy": accuracy,
+            "seconds": 1.0,
+        }
+
+    first, rerun = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(json.dumps(row(v, p, 0.1)) + "\n" for p in (4, 8) for v in ("mha", "gdn", "lin")))
+    rerun.write_text("".join(json.dumps(row("gdn", p, 0.9)) + "\n" for p in (4, 8)))
+    code = main(
+        ["probe", "mqar", "--from-jsonl", str(first), "--from-jsonl", str(rerun), "--out", str(tmp_path), "--name", "m"]
+    )
+    assert code == 0
+    table = (tmp_path / "mqar-m.md").read_text().splitlines()[2:]
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in table]
+    assert [(c[0], c[4], c[-1]) for c in cells] == [
+        ("mha", "4", "0.100"),
+        ("gdn", "4", "0.900"),
+        ("lin", "4", "0.100"),
+        ("mha", "8", "0.100"),
+        ("gdn", "8", "0.900"),
+        ("lin", "8", "0.100"),
+    ]
+    assert len((tmp_path / "mqar-m.jsonl").read_text().splitlines()) == 6
+    assert (tmp_path / "mqar-m.png").is_file()

@@ -47,6 +47,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="variants trained at once, one process each (default 1)")
     p.add_argument("--out", metavar="DIR", help="write mqar-<name>.md, .jsonl and .png here")
     p.add_argument("--name", default="probe", help="file name stem under --out")
+    p.add_argument(
+        "--from-jsonl",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="train nothing: write --out/--name's table, rows and plot from earlier runs' mqar-*.jsonl "
+        "(repeatable; a later file's row replaces an earlier row of the same variant and pair count)",
+    )
     p.set_defaults(func=run)
 
 
@@ -62,6 +70,18 @@ def variants(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     return out or [("base", [])]
 
 
+def merged_rows(paths: list[str]) -> list[dict[str, object]]:
+    """Rows of several runs' .jsonl in one table: by pair count, then first appearance; a later
+    file's row for a (variant, pairs) already seen replaces it in place (a rerun of one variant)."""
+    rows: dict[tuple[str, int], dict[str, object]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows[(str(row["variant"]), int(row["num_kv_pairs"]))] = row
+    return sorted(rows.values(), key=lambda r: int(str(r["num_kv_pairs"])))
+
+
 def run(args: argparse.Namespace) -> int:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -69,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     from zoo.training.config import TrainConfig
     from zoo.training.mqar import MQARSetting
 
+    if args.from_jsonl:
+        if not args.out:
+            from zoo.errors import TrainingError
+
+            raise TrainingError("--out: required with --from-jsonl (where the merged table and plot go)")
+        write(merged_rows(args.from_jsonl), Path(args.out), args.name)
+        return 0
     base = load_spec(args).override({"vocab_size": args.vocab, "max_seq_len": max(args.seq_len, 2)})
     # Zoology's optimizer: AdamW with torch's betas (0.9, 0.999), not zoo's LM default (0.9, 0.95).
     config = TrainConfig(

@@ -56,13 +56,13 @@ def chunk_gated_delta_rule(
 
     # Unit lower-triangular system (I + strict_lower(K_beta K^T * decay)): its solutions are
     # the chunk's corrected values u and the decayed keys w that read the incoming state.
+    # One solve for both right-hand sides: the system's (C, C) gradient is formed once in backward.
     system = (k_beta @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C)
-    u = torch.linalg.solve_triangular(system, v_beta, upper=False, unitriangular=True)  # (B, H, N, C, d_v)
-    w = torch.linalg.solve_triangular(
-        system, k_beta * g_cum.exp()[..., None], upper=False, unitriangular=True
-    )  # (B, H, N, C, d_k)
+    growth = g_cum.exp()[..., None]  # (B, H, N, C, 1): decay from the chunk start
+    rhs = torch.cat([v_beta, k_beta * growth], dim=-1)  # (B, H, N, C, d_v + d_k)
+    u, w = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).split([d_v, d_k], dim=-1)
     intra = (q @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C), causal within the chunk
-    q_decayed = q * g_cum.exp()[..., None]  # (B, H, N, C, d_k)
+    q_decayed = q * growth  # (B, H, N, C, d_k)
     k_decayed = k * (g_cum[..., -1:] - g_cum).exp()[..., None]  # (B, H, N, C, d_k)
     chunk_decay = g_cum[..., -1].exp()[..., None, None]  # (B, H, N, 1, 1)
 

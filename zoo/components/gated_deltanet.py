@@ -14,6 +14,7 @@ recurrent state (B, H_v, d_k, d_v); neither grows with the context.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -137,12 +138,19 @@ class GatedDeltaNet(KernelChoice):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Decay rates A in [1, 16] (log stored), dt bias 1, as transformers initialises them."""
+        """For training from scratch, as the GDN authors' code (fla's ``GatedDeltaNet`` layer)
+        does: decay rates A uniform in (0, 16] (log stored) and dt bias = softplus^-1 of a step
+        dt log-uniform in [0.001, 0.1] (floored at 1e-4), so a token's decay exp(-A dt) starts
+        near 1 and the state keeps what it wrote. (transformers' dt bias of 1, a checkpoint
+        loader's placeholder, starts every head at exp(-1.3 A) <= 0.27 per token: the state
+        forgets a key within a few tokens and recall cannot be learned.)"""
         if self.A_log.is_meta:
             return
         with torch.no_grad():
-            self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log())
-            self.dt_bias.fill_(1.0)
+            self.A_log.copy_((16 * (1 - torch.rand(self.A_log.shape))).log())  # (0, 16]: log(0) never drawn
+            dt = torch.exp(torch.rand(self.dt_bias.shape) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+            dt = dt.clamp(min=1e-4)
+            self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
     def state_shapes(self, batch_size: int) -> dict[str, tuple[int, ...]]:
         """Shapes of the per-sequence state: the convolution window and the recurrent state."""
@@ -160,8 +168,11 @@ class GatedDeltaNet(KernelChoice):
         q, k, v, z = torch.split(qkvz, sizes, dim=-1)
         b, a = torch.split(self.in_proj_ba(x).view(B, T, self.n_k_heads, 2 * per_group), per_group, dim=-1)
         qkv = torch.cat([q.reshape(B, T, -1), k.reshape(B, T, -1), v.reshape(B, T, -1)], dim=-1)  # (B, T, conv_dim)
-        z = z.reshape(B, T, self.n_v_heads, self.head_v_dim)  # (B, T, H_v, d_v)
-        return qkv, z, b.reshape(B, T, self.n_v_heads), a.reshape(B, T, self.n_v_heads)
+        # Contiguous copies: the per-head slices are strided views, and torch's CPU kernels for
+        # sigmoid / SiLU / softplus fall off their vectorised path on such views (tens of times
+        # slower than a copy and a contiguous call).
+        z = z.reshape(B, T, self.n_v_heads, self.head_v_dim).contiguous()  # (B, T, H_v, d_v)
+        return qkv, z, b.reshape(B, T, self.n_v_heads).contiguous(), a.reshape(B, T, self.n_v_heads).contiguous()
 
     def mix(
         self,
