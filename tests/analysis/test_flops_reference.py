@@ -161,7 +161,8 @@ GATED_DELTANET = {
 
 def test_gated_deltanet_prefill_model_and_executed_flops():
     spec = as_spec(GATED_DELTANET)
-    model = build(spec)
+    with preferring("reference"):  # executed FLOPs are the chunked reference's; cpu-scan runs the recurrence
+        model = build(spec)
     ids = torch.randint(0, 64, (1, 20))  # 20 tokens: two chunks of 16, the second padded
     ops = counted(model, ids)  # mm: projections and head; convolution: the depthwise conv; bmm: the chunk products
     layers, heads, C, K, V = 2, 4, 16, 8, 16

@@ -219,15 +219,17 @@ class Mamba2TokenMixer(Mamba2Mixer, SequenceStateMixer):
 
     def executed_score_flops(self, n_new: int, context_len: int) -> int:
         """A prefill runs the chunked SSD scan over chunks of ``chunk_size`` (the last one
-        padded; a prompt shorter than a chunk is one chunk of its length): per chunk of L tokens and head, C·Bᵀ (2 L²
-        N), scores·x (2 L² P), the chunk's state (2 L P N) and the carried state's read (2 L P N), plus the
-        elementwise part.
+        padded; a prompt shorter than a chunk is one chunk of its length): per chunk of L tokens, C·Bᵀ once per
+        group (2 L² N: the group's heads share it), and per head scores·x (2 L² P), the chunk's state (2 L P N)
+        and the carried state's read (2 L P N), plus the elementwise part. This is the reference's count; the
+        CPU's cpu-scan runs the recurrence itself (``score_flops``).
         One token (decode) is the recurrence: ``score_flops``."""
         if n_new == 1:
             return self.score_flops(1, context_len)
         L, N, P = min(self.chunk_size, n_new), self.state_size, self.head_dim
-        padded = -(-n_new // L) * L
-        return padded * self.n_heads * 2 * (L * (N + P) + 2 * P * N) + self.score_flops(n_new, context_len)
+        chunks = -(-n_new // L)
+        per_chunk = self.n_heads * 2 * L * (L * P + 2 * P * N) + self.n_groups * 2 * L * L * N
+        return chunks * per_chunk + self.score_flops(n_new, context_len)
 
 
 def build_mamba2(options: Mamba2Options, ctx: BuildContext) -> nn.Module:
