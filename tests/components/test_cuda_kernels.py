@@ -20,6 +20,8 @@ import zoo
 from tests.components import library_kernels as lib
 from zoo.components.cuda_kernels import causal_conv1d, fla, mamba_ssm
 from zoo.components.kernels import KernelChoice, implementations, preferring
+from zoo.components.mamba import CPU_SCAN as MAMBA_CPU_SCAN
+from zoo.components.mamba2 import MAMBA_SSM as MAMBA2_SSM
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.specs.state import LayerState
@@ -195,15 +197,18 @@ def test_under_autograd_a_declared_backward_lets_the_kernel_run_without_state(li
     """``Kernel.autograd``: the CUDA libraries define their prefill kernels' backward, so a
     training forward (no cached state) keeps the kernel; the CPU scan has none."""
     cuda_mixer = _forced(_built(_spec("mamba2"), "reference"), "mamba-ssm").layers[0].attention
+    cpu = torch.device("cpu")
     with torch.enable_grad():
-        assert cuda_mixer.kernel_in_use(torch.device("cpu"), stateful=False) == "reference"  # not this device's
+        assert not cuda_mixer.uses(MAMBA2_SSM, cpu, stateful=False)  # not this device's
         cuda_mixer.impl = None
         cuda_mixer.impl_preference = "mamba-ssm"
-        assert cuda_mixer.kernel_in_use(torch.device("cpu"), stateful=False) == "reference"
+        assert not cuda_mixer.uses(MAMBA2_SSM, cpu, stateful=False)
         assert cuda_mixer.impl is None  # nothing resolved: no kernel of the CPU may run under autograd
     mamba = _built(_spec("mamba"), "cpu-scan").layers[0].attention
     with torch.enable_grad():
-        assert mamba.kernel_in_use(torch.device("cpu"), stateful=False) == "reference" and mamba.impl is None
+        assert not mamba.uses(MAMBA_CPU_SCAN, cpu, stateful=False) and mamba.impl is None
+    with torch.no_grad():  # inference: the CPU scan runs
+        assert mamba.uses(MAMBA_CPU_SCAN, cpu, stateful=True) and mamba.impl == "cpu-scan"
     assert {k.name: k.autograd for k in type(mamba).kernels} == {"mamba-ssm": True, "cpu-scan": False}
 
 

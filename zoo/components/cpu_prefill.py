@@ -166,9 +166,7 @@ KERNEL = Kernel("cpu-scan", "cpu", lambda: load() is not None)
 def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
     """Whether this multi-token call of ``mixer`` runs the fused scan (module doc), resolving
     the mixer's kernels the first time it could."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
-        return False
-    return mixer.runs(KERNEL, x.device)
+    return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd and compiled graphs refused
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:

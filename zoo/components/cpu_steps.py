@@ -44,13 +44,13 @@ def step_ready(
     x: torch.Tensor,
     tensors: Iterable[torch.Tensor],
     token_valid: torch.Tensor | None,
-    kernel: str = KERNEL.name,
+    kernel: Kernel = KERNEL,
 ) -> bool:
     """Whether this one-token call of ``mixer`` runs its fused step ``kernel`` (module doc),
     resolving the mixer's kernel the first time it could. Plugins ask it through ``zoo.parts``."""
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
         return False
-    if kernel not in mixer.kernel_in_use(x.device, stateful=True).split("+"):  # compiled, autograd: reference
+    if not mixer.uses(kernel, x.device, stateful=True):  # compiled, autograd, --impl elsewhere: reference
         return False
     return token_valid is None or bool(token_valid.all())  # a CPU tensor here: no device sync
 

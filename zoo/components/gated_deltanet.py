@@ -34,6 +34,8 @@ from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext
 from zoo.specs.options import Options
 
+FLA = Kernel("fla", "cuda", lambda: fla.load() and causal_conv1d.load(), autograd=True)
+
 
 class GatedDeltaNetOptions(Options):
     tiny: ClassVar[Mapping[str, Any]] = {
@@ -104,7 +106,7 @@ class GatedDeltaNet(KernelChoice):
     kernels = (
         cpu_prefill.KERNEL,
         cpu_steps.KERNEL,
-        Kernel("fla", "cuda", lambda: fla.load() and causal_conv1d.load(), autograd=True),
+        FLA,
     )
 
     def __init__(
@@ -191,9 +193,9 @@ class GatedDeltaNet(KernelChoice):
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         qkv, z, b, a = self._split(x)
-        impl = self.kernel_in_use(x.device, stateful=state is not None)
+        library = self.uses(FLA, x.device, stateful=state is not None)
         window = None if state is None else state["conv"]
-        if impl == "fla" and causal_conv1d.fits(self.conv_kernel):
+        if library and causal_conv1d.fits(self.conv_kernel):
             qkv = causal_conv1d.causal_conv(qkv.transpose(1, 2), self.conv1d.weight[:, 0], None, window, silu=True)
         else:
             qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, window)
@@ -206,7 +208,7 @@ class GatedDeltaNet(KernelChoice):
         if token_valid is not None:
             beta, g = beta * token_valid[..., None], g * token_valid[..., None]
         recurrent = None if state is None else state["recurrent"]
-        if impl == "fla":  # q, k, v and beta in the model's dtype, g in float32, as fla's own tests
+        if library:  # q, k, v and beta in the model's dtype, g in float32, as fla's own tests
             q, k = (t.repeat_interleave(self.n_v_heads // self.n_k_heads, dim=2) for t in (q, k))  # (B, T, H_v, d_k)
             q, k, v, beta = (t.to(x.dtype) for t in (q, k, v, beta))
             out = fla.gated_delta_rule(q, k, v, g, beta, recurrent)  # (B, T, H_v, d_v)

@@ -82,23 +82,18 @@ class KernelChoice(nn.Module):
             self.impl = "+".join(names) or REFERENCE
         return self.impl
 
-    def runs(self, kernel: Kernel, device: torch.device) -> bool:
-        """Whether ``kernel`` is one this module runs on ``device`` (resolving it the first time)."""
-        return kernel.name in self.resolve_kernel(device).split("+")
-
-    def kernel_in_use(self, device: torch.device, stateful: bool) -> str:
-        """The implementation this call runs: ``resolve_kernel``'s, or the reference where the
-        kernel cannot serve the call (see the module doc); ``stateful``: the call reads and
-        writes a cached state."""
+    def uses(self, kernel: Kernel, device: torch.device, stateful: bool) -> bool:
+        """Whether this call runs ``kernel`` (the one question a mixer asks, see the module doc):
+        never inside a compiled graph; under autograd only a kernel of the device that declares
+        ``autograd``, on a call without a cached state (``stateful``: the call
+        reads and writes one); otherwise whether the module resolved it for ``device`` (only the
+        device's kernels are). A call that cannot use it resolves nothing, so training never
+        loads an inference kernel."""
         if torch.compiler.is_compiling():
-            return REFERENCE
-        if not torch.is_grad_enabled():
-            return self.resolve_kernel(device)
-        differentiable = {k.name for k in self.kernels if k.autograd and k.device_type == device.type}
-        if stateful or not differentiable:
-            return REFERENCE  # not resolved: no kernel of this device may run under autograd
-        impl = self.resolve_kernel(device)
-        return impl if impl in differentiable else REFERENCE
+            return False
+        if torch.is_grad_enabled() and (stateful or not kernel.autograd or kernel.device_type != device.type):
+            return False
+        return kernel.name in self.resolve_kernel(device).split("+")
 
 
 def check_preference(choice: str) -> str:

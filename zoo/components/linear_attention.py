@@ -32,6 +32,9 @@ CHUNK = 64
 STATE = ("kv", "k_sum")
 
 
+FLA = Kernel("fla", "cuda", fla.load, autograd=True)
+
+
 class LinearAttentionOptions(FeatureStateOptions):
     bias: bool = Field(False, description="bias on the q, k, v and output projections")
 
@@ -45,7 +48,7 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
     fla's ``chunk_linear_attn`` for φ(q)·S, this module's normaliser; it has a backward)."""
 
     kernel_family = "linear"
-    kernels = (cpu_steps.KERNEL, Kernel("fla", "cuda", fla.load, autograd=True))
+    kernels = (cpu_steps.KERNEL, FLA)
 
     def __init__(self, options: LinearAttentionOptions, ctx: BuildContext) -> None:
         super().__init__(options, ctx, bias=options.bias)
@@ -79,7 +82,7 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         if valid is not None:
             k = k * valid[:, None, :, None].to(k.dtype)  # (B, H, T, D): padding keys add nothing
         kv, k_sum = self.load_state(state, STATE, x.shape[0], x.device)
-        if self.kernel_in_use(x.device, stateful=state is not None) == "fla":
+        if self.uses(FLA, x.device, stateful=state is not None):
             y, kv, k_sum = fla.linear_attention(q, k, v, kv, k_sum, x.dtype)  # (B, H, T, D)
             self.store_state(state, STATE, kv, k_sum)
             return self.output(y, x.dtype)

@@ -34,6 +34,9 @@ from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
 from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
+MAMBA_SSM = Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba1() and causal_conv1d.load(), autograd=True)
+CPU_SCAN = Kernel("cpu-scan", "cpu", lambda: cpu_scan.load() is not None)  # prompts and decode steps alike
+
 
 class MambaOptions(Options):
     tiny: ClassVar[Mapping[str, Any]] = {"d_state": 8, "expand": 2, "dt_rank": 4}
@@ -97,10 +100,7 @@ class MambaMixer(TokenMixer, KernelChoice):
 
     causal = True
     kernel_family = "mamba"
-    kernels = (
-        Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba1() and causal_conv1d.load(), autograd=True),
-        Kernel("cpu-scan", "cpu", lambda: cpu_scan.load() is not None),
-    )
+    kernels = (MAMBA_SSM, CPU_SCAN)
 
     def __init__(self, options: MambaOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -176,8 +176,9 @@ class MambaMixer(TokenMixer, KernelChoice):
             xs = xs * valid[..., None].to(xs.dtype)  # padding enters the convolution as zeros
         window = None if tensors is None else tensors["conv"]
         weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
-        impl = self.kernel_in_use(x.device, stateful=state is not None)
-        if impl == "mamba-ssm" and causal_conv1d.fits(self.d_conv):
+        stateful = state is not None
+        library = self.uses(MAMBA_SSM, x.device, stateful)
+        if library and causal_conv1d.fits(self.d_conv):
             xs = causal_conv1d.causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
         else:
             xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window))
@@ -190,11 +191,11 @@ class MambaMixer(TokenMixer, KernelChoice):
             dt = dt * valid[..., None]  # a zero step leaves the state as it was
         A = -torch.exp(self.A_log.float())  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
-        if impl == "mamba-ssm":
+        if library:
             fresh = state is None or state.filled == T  # this call's tokens are the first: the state is zeros
             y = mamba_ssm.mamba1_scan(xs, dt, A, Bm, Cm, self.D, z, ssm, fresh)  # (B, T, d_inner), D and gate in
             return self.out_proj(y.to(x.dtype))
-        if impl == "cpu-scan":
+        if self.uses(CPU_SCAN, x.device, stateful):
             y = cpu_scan.scan_into(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner); ssm updated in place
         elif ssm is not None and T == 1:
             y = selective_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm)[:, None]  # (B, 1, d_inner)

@@ -33,6 +33,8 @@ from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext
 from zoo.specs.options import Options
 
+MAMBA_SSM = Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba2() and causal_conv1d.load(), autograd=True)
+
 
 class Mamba2Options(Options):
     tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "head_dim": 16, "n_groups": 1, "state_size": 16, "chunk_size": 4}
@@ -91,7 +93,7 @@ class Mamba2Mixer(KernelChoice):
     kernels = (
         cpu_prefill.KERNEL,
         cpu_steps.KERNEL,
-        Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba2() and causal_conv1d.load(), autograd=True),
+        MAMBA_SSM,
     )
 
     def __init__(
@@ -162,9 +164,9 @@ class Mamba2Mixer(KernelChoice):
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)
-        impl = self.kernel_in_use(x.device, stateful=state is not None)
+        library = self.uses(MAMBA_SSM, x.device, stateful=state is not None)
         window = None if state is None else state["conv"]
-        if impl == "mamba-ssm" and causal_conv1d.fits(self.conv_kernel):
+        if library and causal_conv1d.fits(self.conv_kernel):
             weight = self.conv1d.weight[:, 0]  # (C, K)
             xbc = causal_conv1d.causal_conv(xbc.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
         else:
@@ -180,7 +182,7 @@ class Mamba2Mixer(KernelChoice):
             dt = dt * token_valid[..., None]
         A = -self.A_log.float().exp()  # (H,)
         ssm = None if state is None else state["ssm"]
-        if impl == "mamba-ssm":  # the kernels run in the model's dtype (exact: x, B, C came from it)
+        if library:  # the kernels run in the model's dtype (exact: x, B, C came from it)
             xs, Bm, Cm = (t.to(x.dtype) for t in (xs, Bm, Cm))
             y = mamba_ssm.mamba2_scan(xs, dt, A, Bm, Cm, self.D, ssm, self.chunk_size)  # (B, T, H, P), D in
             return self.out_proj(self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z))

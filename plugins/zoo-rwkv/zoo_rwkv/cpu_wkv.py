@@ -82,9 +82,7 @@ State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # num, den, max: (B, C)
 
 def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
     """Whether this prompt call of ``mixer`` runs the fused loop (module doc)."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
-        return False
-    return mixer.runs(KERNEL, x.device)
+    return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd and compiled graphs refused
 
 
 def wkv_scan(
