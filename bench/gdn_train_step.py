@@ -1,13 +1,14 @@
 """Gated DeltaNet's training step on the CPU, as ratios from interleaved rounds (one thread).
 
 1. The mixer's forward + backward (B 64, T 64, d_model 64, 4 heads of 16: the MQAR probe's
-   layer), this tree's code against a git revision's (``--against``, default ``main``),
-   after checking both give the same gradients.
+   layer), this tree's code against a git revision's (``--against``, default dfeb267, before
+   the speed-ups; the revision's module must import from this tree), after checking both give
+   the same gradients.
 2. One training step of the probe's 2-layer model, Gated DeltaNet against Mamba2, and Gated
    DeltaNet with ``chunk_size`` 16 against its default 64 (numerics only: on a CPU the chunk's
    (C, C) products and solve dominate at head width 16, the state products at 128).
 
-    python bench/gdn_train_step.py --against main
+    python bench/gdn_train_step.py --against dfeb267
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ def model_ratios(rounds: int) -> tuple[float, float]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", default="main", help="git revision whose GatedDeltaNet is the baseline")
+    parser.add_argument(
+        "--against", default="dfeb267", help="git revision whose GatedDeltaNet is the baseline (pre-speed-up)"
+    )
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
     torch.set_num_threads(1)

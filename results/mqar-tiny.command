@@ -3,5 +3,5 @@ zoo probe mqar --arch llama-3.2-1b --set n_layers=2 --set d_model=64 --set atten
 # mha 129 s / 185 s, gated_deltanet 974 s / 985 s, linear 309 s / 366 s, mamba2 458 s / 350 s (pairs 4 / 8).
 # Its mha, linear and mamba2 rows are the table's. Its gated_deltanet rows (recall 0.433 / 0.008) came from the old
 # init (dt bias 1, transformers' checkpoint placeholder: every head forgot within a few tokens) and are replaced by
-# the rerun after the fix (mqar-tiny-gdn-lr1e-3.command; Zoology sweeps the learning rate, lr 1e-3 there):
-zoo probe mqar --from-jsonl results/mqar-tiny.jsonl --from-jsonl results/mqar-tiny-gdn-lr1e-3.jsonl --out results --name tiny
+# the rerun after the fix at the same lr 3e-3 (mqar-tiny-gdn.command; also at lr 1e-3 in mqar-tiny-gdn-lr1e-3.command):
+zoo probe mqar --from-jsonl results/mqar-tiny.jsonl --from-jsonl results/mqar-tiny-gdn.jsonl --out results --name tiny

@@ -1,0 +1,4 @@
+zoo probe mqar --arch llama-3.2-1b --set n_layers=2 --set d_model=64 --set attention.n_heads=4 --set attention.n_kv_heads=4 --set attention.head_dim=16 --set ffn.kind=none --variant gated_deltanet:attention.kind=gated_deltanet,attention.n_k_heads=4,attention.n_v_heads=4,attention.head_k_dim=16,attention.head_v_dim=16 --pairs 4,8 --seq-len 64 --vocab 256 --steps 2500 --batch-size 64 --lr 3e-3 --train-examples 20000 --threads 1 --jobs 2 --out results --name tiny-gdn
+# Run 2026-11-26 (branch gdn, after Gated DeltaNet's init fix: dt bias from dt log-uniform in [0.001, 0.1], A in (0, 16], as fla's layer) on the shared,
+# loaded 2-core CPU, one thread per pair count, two at a time: 1083 s / 1095 s (pairs 4 / 8). Written to a scratch --out and copied here unchanged.
+# The same recipe (lr 3e-3) as mqar-tiny.command's other variants; its rows replace that run's old-init gated_deltanet rows in mqar-tiny.*.
