@@ -33,7 +33,8 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
 from zoo.analysis.devices import device_peaks
-from zoo.analysis.host_probe import cpu_description
+from zoo.analysis.host_probe import cpu_description, host_peaks
+from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
@@ -110,7 +111,8 @@ def main() -> None:
             reset_registry()
     cases = [build(f, i, args.layers) for i in args.impls.split(",") for f in args.families.split(",")]
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
-    with torch.inference_mode():
+    faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
+    with torch.inference_mode(), row_product.measured_faster(faster):  # as a `zoo bench` run on this host
         for case in cases:  # warm-up: kernels built, pages touched
             one_round(case, ids[:, :16], 2)
             case.prefill.clear(), case.decode.clear()

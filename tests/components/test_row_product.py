@@ -4,6 +4,7 @@ custom op; and the default one-row paths, torch.mv (float32) and F.linear (bf16,
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -122,7 +123,7 @@ def test_a_kernel_that_cannot_compile_is_reported_once_and_f_linear_used(fresh_k
     assert [r.getMessage() for r in caplog.records] == [
         "zoo: the CPU row-product kernel could not be compiled (RuntimeError: no C++ compiler found); using F.linear"
     ]
-    assert not rows.enabled()
+    assert not rows.enabled(torch.float32)
 
 
 def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op():
@@ -166,3 +167,19 @@ def test_cached_decode_through_the_kernel_equals_the_full_forward():
         steps = [prefill(model, ids[:, :6], cache)]
         steps += [decode_step(model, ids[:, t : t + 1], cache) for t in range(6, 10)]
     torch.testing.assert_close(torch.stack(steps, dim=1), full[:, 5:], atol=1e-5, rtol=1e-5)
+
+
+def test_without_the_switch_a_run_takes_the_kernel_for_the_dtypes_measured_faster(monkeypatch):
+    """``measured_faster``: the harness passes the dtypes the host probe found the kernel faster
+    in; the switch, where set, decides regardless."""
+    monkeypatch.delenv(rows.ENV_SWITCH, raising=False)
+    layer = Linear(512, 1024)  # 2 MiB float32: large enough for the kernel
+    x = torch.randn(1, 512)
+    with torch.inference_mode():
+        assert not uses_row_kernel(x, layer.weight)
+        with rows.measured_faster([torch.float32]):
+            assert uses_row_kernel(x, layer.weight) and not uses_row_kernel(x.bfloat16(), layer.weight.bfloat16())
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), **TOLERANCE[torch.float32])
+            monkeypatch.setenv(rows.ENV_SWITCH, "0")
+            assert not uses_row_kernel(x, layer.weight)
+        assert not uses_row_kernel(x, layer.weight) or os.environ[rows.ENV_SWITCH] == "1"

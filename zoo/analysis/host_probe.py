@@ -9,6 +9,10 @@ board, the memory channels, the VM and the thread count), so the peaks are measu
   times the last-level cache, so every byte comes from memory. The roofline takes the
   fastest: it is an upper bound, and a bound set by the slower kernel would let a model read
   above 100% of it.
+- **one-row paths**: on a decode-shaped weight (rows of ``ROW_WIDTH``, where torch's paths
+  stream slowest on some CPUs) torch's default one-row product against zoo's fused row kernel
+  (``zoo/components/row_product.py``), per dtype: ``row_kernel_faster`` says where the kernel
+  won, and a run on this CPU takes it there; its bandwidth joins the roofline's candidates.
 - **FLOP/s**: a square matmul per dtype (float32, bfloat16, float16), cache-resident as a
   GEMM's blocking makes it.
 
@@ -28,23 +32,25 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from zoo.components import row_product
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
-PROBE_FORMAT = 1
+PROBE_FORMAT = 2  # 2: the one-row paths (row_kernel_faster)
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 MATMUL_SIZES = (512, 1024)  # the larger when a product of the smaller takes under MATMUL_QUICK_S
 MATMUL_QUICK_S = 0.02
 RUNS = 5
+ROW_WIDTH = 1024  # the one-row paths' weight: rows as long as a small model's width
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class HostPeaks:
     matmul_flops: dict[str, float]  # FLOP/s of a square matmul, by dtype
     probe_bytes: int
     probe_seconds: float
+    row_kernel_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: zoo's row kernel beat torch's
 
     @property
     def bandwidth(self) -> float:
@@ -166,6 +173,32 @@ def _bandwidths(nbytes: int) -> tuple[float, dict[str, float]]:
     return copy, gemv
 
 
+def _row_paths(nbytes: int) -> tuple[dict[str, float], dict[str, bool]]:
+    """Bytes/s of zoo's row kernel by dtype (named ``"<dtype> row kernel"``) and whether it beat
+    torch's one-row path (``torch.mv`` in float32, ``F.linear`` in bfloat16) on a weight of
+    ``nbytes`` in rows of ``ROW_WIDTH``, timed in turn on the same bytes."""
+    weight = torch.full((max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH), 0.5)  # (R, W) float32
+    halves = weight.view(torch.bfloat16)  # (R, 2W), the same bytes
+    x, x_half = torch.full((ROW_WIDTH,), 0.25), torch.full((2 * ROW_WIDTH,), 0.25, dtype=torch.bfloat16)
+    paths = {
+        "float32": (weight, lambda: torch.mv(weight, x), lambda: row_product.compiled_row_product(weight, x, None)),
+        "bfloat16": (
+            halves,
+            lambda: F.linear(x_half[None], halves),
+            lambda: row_product.compiled_row_product(halves, x_half, None),
+        ),
+    }
+    rates, faster = {}, {}
+    for name, (w, torch_path, kernel) in paths.items():
+        size = w.numel() * w.element_size()
+        ours = size / _median_seconds(kernel, RUNS)
+        theirs = size / _median_seconds(torch_path, RUNS)
+        if row_product.compile_failure() is None:  # a failed compile measured F.linear, not the kernel
+            rates[f"{name} row kernel"] = ours
+            faster[name] = ours > theirs
+    return rates, faster
+
+
 def _matmul_flops(name: str) -> float:
     """FLOP/s of an (n, n) @ (n, n) product in ``name``'s dtype (n grows while a product is quick)."""
     dtype = getattr(torch, name)
@@ -187,8 +220,10 @@ def measure() -> HostPeaks:
     nbytes = probe_bytes()
     with torch.inference_mode():
         copy, gemv = _bandwidths(nbytes)
+        kernel_rates, faster = _row_paths(nbytes)
         flops = {name: _matmul_flops(name) for name in MATMUL_DTYPES}
-    return HostPeaks(fingerprint(described), described, copy, gemv, flops, nbytes, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return HostPeaks(fingerprint(described), described, copy, {**gemv, **kernel_rates}, flops, nbytes, seconds, faster)
 
 
 def host_peaks(refresh: bool = False) -> HostPeaks:

@@ -61,6 +61,10 @@ def _host_table(host: Any, description: str) -> TableData:
             for dtype, rate in host.gemv_bytes_per_s.items()
         ],
         ["roofline bandwidth", host.bandwidth / 1e9, "GB/s", "the fastest of the above"],
+        *[
+            [f"one-row path {dtype}", None, "", f"{'zoo row kernel' if faster else 'torch'}: the faster, runs take it"]
+            for dtype, faster in host.row_kernel_faster.items()
+        ],
         *[[f"matmul {dtype}", rate / 1e9, "GFLOP/s", "square GEMM"] for dtype, rate in host.matmul_flops.items()],
     ]
     title = (

@@ -18,7 +18,8 @@ so read the ratios. The absolute GB/s move with the machine's load, and two-thre
 on the shared cores were noise (0.1-18 GB/s, ratios both ways). An older Xeon (Sapphire Rapids, torch 2.11) measured
 ``torch.mv`` ahead in bf16 (13.2 against 9.3 GB/s on a 151936 x 1024 head): rerun the bench on a new CPU or torch.
 
-With ``ZOO_ROW_KERNEL=1`` one-row products go through the fused kernel of
+Where the host probe measured it faster (a ``zoo bench``/``compare`` run on the CPU; or forced
+with ``ZOO_ROW_KERNEL=1``) one-row products go through the fused kernel of
 ``zoo/components/row_product.py`` instead (faster on some CPUs, slower on others: its module
 doc has the measurements), which a compiled graph calls as the custom op
 ``torch.ops.zoo.row_product``. Everything else — several rows, other devices, compiled
@@ -37,7 +38,7 @@ from zoo.components import row_product as rows
 
 def uses_row_kernel(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """True when ``x @ weight.T`` is a one-row CPU product the opt-in fused kernel takes."""
-    return rows.enabled() and rows.applies(x, weight)
+    return rows.enabled(x.dtype) and rows.applies(x, weight)
 
 
 # dtypes whose one-row CPU product is torch.mv (module doc: measured per dtype)

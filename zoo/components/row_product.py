@@ -3,9 +3,12 @@
 At batch 1 a decode step is a chain of matrix-vector products, so its speed is how fast the
 weights stream through the core. The product written as ``(weight.float() * x.float()).sum(-1)``
 and compiled by inductor becomes one vectorised loop that widens, multiplies and accumulates
-in registers. Whether that beats torch's own ``torch.mv`` depends on the CPU, so it is opt-in
-(``ZOO_ROW_KERNEL=1``) and the default one-row paths are ``torch.mv`` in float32 and ``F.linear``
-in half precision (``zoo/components/linear.py``, measured there). Measured against it earlier:
+in registers. Whether that beats torch's own ``torch.mv`` depends on the CPU, so it is chosen by
+measurement: the host probe (``zoo.analysis.host_probe``, once per machine) times both on a
+decode-shaped weight per dtype, and a ``zoo bench``/``compare`` run on the CPU takes the kernel
+for the dtypes it was faster in (``measured_faster``). ``ZOO_ROW_KERNEL=1`` forces it on and
+``0`` off; elsewhere (no run, no probe) the one-row paths are ``torch.mv`` in float32 and
+``F.linear`` in half precision (``zoo/components/linear.py``, measured there). Measured earlier:
 
 - AMD EPYC (Zen 4, avx512_bf16), 151936 x 1024 LM head, one thread: torch's paths streamed
   float32 at ~15 GB/s and bfloat16 at 5-8 GB/s, the kernel ~24 and ~20 GB/s.
@@ -33,10 +36,11 @@ qwen3-0.6b's widths, 2 layers, one thread).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +56,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 _kernels: dict[tuple[torch.dtype, bool], Callable[..., torch.Tensor]] = {}
 _failed: str | None = None  # why compiling failed, once it has
+_faster: frozenset[torch.dtype] = frozenset()  # dtypes the host probe measured the kernel faster in
 
 
 def row_product(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -67,9 +72,31 @@ def row_product(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None
     return out.to(x.dtype)  # (out,)
 
 
-def enabled() -> bool:
-    """True when ``ZOO_ROW_KERNEL=1`` asks for the kernel and it has not failed to compile."""
-    return _failed is None and os.environ.get(ENV_SWITCH, "0") == "1"
+def enabled(dtype: torch.dtype) -> bool:
+    """Whether one-row products in ``dtype`` take the kernel: ``ZOO_ROW_KERNEL`` decides where it
+    is 1 or 0, else whether the run measured it faster here (``measured_faster``); never once it
+    failed to compile."""
+    switch = os.environ.get(ENV_SWITCH)
+    if _failed is not None:
+        return False
+    return switch == "1" if switch in ("0", "1") else dtype in _faster
+
+
+@contextlib.contextmanager
+def measured_faster(dtypes: Iterable[torch.dtype]) -> Iterator[None]:
+    """Take the kernel for ``dtypes`` (those the host probe measured it faster in) while the
+    block runs: a harness run on the CPU wraps its phases in it."""
+    global _faster
+    previous, _faster = _faster, frozenset(dtypes)
+    try:
+        yield
+    finally:
+        _faster = previous
+
+
+def compile_failure() -> str | None:
+    """Why the kernel could not be compiled in this process, or None."""
+    return _failed
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:

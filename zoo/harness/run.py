@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from zoo.analysis.host_probe import host_peaks
 from zoo.analysis.memory_check import check_fits
+from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.errors import BenchError
 from zoo.harness.analysis_columns import analysis_columns
@@ -29,7 +31,7 @@ from zoo.harness.environment import (
 )
 from zoo.harness.measure import probe_for
 from zoo.harness.phases import phases_for, registered_phases
-from zoo.harness.phases.base import RunContext, run_phase
+from zoo.harness.phases.base import Phase, RunContext, run_phase
 from zoo.harness.prediction import prediction_columns
 from zoo.harness.row import Row
 from zoo.harness.run_config import BenchConfig, Progress, make_config
@@ -117,9 +119,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         probe_for(device),
         ticks,
     )
-    measured: dict[str, Any] = {}
-    for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
-        measured.update(run_phase(phase, ctx))
+    measured = _run_phases(phases, ctx)
     ticks("done")
     peaks = [measured.get(f) for f in ("encoder_peak_bytes", "prefill_peak_bytes", "decode_peak_bytes")]
     environment = Environment(
@@ -149,6 +149,23 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         environment=environment,
         timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _run_phases(phases: list[Phase], ctx: RunContext) -> dict[str, Any]:
+    """Each phase's fields; one-row CPU products through whichever path this host measured faster."""
+    measured: dict[str, Any] = {}
+    with row_product.measured_faster(_row_kernel_dtypes(ctx.device)):
+        for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
+            measured.update(run_phase(phase, ctx))
+    return measured
+
+
+def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
+    """The dtypes whose one-row CPU products the host probe measured faster through zoo's row
+    kernel than through torch's (``zoo.components.row_product``); none off the CPU."""
+    if device.type != "cpu":
+        return []
+    return [getattr(torch, name) for name, faster in host_peaks().row_kernel_faster.items() if faster]
 
 
 def _held(model: torch.nn.Module) -> torch.nn.Module | None:
