@@ -91,13 +91,13 @@ def _in_steps(model, ids: torch.Tensor, first: int, second: int) -> torch.Tensor
 
 @pytest.fixture
 def library_references(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(causal_conv1d, "OPS", causal_conv1d.Ops(lib.causal_conv1d_fn, lib.causal_conv1d_update))
+    monkeypatch.setattr(causal_conv1d.LIBRARY, "ops", causal_conv1d.Ops(lib.causal_conv1d_fn, lib.causal_conv1d_update))
     monkeypatch.setattr(
-        mamba_ssm,
-        "OPS",
+        mamba_ssm.LIBRARY,
+        "ops",
         mamba_ssm.Ops(lib.selective_scan_fn, lib.selective_state_update, lib.mamba_chunk_scan_combined),
     )
-    monkeypatch.setattr(fla, "OPS", fla.Ops(lib.gated_delta_rule, lib.gated_delta_rule, lib.chunk_linear_attn))
+    monkeypatch.setattr(fla.LIBRARY, "ops", fla.Ops(lib.gated_delta_rule, lib.gated_delta_rule, lib.chunk_linear_attn))
 
 
 @pytest.mark.parametrize("kind", sorted(MIXERS))
@@ -173,7 +173,7 @@ def test_without_the_libraries_auto_on_cuda_runs_the_reference_and_says_so(caplo
         if load():
             pytest.skip(f"{load.__module__}'s library is installed here")
     for module in (causal_conv1d, mamba_ssm, fla):  # forget the failure, so the warning is logged anew
-        module._failed = None
+        module.LIBRARY.failed = None
     with caplog.at_level(logging.WARNING):
         for kind in MIXERS:
             mixer = next(m for m in _built(_spec(kind), "auto").modules() if isinstance(m, KernelChoice))

@@ -19,13 +19,12 @@ followed by the new ones and keeps the outputs of the new ones, as transformers 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-log = logging.getLogger(__name__)
+from zoo.components.cuda_kernels import Library
 
 
 @dataclass(frozen=True)
@@ -34,22 +33,18 @@ class Ops:
     update: Callable[..., torch.Tensor]  # causal_conv1d_update
 
 
-OPS: Ops | None = None
-_failed: str | None = None
+def _import() -> Ops:
+    from causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+
+    return Ops(causal_conv1d_fn, causal_conv1d_update)
+
+
+LIBRARY = Library("causal-conv1d", _import)
 
 
 def load() -> bool:
-    """Import causal-conv1d once (False, the reason logged once, where it cannot be)."""
-    global OPS, _failed
-    if OPS is None and _failed is None:
-        try:
-            from causal_conv1d import causal_conv1d_fn, causal_conv1d_update
-        except Exception as exc:  # ImportError, or a build for another torch/CUDA raising on load
-            _failed = f"{type(exc).__name__}: {exc}"
-            log.warning("zoo: causal-conv1d is not usable (%s); pip install 'zoo[kernels]'", _failed)
-        else:
-            OPS = Ops(causal_conv1d_fn, causal_conv1d_update)
-    return OPS is not None
+    """Whether causal-conv1d imports (see ``Library``)."""
+    return LIBRARY.load() is not None
 
 
 def fits(width: int) -> bool:
@@ -63,15 +58,15 @@ def causal_conv(
     """Depthwise causal convolution (then SiLU if ``silu``) of x (B, C, T) with weight (C, K),
     continuing from ``window`` (B, C, K), the last K inputs, updated in place; None: a
     stateless call from zero padding. Returns (B, C, T) in x's dtype."""
-    assert OPS is not None, "causal_conv1d.causal_conv called before load()"
+    ops = LIBRARY.loaded()
     activation = "silu" if silu else None
     weight = weight.to(x.dtype)
     bias = None if bias is None else bias.to(x.dtype)
     if window is None:
-        return OPS.conv(x.contiguous(), weight, bias, activation=activation)  # (B, C, T)
+        return ops.conv(x.contiguous(), weight, bias, activation=activation)  # (B, C, T)
     T, K = x.shape[-1], weight.shape[-1]
     if T == 1 and window.dtype == x.dtype:
-        return OPS.update(x[..., 0], window, weight, bias, activation=activation)[..., None]  # (B, C, 1)
+        return ops.update(x[..., 0], window, weight, bias, activation=activation)[..., None]  # (B, C, 1)
     full = torch.cat([window[..., 1:].to(x.dtype), x], dim=-1)  # (B, C, K-1+T): the history, then x
     window.copy_(full[..., -K:])
-    return OPS.conv(full, weight, bias, activation=activation)[..., K - 1 :]  # (B, C, T)
+    return ops.conv(full, weight, bias, activation=activation)[..., K - 1 :]  # (B, C, T)

@@ -22,15 +22,13 @@ Gated DeltaNet's kernel also needs causal-conv1d (its convolution), as transform
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from zoo.components.cuda_kernels import Library
 from zoo.components.feature_state import EPS
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,28 +38,19 @@ class Ops:
     chunk_linear_attn: Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-OPS: Ops | None = None
-_failed: str | None = None
+def _import() -> Ops:
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    from fla.ops.linear_attn import chunk_linear_attn
+
+    return Ops(chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, chunk_linear_attn)
+
+
+LIBRARY = Library("flash-linear-attention", _import)
 
 
 def load() -> bool:
-    """Import fla's ops once (False, the reason logged once, where they cannot be)."""
-    global OPS, _failed
-    if OPS is None and _failed is None:
-        try:
-            from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
-            from fla.ops.linear_attn import chunk_linear_attn
-        except Exception as exc:  # ImportError, or a build for another torch/Triton raising on load
-            _failed = f"{type(exc).__name__}: {exc}"
-            log.warning("zoo: flash-linear-attention is not usable (%s); pip install 'zoo[kernels]'", _failed)
-        else:
-            OPS = Ops(chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, chunk_linear_attn)
-    return OPS is not None
-
-
-def _ops() -> Ops:
-    assert OPS is not None, "fla kernels called before load()"
-    return OPS
+    """Whether fla imports (see ``Library``)."""
+    return LIBRARY.load() is not None
 
 
 def gated_delta_rule(
@@ -75,7 +64,7 @@ def gated_delta_rule(
     """Outputs (B, T, H, d_v) in q's dtype: q, k (B, T, H, d_k) normalised, q scaled; v
     (B, T, H, d_v); g, beta (B, T, H); ``state`` (B, H, d_k, d_v) read and overwritten in
     place (None: from zeros, not kept). One token with a state is the fused recurrent step."""
-    ops = _ops()
+    ops = LIBRARY.loaded()
     step = state is not None and q.shape[1] == 1
     rule = ops.fused_recurrent_gated_delta_rule if step else ops.chunk_gated_delta_rule
     out, final = rule(
@@ -93,7 +82,7 @@ def linear_attention(
     entering the call, kv (B, H, D, D) and k_sum (B, H, D); the kernel runs in ``dtype``.
     Returns y (B, H, T, D) float32 and the state after the call."""
     qt, kt, vt = (t.transpose(1, 2).to(dtype) for t in (q, k, v))  # (B, T, H, D): fla's layout
-    numerator, kv = _ops().chunk_linear_attn(
+    numerator, kv = LIBRARY.loaded().chunk_linear_attn(
         qt, kt, vt, scale=1.0, initial_state=kv, output_final_state=True, normalize=False
     )  # (B, T, H, D), (B, H, D, D)
     z = k_sum[:, None] + k.transpose(1, 2).cumsum(dim=1)  # (B, T, H, D): Σ_{s≤t} φ(k_s) with the entering sum

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from zoo.components.cuda_kernels import Library
+
 log = logging.getLogger(__name__)
 
 
@@ -44,42 +46,29 @@ class Ops:
     mamba_chunk_scan_combined: Callable[..., torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 
 
-OPS: Ops | None = None
-_failed: str | None = None
+def _import() -> Ops:
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+
+    try:  # mamba-ssm 2.3 installs without its CUDA scan unless built (MAMBA_KEEP_CUDA_BUILD=TRUE)
+        import selective_scan_cuda  # noqa: F401
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    except Exception as exc:
+        log.warning("zoo: mamba-ssm's selective_scan_cuda is not usable (%s); Mamba-1 runs PyTorch", exc)
+        selective_scan_fn = None
+    return Ops(selective_scan_fn, selective_state_update, mamba_chunk_scan_combined)
 
 
-def _load() -> Ops | None:
-    global OPS, _failed
-    if OPS is None and _failed is None:
-        try:
-            from mamba_ssm.ops.triton.selective_state_update import selective_state_update
-            from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-        except Exception as exc:  # ImportError, or a build for another torch/CUDA raising on load
-            _failed = f"{type(exc).__name__}: {exc}"
-            log.warning("zoo: mamba-ssm is not usable (%s); pip install 'zoo[kernels]'", _failed)
-            return None
-        try:  # mamba-ssm 2.3 installs without its CUDA scan unless built (MAMBA_KEEP_CUDA_BUILD=TRUE)
-            import selective_scan_cuda  # noqa: F401
-            from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-        except Exception as exc:
-            log.warning("zoo: mamba-ssm's selective_scan_cuda is not usable (%s); Mamba-1 runs PyTorch", exc)
-            selective_scan_fn = None
-        OPS = Ops(selective_scan_fn, selective_state_update, mamba_chunk_scan_combined)
-    return OPS
+LIBRARY = Library("mamba-ssm", _import)
 
 
 def load_mamba1() -> bool:
-    ops = _load()
+    ops = LIBRARY.load()
     return ops is not None and ops.selective_scan_fn is not None
 
 
 def load_mamba2() -> bool:
-    return _load() is not None
-
-
-def _ops() -> Ops:
-    assert OPS is not None, "mamba_ssm kernels called before load"
-    return OPS
+    return LIBRARY.load() is not None
 
 
 def mamba1_scan(
@@ -96,7 +85,7 @@ def mamba1_scan(
     """(C_t·h_t + D x_t)·silu(z_t) (B, T, d) in x's dtype: x, z (B, T, d), dt (B, T, d) after
     softplus, A (d, N), B, C (B, T, N); ``state`` (B, d, N) is the state before the first
     token (zeros if ``fresh``) and is overwritten with the state after the last."""
-    ops = _ops()
+    ops = LIBRARY.loaded()
     if state is not None and x.shape[1] == 1:
         y = ops.selective_state_update(state, x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D=D.float(), z=z[:, 0])
         return y[:, None]  # (B, 1, d)
@@ -131,7 +120,7 @@ def mamba2_scan(
     """y = S C + D x per head (B, T, H, P) in x's dtype: x (B, T, H, P), dt (B, T, H) after
     softplus and clamp, A (H,), B, C (B, T, G, N) per group, D (H,); ``state`` (B, H, P, N),
     read and overwritten in place (None: from zeros, not kept)."""
-    ops = _ops()
+    ops = LIBRARY.loaded()
     batch, T, H, P = x.shape
     if state is not None and T == 1:
         N = B.shape[-1]
