@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 import torch
 import torch._dynamo
 
@@ -68,16 +67,17 @@ def _recording(backend: str, graphs: list[set[str]]) -> Callable[..., Callable[.
     return record
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
-def test_compiled_steps_run_the_cpu_kernels_and_equal_the_eager_reference(backend):
-    """aot_eager checks the capture and the functionalised in-place state updates in seconds;
-    inductor (slow: C++ compilation) also its re-inplacing of them."""
+def test_compiled_steps_run_the_cpu_kernels_and_equal_the_eager_reference(backend: str = "aot_eager"):
+    """aot_eager checks the capture and the functionalised in-place state updates in seconds
+    (inductor, its re-inplacing of them too, takes a minute of C++ compilation here: pass
+    ``backend="inductor"`` to run it by hand)."""
     reference, fast = _built("reference"), _built("auto")
     ids = torch.randint(0, VOCAB, (2, 9))  # (B, T): unpadded, so the steps may take the kernels
     torch._dynamo.reset()
     graphs: list[set[str]] = []
-    run_prefill, step = compile_prefill(backend=_recording(backend, graphs)), compile_decode_step(
-        backend=_recording(backend, graphs)
+    run_prefill, step = (
+        compile_prefill(backend=_recording(backend, graphs)),
+        compile_decode_step(backend=_recording(backend, graphs)),
     )
     expected_cache, cache = KVCache(reference, 2, 16), KVCache(fast, 2, 16)
     expected, got = [prefill(reference, ids, expected_cache)], [run_prefill(fast, ids, cache)]  # (B, V) each

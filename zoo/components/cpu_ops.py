@@ -71,6 +71,11 @@ class CppExtension:
         return _qualified(self.name, function)
 
 
+def registered_ops() -> list[str]:
+    """The qualified names of every op registered in this process (imported extensions only)."""
+    return sorted(_ops)
+
+
 def _qualified(extension: str, function: str) -> str:
     return f"{NAMESPACE}::{extension.removeprefix(NAMESPACE + '_')}_{function}"
 
