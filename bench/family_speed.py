@@ -10,8 +10,9 @@ the bytes one decode step moves (``decode_bytes_per_step`` at the decode midpoin
 bandwidth that achieves, its fraction of the measured host bandwidth (``zoo hardware``),
 prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
 under a load that changes from round to round): ``vs gpt2``, decode tokens/s over gpt2's (same
-dtype, implementation and step), and ``vs first``, over the same family's first step of
-``--steps`` (same dtype and implementation: compiled against eager). Models run in turns
+dtype, implementation and step), and ``vs first``, over the same family's first variant in
+the same dtype (its first implementation and step: compiled against eager, auto against
+reference). Models run in turns
 (every model once per round, ``--rounds`` rounds; a family's variants back to back, their
 order flipped every round) so that all see the same load on a shared machine; figures are
 medians over rounds. Compare within one run only.
@@ -128,9 +129,10 @@ def _table(cases: list[Case], args: argparse.Namespace) -> None:
         decode = statistics.median(c.decode)
         nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, c.dtype)
         achieved = decode * nbytes
-        same = [o for o in cases if (o.dtype, o.impl) == (c.dtype, c.impl)]
-        gpt2 = next((o for o in same if o.family == "gpt2" and o.step == c.step), None)
-        first = next(o for o in same if o.family == c.family)
+        gpt2 = next(
+            (o for o in cases if (o.family, o.dtype, o.impl, o.step) == ("gpt2", c.dtype, c.impl, c.step)), None
+        )
+        first = next(o for o in cases if (o.family, o.dtype) == (c.family, c.dtype))
         impl = implementations(c.model) or f"{c.spec.attention.kind}: only impl"
         print(
             f"| {c.family} | {c.dtype} | {c.step} | {impl} | {decode:.1f} "
