@@ -1,20 +1,25 @@
 """Per-family speed on the host beside its measured roofline: one process, interleaved rounds.
 
 For each family (a preset, or a preset with its mixer swapped, cut to ``--layers`` layers so
-every family has the same depth; gpt2-shaped families share gpt2's width) and each
-implementation of ``--impls`` (``zoo.components.kernels``: ``reference`` is the pure-PyTorch
-maths, ``auto`` the fastest that runs here), the table gives decode tokens/s, the bytes one
-decode step moves (``decode_bytes_per_step`` at the decode midpoint), the bandwidth that
-achieves, its fraction of the measured host bandwidth (``zoo hardware``), prefill tokens/s
-and prefill as a multiple of gpt2's in the same implementation; ``decode vs gpt2`` is the
-median over rounds of each round's decode tokens/s over gpt2's (same implementation, same
-round), steadier than the tokens/s under a load that changes from round to round. Models run
-in turns (every model once per round, ``--rounds`` rounds; a family's implementations back
-to back) so that all see the same load on a shared machine; figures are medians over
-rounds. Compare within one run only.
+every family has the same depth; gpt2-shaped families share gpt2's width), each dtype of
+``--dtypes``, each implementation of ``--impls`` (``zoo.components.kernels``: ``reference`` is
+the pure-PyTorch maths, ``auto`` the fastest that runs here) and each step of ``--steps``
+(``eager``; ``compiled``: what ``zoo bench --compile`` times, ``zoo.harness.phases.compiling``:
+projections fused, prefill and decode step compiled whole), the table gives decode tokens/s,
+the bytes one decode step moves (``decode_bytes_per_step`` at the decode midpoint), the
+bandwidth that achieves, its fraction of the measured host bandwidth (``zoo hardware``),
+prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
+under a load that changes from round to round): ``vs gpt2``, decode tokens/s over gpt2's (same
+dtype, implementation and step), and ``vs first``, over the same family's first variant in
+the same dtype (its first implementation and step: compiled against eager, auto against
+reference). Models run in turns
+(every model once per round, ``--rounds`` rounds; a family's variants back to back, their
+order flipped every round) so that all see the same load on a shared machine; figures are
+medians over rounds. Compare within one run only.
 
 Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] [--threads 2]
-     [--layers 4] [--impls reference,auto] [--families gpt2,mamba-130m,...]
+     [--layers 4] [--impls reference,auto] [--dtypes float32,bfloat16] [--steps eager,compiled]
+     [--families gpt2,mamba-130m,...]
 
 ``rwkv`` is the zoo-rwkv plugin (plugins/zoo-rwkv), staged from the source tree when it is
 not installed.
@@ -36,6 +41,7 @@ from zoo.analysis.devices import device_peaks
 from zoo.analysis.host_probe import cpu_description, host_peaks
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
+from zoo.harness.phases.compiling import RunSteps, run_steps
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.specs.model import ModelSpec
@@ -70,34 +76,78 @@ class Case:
     impl: str
     spec: ModelSpec
     model: torch.nn.Module
+    dtype: str = "float32"
+    step: str = "eager"
+    run: RunSteps = field(default_factory=lambda: RunSteps(prefill, decode_step))
     prefill: list[float] = field(default_factory=list)  # tokens/s per round
     decode: list[float] = field(default_factory=list)
 
 
-def build(family: str, impl: str, layers: int) -> Case:
+def build(family: str, impl: str, layers: int, dtype: str = "float32", step: str = "eager") -> Case:
     preset, overrides = FAMILIES[family]
     spec = zoo.spec(preset).override({**overrides, "n_layers": layers})
     with preferring(impl):
-        model = zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
-    return Case(family, impl, spec, model)
+        model = zoo.build(spec, device="cpu", dtype=dtype, seed=0).eval()
+    run = run_steps(model, torch.device("cpu"), compiled=step == "compiled")  # compiled: projections fused
+    return Case(family, impl, spec, model, dtype, step, run)
 
 
-def one_round(case: Case, ids: torch.Tensor, steps: int) -> None:
-    cache = KVCache(case.model, batch_size=1, max_len=ids.shape[1] + steps)
+def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
+    """A prefill and ``steps`` greedy decode steps on a fresh cache of ``max_len`` slots (one
+    size for every round: a compiled step is specialised to the cache's shape)."""
+    cache = KVCache(case.model, batch_size=1, max_len=max_len)
     start = time.perf_counter()
-    logits = prefill(case.model, ids, cache)  # (1, V)
+    logits = case.run.prefill(case.model, ids, cache)  # (1, V)
     case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
     token = logits.argmax(-1, keepdim=True)  # (1, 1)
     start = time.perf_counter()
     for _ in range(steps):
-        token = decode_step(case.model, token, cache).argmax(-1, keepdim=True)  # (1, 1)
+        token = case.run.decode(case.model, token, cache).argmax(-1, keepdim=True)  # (1, 1)
     case.decode.append(steps / (time.perf_counter() - start))
+
+
+def _median_ratio(mine: list[float], base: list[float]) -> str:
+    return f"{statistics.median(a / b for a, b in zip(mine, base, strict=True)):.2f}x"
+
+
+def _table(cases: list[Case], args: argparse.Namespace) -> None:
+    peaks = device_peaks("cpu", "")
+    print(
+        f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
+        f"{peaks.bandwidth / 1e9:.1f} GB/s"
+    )
+    print(
+        f"batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
+        f"{args.rounds} interleaved rounds (medians)\n"
+    )
+    print(
+        "| family | dtype | step | impl | decode tok/s | vs gpt2 | vs first | MB per step | achieved GB/s "
+        "| of roofline | prefill tok/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in cases:
+        decode = statistics.median(c.decode)
+        nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, c.dtype)
+        achieved = decode * nbytes
+        gpt2 = next(
+            (o for o in cases if (o.family, o.dtype, o.impl, o.step) == ("gpt2", c.dtype, c.impl, c.step)), None
+        )
+        first = next(o for o in cases if (o.family, o.dtype) == (c.family, c.dtype))
+        impl = implementations(c.model) or f"{c.spec.attention.kind}: only impl"
+        print(
+            f"| {c.family} | {c.dtype} | {c.step} | {impl} | {decode:.1f} "
+            f"| {_median_ratio(c.decode, gpt2.decode) if gpt2 else '-'} | {_median_ratio(c.decode, first.decode)} "
+            f"| {nbytes / 1e6:.0f} | {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} "
+            f"| {statistics.median(c.prefill):.0f} |"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--impls", default="reference,auto")
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--steps", default="eager", help="eager, compiled or both: eager,compiled")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=32)
@@ -105,50 +155,27 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    for family in args.families.split(","):
+    families = args.families.split(",")
+    for family in families:
         if family in PLUGINS:
             stage_plugin(PLUGINS[family])
             reset_registry()
-    cases = [build(f, i, args.layers) for i in args.impls.split(",") for f in args.families.split(",")]
+    variants = [(d, i, s) for d in args.dtypes.split(",") for i in args.impls.split(",") for s in args.steps.split(",")]
+    cases = [build(f, i, args.layers, d, s) for f in families for d, i, s in variants]
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
+    max_len = args.prompt_len + args.decode
     faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
-    with torch.inference_mode(), row_product.measured_faster(faster):  # as a `zoo bench` run on this host
-        for case in cases:  # warm-up: kernels built, pages touched
-            one_round(case, ids[:, :16], 2)
+    # no_grad, not inference_mode: a compiled step that writes the cache in place cannot be traced under it
+    with torch.no_grad(), row_product.measured_faster(faster):  # as a `zoo bench` run on this host
+        for case in cases:  # warm-up: kernels built, graphs compiled (for the full prompt), pages touched
+            one_round(case, ids, 3, max_len)
             case.prefill.clear(), case.decode.clear()
         for index in range(args.rounds):
-            # a family's implementations back to back, their order flipped every round: the second of a
-            # pair ran up to 20% faster whatever it was (gpt2 against itself), so neither always goes second
+            # a family's variants back to back, their order flipped every round: the second of a pair
+            # ran up to 20% faster whatever it was (gpt2 against itself), so none always goes second
             for case in sorted(cases, key=lambda c: (c.family, cases.index(c) * (-1) ** index)):
-                one_round(case, ids, args.decode)
-    peaks = device_peaks("cpu", "")
-    print(
-        f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
-        f"{peaks.bandwidth / 1e9:.1f} GB/s"
-    )
-    print(
-        f"float32, batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
-        f"{args.rounds} interleaved rounds (medians)\n"
-    )
-    print(
-        "| family | impl | decode tok/s | decode vs gpt2 | MB per step | achieved GB/s | of roofline "
-        "| prefill tok/s | prefill vs gpt2 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    gpt2 = {c.impl: c for c in cases if c.family == "gpt2"}
-    for c in cases:
-        decode, pre = statistics.median(c.decode), statistics.median(c.prefill)
-        nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, "float32")
-        achieved = decode * nbytes
-        base = gpt2.get(c.impl)
-        versus = f"{pre / statistics.median(base.prefill):.2f}x" if base else "-"
-        ratios = [d / g for d, g in zip(c.decode, base.decode, strict=True)] if base else []
-        decode_versus = f"{statistics.median(ratios):.2f}x" if ratios else "-"
-        print(
-            f"| {c.family} | {implementations(c.model) or c.spec.attention.kind + ': only impl'} | {decode:.1f} | "
-            f"{decode_versus} | {nbytes / 1e6:.0f} "
-            f"| {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} | {pre:.0f} | {versus} |"
-        )
+                one_round(case, ids, args.decode, max_len)
+    _table(cases, args)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The plugin-facing API: what out-of-tree parts import and subclass.
 
 The slot bases and the types they share (``zoo.specs.interfaces``, which defines them) and a
-few reusable concrete parts; ``Kernel``, ``KernelChoice``, ``cpu_extension`` and
-``step_ready`` give a plugin's mixer fast implementations beside its reference
-(``zoo.components.kernels``). Plugins import from here, ``zoo``, ``zoo.errors`` and
+few reusable concrete parts; ``Kernel``, ``KernelChoice``, ``cpu_extension``, ``CppExtension``,
+``CppFunction`` and ``step_ready`` give a plugin's mixer fast implementations beside its
+reference (``zoo.components.kernels``; C++ CPU kernels as custom ops that compiled graphs call
+too: ``zoo.components.cpu_ops``). Plugins import from here, ``zoo``, ``zoo.errors`` and
 ``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
 ``zoo.specs.*`` are internal and may change. Names here keep their meaning across releases.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from zoo.components.activations import ACTIVATIONS
 from zoo.components.attention import Attention, AttentionOptions
 from zoo.components.cpu_extension import cpu_extension
+from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps import step_ready
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.kernels import Kernel, KernelChoice
@@ -46,6 +48,8 @@ __all__ = [
     "Block",
     "BlockState",
     "BuildContext",
+    "CppExtension",
+    "CppFunction",
     "CrossMixer",
     "Embedding",
     "FeedForward",

@@ -58,6 +58,23 @@ def test_one_kernel_serves_every_weight_shape_of_a_dtype():
     assert len([key for key in rows._kernels if key[0] == torch.float32 and not key[1]]) == 1
 
 
+def test_layers_of_every_shape_with_a_bias_share_one_compiled_kernel(fresh_kernel):
+    """A bias is a parameter, whose shape dynamo would hold static: one variant per layer shape
+    (gpt2's 2304, 768 and 3072) and per dispatch context (eager, inside the op of a compiled
+    graph) passed the recompile limit, and the process fell back to F.linear for good. It is
+    passed as a view, so every shape shares the dynamic kernel compiled first."""
+    import torch._dynamo
+
+    layers = [Linear(512, out) for out in (1536, 512, 2048)]
+    with torch.no_grad():
+        for i, layer in enumerate(layers):
+            x = torch.randn(512)
+            with torch._dynamo.config.patch(error_on_recompile=i > 0):
+                out = rows.compiled_row_product(layer.weight, x, layer.bias)
+            torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), **TOLERANCE[torch.float32])
+    assert rows.compile_failure() is None
+
+
 @pytest.mark.parametrize(
     ("x_shape", "weight_shape", "grad"),
     [

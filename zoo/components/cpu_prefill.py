@@ -14,9 +14,9 @@ while its job runs), so the compiler vectorises the sweep and the reductions do 
 on each other.
 
 Inference only (no backward): a mixer asks ``scan_ready`` first, which is False under
-autograd or inside a ``torch.compile`` graph, off the CPU, or where the mixer does not run
-this kernel (``--impl reference``); those calls take the chunked reference. One-token decode
-calls keep their own path (``cpu_steps``).
+autograd, off the CPU, or where the mixer does not run this kernel (``--impl reference``);
+those calls take the chunked reference. Both scans are custom ops (``cpu_ops``), so a compiled
+prefill runs them too. One-token decode calls keep their own path (``cpu_steps``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import types
 
 import torch
 
-from zoo.components.cpu_extension import cpu_extension
+from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.kernels import Kernel, KernelChoice
 
 SOURCE = r"""
@@ -152,31 +152,40 @@ torch::Tensor gated_delta_scan(torch::Tensor q, torch::Tensor k, torch::Tensor v
 }
 """
 
-FUNCTIONS = ["ssd_scan", "gated_delta_scan"]
+EXTENSION = CppExtension(
+    "zoo_cpu_prefill",
+    SOURCE,
+    [
+        CppFunction(
+            "ssd_scan",
+            "(Tensor x, Tensor dt, Tensor A, Tensor Bm, Tensor Cm, Tensor(a!) state) -> Tensor",
+            lambda x, **_: torch.empty_like(x),  # (B, T, H, P)
+        ),
+        CppFunction(
+            "gated_delta_scan",
+            "(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state) -> Tensor",
+            lambda v, **_: torch.empty_like(v),  # (B, T, H, d_v)
+        ),
+    ],
+)
 
 
 def load() -> types.ModuleType | None:
     """The compiled scans (built once per machine), or None where they cannot be built."""
-    return cpu_extension("zoo_cpu_prefill", SOURCE, FUNCTIONS)
+    return EXTENSION.load()
 
 
-KERNEL = Kernel("cpu-scan", "cpu", lambda: load() is not None)
+KERNEL = Kernel("cpu-scan", "cpu", EXTENSION.available, compiles=True)
 
 
 def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
     """Whether this multi-token call of ``mixer`` runs the fused scan (module doc), resolving
     the mixer's kernels the first time it could."""
-    return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd and compiled graphs refused
+    return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd refused
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.float().contiguous()
-
-
-def _module() -> types.ModuleType:
-    module = load()
-    assert module is not None, "cpu_prefill used without a built kernel (scan_ready first)"
-    return module
 
 
 def ssd_scan(
@@ -186,7 +195,7 @@ def ssd_scan(
     (B, T, G, N), state (B, H, P, N) before the first token (not modified) -> y (B, T, H, P)
     without the D skip, and the state after the last token, float32."""
     after = _f32(state).clone()  # (B, H, P, N): the kernel updates it in place
-    y = _module().ssd_scan(*(_f32(t) for t in (x, dt, A, B, C)), after)  # (B, T, H, P)
+    y = EXTENSION.op("ssd_scan")(*(_f32(t) for t in (x, dt, A, B, C)), after)  # (B, T, H, P)
     return y, after
 
 
@@ -198,5 +207,5 @@ def gated_delta_scan(
     v (B, T, H, d_v), g, beta (B, T, H), state (B, H, d_k, d_v) before the first token (not
     modified) -> outputs (B, T, H, d_v) and the state after the last token, float32."""
     after = _f32(state).clone()  # (B, H, d_k, d_v): the kernel updates it in place
-    out = _module().gated_delta_scan(*(_f32(t) for t in (q, k, v, g, beta)), after)  # (B, T, H, d_v)
+    out = EXTENSION.op("gated_delta_scan")(*(_f32(t) for t in (q, k, v, g, beta)), after)  # (B, T, H, d_v)
     return out, after

@@ -8,20 +8,20 @@ N exponentials, so the fastest CPU form is the recurrence itself, with each chan
 in parallel (``at::parallel_for``, torch's threads) in blocks of 16, so each time step reads
 contiguous slices of x and dt; the state is read once and written back once per call.
 
-Built with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler and ninja; the build is
-cached in torch's extensions folder, so later processes load it in a second). Where it cannot
-be built, ``load`` logs why once and returns None, and the mixer runs the reference scan.
-Inference only: there is no backward (a scan under autograd takes the reference path).
+Built by ``cpu_extension`` (a C++ compiler and ninja; the build is cached in torch's
+extensions folder, so later processes load it in a second). Where it cannot be built, ``load``
+logs why once and returns None, and the mixer runs the reference scan. The scan is the custom
+op ``torch.ops.zoo.cpu_scan_scan`` (``cpu_ops``), so compiled graphs run it too. Inference
+only: there is no backward (a scan under autograd takes the reference path).
 """
 
 from __future__ import annotations
 
-import logging
 import types
 
 import torch
 
-log = logging.getLogger(__name__)
+from zoo.components.cpu_ops import CppExtension, CppFunction
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -62,33 +62,23 @@ torch::Tensor scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch::Te
 }
 """
 
-_module: types.ModuleType | None = None
-_failed: str | None = None
+EXTENSION = CppExtension(
+    "zoo_cpu_scan",
+    SOURCE,
+    [
+        CppFunction(
+            "scan",
+            "(Tensor x, Tensor dt, Tensor A, Tensor Bm, Tensor Cm, Tensor(a!) h) -> Tensor",
+            lambda x, **_: torch.empty_like(x),  # (B, T, d)
+        )
+    ],
+)
 
 
 def load() -> types.ModuleType | None:
     """The compiled extension (built once per machine, loaded once per process), or None
     where it cannot be built (the reason logged once)."""
-    global _module, _failed
-    if _module is not None or _failed is not None:
-        return _module
-    try:
-        from torch.utils import cpp_extension
-
-        _module = cpp_extension.load_inline(
-            name="zoo_cpu_scan",
-            cpp_sources=[SOURCE],
-            functions=["scan"],
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            verbose=False,
-        )
-    except Exception as exc:
-        _failed = f"{type(exc).__name__}: {exc}"
-        log.warning(
-            "zoo: the C++ selective scan could not be built (%s); using the PyTorch scan", _failed.splitlines()[0]
-        )
-    return _module
+    return EXTENSION.load()
 
 
 def scan_into(
@@ -98,8 +88,6 @@ def scan_into(
     B, C (B, T, N); ``state`` (B, d, N), the state before the first token, is overwritten in
     place with the state after the last (zeros and thrown away when None); returns y (B, T, d)
     float32 (no D skip)."""
-    module = load()
-    assert module is not None, "cpu_scan.scan_into called without a built kernel (check load() first)"
     batch, _, d = x.shape
     if state is None:
         h = torch.zeros(batch, d, A.shape[-1])  # (B, d, N)
@@ -107,7 +95,7 @@ def scan_into(
         h = state  # updated in place by the kernel
     else:
         h = state.float().contiguous()  # (B, d, N)
-    y = module.scan(*(t.float().contiguous() for t in (x, dt, A, B, C)), h)  # (B, T, d)
+    y = EXTENSION.op("scan")(*(t.float().contiguous() for t in (x, dt, A, B, C)), h)  # (B, T, d)
     if state is not None and h is not state:
         state.copy_(h)
     return y

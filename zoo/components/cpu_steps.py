@@ -8,12 +8,15 @@ the input and the output projections is one call (``cpu_steps_source``): the sta
 and written once in place and nothing is materialised but the output. The projections stay
 torch GEMVs (they move the weights: the part a roofline counts).
 
-``step_ready`` is the gate each mixer asks first: the kernel is for inference (no autograd,
-no ``torch.compile`` graph), float32 state tensors (``state_dtype: cache`` with a float32
-cache included; a half-precision state runs the reference), a CPU tensor (on another
-device the mixer resolves to its reference or that device's kernel) and a token that is real
-in every row (a padding token in a decode step runs the reference). Mamba-1 has its own
-fused scan (``cpu_scan``, prefill and step alike).
+Each function is a custom op (``cpu_ops``: ``torch.ops.zoo.cpu_steps_mamba2_step`` and so
+on, the state tensors declared as written in place), so a compiled decode step calls the same
+C++ as an eager one. ``step_ready`` is the gate each mixer asks first: the kernel is for
+inference (no autograd), float32 state tensors (``state_dtype: cache`` with a float32 cache
+included; a half-precision state runs the reference), a CPU tensor (on another device the
+mixer resolves to its reference or that device's kernel) and a token that is real in every
+row (a padding token in a decode step runs the reference; inside a graph, where that cannot
+be read without a sync, any padding mask does). Mamba-1 has its own fused scan
+(``cpu_scan``, prefill and step alike).
 """
 
 from __future__ import annotations
@@ -23,20 +26,53 @@ from collections.abc import Iterable
 
 import torch
 
-from zoo.components.cpu_extension import cpu_extension
+from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps_source import SOURCE
 from zoo.components.feature_state import EPS
 from zoo.components.kernels import Kernel, KernelChoice
 
-FUNCTIONS = ["mamba2_step", "gdn_step", "linear_step", "infini_step"]
+
+def _heads_out(state: torch.Tensor, per_head: int) -> torch.Tensor:
+    return state.new_empty(state.shape[0], state.shape[1] * state.shape[per_head])  # (B, H * width)
+
+
+EXTENSION = CppExtension(
+    "zoo_cpu_steps",
+    SOURCE,
+    [
+        CppFunction(
+            "mamba2_step",
+            "(Tensor proj, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor dt_bias, Tensor A_log, "
+            "Tensor D, Tensor norm_w, Tensor(b!) state, int groups, float eps, float dt_min, float dt_max) -> Tensor",
+            lambda state, **_: _heads_out(state, 2),  # (B, H P)
+        ),
+        CppFunction(
+            "gdn_step",
+            "(Tensor qkvz, Tensor ba, Tensor conv_w, Tensor(a!) window, Tensor dt_bias, Tensor A_log, "
+            "Tensor norm_w, Tensor(b!) state, int k_heads, float eps) -> Tensor",
+            lambda state, **_: _heads_out(state, 3),  # (B, H d_v)
+        ),
+        CppFunction(
+            "linear_step",
+            "(Tensor q, Tensor k, Tensor v, Tensor(a!) kv, Tensor(b!) z, float eps) -> Tensor",
+            lambda q, kv, **_: q.new_empty(kv.shape[0], kv.shape[1], kv.shape[3]),  # (B, H, E)
+        ),
+        CppFunction(
+            "infini_step",
+            "(Tensor q, Tensor k, Tensor v, Tensor(a!) ring_k, Tensor(b!) ring_v, Tensor(c!) mem, Tensor(d!) z, "
+            "Tensor gate, Tensor key_valid, Tensor time, int segment, bool delta, float eps) -> Tensor",
+            lambda q, **_: torch.empty_like(q),  # (B, H, D)
+        ),
+    ],
+)
 
 
 def load() -> types.ModuleType | None:
     """The compiled steps (built once per machine), or None where they cannot be built."""
-    return cpu_extension("zoo_cpu_steps", SOURCE, FUNCTIONS)
+    return EXTENSION.load()
 
 
-KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
+KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
 
 
 def step_ready(
@@ -50,9 +86,11 @@ def step_ready(
     resolving the mixer's kernel the first time it could. Plugins ask it through ``zoo.parts``."""
     if not all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
         return False
-    if not mixer.uses(kernel, x.device, stateful=True):  # compiled, autograd, --impl elsewhere: reference
+    if not mixer.uses(kernel, x.device, stateful=True):  # autograd, --impl elsewhere: reference
         return False
-    return token_valid is None or bool(token_valid.all())  # a CPU tensor here: no device sync
+    if token_valid is None:
+        return True
+    return not torch.compiler.is_compiling() and bool(token_valid.all())  # a CPU tensor here: no device sync
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
@@ -77,12 +115,11 @@ def mamba2_step(
     """Mamba2 between in_proj and out_proj: proj (B, d_inner + conv_dim + H) for one token ->
     the gated, group-normed y (B, d_inner); ``params`` are dt_bias, A_log, D and the norm's
     weight; ``state``'s conv window and ssm are updated in place."""
-    module = load()
-    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
     low, high = dt_limit
     high = min(high, torch.finfo(torch.float32).max)  # fast maths assumes no infinities
     params = tuple(_f32(p) for p in params)
-    return module.mamba2_step(_f32(proj), *_taps(conv), state["conv"], *params, state["ssm"], n_groups, eps, low, high)
+    step = EXTENSION.op("mamba2_step")
+    return step(_f32(proj), *_taps(conv), state["conv"], *params, state["ssm"], n_groups, eps, low, high)
 
 
 def gdn_step(
@@ -98,21 +135,17 @@ def gdn_step(
     one token (B, 1, ...) in the checkpoint's grouped layout; ``params`` dt_bias, A_log and the
     norm's weight -> the gated, normed heads (B, H_v d_v); ``state``'s conv window and
     recurrent state updated in place."""
-    module = load()
-    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
     weight, _ = _taps(conv)
     dt_bias, A_log, norm = (_f32(p) for p in params)
     recurrent = state["recurrent"]
-    return module.gdn_step(
+    return EXTENSION.op("gdn_step")(
         _f32(qkvz[:, 0]), _f32(ba[:, 0]), weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps
     )
 
 
 def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Linear attention for one token: q, k, v (B, H, 1, D) before φ -> (B, H, 1, D); kv, z in place."""
-    module = load()
-    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
-    return module.linear_step(*(_f32(t[:, :, 0]) for t in (q, k, v)), kv, z, EPS)[:, :, None]
+    return EXTENSION.op("linear_step")(*(_f32(t[:, :, 0]) for t in (q, k, v)), kv, z, EPS)[:, :, None]
 
 
 def infini_step(
@@ -122,15 +155,15 @@ def infini_step(
     tensors: dict[str, torch.Tensor],
     gate: torch.Tensor,
     key_valid: torch.Tensor | None,
-    t0: int,
+    time: torch.Tensor,
     segment: int,
     delta: bool,
 ) -> torch.Tensor:
-    """Infini-attention for one token at cache slot ``t0``: q, k, v (B, H, 1, D) -> the gated mix
-    of memory read and local softmax (B, H, 1, D); the ring, ``mem`` and ``z`` in place."""
-    module = load()
-    assert module is not None, "cpu_steps used without a built kernel (step_ready first)"
+    """Infini-attention for one token at the cache slot ``time`` (1,) int64 (read by the kernel:
+    no host sync, and a graph keeps it a tensor): q, k, v (B, H, 1, D) -> the gated mix of memory
+    read and local softmax (B, H, 1, D); the ring, ``mem`` and ``z`` in place."""
     valid = torch.empty(0, dtype=torch.bool) if key_valid is None else key_valid.contiguous()
     q, k, v = (_f32(t[:, :, 0]) for t in (q, k, v))
     ring = (tensors[name] for name in ("k", "v", "mem", "z"))
-    return module.infini_step(q, k, v, *ring, _f32(gate), valid, t0, segment, delta, EPS)[:, :, None]
+    slot = time.to(torch.int64).contiguous()  # (1,)
+    return EXTENSION.op("infini_step")(q, k, v, *ring, _f32(gate), valid, slot, segment, delta, EPS)[:, :, None]

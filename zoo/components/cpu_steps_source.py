@@ -202,13 +202,14 @@ static void memory_read(const float* q, const float* M, const float* z, float* o
   for (int64_t j = 0; j < D; ++j) out[j] /= den + eps;
 }
 
-// Infini-attention at cache slot t0: q, k, v (B, H, D); ring_k, ring_v (B, H, R, D) (slot = time mod R);
-// mem (B, H, D, D), z (B, H, D); key_valid (B, max_len) bool or empty. Returns
+// Infini-attention at cache slot t0 = time[0] (int64): q, k, v (B, H, D); ring_k, ring_v (B, H, R, D)
+// (slot = time mod R); mem (B, H, D, D), z (B, H, D); key_valid (B, max_len) bool or empty. Returns
 // sigmoid(gate) * memory read + (1 - sigmoid(gate)) * local softmax (B, H, D); writes the token into the
 // ring and, when it ends a segment, the segment (linear or delta rule) into mem and z, after the read.
 torch::Tensor infini_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor ring_k,
                           torch::Tensor ring_v, torch::Tensor mem, torch::Tensor z, torch::Tensor gate,
-                          torch::Tensor key_valid, int64_t t0, int64_t S, bool delta, double eps) {
+                          torch::Tensor key_valid, torch::Tensor time, int64_t S, bool delta, double eps) {
+  const int64_t t0 = time.data_ptr<int64_t>()[0];
   const int64_t batch = q.size(0), H = q.size(1), D = q.size(2), R = ring_k.size(2);
   const int64_t slots = key_valid.numel() ? key_valid.size(1) : 0;
   const bool* kv = key_valid.numel() ? key_valid.data_ptr<bool>() : nullptr;

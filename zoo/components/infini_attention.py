@@ -114,8 +114,9 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
         q, k, v = self.project(x, positions)  # (B, H, T, D) each
         if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.tensors.values(), state.token_valid):
             valid_slots = None if state.key_valid is None else state.key_valid.to(torch.bool)
-            t0 = int(state.time[0])
-            y = cpu_steps.infini_step(q, k, v, state.tensors, self.gate, valid_slots, t0, self.segment, self.delta)
+            y = cpu_steps.infini_step(
+                q, k, v, state.tensors, self.gate, valid_slots, state.time, self.segment, self.delta
+            )
             return self.output(y, x.dtype)  # (B, T, d); the ring, M and z updated in place
         pos, valid = self._token_positions(B, T, x.device, positions, state)  # (B, T) each
         ext_k, ext_v, ext_pos, ext_valid = self._extend(k, v, pos, valid, state)  # ring + new, along time

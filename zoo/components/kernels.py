@@ -17,10 +17,14 @@ A kernel is resolved at the first forward that may use it (the device is known t
 model built on ``meta`` for analysis never loads one); ``impl`` then names what ran (several
 kernels joined by ``+``), and a row gathers them (``implementations``: ``"mamba: cpu-scan"``).
 A kernel a mixer cannot use in a call is not resolved there and those calls run the
-reference: inside a ``torch.compile`` graph (the kernels are opaque to dynamo), and under
-autograd unless the kernel declares ``autograd`` (its library defines the backward, as
-mamba-ssm's and fla's prefill kernels do) and the call carries no cached state (the
-one-token state updates have no backward).
+reference: under autograd unless the kernel declares ``autograd`` (its library defines the
+backward, as mamba-ssm's and fla's prefill kernels do) and the call carries no cached state
+(the one-token state updates have no backward), and inside a ``torch.compile`` graph unless
+the kernel declares ``compiles`` (every call it makes is a custom op, ``cpu_ops``: zoo's C++
+CPU kernels are; the CUDA libraries' Python entry points are not wrapped, so they stay out)
+and the module resolved it before the graph was traced (``ChoosesKernel``: an extension
+cannot be built while dynamo traces, so a graph reads what eager code resolved;
+``zoo.model.generation``'s compiled prefill and decode step resolve first).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import torch
 from torch import nn
 
 from zoo.errors import BenchError, allowed
+from zoo.specs.interfaces import ChoosesKernel
 from zoo.specs.registry import get_registry
 
 REFERENCE, AUTO = "reference", "auto"
@@ -42,20 +47,22 @@ REFERENCE, AUTO = "reference", "auto"
 @dataclass(frozen=True)
 class Kernel:
     """One fast implementation: its name, the device kind it runs on, a loader that
-    returns False where it cannot run (not installed, not buildable) and whether its
-    stateless (training) path has a backward, so it may run under autograd."""
+    returns False where it cannot run (not installed, not buildable), whether its
+    stateless (training) path has a backward, so it may run under autograd, and whether
+    its calls are custom ops a ``torch.compile`` graph can hold (``compiles``)."""
 
     name: str
     device_type: str
     loads: Callable[[], bool]
     autograd: bool = False
+    compiles: bool = False
 
 
 _preference: str = AUTO
 _known: set[str] = {REFERENCE, AUTO}
 
 
-class KernelChoice(nn.Module):
+class KernelChoice(ChoosesKernel):
     """A mixer with kernels besides its reference maths (mixin: subclasses list ``kernels``)."""
 
     kernel_family: ClassVar[str]
@@ -84,12 +91,12 @@ class KernelChoice(nn.Module):
 
     def uses(self, kernel: Kernel, device: torch.device, stateful: bool) -> bool:
         """Whether this call runs ``kernel`` (the one question a mixer asks, see the module doc):
-        never inside a compiled graph; under autograd only a kernel of the device that declares
-        ``autograd``, on a call without a cached state (``stateful``: the call
-        reads and writes one); otherwise whether the module resolved it for ``device`` (only the
-        device's kernels are). A call that cannot use it resolves nothing, so training never
-        loads an inference kernel."""
-        if torch.compiler.is_compiling():
+        inside a compiled graph only a kernel that ``compiles``, once resolved eagerly; under
+        autograd only a kernel of the device that declares ``autograd``, on a call without a
+        cached state (``stateful``: the call reads and writes one); otherwise whether the module
+        resolved it for ``device`` (only the device's kernels are). A call that cannot use it
+        resolves nothing, so training never loads an inference kernel."""
+        if torch.compiler.is_compiling() and not (kernel.compiles and self.impl is not None):
             return False
         if torch.is_grad_enabled() and (stateful or not kernel.autograd or kernel.device_type != device.type):
             return False

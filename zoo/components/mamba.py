@@ -35,7 +35,7 @@ from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 MAMBA_SSM = Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba1() and causal_conv1d.load(), autograd=True)
-CPU_SCAN = Kernel("cpu-scan", "cpu", lambda: cpu_scan.load() is not None)  # prompts and decode steps alike
+CPU_SCAN = Kernel("cpu-scan", "cpu", cpu_scan.EXTENSION.available, compiles=True)  # prompts and decode steps alike
 
 
 class MambaOptions(Options):

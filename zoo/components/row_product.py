@@ -118,7 +118,8 @@ def compiled_row_product(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tens
     global _failed
     if _failed is None:
         try:
-            return _kernel(x.dtype, bias is not None)(weight.view(-1), x, bias)  # weight flat: (out * in,)
+            flat_bias = None if bias is None else bias.view(-1)  # a view, not the parameter: its shape stays dynamic
+            return _kernel(x.dtype, bias is not None)(weight.view(-1), x, flat_bias)  # weight flat: (out * in,)
         except Exception as error:  # a speed-up, never a reason to fail: any compile error falls back
             _failed = f"{type(error).__name__}: {error}".splitlines()[0]
             log.warning("zoo: the CPU row-product kernel could not be compiled (%s); using F.linear", _failed)

@@ -11,6 +11,9 @@ function, and a submodule of that name would replace it on the package once impo
 
 from __future__ import annotations
 
+import itertools
+import types
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,6 +24,7 @@ from zoo.errors import GenerationError
 from zoo.model.build import ZooModel
 from zoo.model.cache import KVCache
 from zoo.model.sampling import SamplingSettings, check_seed, sample
+from zoo.specs.interfaces import ChoosesKernel
 from zoo.specs.state import Memory
 
 DecodeStep = Callable[[nn.Module, torch.Tensor, KVCache], torch.Tensor]
@@ -106,9 +110,49 @@ def prefill(
     return model(input_ids, cache=cache, last_only=True, **extra)[:, -1]  # (B, vocab)
 
 
-@torch.no_grad()
+class _KernelsResolved:
+    """Resolves a model's kernels (``ChoosesKernel``) the first time a compiled function meets
+    the model: dynamo cannot build a C++ extension while it traces, so a graph runs the kernels
+    that eager code resolved (and of those only the ones whose calls are custom ops)."""
+
+    def __init__(self) -> None:
+        self.models: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+    def __call__(self, model: nn.Module, device: torch.device) -> None:
+        if model not in self.models:
+            for module in model.modules():
+                if isinstance(module, ChoosesKernel):
+                    module.resolve_kernel(device)
+            self.models.add(model)
+
+
 def _prefill_graph(model: nn.Module, input_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    return model(input_ids, cache=cache, last_only=True)[:, -1]  # (B, vocab)
+    with torch.no_grad():
+        return model(input_ids, cache=cache, last_only=True)[:, -1]  # (B, vocab)
+
+
+def _decode_graph(model: nn.Module, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    with torch.no_grad():
+        return model(token, cache=cache)[:, -1]  # (B, vocab)
+
+
+_copies = itertools.count()
+
+
+def _compiled(fn: Callable[..., torch.Tensor], **options: Any) -> Callable[..., torch.Tensor]:
+    """``torch.compile(fn, fullgraph=True, **options)`` on a copy of ``fn`` with its own code object.
+
+    Dynamo keeps a function's graphs (and their guards) on its code object, checks each in turn
+    at every call and gives up after ``recompile_limit`` of them (with ``fullgraph``, an error).
+    Shared, every compiled step of a process would pile onto one list: a decode step would first
+    check the guards of the prefill graph, and a process compiling a dozen models (a benchmark)
+    would hit the limit. A ``torch.no_grad``-decorated function is worse: dynamo enters it through
+    a wrapper whose code every compiled function shares. So the graphs run under a ``with``
+    block, and each compiled function gets a code object of its own.
+    """
+    name = f"{fn.__name__}_{next(_copies)}"
+    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    return torch.compile(types.FunctionType(code, fn.__globals__, name), fullgraph=True, **options)
 
 
 def compile_prefill(**compile_options: Any) -> Prefill:
@@ -121,9 +165,12 @@ def compile_prefill(**compile_options: Any) -> Prefill:
     ``compile_decode_step``; inside it attention reads the whole cache, masked by time.
     ``dynamic=False``: a harness prefills one prompt length, and a graph specialised to it
     is the fast one (each new length compiles anew). A left-padded batch (``attention_mask``)
-    or an encoder's ``memory`` runs the eager ``prefill``. Options go to ``torch.compile``.
+    or an encoder's ``memory`` runs the eager ``prefill``. The mixers' kernels are resolved
+    before the first trace, so the graph calls those that can sit in one (``_KernelsResolved``).
+    Options go to ``torch.compile``.
     """
-    compiled = torch.compile(_prefill_graph, fullgraph=True, dynamic=False, **compile_options)
+    compiled = _compiled(_prefill_graph, dynamic=False, **compile_options)
+    resolved = _KernelsResolved()
 
     def run(
         model: nn.Module,
@@ -136,6 +183,7 @@ def compile_prefill(**compile_options: Any) -> Prefill:
             return prefill(model, input_ids, cache, attention_mask, memory)
         _check_prefill(model, input_ids, cache)
         cache.reserve(input_ids.shape[1])
+        resolved(model, input_ids.device)
         return compiled(model, input_ids, cache)
 
     return run
@@ -146,22 +194,26 @@ def decode_step(model: nn.Module, token: torch.Tensor, cache: KVCache) -> torch.
     """One token per row (B, 1) through the model; logits (B, vocab).
 
     Static shapes: the time slot and positions come from the cache's device-side write
-    position, so this compiles once (``torch.compile(decode_step, fullgraph=True)``). Under
+    position, so this compiles once (``compile_decode_step``: the same call as a graph). Under
     compilation the host-side bounds check is skipped; ``compile_decode_step`` does it
     outside the graph.
     """
-    return model(token, cache=cache)[:, -1]  # (B, vocab)
+    return _decode_graph(model, token, cache)  # (B, vocab)
 
 
 def compile_decode_step(**compile_options: Any) -> DecodeStep:
-    """``decode_step`` compiled whole (fullgraph), with the cache bounds check kept eager.
+    """``decode_step`` compiled whole (fullgraph), with the cache bounds check kept eager, and
+    the mixers' kernels resolved before the first trace: the graph calls zoo's C++ CPU steps
+    as custom ops, as the eager step does (``zoo.components.cpu_ops``).
 
     Options go to ``torch.compile`` (e.g. ``mode="reduce-overhead"``, ``backend=...``).
     """
-    compiled = torch.compile(decode_step, fullgraph=True, **compile_options)
+    compiled = _compiled(_decode_graph, **compile_options)
+    resolved = _KernelsResolved()
 
     def step(model: nn.Module, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
         cache.reserve(token.shape[1])
+        resolved(model, token.device)
         return compiled(model, token, cache)
 
     return step

@@ -77,6 +77,17 @@ class Part(nn.Module):
     """Base of every built part of a model (the registry checks each declared class is one)."""
 
 
+class ChoosesKernel(nn.Module):
+    """A part with implementations besides its reference maths (``KernelChoice`` in
+    ``zoo.components.kernels``), decided once per module for a device. Code about to trace a
+    graph over a model resolves them first (``zoo.model.generation``'s compiled steps): an
+    extension cannot be built while dynamo traces, so a graph runs only kernels resolved before."""
+
+    def resolve_kernel(self, device: torch.device) -> str:
+        """The implementation this module runs on ``device`` (decided at the first call)."""
+        raise NotImplementedError
+
+
 class Rotation(Protocol):
     """Rotates queries and keys by position (RoPE and its kin)."""
 

@@ -6,8 +6,10 @@ projections, and the WKV recurrence's step (``wkv._step``: some twenty elementwi
 shift state written in place) and the WKV step with the receptance gate another (num, den
 and max updated in place), so only the projections remain torch ops. The maths is
 ``shift.mix`` and ``wkv._step`` operation for operation, in float32 (the max-trick kept).
-Built with zoo's flags (``zoo.parts.cpu_extension``); where it cannot be built the reference
-runs. Inference only.
+Built with zoo's flags and registered as custom ops (``zoo.parts.CppExtension``:
+``torch.ops.zoo.rwkv_cpu_step_shift_mix`` and ``..._wkv_step``, the state written in place), so
+a compiled decode step runs them too; where it cannot be built the reference runs. Inference
+only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import types
 
 import torch
 
-from zoo.parts import Kernel, cpu_extension
+from zoo.parts import CppExtension, CppFunction, Kernel
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -70,12 +72,31 @@ torch::Tensor wkv_step(torch::Tensor w, torch::Tensor u, torch::Tensor k, torch:
 """
 
 
+EXTENSION = CppExtension(
+    "zoo_rwkv_cpu_step",
+    SOURCE,
+    [
+        CppFunction(
+            "shift_mix",
+            "(Tensor x, Tensor(a!) last, Tensor rk, Tensor rv, Tensor rr) -> Tensor",
+            lambda x, **_: x.new_empty(3, *x.shape),  # (3, B, d)
+        ),
+        CppFunction(
+            "wkv_step",
+            "(Tensor w, Tensor u, Tensor k, Tensor v, Tensor r, Tensor(a!) num, Tensor(b!) den, Tensor(c!) top) "
+            "-> Tensor",
+            lambda k, **_: torch.empty_like(k),  # (B, C)
+        ),
+    ],
+)
+
+
 def load() -> types.ModuleType | None:
     """The compiled step (built once per machine), or None where it cannot be built."""
-    return cpu_extension("zoo_rwkv_cpu_step", SOURCE, ["shift_mix", "wkv_step"])
+    return EXTENSION.load()
 
 
-KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
+KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
@@ -85,9 +106,7 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
 def shift_mix(x: torch.Tensor, last: torch.Tensor, ratios: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """x (B, d) one token, ``last`` (B, d) the previous token's input (set to x in place) ->
     the key, value and receptance mixes (3, B, d)."""
-    module = load()
-    assert module is not None, "zoo_rwkv.cpu_step used without a built kernel (step_ready first)"
-    return module.shift_mix(_f32(x), last, *(_f32(r.reshape(-1)) for r in ratios))
+    return EXTENSION.op("shift_mix")(_f32(x), last, *(_f32(r.reshape(-1)) for r in ratios))
 
 
 def wkv_step(
@@ -95,6 +114,4 @@ def wkv_step(
 ) -> torch.Tensor:
     """sigmoid(r) · wkv for one token: w, u (C,); k, v, r (B, C) the projections' outputs;
     ``state`` num, den, max (B, C) float32, updated in place -> (B, C) float32."""
-    module = load()
-    assert module is not None, "zoo_rwkv.cpu_step used without a built kernel (step_ready first)"
-    return module.wkv_step(_f32(w), _f32(u), *(_f32(t) for t in (k, v, r)), *state)
+    return EXTENSION.op("wkv_step")(_f32(w), _f32(u), *(_f32(t) for t in (k, v, r)), *state)

@@ -10,9 +10,9 @@ max-trick in float32) in C++, with ``_step``'s conventions: ``den == 0`` is an e
 and a padding token (``valid`` False) leaves the state as it was. Blocks of channels run in
 parallel on torch's threads.
 
-Inference only: ``scan_ready`` is False under autograd, inside a ``torch.compile`` graph, off
-the CPU or where the time mix does not run this kernel (``--impl reference``); one-token
-calls keep ``wkv._step``.
+Inference only: ``scan_ready`` is False under autograd, off the CPU or where the time mix
+does not run this kernel (``--impl reference``); one-token calls keep their own step. The
+loop is a custom op (``zoo.parts.CppExtension``), so a compiled prefill runs it too.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import types
 
 import torch
 
-from zoo.parts import Kernel, KernelChoice, cpu_extension
+from zoo.parts import CppExtension, CppFunction, Kernel, KernelChoice
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -70,19 +70,33 @@ torch::Tensor wkv_scan(torch::Tensor w, torch::Tensor u, torch::Tensor k, torch:
 """
 
 
+EXTENSION = CppExtension(
+    "zoo_rwkv_cpu_wkv",
+    SOURCE,
+    [
+        CppFunction(
+            "wkv_scan",
+            "(Tensor w, Tensor u, Tensor k, Tensor v, Tensor valid, Tensor(a!) num, Tensor(b!) den, Tensor(c!) top) "
+            "-> Tensor",
+            lambda k, **_: torch.empty_like(k),  # (B, T, C)
+        )
+    ],
+)
+
+
 def load() -> types.ModuleType | None:
     """The compiled loop (built once per machine), or None where it cannot be built."""
-    return cpu_extension("zoo_rwkv_cpu_wkv", SOURCE, ["wkv_scan"])
+    return EXTENSION.load()
 
 
-KERNEL = Kernel("cpu-scan", "cpu", lambda: load() is not None)
+KERNEL = Kernel("cpu-scan", "cpu", EXTENSION.available, compiles=True)
 
 State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # num, den, max: (B, C) float32 each
 
 
 def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
     """Whether this prompt call of ``mixer`` runs the fused loop (module doc)."""
-    return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd and compiled graphs refused
+    return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd refused
 
 
 def wkv_scan(
@@ -91,10 +105,8 @@ def wkv_scan(
     """``wkv.wkv``'s maths on the fused loop: w, u (C,); k, v (B, T, C); valid (B, T) bool or
     None; state (num, den, max) (B, C) each, not modified. Returns wkv (B, T, C) float32 and
     the state after the last token."""
-    module = load()
-    assert module is not None, "cpu_wkv used without a built kernel (scan_ready first)"
     after = tuple(t.float().contiguous().clone() for t in state)  # updated in place by the kernel
     mask = torch.empty(0) if valid is None else valid.float().contiguous()  # (B, T) or empty: all real
     f32 = (t.float().contiguous() for t in (w, u, k, v))
-    out = module.wkv_scan(*f32, mask, *after)  # (B, T, C)
+    out = EXTENSION.op("wkv_scan")(*f32, mask, *after)  # (B, T, C)
     return out, after  # type: ignore[return-value]

@@ -127,7 +127,7 @@ class TimeMix(TokenMixer, KernelChoice):
         tensors = None if state is None else state.tensors
         if x.shape[1] == 1 and state is not None and tensors is not None:
             mine = [tensors[name] for name in ("att_x", *WKV_STATE)]
-            if step_ready(self, x, mine, state.token_valid):
+            if step_ready(self, x, mine, state.token_valid, cpu_step.KERNEL):
                 return self._step(x, mine)
         valid = state_valid(positions, state)
         shifted, last = shift(x, valid, None if tensors is None else tensors["att_x"])

@@ -1,0 +1,82 @@
+"""Each C++ CPU kernel registered as a custom op (``zoo.components.cpu_ops``) passes
+``torch.library.opcheck`` on small tensors: its schema declares exactly the tensors it writes
+in place, its fake shape function agrees with the kernel's output, and it traces under
+AOTAutograd with dynamic shapes. Every zoo op has a case here, so a new kernel needs one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from zoo.components import cpu_prefill, cpu_scan, cpu_steps
+from zoo.components.cpu_ops import registered_ops
+
+B, T, H, P, N, G, K = 2, 5, 4, 8, 8, 2, 4  # batch, tokens, heads, head width, state size, groups, conv taps
+
+
+def _r(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+def _mamba2_step() -> tuple[object, ...]:
+    inner, conv = H * P, H * P + 2 * G * N
+    proj, taps, bias, window = _r(B, inner + conv + H), _r(conv, K), _r(conv), _r(B, conv, K)
+    return proj, taps, bias, window, _r(H), _r(H), _r(H), _r(inner), _r(B, H, P, N), G, 1e-5, 0.0, 1e30
+
+
+def _gdn_step() -> tuple[object, ...]:
+    hk, dk, dv = 2, 8, 6  # key heads, key and value widths; H value heads
+    width, conv = 2 * dk + 2 * (H // hk) * dv, 2 * hk * dk + H * dv
+    qkvz, ba, taps, window = _r(B, hk * width), _r(B, 2 * H), _r(conv, K), _r(B, conv, K)
+    return qkvz, ba, taps, window, _r(H), _r(H), _r(dv), _r(B, H, dk, dv), hk, 1e-6
+
+
+def _infini_step() -> tuple[object, ...]:
+    q, k, v, ring_k, ring_v = _r(B, H, P), _r(B, H, P), _r(B, H, P), _r(B, H, 4, P), _r(B, H, 4, P)
+    no_padding, time = torch.empty(0, dtype=torch.bool), torch.tensor([7])
+    return q, k, v, ring_k, ring_v, _r(B, H, P, P).abs(), _r(B, H, P).abs(), _r(H), no_padding, time, 4, True, 1e-6
+
+
+CASES: dict[str, Callable[[], tuple[object, ...]]] = {
+    "zoo::cpu_steps_mamba2_step": _mamba2_step,
+    "zoo::cpu_steps_gdn_step": _gdn_step,
+    "zoo::cpu_steps_linear_step": lambda: (_r(B, H, P), _r(B, H, P), _r(B, H, P), _r(B, H, P, P), _r(B, H, P), 1e-6),
+    "zoo::cpu_steps_infini_step": _infini_step,
+    "zoo::cpu_prefill_ssd_scan": lambda: (
+        _r(B, T, H, P),
+        _r(B, T, H).abs(),
+        -_r(H).abs(),
+        _r(B, T, G, N),
+        _r(B, T, G, N),
+        _r(B, H, P, N),
+    ),
+    "zoo::cpu_prefill_gated_delta_scan": lambda: (
+        _r(B, T, 2, P),
+        _r(B, T, 2, P),
+        _r(B, T, H, 6),
+        -_r(B, T, H).abs(),
+        torch.rand(B, T, H),
+        _r(B, H, P, 6),
+    ),
+    "zoo::cpu_scan_scan": lambda: (
+        _r(B, T, 16),
+        _r(B, T, 16).abs(),
+        -_r(16, N).abs(),
+        _r(B, T, N),
+        _r(B, T, N),
+        _r(B, 16, N),
+    ),
+}
+
+
+def test_every_zoo_op_has_a_case():
+    assert {cpu_steps.EXTENSION.name, cpu_prefill.EXTENSION.name, cpu_scan.EXTENSION.name}  # imported: registered
+    assert {name for name in registered_ops() if not name.startswith("zoo::rwkv_")} == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_op_passes_opcheck(name):
+    namespace, op = name.split("::")
+    torch.library.opcheck(getattr(getattr(torch.ops, namespace), op).default, CASES[name]())

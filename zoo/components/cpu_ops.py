@@ -1,0 +1,131 @@
+"""zoo's C++ CPU kernels as torch custom ops: a compiled graph calls the kernel eager code calls.
+
+A kernel's C++ is built lazily (``cpu_extension``: at the first call that may run it) and its
+functions are pybind functions that dynamo cannot trace, so a ``torch.compile`` graph can hold
+such a call only as an operator whose output shape is known without running it. A
+``CppExtension`` declares each C++ function once (``CppFunction``): its operator schema in
+torch's syntax, where ``Tensor(a!) state`` marks a tensor the function writes in place (what
+functionalisation must know: inductor then writes the state where it lives, no copy), and a
+shape function that gives the output as an empty tensor from the arguments (run on fake
+tensors while a graph is traced). Each becomes ``torch.ops.zoo.<extension>_<function>``, whose
+implementation loads the extension when it runs: a mixer traces the op only where it resolved
+the kernel beforehand (``KernelChoice.uses``), so by then the extension is built.
+
+``extension.op(name)`` is what a mixer calls: the op inside a graph, and outside one the pybind
+function itself (the same C++ without the dispatcher's hop into Python, a few µs a call). A
+``Kernel`` whose calls all go through these ops declares ``compiles=True``. Plugins reach
+``CppExtension`` and ``CppFunction`` through ``zoo.parts``; their ops share the ``zoo`` namespace
+under their extension's name.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from zoo.components.cpu_extension import cpu_extension
+
+NAMESPACE = "zoo"
+
+_extensions: dict[str, CppExtension] = {}  # by name: an op's implementation finds its extension here
+_ops: dict[str, Callable[..., torch.Tensor]] = {}  # qualified name -> op, registered once per process
+_functions: dict[tuple[str, str], Callable[..., torch.Tensor]] = {}  # (extension, function) -> pybind function
+_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")  # kept alive: dropping it would unregister the ops
+
+
+@dataclass(frozen=True)
+class CppFunction:
+    """One function of a C++ source: ``name``, its ``schema`` without the name (``"(Tensor x,
+    Tensor(a!) h, int n) -> Tensor"``, the mutated tensors marked) and ``shape``, called with
+    the arguments by name (fake tensors), returning the output as an empty tensor."""
+
+    name: str
+    schema: str
+    shape: Callable[..., torch.Tensor]
+
+
+class CppExtension:
+    """A C++ source built on first use whose functions are custom ops (module doc)."""
+
+    def __init__(self, name: str, source: str, functions: Sequence[CppFunction]) -> None:
+        self.name, self.source = name, source
+        self.functions = [function.name for function in functions]
+        _extensions[name] = self  # a re-imported module's extension replaces the old one
+        self._calls = {function.name: _call(name, function) for function in functions}
+
+    def load(self) -> types.ModuleType | None:
+        """The built extension, or None where it cannot be built (``cpu_extension``)."""
+        return cpu_extension(self.name, self.source, self.functions)
+
+    def available(self) -> bool:
+        """Whether the extension builds here: a ``Kernel``'s ``loads``."""
+        return self.load() is not None
+
+    def op(self, function: str) -> Callable[..., torch.Tensor]:
+        """``function``, called as the module doc says (eager: the pybind function; traced: the op)."""
+        return self._calls[function]
+
+    def op_name(self, function: str) -> str:
+        """The qualified name of ``function``'s op, ``zoo::<extension>_<function>``."""
+        return _qualified(self.name, function)
+
+
+def registered_ops() -> list[str]:
+    """The qualified names of every op registered in this process (imported extensions only)."""
+    return sorted(_ops)
+
+
+def _qualified(extension: str, function: str) -> str:
+    return f"{NAMESPACE}::{extension.removeprefix(NAMESPACE + '_')}_{function}"
+
+
+def _function(extension: str, name: str) -> Callable[..., torch.Tensor]:
+    """The pybind function ``name`` of the built ``extension`` (looked up once)."""
+    key = (extension, name)
+    if key not in _functions:
+        module = _extensions[extension].load()
+        assert module is not None, f"{extension} used without a built kernel (the mixer resolves it first)"
+        _functions[key] = getattr(module, name)
+    return _functions[key]
+
+
+def _register(extension: str, function: CppFunction) -> Callable[..., torch.Tensor]:
+    """The op of ``function`` (registered once per process; a re-imported module reuses it).
+
+    Defined with ``torch.library.Library`` and its CPU kernel registered directly rather than
+    through ``torch.library.custom_op``, whose Python autograd and version-counter layers cost
+    80-120 µs a call here (a Mamba2 step's 13 arguments: 47 µs through this op against 134-165
+    through custom_op's, 42-55 µs for the pybind function itself); the kernels have no
+    backward and run without autograd, and ``opcheck`` finds the registration sound."""
+    qualified = _qualified(extension, function.name)
+    if qualified in _ops:
+        return _ops[qualified]
+    op_name = qualified.split("::")[1]
+    parsed = torch._C.parse_schema(f"{op_name}{function.schema}")
+    names = [argument.name for argument in parsed.arguments]
+
+    def run(*args: object) -> torch.Tensor:
+        return _function(extension, function.name)(*args)
+
+    def fake(*args: object) -> torch.Tensor:
+        return function.shape(**dict(zip(names, args, strict=True)))
+
+    _LIBRARY.define(f"{op_name}{function.schema}")
+    _LIBRARY.impl(op_name, run, "CPU")
+    torch.library.register_fake(qualified, fake, lib=_LIBRARY)
+    _ops[qualified] = getattr(getattr(torch.ops, NAMESPACE), op_name).default
+    return _ops[qualified]
+
+
+def _call(extension: str, function: CppFunction) -> Callable[..., torch.Tensor]:
+    op = _register(extension, function)
+
+    def call(*args: object) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return op(*args)  # opaque in the graph: the same C++ through the dispatcher
+        return _function(extension, function.name)(*args)
+
+    return call
