@@ -10,22 +10,16 @@ from rwkv_helpers import TINY, checkpoint, deterministic  # noqa: F401 (fixtures
 from zoo_rwkv import cpu_step
 
 import zoo
+from zoo.components.kernels import implementations, preferring  # the harness's --impl, as zoo's tests set it
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, left_pad, prefill
-from zoo.parts import KernelChoice
 
 pytest.importorskip("transformers")
 
 
 def _loaded(folder, impl: str) -> torch.nn.Module:  # type: ignore[no-untyped-def]
-    from zoo.components.kernels import preferring  # the harness's --impl, as zoo's own tests set it
-
     with preferring(impl):
         return zoo.from_pretrained(folder, progress=False).eval()
-
-
-def _impls(model: torch.nn.Module) -> set[str | None]:
-    return {m.impl for m in model.modules() if isinstance(m, KernelChoice)}
 
 
 def _stepped(model: torch.nn.Module, ids: torch.Tensor, split: int, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -46,7 +40,8 @@ def test_the_fused_step_equals_the_reference_step_and_the_full_forward(checkpoin
     with torch.no_grad():
         full = reference(ids)  # (B, T, V)
         expected, got = _stepped(reference, ids, 5), _stepped(fast, ids, 5)
-    assert _impls(fast) == {"cpu-scan+cpu-step"} and _impls(reference) == {"reference"}  # auto: prompt and step
+    assert implementations(fast) == "rwkv: cpu-scan+cpu-step, rwkv-ffn: cpu-step"  # auto: prompt and steps
+    assert implementations(reference) == "rwkv: reference, rwkv-ffn: reference"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got, full[:, 4:], atol=1e-5, rtol=1e-5)
 
@@ -59,5 +54,5 @@ def test_the_fused_step_after_a_left_padded_prefill(checkpoint):
     ids, mask = torch.cat([ids, more], dim=1), torch.cat([mask, torch.ones_like(more)], dim=1)
     with torch.no_grad():
         expected, got = _stepped(reference, ids, 5, mask), _stepped(fast, ids, 5, mask)
-    assert _impls(fast) == {"cpu-step"}
+    assert implementations(fast) == "rwkv: cpu-step, rwkv-ffn: cpu-step"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

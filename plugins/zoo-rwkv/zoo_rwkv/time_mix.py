@@ -155,8 +155,7 @@ class TimeMix(TokenMixer, KernelChoice):
         ratios = (self.time_mix_key, self.time_mix_value, self.time_mix_receptance)
         mixed = cpu_step.shift_mix(x[:, 0], tensors[0], ratios).to(x.dtype)  # (3, B, d)
         k, v, r = self.key(mixed[0]), self.value(mixed[1]), self.receptance(mixed[2])  # (B, C) each
-        w = -torch.exp(self.time_decay.float())  # (C,)
-        out = cpu_step.wkv_step(w, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
+        out = cpu_step.wkv_step(self.time_decay, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
         return self.output(out.to(x.dtype))[:, None]  # (B, 1, d)
 
     def extra_repr(self) -> str:
