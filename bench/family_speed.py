@@ -14,10 +14,16 @@ to back) so that all see the same load on a shared machine; figures are medians 
 rounds. Compare within one run only.
 
 Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] [--threads 2]
-     [--layers 4] [--impls reference,auto] [--families gpt2,mamba-130m,...]
+     [--layers 4] [--impls reference,auto] [--families gpt2,mamba-130m,...] [--dtype bfloat16]
 
 ``rwkv`` is the zoo-rwkv plugin (plugins/zoo-rwkv), staged from the source tree when it is
-not installed.
+not installed. ``qwen3-0.6b`` runs at its own width (1024, a 151,936-row head);
+``t5-small`` is an encoder-decoder cut to ``--layers`` on both sides: its prefill is the
+encoder pass over the prompt plus the decoder's first token, its decode steps attend to the
+encoded prompt (the cross-attention K/V, ``--prompt-len`` tokens, counted in the bytes).
+``--dtype bfloat16`` builds the weights in bfloat16 and keeps the cache in the model's dtype
+as a ``zoo bench`` run does: the recurrent states stay float32 (``state_dtype``'s default),
+convolution windows and token-shift inputs are bfloat16.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from zoo.analysis.host_probe import cpu_description, host_peaks
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.model.cache import KVCache
-from zoo.model.generation import decode_step, prefill
+from zoo.model.generation import decode_step, decoder_start, prefill
 from zoo.specs.model import ModelSpec
 from zoo.specs.registry import reset_registry
 from zoo.specs.staging import stage_plugin
@@ -61,6 +67,8 @@ FAMILIES = {  # name -> (preset, overrides)
     "linear": ("gpt2", {"attention.kind": "linear"}),
     "infini": ("gpt2", {"attention.kind": "infini"}),
     "rwkv": ("rwkv-4-169m-pile", {}),
+    "qwen3-0.6b": ("qwen3-0.6b", {}),
+    "t5-small": ("t5-small", {}),
 }
 
 
@@ -73,19 +81,36 @@ class Case:
     prefill: list[float] = field(default_factory=list)  # tokens/s per round
     decode: list[float] = field(default_factory=list)
 
+    @property
+    def seq2seq(self) -> bool:
+        return self.spec.encoder is not None
 
-def build(family: str, impl: str, layers: int) -> Case:
+
+def build(family: str, impl: str, layers: int, dtype: str = "float32") -> Case:
     preset, overrides = FAMILIES[family]
-    spec = zoo.spec(preset).override({**overrides, "n_layers": layers})
+    spec = zoo.spec(preset)
+    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if spec.encoder is not None else {})}
+    spec = spec.override({**overrides, **depth})
     with preferring(impl):
-        model = zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
+        model = zoo.build(spec, device="cpu", dtype=dtype, seed=0).eval()
     return Case(family, impl, spec, model)
 
 
+def _prefill(case: Case, ids: torch.Tensor, steps: int) -> tuple[KVCache, torch.Tensor]:
+    """A fresh cache and the prompt's last logits (1, V): for an encoder-decoder the encoder
+    pass over ``ids`` and the decoder's start token."""
+    if not case.seq2seq:
+        cache = KVCache(case.model, batch_size=1, max_len=ids.shape[1] + steps)
+        return cache, prefill(case.model, ids, cache)
+    cache = KVCache(case.model, batch_size=1, max_len=1 + steps, memory_len=ids.shape[1])
+    memory = case.model.encode(ids)  # (1, P, d)
+    return cache, prefill(case.model, decoder_start(case.model, 1, ids.device), cache, memory=memory)
+
+
 def one_round(case: Case, ids: torch.Tensor, steps: int) -> None:
-    cache = KVCache(case.model, batch_size=1, max_len=ids.shape[1] + steps)
+    ids = ids % case.spec.vocab_size  # (1, P): t5-small's vocabulary is smaller than the others'
     start = time.perf_counter()
-    logits = prefill(case.model, ids, cache)  # (1, V)
+    cache, logits = _prefill(case, ids, steps)  # (1, V)
     case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
     token = logits.argmax(-1, keepdim=True)  # (1, 1)
     start = time.perf_counter()
@@ -103,13 +128,14 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for family in args.families.split(","):
         if family in PLUGINS:
             stage_plugin(PLUGINS[family])
             reset_registry()
-    cases = [build(f, i, args.layers) for i in args.impls.split(",") for f in args.families.split(",")]
+    cases = [build(f, i, args.layers, args.dtype) for i in args.impls.split(",") for f in args.families.split(",")]
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
     with torch.inference_mode(), row_product.measured_faster(faster):  # as a `zoo bench` run on this host
@@ -127,7 +153,7 @@ def main() -> None:
         f"{peaks.bandwidth / 1e9:.1f} GB/s"
     )
     print(
-        f"float32, batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
+        f"{args.dtype}, batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
         f"{args.rounds} interleaved rounds (medians)\n"
     )
     print(
@@ -138,7 +164,8 @@ def main() -> None:
     gpt2 = {c.impl: c for c in cases if c.family == "gpt2"}
     for c in cases:
         decode, pre = statistics.median(c.decode), statistics.median(c.prefill)
-        nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, "float32")
+        context, memory = (1, args.prompt_len) if c.seq2seq else (args.prompt_len, 0)
+        nbytes = decode_bytes_per_step(c.spec, 1, context + args.decode // 2, args.dtype, memory_len=memory)
         achieved = decode * nbytes
         base = gpt2.get(c.impl)
         versus = f"{pre / statistics.median(base.prefill):.2f}x" if base else "-"
