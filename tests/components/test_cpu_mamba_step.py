@@ -68,6 +68,20 @@ def _stepped(
     return torch.stack(out, dim=1)
 
 
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per call of the fused step (the mixer calls it through the module)."""
+    calls: list[int] = []
+    original = cpu_mamba_step.mamba_step
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_mamba_step, "mamba_step", counted)
+    return calls
+
+
 def _ran_step(model: torch.nn.Module) -> bool:
     used = implementations(model) or ""
     return cpu_mamba_step.KERNEL.name in used.removeprefix("mamba: ").split("+")
@@ -80,7 +94,9 @@ def test_the_mamba_step_builds_with_the_dev_install():
 
 @pytest.mark.parametrize("state_dtype", ["float32", "cache"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_fused_step_equals_the_reference_step_and_the_full_forward(case: str, state_dtype: str):
+def test_the_fused_step_equals_the_reference_step_and_the_full_forward(
+    case: str, state_dtype: str, kernel_calls: list[int]
+):
     spec = _spec(case, state_dtype)
     reference, fast = _built(spec, "reference"), _built(spec, "auto")
     ids = torch.randint(0, VOCAB, (2, 19), generator=torch.Generator().manual_seed(2))  # (B, T)
@@ -88,7 +104,7 @@ def test_the_fused_step_equals_the_reference_step_and_the_full_forward(case: str
         full = reference(ids)  # (B, T, V)
         expected = _stepped(reference, ids, 6)
         got = _stepped(fast, ids, 6)
-    assert _ran_step(fast)
+    assert len(kernel_calls) == 2 * (19 - 6)  # every decode step of both layers (the reference's: none)
     assert implementations(fast) == "mamba: cpu-scan+cpu-step"
     assert implementations(reference) == "mamba: reference"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
@@ -111,7 +127,7 @@ def test_the_fused_step_after_a_left_padded_prefill():
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_a_half_precision_state_runs_the_reference_step():
+def test_a_half_precision_state_runs_the_reference_step(kernel_calls: list[int]):
     """``state_dtype: cache`` in bfloat16: the kernel updates float32 state only, so the step
     is the reference's, bit for bit."""
     spec = _spec("mamba", "cache")
@@ -120,19 +136,22 @@ def test_a_half_precision_state_runs_the_reference_step():
     with torch.no_grad():
         expected, got = _stepped(reference, ids, 4), _stepped(fast, ids, 4)
     assert torch.equal(got, expected)
+    assert not kernel_calls
 
 
-def test_a_bfloat16_model_with_a_float32_cache_runs_the_fused_step():
-    """bfloat16 weights (x_proj and dt_proj read in bfloat16 inside the kernel) with the window
-    and state in float32: the step is the kernel's, in float32 where the reference rounds its
-    activations to bfloat16 between ops, so the logits agree to bfloat16's precision."""
+@pytest.mark.parametrize("cache_dtype", [torch.float32, None])
+def test_a_bfloat16_model_runs_the_fused_step(cache_dtype: torch.dtype | None, kernel_calls: list[int]):
+    """bfloat16 weights (x_proj and dt_proj read in bfloat16 inside the kernel), the state in
+    float32 and the window in float32 or (the default cache) bfloat16: the step is the
+    kernel's, in float32 where the reference rounds its activations to bfloat16 between ops,
+    so the logits agree to bfloat16's precision."""
     spec = _spec("mamba")
     reference, fast = _built(spec, "reference", "bfloat16"), _built(spec, "auto", "bfloat16")
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
     with torch.no_grad():
-        expected = _stepped(reference, ids, 4, cache_dtype=torch.float32).float()
-        got = _stepped(fast, ids, 4, cache_dtype=torch.float32).float()
-    assert _ran_step(fast)
+        expected = _stepped(reference, ids, 4, cache_dtype=cache_dtype).float()
+        got = _stepped(fast, ids, 4, cache_dtype=cache_dtype).float()
+    assert len(kernel_calls) == 2 * (12 - 4)
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)
 
 

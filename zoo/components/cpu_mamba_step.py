@@ -17,7 +17,8 @@ on dt, B and C included); in a half-precision model the reference rounds the act
 between its ops to that dtype and this kernel does not. Built with zoo's flags
 (``cpu_extension``); where it cannot be built the reference runs. Inference only: the mixer
 asks ``cpu_steps.step_ready`` (float32 state, no autograd, no compiled graph, no padding
-token) before it calls ``mamba_step``, which updates the state in place like ``cpu_steps``'
+token; the convolution window may be in the model's dtype too, see ``window_fits``) before it
+calls ``mamba_step``, which updates the state in place like ``cpu_steps``'
 functions, so it can be wrapped as a custom op the same way.
 """
 
@@ -60,9 +61,27 @@ static void weightless_rms(float* v, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) v[i] *= scale;
 }
 
+// One row: window (D, K) <- [window[1:], x]; xs = SiLU(taps . window + bias). The window is float32 or
+// the model's dtype, whose values x (in_proj's output, widened) holds exactly.
+template <typename Win>
+static void conv_step(const float* x, const float* cw, const float* cb, Win* win, float* xs, int64_t D, int64_t K) {
+  for (int64_t d = 0; d < D; ++d) {
+    Win* wd = win + d * K;
+    const float* kd = cw + d * K;
+    float acc = cb ? cb[d] : 0.f;
+    for (int64_t j = 0; j + 1 < K; ++j) {
+      wd[j] = wd[j + 1];
+      acc += kd[j] * static_cast<float>(wd[j]);
+    }
+    wd[K - 1] = static_cast<Win>(x[d]);
+    xs[d] = silu(acc + kd[K - 1] * x[d]);
+  }
+}
+
 // xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z), the input of out_proj.
-// window (B, D, K) and ssm (B, D, N) float32, updated in place; x_proj (R + 2N, D) and dt_w (D, R) in
-// one dtype; conv_b, dt_b empty when absent; eps <= 0: no norms on dt, B, C.
+// window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place;
+// x_proj (R + 2N, D) and dt_w (D, R) in one dtype; conv_b, dt_b empty when absent; eps <= 0: no
+// norms on dt, B, C.
 torch::Tensor mamba_step(torch::Tensor xz, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
                          torch::Tensor x_proj, torch::Tensor dt_w, torch::Tensor dt_b, torch::Tensor A_log,
                          torch::Tensor Dskip, torch::Tensor ssm, double eps) {
@@ -75,18 +94,9 @@ torch::Tensor mamba_step(torch::Tensor xz, torch::Tensor conv_w, torch::Tensor c
   const float* dp = Dskip.data_ptr<float>();
   for (int64_t b = 0; b < batch; ++b) {
     const float *x = xz.data_ptr<float>() + b * 2 * D, *z = x + D;
-    float* win = window.data_ptr<float>() + b * D * K;
-    for (int64_t d = 0; d < D; ++d) {  // window (D, K) <- [window[1:], x]; xs = SiLU(taps . window + bias)
-      float* wd = win + d * K;
-      const float* kd = cw + d * K;
-      float acc = cb ? cb[d] : 0.f;
-      for (int64_t j = 0; j + 1 < K; ++j) {
-        wd[j] = wd[j + 1];
-        acc += kd[j] * wd[j];
-      }
-      wd[K - 1] = x[d];
-      xs[d] = silu(acc + kd[K - 1] * x[d]);
-    }
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, window.scalar_type(), "mamba_conv", [&] {
+      conv_step(x, cw, cb, window.data_ptr<scalar_t>() + b * D * K, xs.data(), D, K);
+    });
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x_proj.scalar_type(), "mamba_step", [&] {
       gemv(x_proj.data_ptr<scalar_t>(), xs.data(), nullptr, dbc.data(), R + 2 * N, D);
       if (eps > 0) {
@@ -126,6 +136,13 @@ def load() -> types.ModuleType | None:
 KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
 
 
+def window_fits(window: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether the kernel takes this convolution window for input ``x``: contiguous, float32 or
+    ``x``'s dtype (a bfloat16 cache's window holds in_proj's bfloat16 outputs, which the kernel
+    stores exactly; ``step_ready`` asks float32 of the recurrent state only)."""
+    return window.is_contiguous() and window.dtype in (torch.float32, x.dtype)
+
+
 def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.float().contiguous()
 
@@ -142,7 +159,7 @@ def mamba_step(
     """Mamba-1 between in_proj and out_proj for one token: ``xz`` (B, 2 d_inner), in_proj's
     output; x_proj's weight (dt_rank + 2N, d_inner); dt_proj's weight (d_inner, dt_rank) and
     bias; ``params`` A_log (d_inner, N) and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
-    d_conv) and ``ssm`` (B, d_inner, N), float32, updated in place; ``eps`` the weightless
+    d_conv), float32 or ``xz``'s dtype, and ``ssm`` (B, d_inner, N) float32, updated in place; ``eps`` the weightless
     norms' (None: none) -> the gated y (B, d_inner) float32."""
     module = load()
     assert module is not None, "cpu_mamba_step used without a built kernel (step_ready first)"

@@ -171,7 +171,8 @@ class MambaMixer(TokenMixer, KernelChoice):
         T = x.shape[1]
         tensors = None if state is None else state.tensors
         if T == 1 and state is not None and tensors is not None and isinstance(self.x_proj, nn.Linear):
-            if step_ready(self, x, (tensors["conv"], tensors["ssm"]), state.token_valid, cpu_mamba_step.KERNEL):
+            fits = cpu_mamba_step.window_fits(tensors["conv"], x)
+            if fits and step_ready(self, x, (tensors["ssm"],), state.token_valid, cpu_mamba_step.KERNEL):
                 return self._step(x, tensors)
         if state is not None:
             valid = state.token_valid  # (B, T) bool or None
