@@ -56,3 +56,26 @@ def test_the_fused_step_after_a_left_padded_prefill(checkpoint):
         expected, got = _stepped(reference, ids, 5, mask), _stepped(fast, ids, 5, mask)
     assert implementations(fast) == "rwkv: cpu-step, rwkv-ffn: cpu-step"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_bfloat16_model_runs_the_fused_step_on_its_bfloat16_cache(checkpoint, monkeypatch):
+    """bfloat16 weights and cache: the token-shift states are bfloat16 (the kernel stores the
+    bfloat16 inputs exactly), the WKV sums float32, so both mixes run the kernel, in float32 where
+    the reference rounds to bfloat16 between ops: logits agree to bfloat16's precision."""
+    calls: list[int] = []
+    original = cpu_step.shift_mix
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_step, "shift_mix", counted)
+    models = []
+    for impl in ("reference", "auto"):
+        with preferring(impl):
+            models.append(zoo.from_pretrained(checkpoint[1], progress=False, dtype="bfloat16").eval())
+    ids = torch.randint(0, TINY["vocab_size"], (2, 12))  # (B, T)
+    with torch.no_grad():
+        expected, got = (_stepped(model, ids, 4).float() for model in models)
+    assert len(calls) == 2 * TINY["num_hidden_layers"] * (12 - 4)  # time and channel mix, every layer and step
+    torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)

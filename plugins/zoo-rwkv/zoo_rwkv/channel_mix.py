@@ -92,8 +92,9 @@ class ChannelMix(FeedForward, KernelChoice):
         """x (B, T, d) -> (B, T, d); ``state``: this module's cache view holding ``ffn_x``
         (read and written in place); ``valid`` (B, T): False at padding."""
         tensors = None if state is None else state.tensors
-        if x.shape[1] == 1 and tensors is not None and step_ready(self, x, [tensors[STATE_NAME]], valid):
-            return self._step(x, tensors[STATE_NAME])
+        if x.shape[1] == 1 and tensors is not None and cpu_step.shift_fits(tensors[STATE_NAME], x):
+            if step_ready(self, x, [], valid):
+                return self._step(x, tensors[STATE_NAME])
         shifted, last = shift(x, valid, None if tensors is None else tensors[STATE_NAME])
         k = torch.square(torch.relu(self.key(mix(x, shifted, self.time_mix_key))))  # (B, T, H)
         r = torch.sigmoid(self.receptance(mix(x, shifted, self.time_mix_receptance)))  # (B, T, d)

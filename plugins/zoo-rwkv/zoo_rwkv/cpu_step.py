@@ -27,6 +27,19 @@ SOURCE = r"""
 #include <cmath>
 #include <vector>
 
+// The rows of shift_mix: last in float32 or the model's dtype, whose values x (widened) holds exactly.
+template <typename L>
+static void shift_rows(const float* xp, L* lp, const std::vector<const float*>& ratio, float* op, int64_t batch,
+                       int64_t d) {
+  const int64_t R = ratio.size();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < d; ++i) {
+      const float now = xp[b * d + i], before = static_cast<float>(lp[b * d + i]);
+      for (int64_t j = 0; j < R; ++j) op[(j * batch + b) * d + i] = now * ratio[j][i] + before * (1.f - ratio[j][i]);
+      lp[b * d + i] = static_cast<L>(now);
+    }
+}
+
 // x (B, d) this token; last (B, d) the previous one, overwritten with x; ratios R tensors of d each ->
 // (R, B, d): x * ratio + last * (1 - ratio) for each ratio (time mixing: key, value, receptance;
 // channel mixing: key, receptance).
@@ -38,14 +51,9 @@ torch::Tensor shift_mix(torch::Tensor x, torch::Tensor last, std::vector<torch::
     TORCH_CHECK(ratios[j].numel() == d, "shift_mix: a ratio of ", ratios[j].numel(), " entries for width ", d);
     ratio[j] = ratios[j].data_ptr<float>();
   }
-  const float* xp = x.data_ptr<float>();
-  float *lp = last.data_ptr<float>(), *op = out.data_ptr<float>();
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < d; ++i) {
-      const float now = xp[b * d + i], before = lp[b * d + i];
-      for (int64_t j = 0; j < R; ++j) op[(j * batch + b) * d + i] = now * ratio[j][i] + before * (1.f - ratio[j][i]);
-      lp[b * d + i] = now;
-    }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, last.scalar_type(), "shift_mix", [&] {
+    shift_rows(x.data_ptr<float>(), last.data_ptr<scalar_t>(), ratio, out.data_ptr<float>(), batch, d);
+  });
   return out;
 }
 
@@ -91,6 +99,13 @@ KERNEL = Kernel("cpu-step", "cpu", lambda: load() is not None)
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.float().contiguous()
+
+
+def shift_fits(last: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether ``shift_mix`` takes this token-shift state for input ``x``: contiguous, float32
+    or ``x``'s dtype (a bfloat16 cache's state holds bfloat16 inputs, which it stores exactly;
+    ``step_ready`` asks float32 of the WKV sums only)."""
+    return last.is_contiguous() and last.dtype in (torch.float32, x.dtype)
 
 
 def shift_mix(x: torch.Tensor, last: torch.Tensor, ratios: tuple[torch.Tensor, ...]) -> torch.Tensor:

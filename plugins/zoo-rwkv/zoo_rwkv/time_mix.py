@@ -127,7 +127,7 @@ class TimeMix(TokenMixer, KernelChoice):
         tensors = None if state is None else state.tensors
         if x.shape[1] == 1 and state is not None and tensors is not None:
             mine = [tensors[name] for name in ("att_x", *WKV_STATE)]
-            if step_ready(self, x, mine, state.token_valid):
+            if cpu_step.shift_fits(mine[0], x) and step_ready(self, x, mine[1:], state.token_valid):
                 return self._step(x, mine)
         valid = state_valid(positions, state)
         shifted, last = shift(x, valid, None if tensors is None else tensors["att_x"])
