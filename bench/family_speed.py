@@ -22,7 +22,13 @@ Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] 
      [--families gpt2,mamba-130m,...]
 
 ``rwkv`` is the zoo-rwkv plugin (plugins/zoo-rwkv), staged from the source tree when it is
-not installed.
+not installed. ``qwen3-0.6b`` runs at its own width (1024, a 151,936-row head);
+``t5-small`` is an encoder-decoder cut to ``--layers`` on both sides: its prefill is the
+encoder pass over the prompt plus the decoder's first token, its decode steps attend to the
+encoded prompt (the cross-attention K/V, ``--prompt-len`` tokens, counted in the bytes).
+``--dtypes bfloat16`` builds the weights in bfloat16 and keeps the cache in the model's dtype
+as a ``zoo bench`` run does: the recurrent states stay float32 (``state_dtype``'s default),
+convolution windows and token-shift inputs are bfloat16.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.harness.phases.compiling import RunSteps, run_steps
 from zoo.model.cache import KVCache
-from zoo.model.generation import decode_step, prefill
+from zoo.model.generation import decode_step, decoder_start, prefill
 from zoo.specs.model import ModelSpec
 from zoo.specs.registry import reset_registry
 from zoo.specs.staging import stage_plugin
@@ -67,6 +73,8 @@ FAMILIES = {  # name -> (preset, overrides)
     "linear": ("gpt2", {"attention.kind": "linear"}),
     "infini": ("gpt2", {"attention.kind": "infini"}),
     "rwkv": ("rwkv-4-169m-pile", {}),
+    "qwen3-0.6b": ("qwen3-0.6b", {}),
+    "t5-small": ("t5-small", {}),
 }
 
 
@@ -82,22 +90,39 @@ class Case:
     prefill: list[float] = field(default_factory=list)  # tokens/s per round
     decode: list[float] = field(default_factory=list)
 
+    @property
+    def seq2seq(self) -> bool:
+        return self.spec.encoder is not None
+
 
 def build(family: str, impl: str, layers: int, dtype: str = "float32", step: str = "eager") -> Case:
     preset, overrides = FAMILIES[family]
-    spec = zoo.spec(preset).override({**overrides, "n_layers": layers})
+    spec = zoo.spec(preset)
+    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if spec.encoder is not None else {})}
+    spec = spec.override({**overrides, **depth})
     with preferring(impl):
         model = zoo.build(spec, device="cpu", dtype=dtype, seed=0).eval()
     run = run_steps(model, torch.device("cpu"), compiled=step == "compiled")  # compiled: projections fused
     return Case(family, impl, spec, model, dtype, step, run)
 
 
+def _prefill(case: Case, ids: torch.Tensor, max_len: int) -> tuple[KVCache, torch.Tensor]:
+    """A fresh cache and the prompt's last logits (1, V): for an encoder-decoder the encoder
+    pass over ``ids`` and the decoder's start token."""
+    if not case.seq2seq:
+        cache = KVCache(case.model, batch_size=1, max_len=max_len)
+        return cache, case.run.prefill(case.model, ids, cache)
+    cache = KVCache(case.model, batch_size=1, max_len=1 + max_len - ids.shape[1], memory_len=ids.shape[1])
+    memory = case.model.encode(ids)  # (1, P, d)
+    return cache, case.run.prefill(case.model, decoder_start(case.model, 1, ids.device), cache, memory=memory)
+
+
 def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
     """A prefill and ``steps`` greedy decode steps on a fresh cache of ``max_len`` slots (one
     size for every round: a compiled step is specialised to the cache's shape)."""
-    cache = KVCache(case.model, batch_size=1, max_len=max_len)
+    ids = ids % case.spec.vocab_size  # (1, P): t5-small's vocabulary is smaller than the others'
     start = time.perf_counter()
-    logits = case.run.prefill(case.model, ids, cache)  # (1, V)
+    cache, logits = _prefill(case, ids, max_len)  # (1, V)
     case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
     token = logits.argmax(-1, keepdim=True)  # (1, 1)
     start = time.perf_counter()
@@ -127,7 +152,8 @@ def _table(cases: list[Case], args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
         decode = statistics.median(c.decode)
-        nbytes = decode_bytes_per_step(c.spec, 1, args.prompt_len + args.decode // 2, c.dtype)
+        context, memory = (1, args.prompt_len) if c.seq2seq else (args.prompt_len, 0)
+        nbytes = decode_bytes_per_step(c.spec, 1, context + args.decode // 2, c.dtype, memory_len=memory)
         achieved = decode * nbytes
         gpt2 = next(
             (o for o in cases if (o.family, o.dtype, o.impl, o.step) == ("gpt2", c.dtype, c.impl, c.step)), None

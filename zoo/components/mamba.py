@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.components import cpu_scan
+from zoo.components import cpu_mamba_step, cpu_scan
+from zoo.components.cpu_steps import step_ready
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
@@ -94,13 +95,15 @@ class MambaMixer(TokenMixer, KernelChoice):
 
     Implementations (``zoo.components.kernels``): ``reference`` (``mamba_scan``: a chunked
     parallel scan and a one-token step in PyTorch), ``cpu-scan`` (``cpu_scan``: the
-    recurrence as one fused C++ loop, prefill and decode step alike; inference only) and, on
+    recurrence as one fused C++ loop, prefill and decode step alike; inference only),
+    ``cpu-step`` (``cpu_mamba_step``: a decode step's conv window, x_proj, dt_proj, state update
+    and gate as one C++ call; inference only, ahead of ``cpu-scan`` for one token) and, on
     CUDA, ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: the selective scan and state update of
     mamba-ssm, the convolution of causal-conv1d; its scan has a backward)."""
 
     causal = True
     kernel_family = "mamba"
-    kernels = (MAMBA_SSM, CPU_SCAN)
+    kernels = (MAMBA_SSM, CPU_SCAN, cpu_mamba_step.KERNEL)
 
     def __init__(self, options: MambaOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -167,6 +170,10 @@ class MambaMixer(TokenMixer, KernelChoice):
         enter as zeros with a zero step, so they leave the state as it was."""
         T = x.shape[1]
         tensors = None if state is None else state.tensors
+        if T == 1 and state is not None and tensors is not None and isinstance(self.x_proj, nn.Linear):
+            fits = cpu_mamba_step.window_fits(tensors["conv"], x)
+            if fits and step_ready(self, x, (tensors["ssm"],), state.token_valid, cpu_mamba_step.KERNEL):
+                return self._step(x, tensors)
         if state is not None:
             valid = state.token_valid  # (B, T) bool or None
         else:
@@ -205,6 +212,15 @@ class MambaMixer(TokenMixer, KernelChoice):
                 ssm.copy_(last.to(ssm.dtype))
         y = (y + xs.float() * self.D.float()) * F.silu(z.float())
         return self.out_proj(y.to(x.dtype))  # (B, T, d)
+
+    def _step(self, x: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One token (B, 1, d) on the fused kernel: the conv window and the state updated in place."""
+        xz = self.in_proj(x[:, 0])  # (B, 2 d_inner)
+        dt_proj = (self.dt_proj.weight, self.dt_proj.bias)
+        y = cpu_mamba_step.mamba_step(
+            xz, self.conv1d, self.x_proj.weight, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
+        )  # (B, d_inner) float32
+        return self.out_proj(y.to(x.dtype))[:, None]  # (B, 1, d)
 
     def extra_repr(self) -> str:
         return f"d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, dt_rank={self.dt_rank}"

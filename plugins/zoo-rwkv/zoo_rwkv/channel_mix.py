@@ -5,6 +5,10 @@ transformers' ``RwkvFeedForward``: ``time_mix_key/receptance`` (1, 1, d), ``key`
 It shifts tokens too, so it owns a per-sequence state ``ffn_x`` (B, d), declared in its
 ``state_layout`` like a mixer's; a block that declares ``feeds_ffn_state`` (``rwkv``)
 hands it its cache view (``forward(x, state, valid)``).
+
+Implementations (``zoo.parts.KernelChoice``, family ``rwkv-ffn``): ``reference`` (``shift``
+and the mixes in PyTorch) and ``cpu-step`` (a decode step's token shift and both mixes as one
+C++ call, ``cpu_step.shift_mix``, the state written in place; inference only).
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from torch import nn
 from zoo.parts import (
     BuildContext,
     FeedForward,
+    KernelChoice,
     LayerState,
     Linear,
     Options,
     StateTensor,
+    step_ready,
 )
+from zoo_rwkv import cpu_step
 from zoo_rwkv.shift import mix, shift
 
 STATE_NAME = "ffn_x"
@@ -43,10 +50,12 @@ class ChannelMixOptions(Options):
         return data
 
 
-class ChannelMix(FeedForward):
+class ChannelMix(FeedForward, KernelChoice):
     """x (B, T, d) -> sigmoid(receptance(x_r)) · value(relu(key(x_k))²) (B, T, d)."""
 
     stateful: ClassVar[bool] = True
+    kernel_family = "rwkv-ffn"
+    kernels = (cpu_step.KERNEL,)
 
     def __init__(self, options: ChannelMixOptions, ctx: BuildContext) -> None:
         super().__init__()
@@ -58,6 +67,7 @@ class ChannelMix(FeedForward):
         self.key = Linear(d, hidden, bias=False)
         self.receptance = Linear(d, d, bias=False)
         self.value = Linear(hidden, d, bias=False)
+        self.choose_kernel()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -82,12 +92,24 @@ class ChannelMix(FeedForward):
         """x (B, T, d) -> (B, T, d); ``state``: this module's cache view holding ``ffn_x``
         (read and written in place); ``valid`` (B, T): False at padding."""
         tensors = None if state is None else state.tensors
+        if x.shape[1] == 1 and tensors is not None and cpu_step.shift_fits(tensors[STATE_NAME], x):
+            if step_ready(self, x, [], valid):
+                return self._step(x, tensors[STATE_NAME])
         shifted, last = shift(x, valid, None if tensors is None else tensors[STATE_NAME])
         k = torch.square(torch.relu(self.key(mix(x, shifted, self.time_mix_key))))  # (B, T, H)
         r = torch.sigmoid(self.receptance(mix(x, shifted, self.time_mix_receptance)))  # (B, T, d)
         if tensors is not None:
             tensors[STATE_NAME].copy_(last)
         return r * self.value(k)  # (B, T, d)
+
+    def _step(self, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """One token (B, 1, d) on the fused shift: ``last`` (B, d) set to x in place. The
+        activations run in place on the products' fresh outputs (inference only)."""
+        ratios = (self.time_mix_key, self.time_mix_receptance)
+        mixed = cpu_step.shift_mix(x[:, 0], last, ratios).to(x.dtype)  # (2, B, d)
+        k = torch.relu_(self.key(mixed[0])).square_()  # (B, H)
+        r = torch.sigmoid_(self.receptance(mixed[1]))  # (B, d)
+        return (r * self.value(k))[:, None]  # (B, 1, d)
 
 
 def build_channel_mix(options: ChannelMixOptions, ctx: BuildContext) -> ChannelMix:

@@ -1,10 +1,13 @@
 """RWKV-4 time mixing's decode step in C++: the ``cpu-step`` kernel of ``TimeMix``.
 
 A PyTorch decode step is the token shift's three mixes (about ten small ops), the three
-projections, and the WKV recurrence's step (``wkv._step``: some twenty elementwise ops on
-(B, C) tensors, each a dispatch over a few kilobytes). Here the mixes are one call (the
-shift state written in place) and the WKV step with the receptance gate another (num, den
-and max updated in place), so only the projections remain torch ops. The maths is
+projections, ``w = -exp(time_decay)`` and the WKV recurrence's step (``wkv._step``: some
+twenty elementwise ops on (B, C) tensors, each a dispatch over a few kilobytes). Here the
+mixes are one call (the shift state written in place) and the WKV step with the decay and
+the receptance gate another (num, den and max updated in place), so only the projections
+remain torch ops. The channel mix's token shift (its key and receptance mixes) is the same
+``shift_mix`` call; its relu², sigmoid and gate stay three in-place torch ops between its
+products. The maths is
 ``shift.mix`` and ``wkv._step`` operation for operation, in float32 (the max-trick kept).
 Built with zoo's flags and registered as custom ops (``zoo.parts.CppExtension``:
 ``torch.ops.zoo.rwkv_cpu_step_shift_mix`` and ``..._wkv_step``, the state written in place), so
@@ -24,30 +27,45 @@ SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
+#include <vector>
 
-// x (B, d) this token; last (B, d) the previous one, overwritten with x; ratios (d) each ->
-// (3, B, d): x * ratio + last * (1 - ratio) for the key, value and receptance ratios.
-torch::Tensor shift_mix(torch::Tensor x, torch::Tensor last, torch::Tensor rk, torch::Tensor rv, torch::Tensor rr) {
-  const int64_t batch = x.size(0), d = x.size(1);
-  auto out = torch::empty({3, batch, d}, x.options());
-  const float *xp = x.data_ptr<float>(), *ratio[3] = {rk.data_ptr<float>(), rv.data_ptr<float>(), rr.data_ptr<float>()};
-  float *lp = last.data_ptr<float>(), *op = out.data_ptr<float>();
+// The rows of shift_mix: last in float32 or the model's dtype, whose values x (widened) holds exactly.
+template <typename L>
+static void shift_rows(const float* xp, L* lp, const std::vector<const float*>& ratio, float* op, int64_t batch,
+                       int64_t d) {
+  const int64_t R = ratio.size();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t i = 0; i < d; ++i) {
-      const float now = xp[b * d + i], before = lp[b * d + i];
-      for (int j = 0; j < 3; ++j) op[(j * batch + b) * d + i] = now * ratio[j][i] + before * (1.f - ratio[j][i]);
-      lp[b * d + i] = now;
+      const float now = xp[b * d + i], before = static_cast<float>(lp[b * d + i]);
+      for (int64_t j = 0; j < R; ++j) op[(j * batch + b) * d + i] = now * ratio[j][i] + before * (1.f - ratio[j][i]);
+      lp[b * d + i] = static_cast<L>(now);
     }
+}
+
+// x (B, d) this token; last (B, d) the previous one, overwritten with x; ratios R tensors of d each ->
+// (R, B, d): x * ratio + last * (1 - ratio) for each ratio (time mixing: key, value, receptance;
+// channel mixing: key, receptance).
+torch::Tensor shift_mix(torch::Tensor x, torch::Tensor last, std::vector<torch::Tensor> ratios) {
+  const int64_t batch = x.size(0), d = x.size(1), R = ratios.size();
+  auto out = torch::empty({R, batch, d}, x.options());
+  std::vector<const float*> ratio(R);
+  for (int64_t j = 0; j < R; ++j) {
+    TORCH_CHECK(ratios[j].numel() == d, "shift_mix: a ratio of ", ratios[j].numel(), " entries for width ", d);
+    ratio[j] = ratios[j].data_ptr<float>();
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, last.scalar_type(), "shift_mix", [&] {
+    shift_rows(x.data_ptr<float>(), last.data_ptr<scalar_t>(), ratio, out.data_ptr<float>(), batch, d);
+  });
   return out;
 }
 
-// w, u (C); k, v, r (B, C) -> sigmoid(r) * wkv (B, C); num, den, top (B, C) the state, in place
-// (den == 0: empty, its top ignored).
-torch::Tensor wkv_step(torch::Tensor w, torch::Tensor u, torch::Tensor k, torch::Tensor v, torch::Tensor r,
+// decay, u (C): w = -exp(decay); k, v, r (B, C) -> sigmoid(r) * wkv (B, C); num, den, top (B, C) the
+// state, in place (den == 0: empty, its top ignored).
+torch::Tensor wkv_step(torch::Tensor decay, torch::Tensor u, torch::Tensor k, torch::Tensor v, torch::Tensor r,
                        torch::Tensor num, torch::Tensor den, torch::Tensor top) {
   const int64_t batch = k.size(0), C = k.size(1);
   auto out = torch::empty({batch, C}, k.options());
-  const float *wp = w.data_ptr<float>(), *up = u.data_ptr<float>(), *kp = k.data_ptr<float>();
+  const float *dcp = decay.data_ptr<float>(), *up = u.data_ptr<float>(), *kp = k.data_ptr<float>();
   const float *vp = v.data_ptr<float>(), *rp = r.data_ptr<float>();
   float *np = num.data_ptr<float>(), *dp = den.data_ptr<float>(), *tp = top.data_ptr<float>();
   float *op = out.data_ptr<float>();
@@ -60,8 +78,9 @@ torch::Tensor wkv_step(torch::Tensor w, torch::Tensor u, torch::Tensor k, torch:
       float e1 = has ? std::exp(t - m) : 0.f, e2 = std::exp(bonus - m);
       const float wkv = (e1 * np[i] + e2 * vv) / (e1 * dp[i] + e2);
       op[i] = wkv / (1.f + std::exp(-rp[i]));
-      m = std::max(t + wp[c], kk);
-      e1 = has ? std::exp(t + wp[c] - m) : 0.f, e2 = std::exp(kk - m);
+      const float w = -std::exp(dcp[c]);
+      m = std::max(t + w, kk);
+      e1 = has ? std::exp(t + w - m) : 0.f, e2 = std::exp(kk - m);
       np[i] = e1 * np[i] + e2 * vv;
       dp[i] = e1 * dp[i] + e2;
       tp[i] = m;
@@ -78,12 +97,12 @@ EXTENSION = CppExtension(
     [
         CppFunction(
             "shift_mix",
-            "(Tensor x, Tensor(a!) last, Tensor rk, Tensor rv, Tensor rr) -> Tensor",
-            lambda x, **_: x.new_empty(3, *x.shape),  # (3, B, d)
+            "(Tensor x, Tensor(a!) last, Tensor[] ratios) -> Tensor",
+            lambda x, ratios, **_: x.new_empty(len(ratios), *x.shape),  # (R, B, d)
         ),
         CppFunction(
             "wkv_step",
-            "(Tensor w, Tensor u, Tensor k, Tensor v, Tensor r, Tensor(a!) num, Tensor(b!) den, Tensor(c!) top) "
+            "(Tensor decay, Tensor u, Tensor k, Tensor v, Tensor r, Tensor(a!) num, Tensor(b!) den, Tensor(c!) top) "
             "-> Tensor",
             lambda k, **_: torch.empty_like(k),  # (B, C)
         ),
@@ -103,15 +122,24 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.float().contiguous()
 
 
+def shift_fits(last: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether ``shift_mix`` takes this token-shift state for input ``x``: contiguous, float32
+    or ``x``'s dtype (a bfloat16 cache's state holds bfloat16 inputs, which it stores exactly;
+    ``step_ready`` asks float32 of the WKV sums only)."""
+    return last.is_contiguous() and last.dtype in (torch.float32, x.dtype)
+
+
 def shift_mix(x: torch.Tensor, last: torch.Tensor, ratios: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """x (B, d) one token, ``last`` (B, d) the previous token's input (set to x in place) ->
-    the key, value and receptance mixes (3, B, d)."""
-    return EXTENSION.op("shift_mix")(_f32(x), last, *(_f32(r.reshape(-1)) for r in ratios))
+    one mix per ratio (1, 1, d) (R, B, d): time mixing's key, value and receptance mixes,
+    channel mixing's key and receptance mixes."""
+    return EXTENSION.op("shift_mix")(_f32(x), last, [_f32(r) for r in ratios])
 
 
 def wkv_step(
-    w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r: torch.Tensor, state: list[torch.Tensor]
+    decay: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r: torch.Tensor, state: list[torch.Tensor]
 ) -> torch.Tensor:
-    """sigmoid(r) · wkv for one token: w, u (C,); k, v, r (B, C) the projections' outputs;
-    ``state`` num, den, max (B, C) float32, updated in place -> (B, C) float32."""
-    return EXTENSION.op("wkv_step")(_f32(w), _f32(u), *(_f32(t) for t in (k, v, r)), *state)
+    """sigmoid(r) · wkv for one token: ``decay`` (time_decay, w = -exp(decay) taken inside),
+    u (C,); k, v, r (B, C) the projections' outputs; ``state`` num, den, max (B, C) float32,
+    updated in place -> (B, C) float32."""
+    return EXTENSION.op("wkv_step")(_f32(decay), _f32(u), *(_f32(t) for t in (k, v, r)), *state)

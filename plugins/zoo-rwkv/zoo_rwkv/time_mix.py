@@ -127,7 +127,7 @@ class TimeMix(TokenMixer, KernelChoice):
         tensors = None if state is None else state.tensors
         if x.shape[1] == 1 and state is not None and tensors is not None:
             mine = [tensors[name] for name in ("att_x", *WKV_STATE)]
-            if step_ready(self, x, mine, state.token_valid, cpu_step.KERNEL):
+            if cpu_step.shift_fits(mine[0], x) and step_ready(self, x, mine[1:], state.token_valid, cpu_step.KERNEL):
                 return self._step(x, mine)
         valid = state_valid(positions, state)
         shifted, last = shift(x, valid, None if tensors is None else tensors["att_x"])
@@ -155,8 +155,7 @@ class TimeMix(TokenMixer, KernelChoice):
         ratios = (self.time_mix_key, self.time_mix_value, self.time_mix_receptance)
         mixed = cpu_step.shift_mix(x[:, 0], tensors[0], ratios).to(x.dtype)  # (3, B, d)
         k, v, r = self.key(mixed[0]), self.value(mixed[1]), self.receptance(mixed[2])  # (B, C) each
-        w = -torch.exp(self.time_decay.float())  # (C,)
-        out = cpu_step.wkv_step(w, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
+        out = cpu_step.wkv_step(self.time_decay, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
         return self.output(out.to(x.dtype))[:, None]  # (B, 1, d)
 
     def extra_repr(self) -> str:

@@ -1,0 +1,193 @@
+"""Mamba-1's one-token decode step as one fused C++ call: the ``cpu-step`` kernel of ``MambaMixer``.
+
+Between in_proj and out_proj a PyTorch decode step of Mamba-1 is some thirty dispatched ops:
+the convolution window's concatenation and copy, its dot product and SiLU, x_proj, the split
+into dt, B and C, dt_proj, softplus, ``-exp(A_log)`` over the whole (d_inner, N) matrix, the
+state update (``cpu_scan`` or ``selective_step``), the D skip and the SiLU gate, each a
+dispatch of microseconds over a few kilobytes. Here they are one call: the window is shifted
+in place while it is read (as ``cpu_steps``' ``conv_row``), x_proj (d_inner -> dt_rank + 2N)
+and dt_proj (dt_rank -> d_inner), two small products (about 1% of a layer's weights), run
+inside on the float32 activations with the weights in their own dtype, and the state is read
+and written once. Only in_proj and out_proj, the layer's big products, stay torch's (the
+part a roofline counts).
+
+The maths is the reference's (``MambaMixer.forward`` with ``causal_conv`` and
+``selective_step``) operation for operation, in float32 (Falcon-Mamba's weightless RMS norms
+on dt, B and C included); in a half-precision model the reference rounds the activations
+between its ops to that dtype and this kernel does not. Built with zoo's flags
+and registered as a custom op (``cpu_ops.CppExtension``: ``torch.ops.zoo.cpu_mamba_step_mamba_step``,
+the window and state written in place), so a compiled decode step runs it too; where it
+cannot be built the reference runs. Inference only: the mixer asks ``cpu_steps.step_ready``
+(float32 state, no autograd, no padding token; the convolution window may be in the model's
+dtype too, see ``window_fits``) before it calls ``mamba_step``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from zoo.components.cpu_ops import CppExtension, CppFunction
+from zoo.components.kernels import Kernel
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <vector>
+
+static inline float silu(float x) { return x / (1.f + std::exp(-x)); }
+static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+
+// out (rows) = W (rows, cols) . x (cols) (+ bias), W in its own dtype, accumulated in float32.
+template <typename W>
+static void gemv(const W* w, const float* x, const float* bias, float* out, int64_t rows, int64_t cols) {
+  at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const W* row = w + r * cols;
+      float acc = 0.f;
+      for (int64_t c = 0; c < cols; ++c) acc += static_cast<float>(row[c]) * x[c];
+      out[r] = bias ? acc + bias[r] : acc;
+    }
+  });
+}
+
+// In place: v / sqrt(mean(v^2) + eps) (F.rms_norm without a weight).
+static void weightless_rms(float* v, int64_t n, float eps) {
+  float ss = 0.f;
+  for (int64_t i = 0; i < n; ++i) ss += v[i] * v[i];
+  const float scale = 1.f / std::sqrt(ss / n + eps);
+  for (int64_t i = 0; i < n; ++i) v[i] *= scale;
+}
+
+// One row: window (D, K) <- [window[1:], x]; xs = SiLU(taps . window + bias). The window is float32 or
+// the model's dtype, whose values x (in_proj's output, widened) holds exactly.
+template <typename Win>
+static void conv_step(const float* x, const float* cw, const float* cb, Win* win, float* xs, int64_t D, int64_t K) {
+  for (int64_t d = 0; d < D; ++d) {
+    Win* wd = win + d * K;
+    const float* kd = cw + d * K;
+    float acc = cb ? cb[d] : 0.f;
+    for (int64_t j = 0; j + 1 < K; ++j) {
+      wd[j] = wd[j + 1];
+      acc += kd[j] * static_cast<float>(wd[j]);
+    }
+    wd[K - 1] = static_cast<Win>(x[d]);
+    xs[d] = silu(acc + kd[K - 1] * x[d]);
+  }
+}
+
+// xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z), the input of out_proj.
+// window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place;
+// x_proj (R + 2N, D) and dt_w (D, R) in one dtype; conv_b, dt_b empty when absent; eps <= 0: no
+// norms on dt, B, C.
+torch::Tensor mamba_step(torch::Tensor xz, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
+                         torch::Tensor x_proj, torch::Tensor dt_w, torch::Tensor dt_b, torch::Tensor A_log,
+                         torch::Tensor Dskip, torch::Tensor ssm, double eps) {
+  TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
+  const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), K = window.size(2), R = dt_w.size(1);
+  auto y = torch::empty({batch, D}, xz.options());
+  std::vector<float> xs(D), dbc(R + 2 * N), dt(D);
+  const float *cw = conv_w.data_ptr<float>(), *cb = conv_b.numel() ? conv_b.data_ptr<float>() : nullptr;
+  const float *db = dt_b.numel() ? dt_b.data_ptr<float>() : nullptr, *al = A_log.data_ptr<float>();
+  const float* dp = Dskip.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const float *x = xz.data_ptr<float>() + b * 2 * D, *z = x + D;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, window.scalar_type(), "mamba_conv", [&] {
+      conv_step(x, cw, cb, window.data_ptr<scalar_t>() + b * D * K, xs.data(), D, K);
+    });
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x_proj.scalar_type(), "mamba_step", [&] {
+      gemv(x_proj.data_ptr<scalar_t>(), xs.data(), nullptr, dbc.data(), R + 2 * N, D);
+      if (eps > 0) {
+        weightless_rms(dbc.data(), R, (float)eps);
+        weightless_rms(dbc.data() + R, N, (float)eps);
+        weightless_rms(dbc.data() + R + N, N, (float)eps);
+      }
+      gemv(dt_w.data_ptr<scalar_t>(), dbc.data(), db, dt.data(), D, R);
+    });
+    const float *Bv = dbc.data() + R, *Cv = Bv + N;
+    float *h = ssm.data_ptr<float>() + b * D * N, *out = y.data_ptr<float>() + b * D;
+    at::parallel_for(0, D, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t d = begin; d < end; ++d) {
+        const float step = softplus(dt[d]), input = step * xs[d];
+        const float* a = al + d * N;
+        float* state = h + d * N;
+        float acc = 0.f;
+        for (int64_t n = 0; n < N; ++n) {
+          const float value = std::exp(step * -std::exp(a[n])) * state[n] + input * Bv[n];
+          state[n] = value;
+          acc += Cv[n] * value;
+        }
+        out[d] = (acc + xs[d] * dp[d]) * silu(z[d]);
+      }
+    });
+  }
+  return y;
+}
+"""
+
+
+EXTENSION = CppExtension(
+    "zoo_cpu_mamba_step",
+    SOURCE,
+    [
+        CppFunction(
+            "mamba_step",
+            "(Tensor xz, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, "
+            "Tensor A_log, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
+            lambda xz, ssm, **_: xz.new_empty(ssm.shape[0], ssm.shape[1]),  # (B, d_inner) float32
+        )
+    ],
+)
+
+
+def load() -> types.ModuleType | None:
+    """The compiled step (built once per machine), or None where it cannot be built."""
+    return EXTENSION.load()
+
+
+KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
+
+
+def window_fits(window: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether the kernel takes this convolution window for input ``x``: contiguous, float32 or
+    ``x``'s dtype (a bfloat16 cache's window holds in_proj's bfloat16 outputs, which the kernel
+    stores exactly; ``step_ready`` asks float32 of the recurrent state only)."""
+    return window.is_contiguous() and window.dtype in (torch.float32, x.dtype)
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().contiguous()
+
+
+def mamba_step(
+    xz: torch.Tensor,
+    conv: torch.nn.Conv1d,
+    x_proj: torch.Tensor,
+    dt_proj: tuple[torch.Tensor, torch.Tensor],
+    params: tuple[torch.Tensor, torch.Tensor],
+    state: dict[str, torch.Tensor],
+    eps: float | None,
+) -> torch.Tensor:
+    """Mamba-1 between in_proj and out_proj for one token: ``xz`` (B, 2 d_inner), in_proj's
+    output; x_proj's weight (dt_rank + 2N, d_inner); dt_proj's weight (d_inner, dt_rank) and
+    bias; ``params`` A_log (d_inner, N) and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
+    d_conv), float32 or ``xz``'s dtype, and ``ssm`` (B, d_inner, N) float32, updated in place; ``eps`` the weightless
+    norms' (None: none) -> the gated y (B, d_inner) float32."""
+    conv_bias = torch.empty(0) if conv.bias is None else _f32(conv.bias)
+    dt_weight, dt_bias = dt_proj
+    A_log, D = params
+    return EXTENSION.op("mamba_step")(
+        _f32(xz),
+        _f32(conv.weight[:, 0]),
+        conv_bias,
+        state["conv"],
+        x_proj.contiguous(),
+        dt_weight.to(x_proj.dtype).contiguous(),
+        _f32(dt_bias),
+        _f32(A_log),
+        _f32(D),
+        state["ssm"],
+        -1.0 if eps is None else eps,
+    )
