@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from zoo.components import cpu_prefill, cpu_scan, cpu_steps
+from zoo.components import cpu_mamba_step, cpu_prefill, cpu_scan, cpu_steps
 from zoo.components.cpu_ops import registered_ops
 
 B, T, H, P, N, G, K = 2, 5, 4, 8, 8, 2, 4  # batch, tokens, heads, head width, state size, groups, conv taps
@@ -39,6 +39,13 @@ def _infini_step() -> tuple[object, ...]:
     return q, k, v, ring_k, ring_v, _r(B, H, P, P).abs(), _r(B, H, P).abs(), _r(H), no_padding, time, 4, True, 1e-6
 
 
+def _mamba_step() -> tuple[object, ...]:
+    inner, rank = 16, 3  # d_inner, dt_rank
+    xz, taps, bias, window = _r(B, 2 * inner), _r(inner, K), _r(inner), _r(B, inner, K)
+    x_proj, dt_w, dt_b = _r(rank + 2 * N, inner), _r(inner, rank), _r(inner)
+    return xz, taps, bias, window, x_proj, dt_w, dt_b, _r(inner, N), _r(inner), _r(B, inner, N), 1e-6
+
+
 CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_steps_mamba2_step": _mamba2_step,
     "zoo::cpu_steps_gdn_step": _gdn_step,
@@ -60,6 +67,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         torch.rand(B, T, H),
         _r(B, H, P, 6),
     ),
+    "zoo::cpu_mamba_step_mamba_step": _mamba_step,
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),
         _r(B, T, 16).abs(),
@@ -72,7 +80,12 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
 
 
 def test_every_zoo_op_has_a_case():
-    assert {cpu_steps.EXTENSION.name, cpu_prefill.EXTENSION.name, cpu_scan.EXTENSION.name}  # imported: registered
+    assert {
+        cpu_steps.EXTENSION.name,
+        cpu_prefill.EXTENSION.name,
+        cpu_scan.EXTENSION.name,
+        cpu_mamba_step.EXTENSION.name,
+    }  # imported: registered
     assert {name for name in registered_ops() if not name.startswith("zoo::rwkv_")} == set(CASES)
 
 
