@@ -1,6 +1,28 @@
 """zoo's own int4 product on the CPU: a row-major block layout and a C++ kernel over it.
 
-TODO docstring: numerics chosen by measurement.
+Layout (``pack``): per output row, per block of 32 inputs, 16 bytes, byte ``j`` holding value
+``j`` low and value ``j + 16`` high, as GGUF's Q4_0 / Q4_1 blocks; per (row, group) a scale
+and an offset (``scale_offsets`` (out, G, 2), the model's dtype), ``w = q * scale + offset``.
+One copy of the weight, read by both paths below (zoo/quant/int4_cpu_source.py):
+
+- **Few token rows** (decode; ``M < TILE_FROM``): llama.cpp's numerics. Each token row is
+  quantized to int8 per block of 32 inputs (scale = absmax / 127, round to nearest), the
+  4-bit values times those bytes are integer dot products (AVX512-VNNI ``vpdpbusd``, AVX2
+  ``vpmaddubsw``, or scalar C++), scaled per block in float32; the offsets multiply each
+  block's quantized sum. This is what llama.cpp computes for Q4 weights (its Q8 activation
+  blocks). Chosen by measurement (``bench/int4_numerics.py``, one decode token through a
+  SmolLM2-135M's 210 int4 matrices, one thread, this project's Zen 4): it ran 1.2x torch's
+  int4 kernel where the exact float product (nibbles widened to float32, the group's scale
+  and offset factored out of the inner loop) ran 0.94x; its cost is accuracy: against the
+  float32 product with the dequantized weight, a 1.5e-2 largest relative error per output
+  row (bfloat16 rounding of the output alone: 3.7e-3; tests/quant/test_int4_cpu.py).
+- **Many token rows** (prefill): exact weight-only numerics. A tile of weight rows is
+  widened to float32 once and multiplied with every token row by ``at::mm``; the weight is
+  read from memory once per call. The per-token int8 kernel ran at 0.57x torch's kernel on a
+  128-token prompt, the tiles at 0.98x.
+
+Where the extension cannot be built, ``reference`` (the exact float product) runs. In a
+``torch.compile`` graph the product is the opaque op ``torch.ops.zoo.int4_mm``.
 """
 
 from __future__ import annotations
@@ -13,15 +35,19 @@ from zoo.components.cpu_extension import cpu_extension
 from zoo.quant.int4_cpu_source import SOURCE
 
 BLOCK = 32  # inputs per 16-byte block: byte j = q[j] | q[j + 16] << 4 (GGUF Q4_0 / Q4_1)
-FUNCTIONS = ["int4_rows", "int4_tiles", "int4_rows_q8"]
-ROW_GRAIN = 64  # groups of 4 weight rows per thread's share at least: 256 rows
-TILE = 64  # weight rows widened at once for many token rows
-TILE_FROM = 8  # token rows from which the widened tiles and at::mm win
+FUNCTIONS = ["int4_q8", "int4_tiles"]
+ROW_GRAIN = 64  # a thread's share is at least 64 groups of 4 weight rows: smaller splits lost at 2 threads
+TILE = 256  # weight rows widened at once for many token rows (measured: 32 0.74x, 64 0.86x, 256 0.98x aten)
+TILE_FROM = 8  # token rows from which the widened tiles run
+
+_module: list[types.ModuleType | None] = []
 
 
 def load() -> types.ModuleType | None:
     """The compiled kernels (built once per machine), or None where they cannot be built."""
-    return cpu_extension("zoo_int4_cpu", SOURCE, FUNCTIONS)
+    if not _module:
+        _module.append(cpu_extension("zoo_int4_cpu", SOURCE, FUNCTIONS))
+    return _module[0]
 
 
 def pack(values: torch.Tensor) -> torch.Tensor:
@@ -50,25 +76,22 @@ def dequantize(packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tenso
 
 
 def reference(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """The kernel's numerics in PyTorch: float32 rows times the dequantized weight, (M, out) float32."""
+    """Exact weight-only numerics in PyTorch: float32 rows times the dequantized weight, (M, out) float32."""
     return x.float() @ dequantize(packed, scale_offsets).T
 
 
-def quantize_rows_q8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """llama.cpp's activation blocks: x (M, K) -> int8 (M, K), scales (M, K/32), scale * sum(q) (M, K/32)."""
+def quantize_rows_q8(x: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's Q8 activation blocks, dequantized: x (M, K) -> (M, K) float32 holding
+    ``round(x / d) * d`` with ``d = absmax / 127`` per block of 32."""
     blocks = x.float().reshape(x.shape[0], -1, BLOCK)  # (M, B, 32)
-    scales = blocks.abs().amax(-1) / 127  # (M, B)
+    scales = blocks.abs().amax(-1, keepdim=True) / 127  # (M, B, 1)
     inverse = torch.where(scales > 0, 1 / scales, torch.zeros_like(scales))
-    q = torch.round(blocks * inverse[..., None]).to(torch.int8)  # (M, B, 32)
-    sums = scales * q.sum(-1, dtype=torch.int32).float()  # (M, B)
-    return q.reshape(x.shape).contiguous(), scales.contiguous(), sums.contiguous()
+    return (torch.round(blocks * inverse) * scales).reshape(x.shape)  # (M, K)
 
 
 def reference_q8(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """llama.cpp's numerics in PyTorch: the int8-per-block row times the dequantized weight."""
-    q, scales, _ = quantize_rows_q8(x)
-    rows = (q.float().view(x.shape[0], -1, BLOCK) * scales[..., None]).view(x.shape)  # (M, K)
-    return rows @ dequantize(packed, scale_offsets).T
+    """The few-row kernel's numerics in PyTorch: int8-per-block rows times the dequantized weight."""
+    return quantize_rows_q8(x) @ dequantize(packed, scale_offsets).T
 
 
 def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
@@ -81,15 +104,13 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -
 
 def _matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
     module = load()
-    rows = x.float().contiguous()  # (M, in)
-    group = x.shape[1] // scale_offsets.shape[1]
     if module is None:
-        out = reference(rows, packed, scale_offsets)
-    elif x.shape[0] >= TILE_FROM:
-        out = module.int4_tiles(rows, packed, scale_offsets, group, TILE)
-    else:
-        out = module.int4_rows(rows, packed, scale_offsets, group, ROW_GRAIN)
-    return out.to(x.dtype)
+        return reference(x, packed, scale_offsets).to(x.dtype)
+    if x.shape[0] < TILE_FROM:
+        return module.int4_q8(x.contiguous(), packed, scale_offsets, ROW_GRAIN)
+    rows = packed.shape[0]
+    tile = max(BLOCK, min(TILE, -(-rows // torch.get_num_threads())))  # every thread a tile
+    return module.int4_tiles(x.float().contiguous(), packed, scale_offsets, tile).to(x.dtype)
 
 
 @torch.library.custom_op("zoo::int4_mm", mutates_args=())
