@@ -1,7 +1,7 @@
 """Where a packed GGUF's decode step spends its time: the whole step (eager and compiled) and
 its parts timed alone on the model's own tensors, milliseconds per token, one process.
 
-Parts: every 4-bit layer's one-row product (``aten._weight_int4pack_mm_for_cpu``), the int8
+Parts: every 4-bit layer's one-row product (zoo's kernel, zoo/quant/int4_cpu.py), the int8
 head through torch's kernel and through zoo's row kernel (zoo/quant/int8_rows.py), and
 attention at the compiled step's shapes (one query over the whole static cache, masked by
 time). Each round times every item in turn (the order rotates); medians over rounds. What

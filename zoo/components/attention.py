@@ -279,17 +279,13 @@ class Attention(TokenMixer):
         if plain and not self.causal:
             return sdpa(q, k, v, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
         if plain and (queries_last or query_time is key_time) and (T == 1 or T == S):
-            return sdpa(
-                q, k, v, is_causal=T > 1, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
-            )
+            return sdpa(q, k, v, is_causal=T > 1, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
         mask = visible_keys(query_time, key_time, self.window, key_valid, self.causal)  # (B|1, 1, T, S)
         if self.sinks is None:
             attn_mask: torch.Tensor = mask
             if bias is not None:
                 attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
-            return sdpa(
-                q, k, v, attn_mask=attn_mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads
-            )
+            return sdpa(q, k, v, attn_mask=attn_mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
         return self._attend_with_sinks(q, k, v, mask, bias)
 
     def _attend_with_sinks(
