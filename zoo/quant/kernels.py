@@ -9,9 +9,9 @@ layout (zoo/quant/int4_cpu.py; it replaced ``aten._weight_int4pack_mm_for_cpu``,
 streamed a decode step's packed bytes at 3-4 GB/s). On CUDA, int4 uses
 ``aten._weight_int4pack_mm`` (the tinygemm kernel that torchao's tensor-core-tiled int4
 layout calls; it reads the packed 4-bit weight in the product). int8 on CUDA has no aten
-kernel: it dequantizes into the product (``F.linear`` of the int8 weight cast, times the scales), which inductor fuses under
-``--compile`` and which eager mode runs as a cast plus a bfloat16 GEMM, so it saves memory
-but not time there.
+kernel: it dequantizes into the product (``F.linear`` of the int8 weight cast, times the
+scales), which inductor fuses under ``--compile`` and which eager mode runs as a cast plus a
+bfloat16 GEMM, so it saves memory but not time there.
 
 Activations go to the kernels in their own dtype; torch's CPU kernels are fast for
 bfloat16 rows and slow for float32 ones (``_weight_int8pack_mm`` with float32 took 14 ms on
