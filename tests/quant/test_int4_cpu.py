@@ -60,7 +60,7 @@ def test_activation_blocks_are_llama_cpps_q8_0_values() -> None:
     assert torch.equal(int4_cpu.quantize_rows_q8(x).view(-1, 32), q * scales)
 
 
-@pytest.mark.parametrize("rows", [1, 3, int4_cpu.TILE_FROM, 21])
+@pytest.mark.parametrize("rows", [1, 5, int4_cpu.TILE_FROM - 1, int4_cpu.TILE_FROM, 40])
 @pytest.mark.parametrize("group", [32, 64, 128, 256])
 @pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
 def test_kernel_equals_its_numerics_in_pytorch(rows: int, group: int, scale_dtype: torch.dtype) -> None:
@@ -114,7 +114,7 @@ class _Two(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-@pytest.mark.parametrize("tokens", [1, 12])
+@pytest.mark.parametrize("tokens", [1, int4_cpu.TILE_FROM])
 def test_a_compiled_graph_runs_the_opaque_op_as_eager_runs_the_kernel(tokens: int) -> None:
     model = _Two()
     x = torch.randn(1, tokens, 96)
@@ -128,13 +128,13 @@ def test_a_compiled_graph_runs_the_opaque_op_as_eager_runs_the_kernel(tokens: in
 def test_a_packed_gguf_decodes_as_its_dequantized_model_within_the_documented_error(kind: str, tmp_path: Path) -> None:
     hf_model = tiny_qwen3()
     path = write_gguf(tmp_path / f"{kind}.gguf", hf_model, gguf_tensors(hf_model), encode=encoder(kind, {}))
-    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, VOCAB, (1, int4_cpu.TILE_FROM), generator=torch.Generator().manual_seed(0))
     logits = {}
     for name, dequantize in (("packed", False), ("floats", True)):
         model = zoo.from_pretrained(path, progress=False, dequantize=dequantize)
-        cache = KVCache(model, 1, 16, dtype=torch.float32, device="cpu")
+        cache = KVCache(model, 1, int4_cpu.TILE_FROM + 1, dtype=torch.float32, device="cpu")
         with torch.no_grad():
-            whole = model(ids)  # (1, 12, vocab): 12 rows through every layer, the exact tiles
+            whole = model(ids)  # (1, T, vocab): TILE_FROM rows through every layer, the exact tiles
             prefill(model, ids, cache)
             logits[name] = (whole, decode_step(model, ids[:, :1], cache))  # one row: int8 activation blocks
     (packed_prompt, packed_step), (float_prompt, float_step) = logits["packed"], logits["floats"]

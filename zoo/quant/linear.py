@@ -8,14 +8,18 @@ fidelity checks and devices without a kernel.
 
 - ``Int8Linear``: ``qweight`` int8 (out, in), symmetric, ``scales`` (out,) in the model's
   dtype; ``w ≈ q * scale`` with ``scale = max|w_row| / 127``.
-- ``Int4Linear``: 4-bit values packed two per byte in the kernel's layout (``packed``), and
-  ``scale_zeros`` (in / group, out, 2): per group of ``group_size`` inputs, asymmetric
-  (``w ≈ (q - 8) * scale + zero`` with q in 0..15, the layout of torch's int4 kernels). The
-  output dimension is padded to a multiple of 16 (the CPU packing needs it); the padded
-  rows are zeros, stored and counted, and sliced off the output.
+- ``Int4Linear``: 4-bit values two per byte, per group of ``group_size`` inputs an asymmetric
+  scale and offset (``w = q * scale + offset``, q in 0..15). On the CPU (and the meta device,
+  whose shapes the analysis counts) zoo's own layout: ``packed`` (out, in / 2) uint8, per
+  row GGUF's blocks of 32 inputs in 16 bytes, and ``scale_offsets`` (out, G, 2), multiplied
+  by zoo's kernel (zoo/quant/int4_cpu.py: for fewer than 24 token rows, decode, it quantizes
+  the activation row to int8 per 32 inputs as llama.cpp does; for more it is the exact float
+  product). On CUDA torch's tinygemm layout: ``packed`` and ``scale_zeros`` (G, out, 2) with
+  ``(q - 8) * scale + zero``, the output dimension padded to a multiple of 16 (zeros, stored
+  and counted, sliced off the output).
 
 Bytes are the buffers' bytes (``stored_bytes``): scales and padding included. A layer is
-quantized on the device it will run on (the packing differs between CPU and CUDA); on the
+quantized on the device it will run on (the layouts differ between CPU and CUDA); on the
 meta device only the shapes are made, for exact analysis without memory.
 """
 
