@@ -22,7 +22,7 @@ One copy of the weight, read by both paths below (zoo/quant/int4_cpu_source.py):
   128-token prompt, the tiles at 0.98x.
 
 Where the extension cannot be built, ``reference`` (the exact float product) runs. In a
-``torch.compile`` graph the product is the opaque op ``torch.ops.zoo.int4_mm``.
+``torch.compile`` graph the product is the opaque op ``torch.ops.zoo_int4.mm``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from zoo.components.cpu_extension import cpu_extension
 from zoo.quant.int4_cpu_source import SOURCE
 
 BLOCK = 32  # inputs per 16-byte block: byte j = q[j] | q[j + 16] << 4 (GGUF Q4_0 / Q4_1)
-FUNCTIONS = ["int4_q8", "int4_tiles"]
+FUNCTIONS = ["int4_q8", "int4_tiles", "int4_mm"]
 ROW_GRAIN = 64  # a thread's share is at least 64 groups of 4 weight rows: smaller splits lost at 2 threads
 TILE = 256  # weight rows widened at once for many token rows (measured: 32 0.74x, 64 0.86x, 256 0.98x aten)
 TILE_FROM = (
@@ -46,10 +46,20 @@ _module: list[types.ModuleType | None] = []
 
 
 def load() -> types.ModuleType | None:
-    """The compiled kernels (built once per machine), or None where they cannot be built."""
+    """The compiled kernels (built once per machine), or None where they cannot be built.
+    Loading registers the op ``torch.ops.zoo_int4.mm`` and its shape function."""
     if not _module:
-        _module.append(cpu_extension("zoo_int4_cpu", SOURCE, FUNCTIONS))
+        module = cpu_extension("zoo_int4_cpu", SOURCE, FUNCTIONS)
+        if module is not None:
+            torch.library.register_fake("zoo_int4::mm")(_int4_mm_shape)
+        _module.append(module)
     return _module[0]
+
+
+def _int4_mm_shape(
+    x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor, tile_from: int, tile: int, grain: int
+) -> torch.Tensor:
+    return x.new_empty(x.shape[0], packed.shape[0])  # (M, out)
 
 
 def pack(values: torch.Tensor) -> torch.Tensor:
@@ -97,30 +107,8 @@ def reference_q8(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Ten
 
 
 def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """``x @ W.T`` (M, in) -> (M, out) in x's dtype; inside a ``torch.compile`` graph the opaque
-    op ``torch.ops.zoo.int4_mm`` (traced inline, the C++ call would break the graph)."""
-    if torch.compiler.is_compiling():
-        return torch.ops.zoo.int4_mm.default(x, packed, scale_offsets)
-    return _matmul(x, packed, scale_offsets)
-
-
-def _matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    module = load()
-    if module is None:
+    """``x @ W.T`` (M, in) -> (M, out) in x's dtype. The op is the C++ kernel's own dispatcher
+    op, opaque to ``torch.compile`` (the layer loads it when it is made, before any tracing)."""
+    if load() is None:
         return reference(x, packed, scale_offsets).to(x.dtype)
-    if x.shape[0] < TILE_FROM:
-        return module.int4_q8(x.contiguous(), packed, scale_offsets, ROW_GRAIN)
-    rows = packed.shape[0]
-    tile = max(BLOCK, min(TILE, -(-rows // torch.get_num_threads())))  # every thread a tile
-    return module.int4_tiles(x.float().contiguous(), packed, scale_offsets, tile).to(x.dtype)
-
-
-@torch.library.custom_op("zoo::int4_mm", mutates_args=())
-def int4_mm_op(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """``matmul`` as one opaque op for graphs that ``torch.compile`` traces."""
-    return _matmul(x, packed, scale_offsets)
-
-
-@int4_mm_op.register_fake
-def _int4_mm_shape(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    return x.new_empty(x.shape[0], packed.shape[0])  # (M, out)
+    return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, ROW_GRAIN)

@@ -137,6 +137,7 @@ class Int4Linear(QuantizedLinear):
         into this device's layout, replacing the buffers a meta layer was made with."""
         self._buffers.clear()
         if not self.cuda_layout:
+            int4_cpu.load()  # built (once) and its op registered before any graph is traced
             self.register_buffer("packed", int4_cpu.pack(values))  # (out, in / 2) uint8, row-major blocks
             self.register_buffer("scale_offsets", torch.stack([scales, offsets], -1).to(scale_dtype))  # (out, G, 2)
             return
