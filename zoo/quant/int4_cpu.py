@@ -6,16 +6,18 @@ and an offset (``scale_offsets`` (out, G, 2), the model's dtype), ``w = q * scal
 One copy of the weight, read by both paths below (zoo/quant/int4_cpu_source.py):
 
 - **Few token rows** (decode; ``M < TILE_FROM``): llama.cpp's numerics. Each token row is
-  quantized to int8 per block of 32 inputs (scale = absmax / 127, round to nearest), the
+  quantized to int8 per block of 32 inputs (scale = absmax / 127, round to nearest even), the
   4-bit values times those bytes are integer dot products (AVX512-VNNI ``vpdpbusd``, AVX2
   ``vpmaddubsw``, or scalar C++), scaled per block in float32; the offsets multiply each
   block's quantized sum. This is what llama.cpp computes for Q4 weights (its Q8 activation
   blocks). Chosen by measurement (``bench/int4_numerics.py``, one decode token through a
-  SmolLM2-135M's 210 int4 matrices, one thread, this project's Zen 4): it ran 1.2x torch's
+  SmolLM2-135M's 210 int4 matrices, one thread, this project's Zen 4): it ran 1.22x torch's
   int4 kernel where the exact float product (nibbles widened to float32, the group's scale
-  and offset factored out of the inner loop) ran 0.94x; its cost is accuracy: against the
-  float32 product with the dequantized weight, a 1.5e-2 largest relative error per output
-  row (bfloat16 rounding of the output alone: 3.7e-3; tests/quant/test_int4_cpu.py).
+  and offset factored out of the inner loop) ran 0.84x; its cost is accuracy: against the
+  float32 product with the dequantized weight, a largest error of 1.5e-2 of the largest
+  output over those matrices, bfloat16 outputs (their rounding alone: 3.7e-3); a tiny GGUF
+  model's decode logits within 1.1e-2 (tests/quant/test_int4_cpu.py). Unlike llama.cpp,
+  the activation blocks' scales stay float32 (llama.cpp rounds them to float16).
 - **Many token rows** (prefill): exact weight-only numerics. A tile of weight rows is
   widened to float32 once and multiplied with every token row by ``at::mm``; the weight is
   read from memory once per call. The per-token int8 kernel ran at 0.57x torch's kernel on a
