@@ -5,10 +5,12 @@ packed weights, more than the caches hold), bfloat16 activations as a packed GGU
 Candidates, each timed in every round (the order rotates; medians over rounds, and the
 median of per-round ratios against torch's kernel):
 - ``aten``: ``aten._weight_int4pack_mm_for_cpu`` on torch's own packing (what zoo used);
-- ``float``: zoo's ``int4_rows``, exact weight-only numerics (float32 rows, nibbles widened
-  to float, group scale and offset factored out of the inner loop);
-- ``q8``: zoo's ``int4_rows_q8``, llama.cpp's numerics (the row quantized to int8 per
-  block of 32, integer dot products), its quantization of the row included in the time.
+- ``float``: exact weight-only numerics (float32 rows, nibbles widened to float, group scale
+  and offset factored out of the inner loop), AVX-512, four rows at once, prefetching as
+  zoo's kernel does; its C++ is here (``FLOAT_SOURCE``), not in zoo;
+- ``q8``: zoo's kernel (``int4_cpu.matmul``, one row: ``int4_q8``), llama.cpp's numerics (the
+  row quantized to int8 per block of 32, integer dot products), the row's quantization
+  included in the time.
 Also printed: each one's error against the float32 product with the dequantized weight.
 
     python bench/int4_numerics.py --threads 1
