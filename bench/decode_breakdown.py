@@ -1,7 +1,7 @@
 """Where a packed GGUF's decode step spends its time: the whole step (eager and compiled) and
 its parts timed alone on the model's own tensors, milliseconds per token, one process.
 
-Parts: every 4-bit layer's one-row product (``aten._weight_int4pack_mm_for_cpu``), the int8
+Parts: every 4-bit layer's one-row product (zoo's kernel, zoo/quant/int4_cpu.py), the int8
 head through torch's kernel and through zoo's row kernel (zoo/quant/int8_rows.py), and
 attention at the compiled step's shapes (one query over the whole static cache, masked by
 time). Each round times every item in turn (the order rotates); medians over rounds. What
@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 import zoo
+from zoo.components.attention import sdpa
 from zoo.model.cache import KVCache
 from zoo.model.generation import compile_decode_step, decode_step, prefill
 from zoo.quant import int8_rows
@@ -51,7 +51,7 @@ def parts(model: torch.nn.Module, context: int) -> dict[str, Callable[[], object
 
     def attention() -> None:
         for _ in range(spec.n_layers):
-            F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=kv != heads)
+            sdpa(q, k, v, attn_mask=mask, enable_gqa=kv != heads)  # zoo's path: one bfloat16 query in float32
 
     x = torch.randn(1, head.in_features, dtype=torch.bfloat16)
     return {

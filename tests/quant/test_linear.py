@@ -43,10 +43,10 @@ def test_int4_error_is_at_most_half_a_step_per_group(weight, group_size):
 def test_kernel_equals_the_dequantized_linear(weight, make, dtype):
     bias = torch.randn(40) * 0.1
     layer = make(weight.to(dtype), bias.to(dtype), dtype)
-    x = torch.randn(3, 5, 64).to(dtype)  # (B, T, in)
+    x = torch.randn(3, 10, 64).to(dtype)  # (B, T, in): 30 rows, int4's exact product on the CPU (int4_cpu.TILE_FROM)
     expected = F.linear(x.float(), layer.dequantize(), layer.bias.float())  # (B, T, out)
     got = layer(x)
-    assert got.shape == (3, 5, 40) and got.dtype == dtype
+    assert got.shape == (3, 10, 40) and got.dtype == dtype
     tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-4
     torch.testing.assert_close(got.float(), expected, atol=tolerance, rtol=tolerance)
 
@@ -61,7 +61,6 @@ def test_bytes_come_from_the_layout(weight):
     int8 = Int8Linear(weight.bfloat16(), torch.zeros(40).bfloat16(), torch.bfloat16)
     assert int8.stored_bytes() == 40 * 64 + 40 * 2 + 40 * 2  # int8 weight, bf16 scales, bf16 bias
     int4 = Int4Linear(weight.bfloat16(), None, torch.bfloat16, 32)
-    padded = 48  # 40 rows padded to a multiple of 16
-    assert int4.stored_bytes() == padded * 64 // 2 + (64 // 32) * padded * 2 * 2  # nibbles, bf16 scale + zero
+    assert int4.stored_bytes() == 40 * 64 // 2 + (64 // 32) * 40 * 2 * 2  # nibbles, bf16 scale + offset; no padding
     meta = Int4Linear(weight.to("meta", torch.bfloat16), None, torch.bfloat16, 32)
     assert meta.stored_bytes() == int4.stored_bytes()

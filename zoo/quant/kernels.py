@@ -2,15 +2,16 @@
 
 Chosen by measurement (one thread, an 8192 x 2048 weight, one bfloat16 row, this project's
 Xeon; the figures and the script are in docs/architecture.md): ``aten._weight_int8pack_mm``
-took 1.08 ms and ``aten._weight_int4pack_mm_for_cpu`` 1.06 ms against 2.5 ms for the
-bfloat16 ``F.linear`` and 7.1 ms for ``torch.mv``; torchao 0.18's CPU int8 weight-only
-layer took 19.1 ms and its int4 layer needs the ``mslk`` package, so torchao is no
-dependency. On CUDA, int4 uses ``aten._weight_int4pack_mm`` (the tinygemm kernel that
-torchao's tensor-core-tiled int4 layout calls; it reads the packed 4-bit weight in the
-product). int8 on CUDA has no aten kernel: it dequantizes into the product
-(``F.linear`` of the int8 weight cast, times the scales), which inductor fuses under
-``--compile`` and which eager mode runs as a cast plus a bfloat16 GEMM, so it saves memory
-but not time there.
+took 1.08 ms against 2.5 ms for the bfloat16 ``F.linear`` and 7.1 ms for ``torch.mv``;
+torchao 0.18's CPU int8 weight-only layer took 19.1 ms and its int4 layer needs the ``mslk``
+package, so torchao is no dependency. int4 on the CPU is zoo's own kernel over its own
+layout (zoo/quant/int4_cpu.py; it replaced ``aten._weight_int4pack_mm_for_cpu``, which
+streamed a decode step's packed bytes at 3-4 GB/s). On CUDA, int4 uses
+``aten._weight_int4pack_mm`` (the tinygemm kernel that torchao's tensor-core-tiled int4
+layout calls; it reads the packed 4-bit weight in the product). int8 on CUDA has no aten
+kernel: it dequantizes into the product (``F.linear`` of the int8 weight cast, times the
+scales), which inductor fuses under ``--compile`` and which eager mode runs as a cast plus a
+bfloat16 GEMM, so it saves memory but not time there.
 
 Activations go to the kernels in their own dtype; torch's CPU kernels are fast for
 bfloat16 rows and slow for float32 ones (``_weight_int8pack_mm`` with float32 took 14 ms on
@@ -43,9 +44,8 @@ def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
 
 
 def int4_pack(values: torch.Tensor) -> torch.Tensor:
-    """Values (out, in) int32 in 0..15 -> the device kernel's packed layout (CPU or CUDA)."""
-    if values.device.type == "cpu":
-        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(values, 1)  # (out, in / 2) uint8
+    """Values (out, in) int32 in 0..15 -> tinygemm's packed layout on CUDA (the CPU has zoo's
+    own layout and kernel: zoo/quant/int4_cpu.py)."""
     if values.device.type != "cuda":
         raise BenchError(f"weights_dtype: int4 on {values.device.type} is not supported; allowed devices: cpu, cuda")
     pairs = values.to(torch.uint8)  # (out, in)
@@ -58,9 +58,7 @@ def int4_pack(values: torch.Tensor) -> torch.Tensor:
 
 
 def int4_matmul(x: torch.Tensor, packed: torch.Tensor, group_size: int, scale_zeros: torch.Tensor) -> torch.Tensor:
-    """``x @ W.T`` with W rebuilt per group as ``(q - 8) * scale + zero``: x (M, in) -> (M, out)."""
-    if x.device.type == "cpu":
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scale_zeros.to(x.dtype))
+    """``x @ W.T`` on CUDA with W rebuilt per group as ``(q - 8) * scale + zero``: x (M, in) -> (M, out)."""
     if x.dtype != torch.bfloat16:  # tinygemm takes bfloat16 rows only
         out = torch.ops.aten._weight_int4pack_mm(
             x.to(torch.bfloat16), packed, group_size, scale_zeros.to(torch.bfloat16)

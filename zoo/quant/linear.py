@@ -8,14 +8,18 @@ fidelity checks and devices without a kernel.
 
 - ``Int8Linear``: ``qweight`` int8 (out, in), symmetric, ``scales`` (out,) in the model's
   dtype; ``w ≈ q * scale`` with ``scale = max|w_row| / 127``.
-- ``Int4Linear``: 4-bit values packed two per byte in the kernel's layout (``packed``), and
-  ``scale_zeros`` (in / group, out, 2): per group of ``group_size`` inputs, asymmetric
-  (``w ≈ (q - 8) * scale + zero`` with q in 0..15, the layout of torch's int4 kernels). The
-  output dimension is padded to a multiple of 16 (the CPU packing needs it); the padded
-  rows are zeros, stored and counted, and sliced off the output.
+- ``Int4Linear``: 4-bit values two per byte, per group of ``group_size`` inputs an asymmetric
+  scale and offset (``w = q * scale + offset``, q in 0..15). On the CPU (and the meta device,
+  whose shapes the analysis counts) zoo's own layout: ``packed`` (out, in / 2) uint8, per
+  row GGUF's blocks of 32 inputs in 16 bytes, and ``scale_offsets`` (out, G, 2), multiplied
+  by zoo's kernel (zoo/quant/int4_cpu.py: for fewer than 24 token rows, decode, it quantizes
+  the activation row to int8 per 32 inputs as llama.cpp does; for more it is the exact float
+  product). On CUDA torch's tinygemm layout: ``packed`` and ``scale_zeros`` (G, out, 2) with
+  ``(q - 8) * scale + zero``, the output dimension padded to a multiple of 16 (zeros, stored
+  and counted, sliced off the output).
 
 Bytes are the buffers' bytes (``stored_bytes``): scales and padding included. A layer is
-quantized on the device it will run on (the packing differs between CPU and CUDA); on the
+quantized on the device it will run on (the layouts differ between CPU and CUDA); on the
 meta device only the shapes are made, for exact analysis without memory.
 """
 
@@ -25,12 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.quant import (
-    kernels,  # the submodule, not `from zoo.quant import`: the package imports this file
+from zoo.quant import (  # the submodules, not `from zoo.quant import`: the package imports this file
+    int4_cpu,
+    kernels,
 )
 
-INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernels accept
-INT4_ROW_MULTIPLE = 16  # the CPU packing works on blocks of 16 output rows
+INT4_GROUP_SIZES = (32, 64, 128, 256)  # what tinygemm accepts (zoo's CPU kernel takes any multiple of 32)
+INT4_ROW_MULTIPLE = 16  # tinygemm's layout pads the output rows to a multiple of 16
 
 
 class QuantizedLinear(nn.Module):
@@ -100,7 +105,11 @@ class Int8Linear(QuantizedLinear):
 
 
 class Int4Linear(QuantizedLinear):
-    """4-bit weights, an asymmetric scale and zero per group of ``group_size`` inputs."""
+    """4-bit weights, an asymmetric scale and offset per group of ``group_size`` inputs.
+
+    The layout follows the device the layer is made on (``cuda_layout``): on the CPU (and the
+    meta device) zoo's row-major blocks read by its own kernel (zoo/quant/int4_cpu.py), on
+    CUDA torch's tinygemm layout (module doc)."""
 
     bits = 4
 
@@ -110,18 +119,36 @@ class Int4Linear(QuantizedLinear):
         out_features, in_features = weight.shape
         super().__init__(in_features, out_features, bias)
         self.group_size = group_size
-        padded = -(-out_features // INT4_ROW_MULTIPLE) * INT4_ROW_MULTIPLE
-        if weight.device.type == "meta":
-            packed = torch.empty(padded, in_features // 2, dtype=torch.uint8, device="meta")
-            scale_zeros = torch.empty(in_features // group_size, padded, 2, dtype=scale_dtype, device="meta")
-        else:
-            full = weight.new_zeros(padded, in_features)  # (out padded, in)
-            full[:out_features] = weight
-            values, scale_zeros = quantize_int4(full, group_size)
-            packed = kernels.int4_pack(values)
-            scale_zeros = scale_zeros.to(scale_dtype)
-        self.register_buffer("packed", packed)  # kernel layout; N * K / 2 bytes
-        self.register_buffer("scale_zeros", scale_zeros)  # (in / group, out padded, 2)
+        self.cuda_layout = weight.device.type == "cuda"
+        if weight.device.type == "meta":  # the CPU layout's shapes
+            packed = torch.empty(out_features, in_features // 2, dtype=torch.uint8, device="meta")
+            scale_offsets = torch.empty(out_features, in_features // group_size, 2, dtype=scale_dtype, device="meta")
+            self.register_buffer("packed", packed)  # (out, in / 2) uint8
+            self.register_buffer("scale_offsets", scale_offsets)  # (out, G, 2)
+            return
+        values, scale_zeros = quantize_int4(weight, group_size)  # (out, in), (G, out, 2): zero at q = 8
+        scales = scale_zeros[..., 0].T  # (out, G)
+        self._hold(values, scales, scale_zeros[..., 1].T - 8 * scales, scale_dtype)
+
+    def _hold(
+        self, values: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, scale_dtype: torch.dtype
+    ) -> None:
+        """Pack values (out, in) in 0..15 with scales and offsets (out, G), ``w = q * s + o``,
+        into this device's layout, replacing the buffers a meta layer was made with."""
+        self._buffers.clear()
+        if not self.cuda_layout:
+            int4_cpu.load()  # built (once) and its op registered before any graph is traced
+            self.register_buffer("packed", int4_cpu.pack(values))  # (out, in / 2) uint8, row-major blocks
+            self.register_buffer("scale_offsets", torch.stack([scales, offsets], -1).to(scale_dtype))  # (out, G, 2)
+            return
+        padded = -(-self.out_features // INT4_ROW_MULTIPLE) * INT4_ROW_MULTIPLE
+        full = values.new_zeros(padded, self.in_features)  # (out padded, in): padded rows are zeros
+        full[: self.out_features] = values
+        scale_zeros = scales.new_zeros(scales.shape[1], padded, 2)  # (G, out padded, 2)
+        scale_zeros[:, : self.out_features, 0] = scales.T
+        scale_zeros[:, : self.out_features, 1] = (offsets + 8 * scales).T  # tinygemm computes (q - 8) * scale + zero
+        self.register_buffer("packed", kernels.int4_pack(full.to(torch.int32)))  # tinygemm's layout
+        self.register_buffer("scale_zeros", scale_zeros.to(scale_dtype))  # (G, out padded, 2)
 
     @classmethod
     def from_groups(
@@ -136,27 +163,24 @@ class Int4Linear(QuantizedLinear):
         of ``in / G`` inputs; values (out, in) in 0..15, scales and offsets (out, G). How a
         GGUF's Q4_0 / Q4_1 / Q4_K blocks load without re-quantizing (zoo/hub/gguf/quantized.py)."""
         out_features, in_features = values.shape
-        layer = cls(
-            torch.empty(out_features, in_features, device="meta"), None, scale_dtype, in_features // scales.shape[1]
-        )
-        padded = layer.packed.shape[0]
-        full = values.new_zeros(padded, in_features)  # (out padded, in): padded rows are zeros
-        full[:out_features] = values
-        scale_zeros = scales.new_zeros(scales.shape[1], padded, 2)  # (G, out padded, 2)
-        scale_zeros[:, :out_features, 0] = scales.T
-        scale_zeros[:, :out_features, 1] = (offsets + 8 * scales).T  # the kernel computes (q - 8) * scale + zero
-        layer.packed = kernels.int4_pack(full.to(torch.int32))
-        layer.scale_zeros = scale_zeros.to(scale_dtype)
+        group_size = in_features // scales.shape[1]
+        layer = cls(torch.empty(out_features, in_features, device="meta"), None, scale_dtype, group_size)
+        layer.cuda_layout = values.device.type == "cuda"
+        layer._hold(values, scales, offsets, scale_dtype)
         layer.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, in)
-        return self._finish(kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros), x)
+        if self.cuda_layout:
+            return self._finish(kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros), x)
+        return self._finish(int4_cpu.matmul(rows, self.packed, self.scale_offsets), x)
 
     def dequantize(self) -> torch.Tensor:
-        """The weight the kernel multiplies with (out, in), in float32, read back through the
-        kernel itself (an identity input), so it holds whatever the packed layout is."""
+        """The weight the kernel multiplies with (out, in), in float32. On CUDA it is read back
+        through the kernel itself (an identity input), so it holds whatever tinygemm packs."""
+        if not self.cuda_layout:
+            return int4_cpu.dequantize(self.packed, self.scale_offsets)  # (out, in)
         eye = torch.eye(self.in_features, device=self.packed.device)  # (in, in)
         columns = kernels.int4_matmul(eye, self.packed, self.group_size, self.scale_zeros.float())  # (in, out padded)
         return columns.float().T[: self.out_features].contiguous()  # (out, in)

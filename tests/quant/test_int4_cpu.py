@@ -1,0 +1,143 @@
+"""zoo's CPU int4 kernel (zoo/quant/int4_cpu.py): its layout against GGUF's block bytes, the
+C++ kernel against PyTorch references of exactly its numerics (few token rows: llama.cpp's
+int8 activation blocks; many: the exact float product), against the dequantized float product
+with the documented error, ``from_groups`` exactness, a packed GGUF's decode logits, and the
+compiled graph's opaque op against eager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from tests.hub.gguf.test_quants import VOCAB, encoder, tiny_qwen3
+from tests.hub.gguf_files import gguf_tensors, write_gguf
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
+from zoo.quant import int4_cpu
+from zoo.quant.linear import Int4Linear
+
+Q8_ERROR = 3e-2  # few-row kernel against the float product, largest |error| / largest |output| (measured ~0.5-1.5e-2)
+
+
+def _weights(out_features: int, in_features: int, group: int, dtype: torch.dtype, seed: int = 0):  # type: ignore[no-untyped-def]
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, 16, (out_features, in_features), generator=generator)  # (out, in)
+    scales = torch.rand(out_features, in_features // group, generator=generator) * 0.02 + 1e-3  # (out, G)
+    offsets = -8 * scales + torch.randn(out_features, in_features // group, generator=generator) * 1e-3
+    so = torch.stack([scales, offsets], -1).to(dtype)  # (out, G, 2)
+    return values, int4_cpu.pack(values), so
+
+
+def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
+
+
+def test_the_layout_is_gguf_q4_0s_block_bytes() -> None:
+    gguf = pytest.importorskip("gguf")
+    weight = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    blocks = gguf.quants.quantize(weight, gguf.GGMLQuantizationType.Q4_0).reshape(3, 2, 18)  # (rows, blocks, bytes)
+    nibbles = torch.from_numpy(blocks[:, :, 2:].copy()).reshape(3, 32)  # the 16 bytes of each block
+    values = int4_cpu.unpack(nibbles)  # (3, 64)
+    scales = torch.from_numpy(blocks[:, :, :2].copy().view(np.float16).astype(np.float32)).reshape(3, 2)
+    rebuilt = (values.float().view(3, 2, 32) - 8) * scales[..., None]  # Q4_0: (q - 8) * d
+    expected = gguf.quants.dequantize(blocks.reshape(3, 36), gguf.GGMLQuantizationType.Q4_0).reshape(3, 64)
+    assert torch.equal(rebuilt.view(3, 64), torch.from_numpy(expected))
+    assert torch.equal(int4_cpu.pack(values), nibbles)
+
+
+def test_activation_blocks_are_llama_cpps_q8_0_values() -> None:
+    gguf = pytest.importorskip("gguf")
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(1))
+    raw = gguf.quants.quantize(x.numpy(), gguf.GGMLQuantizationType.Q8_0).reshape(-1, 34)  # (blocks, 2 + 32)
+    q = torch.from_numpy(raw[:, 2:].copy().view(np.int8)).float()  # (blocks, 32)
+    scales = x.view(-1, 32).abs().amax(-1, keepdim=True) / 127  # float32 (gguf keeps them as float16)
+    assert torch.equal(int4_cpu.quantize_rows_q8(x).view(-1, 32), q * scales)
+
+
+@pytest.mark.parametrize("rows", [1, 5, int4_cpu.TILE_FROM - 1, int4_cpu.TILE_FROM, 40])
+@pytest.mark.parametrize("group", [32, 64, 128, 256])
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+def test_kernel_equals_its_numerics_in_pytorch(rows: int, group: int, scale_dtype: torch.dtype) -> None:
+    assert int4_cpu.load() is not None
+    _, packed, so = _weights(37, 512, group, scale_dtype)  # odd out_features: a 4-row group and a tail
+    x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(2))  # (M, in)
+    few = rows < int4_cpu.TILE_FROM
+    expected = (int4_cpu.reference_q8 if few else int4_cpu.reference)(x, packed, so)  # (M, out) float32
+    got = int4_cpu.matmul(x, packed, so)
+    assert got.shape == (rows, 37) and got.dtype == torch.float32
+    assert _relative(got, expected) < 1e-5
+    exact = int4_cpu.reference(x, packed, so)  # the dequantized weight's float product
+    assert _relative(got, exact) < (Q8_ERROR if few else 1e-5)
+    rows_bf16 = x.bfloat16()
+    half = int4_cpu.matmul(rows_bf16, packed, so)  # bfloat16 in and out: one rounding of the same sums
+    reference = (int4_cpu.reference_q8 if few else int4_cpu.reference)(rows_bf16, packed, so)
+    assert half.dtype == torch.bfloat16
+    assert _relative(half, reference) <= 2**-8
+
+
+def test_two_threads_give_the_one_thread_result() -> None:
+    _, packed, so = _weights(1000, 256, 32, torch.float32)
+    x = torch.randn(1, 256)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = int4_cpu.matmul(x, packed, so)
+        torch.set_num_threads(2)
+        assert torch.equal(int4_cpu.matmul(x, packed, so), one)  # whole rows per thread: same sums
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_from_groups_holds_the_values_exactly() -> None:
+    values, _, so = _weights(37, 96, 32, torch.float32)
+    scales, offsets = so[..., 0], so[..., 1]
+    layer = Int4Linear.from_groups(values, scales, offsets, None, torch.float32)
+    expected = values.float().view(37, 3, 32) * scales[..., None] + offsets[..., None]
+    assert torch.equal(layer.dequantize(), expected.view(37, 96))
+    assert layer.packed.shape == (37, 48) and layer.scale_offsets.shape == (37, 3, 2)
+
+
+class _Two(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        weight = torch.randn(64, 96, generator=torch.Generator().manual_seed(3))
+        self.a = Int4Linear(weight, torch.randn(64), torch.float32, 32)
+        self.b = Int4Linear(weight.T.contiguous(), None, torch.float32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("tokens", [1, int4_cpu.TILE_FROM])
+def test_a_compiled_graph_runs_the_opaque_op_as_eager_runs_the_kernel(tokens: int) -> None:
+    model = _Two()
+    x = torch.randn(1, tokens, 96)
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model, fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_a_packed_gguf_decodes_as_its_dequantized_model_within_the_documented_error(kind: str, tmp_path: Path) -> None:
+    hf_model = tiny_qwen3()
+    path = write_gguf(tmp_path / f"{kind}.gguf", hf_model, gguf_tensors(hf_model), encode=encoder(kind, {}))
+    ids = torch.randint(0, VOCAB, (1, int4_cpu.TILE_FROM), generator=torch.Generator().manual_seed(0))
+    logits = {}
+    for name, dequantize in (("packed", False), ("floats", True)):
+        model = zoo.from_pretrained(path, progress=False, dequantize=dequantize)
+        cache = KVCache(model, 1, int4_cpu.TILE_FROM + 1, dtype=torch.float32, device="cpu")
+        with torch.no_grad():
+            whole = model(ids)  # (1, T, vocab): TILE_FROM rows through every layer, the exact tiles
+            prefill(model, ids, cache)
+            logits[name] = (whole, decode_step(model, ids[:, :1], cache))  # one row: int8 activation blocks
+    (packed_prompt, packed_step), (float_prompt, float_step) = logits["packed"], logits["floats"]
+    assert _relative(packed_prompt, float_prompt) < 1e-5
+    assert 0 < _relative(packed_step, float_step) < Q8_ERROR
+    assert F.cosine_similarity(packed_step, float_step).min() > 0.9999  # measured: 1e-2 and 0.99995
