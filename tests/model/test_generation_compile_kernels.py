@@ -27,10 +27,13 @@ LAYERS = {  # layer -> a mixer with a CPU kernel (tiny widths)
     "4": {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"},
 }
 IMPLEMENTATIONS = (
-    "gated_deltanet: cpu-scan+cpu-step, infini: cpu-step, linear: cpu-step, mamba: cpu-scan+cpu-step, mamba2: cpu-scan+cpu-step"
+    "gated_deltanet: cpu-scan+cpu-step, infini: cpu-step, linear: cpu-step, "
+    "mamba: cpu-scan+cpu-step, mamba2: cpu-scan+cpu-step"
 )
 PREFILL_OPS = {"zoo.cpu_scan_scan", "zoo.cpu_prefill_ssd_scan", "zoo.cpu_prefill_gated_delta_scan"}
-STEP_OPS = {"zoo.cpu_mamba_step_mamba_step"} | {f"zoo.cpu_steps_{n}_step" for n in ("mamba2", "gdn", "linear", "infini")}
+STEP_OPS = {"zoo.cpu_mamba_step_mamba_step"} | {
+    f"zoo.cpu_steps_{n}_step" for n in ("mamba2", "gdn", "linear", "infini")
+}
 
 
 def _built(impl: str) -> torch.nn.Module:
