@@ -57,7 +57,7 @@ def parts(model: torch.nn.Module, context: int) -> dict[str, Callable[[], object
     return {
         f"int4 layers ({len(int4)})": lambda: [m(rows[m]) for m in int4],
         "int8 head, aten": lambda: torch.ops.aten._weight_int8pack_mm(x, head.qweight, head.scales),
-        "int8 head, zoo kernel": lambda: int8_rows.compiled_int8_rows(head.qweight, head.scales, x[0]),
+        "int8 head, zoo kernel": lambda: int8_rows.int8_rows(head.qweight, head.scales, x[0]),
         f"attention x{spec.n_layers}": attention,
     }
 

@@ -1,10 +1,10 @@
-"""One-row int8 products on the CPU: torch's ``_weight_int8pack_mm`` against zoo's compiled
+"""One-row int8 products on the CPU: torch's ``_weight_int8pack_mm`` against zoo's C++
 row kernel (zoo/quant/int8_rows.py), which a large int8 matrix (a tied LM head) takes.
 
 Both paths multiply the same int8 weight in the same process, in interleaved rounds (the
 order rotates each round); read the median per-round ratio ``time(aten) / time(kernel)``
 (> 1: the kernel is faster). Shapes: SmolLM2-135M's tied head and layer widths, a 1B
-model's widths, a long-row down projection (past the kernel's ``MAX_ROW_LENGTH``).
+model's widths, a long-row down projection.
 
     python bench/int8_rows.py --threads 1 --rounds 5
 """
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from zoo.quant.int8_rows import compiled_int8_rows
+from zoo.quant.int8_rows import int8_rows
 
 SHAPES = [
     ("smollm2 head", 49152, 576),
@@ -44,7 +44,7 @@ def measure(out: int, inp: int, rounds: int, seconds: float) -> dict[str, list[f
     x = torch.randn(1, inp, dtype=torch.bfloat16)  # (1, in)
     paths = {
         "aten": lambda: torch.ops.aten._weight_int8pack_mm(x, q, scales),
-        "kernel": lambda: compiled_int8_rows(q, scales, x[0]),
+        "kernel": lambda: int8_rows(q, scales, x[0]),
     }
     expected = paths["aten"]().float()[0]
     got = paths["kernel"]().float()

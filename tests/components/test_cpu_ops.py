@@ -68,6 +68,8 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         _r(B, H, P, 6),
     ),
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
+    "zoo::row_product_row_product": lambda: (_r(24, 40), _r(40), _r(24)),
+    "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 40), dtype=torch.int8), _r(24), _r(40)),
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),
         _r(B, T, 16).abs(),

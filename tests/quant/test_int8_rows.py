@@ -1,10 +1,9 @@
-"""zoo.quant.int8_rows: the compiled one-row int8 kernel a large int8 matrix (a tied LM head)
-takes on the CPU, eagerly and inside a compiled graph, equals torch's own int8 kernel; small
-matrices, several rows and the off switch keep torch's kernel."""
+"""zoo.quant.int8_rows: the C++ one-row int8 kernel a large int8 matrix (a tied LM head) takes
+on the CPU, eagerly and inside a compiled graph, equals its reference and torch's own int8
+kernel; small matrices, several rows, the off switch and a machine that cannot build it keep
+torch's kernel."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,15 +13,6 @@ from zoo.quant.linear import Int8Linear
 
 # bfloat16 output: the two kernels sum in different orders, then each rounds once to 8 bits of mantissa
 TOLERANCE = {torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """The kernel runs at one thread (module doc); every test starts there."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def head(rows: int = 8192, width: int = 576) -> Int8Linear:
@@ -59,7 +49,7 @@ def test_inside_a_compiled_graph_the_kernel_is_the_opaque_op_and_agrees() -> Non
     compiled = torch.compile(layer, backend=backend, fullgraph=True)
     with torch.no_grad():
         got = compiled(x)
-    assert torch.ops.zoo.int8_rows.default in seen
+    assert torch.ops.zoo.row_product_int8_rows.default in seen
     torch.testing.assert_close(got, reference(layer, x), rtol=2e-2, atol=2e-2)
 
 
@@ -69,8 +59,6 @@ def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypat
     with torch.no_grad():
         assert not int8_rows.applies(one, small.qweight)  # in cache: torch's kernel is faster
         assert not int8_rows.applies(many, big.qweight)
-        long_rows = big.qweight[:1024].repeat(1, 8)  # (1024, 4608): rows past MAX_ROW_LENGTH
-        assert not int8_rows.applies(torch.randn(1, 4608, dtype=torch.bfloat16), long_rows)
         monkeypatch.setenv(int8_rows.ENV_SWITCH, "0")
         assert not int8_rows.applies(one, big.qweight)
         assert torch.equal(kernels.int8_matmul(one, big.qweight, big.scales), reference(big, one))
@@ -78,30 +66,30 @@ def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypat
     assert not int8_rows.applies(one, big.qweight)  # grad mode on: not a decode step
 
 
-def test_at_two_threads_torchs_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_kernel_equals_its_reference_at_any_row_length(threads: int) -> None:
+    generator = torch.Generator().manual_seed(3)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows, width in [(8192, 576), (300, 4608), (97, 70)]:
+            q = torch.randint(-127, 128, (rows, width), dtype=torch.int8, generator=generator)
+            scales, x = torch.rand(rows, generator=generator) / 100, torch.randn(width, generator=generator)
+            with torch.no_grad():
+                got = int8_rows.int8_rows(q, scales, x)
+            expected = int8_rows.reference(q, scales, x)  # the same float32 sum in another order
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_where_the_kernel_cannot_be_built_torchs_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     layer = head()
     x = torch.randn(1, 576, dtype=torch.bfloat16)
-    calls: list[torch.dtype] = []
-    monkeypatch.setattr(int8_rows, "_kernel", lambda dtype: calls.append(dtype))
-    torch.set_num_threads(2)  # the fixture sets it back
+    monkeypatch.setattr(int8_rows.row_product, "available", lambda: False)
     with torch.no_grad():
-        got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
-    assert not calls and torch.equal(got, reference(layer, x)[0])
-
-
-def test_a_kernel_that_cannot_compile_falls_back_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    layer = head()
-    x = torch.randn(1, 576, dtype=torch.bfloat16)
-
-    def broken(dtype: torch.dtype) -> object:
-        raise RuntimeError("no C++ compiler")
-
-    monkeypatch.setattr(int8_rows, "_kernel", broken)
-    monkeypatch.setattr(int8_rows, "_failed", None)
-    with torch.no_grad():
-        got = int8_rows.compiled_int8_rows(layer.qweight, layer.scales, x[0])
-    assert int8_rows._failed == "RuntimeError: no C++ compiler" and not int8_rows.enabled()
-    assert torch.equal(got, reference(layer, x)[0])
+        assert not int8_rows.enabled() and not int8_rows.applies(x, layer.qweight)
+        assert torch.equal(layer(x), reference(layer, x))
 
 
 def test_decode_through_the_kernel_gives_the_logits_of_torchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:

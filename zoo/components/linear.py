@@ -22,7 +22,7 @@ Where the host probe measured it faster (a ``zoo bench``/``compare`` run on the 
 with ``ZOO_ROW_KERNEL=1``) one-row products go through the fused kernel of
 ``zoo/components/row_product.py`` instead (faster on some CPUs, slower on others: its module
 doc has the measurements), which a compiled graph calls as the custom op
-``torch.ops.zoo.row_product``. Everything else — several rows, other devices, compiled
+``torch.ops.zoo.row_product_row_product``. Everything else — several rows, other devices, compiled
 graphs without the kernel (which keep the ``F.linear`` their backend lowers) — is plain
 ``F.linear``. Parameter names and shapes are nn.Linear's, so checkpoints map unchanged.
 """
@@ -65,11 +65,7 @@ class Linear(nn.Linear):
         if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks
             return F.linear(x, self.weight, self.bias)
         if uses_row_kernel(x, self.weight):
-            row = x.reshape(-1)  # (in,)
-            if torch.compiler.is_compiling():
-                out = rows.row_product_op(self.weight, row, self.bias)  # (out,), opaque in the caller's graph
-            else:
-                out = rows.compiled_row_product(self.weight, row, self.bias)  # (out,)
+            out = rows.row_product(self.weight, x.reshape(-1), self.bias)  # (out,); an opaque op in a graph
         elif uses_matrix_vector(x, self.weight):
             out = torch.mv(self.weight, x.reshape(-1))  # (out,)
             if self.bias is not None:

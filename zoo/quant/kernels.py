@@ -35,9 +35,7 @@ def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     One row times a large CPU matrix (a tied LM head) goes through zoo's own compiled row
     kernel, which streams it faster than the aten kernel (zoo/quant/int8_rows.py)."""
     if int8_rows.applies(x, qweight):
-        if torch.compiler.is_compiling():
-            return torch.ops.zoo.int8_rows.default(qweight, scales, x[0])[None]  # (1, out)
-        return int8_rows.compiled_int8_rows(qweight, scales, x[0])[None]  # (1, out)
+        return int8_rows.int8_rows(qweight, scales, x[0])[None]  # (1, out)
     if x.device.type == "cpu":
         return torch.ops.aten._weight_int8pack_mm(x, qweight, scales.to(x.dtype))  # (M, out)
     return F.linear(x, qweight.to(x.dtype)) * scales.to(x.dtype)  # (M, out)
