@@ -8,7 +8,8 @@ zoo/components/row_product_source.py, the float kernel's loop) streams it faster
 EPYC (Zen 4), one bfloat16 row, median per-round time ratio aten / kernel at one thread: the
 head 2.19x (14.0 against 6.5 GB/s), an 8192 x 2048 matrix 1.44x, a 2048 x 8192 one 0.98x;
 a 1536 x 576 one that stays in cache 1.25x; at two threads 1.87x, 1.27x, 0.88x and 1.13x.
-Below ``MIN_WEIGHT_BYTES`` the call's cost is what counts, so small matrices keep aten's. ``ZOO_INT8_ROW_KERNEL=0`` turns it off.
+Below ``MIN_WEIGHT_BYTES`` the call's cost is what counts, so small matrices keep aten's.
+``ZOO_INT8_ROW_KERNEL=0`` turns it off.
 
 Accumulation is in float32, scaled per row, then rounded once to the input's dtype, as the
 aten kernel does (``reference``). Inside a compiled graph it is the opaque op
