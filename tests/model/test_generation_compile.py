@@ -166,3 +166,20 @@ def test_compiled_prefill_equals_eager_and_reuses_its_graph():
             token = a.argmax(-1, keepdim=True)
     with pytest.raises(GenerationError, match="max_len=12"):  # bounds checked outside the graph
         run(model, torch.ones(2, 4, dtype=torch.long), compiled_cache)
+
+
+def test_one_compiled_step_serves_two_models_each_with_its_own_graph():
+    """Guards on modules are skipped (``compile_decode_step``) and each model is bound to a
+    graph of its own: two models of different depth through one step function each decode as
+    their eager step does."""
+    step = compile_decode_step(backend="aot_eager")
+    ids = torch.tensor([[5, 9, 2, 7]])  # (1, T)
+    for model in (grid_model("gqa", 4, True, True, "rope", "moe"), mixer_model("mamba")):
+        caches = [KVCache(model, batch_size=1, max_len=8) for _ in range(2)]
+        with torch.no_grad():
+            tokens = [prefill(model, ids, cache).argmax(-1, keepdim=True) for cache in caches]  # (1, 1) each
+            for _ in range(3):
+                expected = decode_step(model, tokens[0], caches[0])  # (1, V)
+                got = step(model, tokens[1], caches[1])
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+                tokens = [expected.argmax(-1, keepdim=True)] * 2

@@ -206,15 +206,28 @@ def compile_decode_step(**compile_options: Any) -> DecodeStep:
     the mixers' kernels resolved before the first trace: the graph calls zoo's C++ CPU steps
     as custom ops, as the eager step does (``zoo.components.cpu_ops``).
 
-    Options go to ``torch.compile`` (e.g. ``mode="reduce-overhead"``, ``backend=...``).
+    Each model gets a graph of its own, bound to it at its first step, and dynamo's guards on
+    the model's modules and parameters are skipped
+    (``torch.compiler.skip_guard_on_all_nn_modules_unsafe``): a decode step re-checked some ten
+    thousand of them before every token: 1.04-1.15x the decode speed of a SmolLM2-135M GGUF at one
+    thread (``python bench/compile_guards.py``). So a model must not change shape or dtype
+    between the steps of one compiled step function (make a new one after ``model.to(...)``);
+    the cache and the token are still guarded. Options go to ``torch.compile`` (e.g.
+    ``mode="reduce-overhead"``, ``backend=...``); with a ``mode`` (which torch.compile does not
+    take beside ``options``) the guards stay.
     """
-    compiled = _compiled(_decode_graph, **compile_options)
+    if "mode" not in compile_options:
+        options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+        compile_options = {**compile_options, "options": {**options, **compile_options.get("options", {})}}
+    graphs: weakref.WeakKeyDictionary[nn.Module, Callable[..., torch.Tensor]] = weakref.WeakKeyDictionary()
     resolved = _KernelsResolved()
 
     def step(model: nn.Module, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
         cache.reserve(token.shape[1])
         resolved(model, token.device)
-        return compiled(model, token, cache)
+        if model not in graphs:
+            graphs[model] = _compiled(_decode_graph, **compile_options)
+        return graphs[model](model, token, cache)
 
     return step
 
