@@ -139,3 +139,32 @@ def test_a_bfloat16_model_with_float32_state_runs_the_fused_step():
         expected, got = (_stepped(model, ids, 4).float() for model in models)
     assert _ran_step(models[1], "linear")
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(("case", "step"), [("mamba2", "mamba2_step"), ("gated_deltanet", "gdn_step")])
+def test_a_bfloat16_model_on_its_bfloat16_cache_runs_the_fused_step(case: str, step: str, monkeypatch):
+    """The cache keeps the convolution window in the model's dtype (the recurrent state in
+    float32): the kernel reads and writes that window as it is, the projection's bfloat16
+    outputs stored exactly, and computes in float32 where the reference rounds to bfloat16
+    between its ops, so the logits agree to bfloat16's precision."""
+    calls: list[int] = []
+    original = getattr(cpu_steps, step)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_steps, step, counted)
+    spec = _spec(case)
+    models = []
+    for impl in ("reference", "auto"):
+        with preferring(impl):
+            models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
+    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
+    with torch.no_grad():
+        expected = _stepped(models[0], ids, 4).float()
+        assert not calls
+        got = _stepped(models[1], ids, 4).float()
+    cache = KVCache(models[1], batch_size=1, max_len=4)
+    assert cache.layers[0]["conv"].dtype == torch.bfloat16 and len(calls) == 2 * (12 - 4)
+    torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)

@@ -19,7 +19,7 @@ and registered as a custom op (``cpu_ops.CppExtension``: ``torch.ops.zoo.cpu_mam
 the window and state written in place), so a compiled decode step runs it too; where it
 cannot be built the reference runs. Inference only: the mixer asks ``cpu_steps.step_ready``
 (float32 state, no autograd, no padding token; the convolution window may be in the model's
-dtype too, see ``window_fits``) before it calls ``mamba_step``.
+dtype too, see ``cpu_steps.window_fits``) before it calls ``mamba_step``.
 """
 
 from __future__ import annotations
@@ -148,13 +148,6 @@ def load() -> types.ModuleType | None:
 
 
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
-
-
-def window_fits(window: torch.Tensor, x: torch.Tensor) -> bool:
-    """Whether the kernel takes this convolution window for input ``x``: contiguous, float32 or
-    ``x``'s dtype (a bfloat16 cache's window holds in_proj's bfloat16 outputs, which the kernel
-    stores exactly; ``step_ready`` asks float32 of the recurrent state only)."""
-    return window.is_contiguous() and window.dtype in (torch.float32, x.dtype)
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ be read without a sync, any padding mask does). Mamba-1 has its own fused scan
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -91,6 +91,26 @@ def step_ready(
     if token_valid is None:
         return True
     return not torch.compiler.is_compiling() and bool(token_valid.all())  # a CPU tensor here: no device sync
+
+
+def window_fits(window: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether a fused step takes this convolution window for input ``x``: contiguous, float32 or
+    ``x``'s dtype (a bfloat16 cache's window holds the projection's bfloat16 outputs, which the
+    kernels store exactly; ``step_ready`` asks float32 of the recurrent states only)."""
+    return window.is_contiguous() and window.dtype in (torch.float32, x.dtype)
+
+
+def conv_step_ready(
+    mixer: KernelChoice,
+    x: torch.Tensor,
+    state: Mapping[str, torch.Tensor],
+    recurrent: str,
+    token_valid: torch.Tensor | None,
+    kernel: Kernel = KERNEL,
+) -> bool:
+    """``step_ready`` for a mixer whose state is a convolution window (``"conv"``, which
+    ``window_fits``) and a float32 recurrent state (``state[recurrent]``)."""
+    return window_fits(state["conv"], x) and step_ready(mixer, x, (state[recurrent],), token_valid, kernel)
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:

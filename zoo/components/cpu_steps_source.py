@@ -26,20 +26,33 @@ static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::ex
 static inline float feature(float x) { return x > 0.f ? x + 1.f : std::exp(x); }  // elu(x) + 1
 static inline const float* maybe(const torch::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
 
-// One row: window (C, K) <- [window[1:], x]; out = SiLU(sum_j w_j window_j + bias).
-static void conv_row(const float* x, const float* w, const float* bias, float* win, float* out, int64_t C,
-                     int64_t K) {
+// One row: window (C, K) <- [window[1:], x]; out = SiLU(sum_j w_j window_j + bias). The window is float32
+// or the model's dtype, whose values x (the projection's output, widened) holds exactly.
+template <typename W>
+static void conv_row(const float* x, const float* w, const float* bias, W* win, float* out, int64_t C, int64_t K) {
   for (int64_t c = 0; c < C; ++c) {
-    float* wc = win + c * K;
+    W* wc = win + c * K;
     const float* kc = w + c * K;
     float acc = bias ? bias[c] : 0.f;
     for (int64_t j = 0; j + 1 < K; ++j) {
       wc[j] = wc[j + 1];
-      acc += kc[j] * wc[j];
+      acc += kc[j] * static_cast<float>(wc[j]);
     }
-    wc[K - 1] = x[c];
+    wc[K - 1] = static_cast<W>(x[c]);
     acc += kc[K - 1] * x[c];
     out[c] = silu(acc);
+  }
+}
+
+// conv_row on batch row b of a window (B, C, K) in float32, bfloat16 or float16.
+static void conv_window_row(const float* x, const float* w, const float* bias, torch::Tensor& window, int64_t b,
+                            float* out) {
+  const int64_t C = window.size(1), K = window.size(2), offset = b * C * K;
+  switch (window.scalar_type()) {
+    case torch::kFloat: conv_row(x, w, bias, window.data_ptr<float>() + offset, out, C, K); break;
+    case torch::kBFloat16: conv_row(x, w, bias, window.data_ptr<at::BFloat16>() + offset, out, C, K); break;
+    case torch::kHalf: conv_row(x, w, bias, window.data_ptr<at::Half>() + offset, out, C, K); break;
+    default: TORCH_CHECK(false, "conv window dtype ", window.scalar_type(), "; allowed: float32, bfloat16, float16");
   }
 }
 
@@ -55,8 +68,7 @@ torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tenso
   const float *dp = Dskip.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
   float *xp = xbc.data_ptr<float>(), *yp = y.data_ptr<float>(), *sp = state.data_ptr<float>();
   for (int64_t b = 0; b < batch; ++b)
-    conv_row(pp + b * width + inner, conv_w.data_ptr<float>(), maybe(conv_b), window.data_ptr<float>() + b * C * K,
-             xp + b * C, C, K);
+    conv_window_row(pp + b * width + inner, conv_w.data_ptr<float>(), maybe(conv_b), window, b, xp + b * C);
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H, g = h / per;
@@ -117,7 +129,7 @@ torch::Tensor gdn_step(torch::Tensor qkvz, torch::Tensor ba, torch::Tensor conv_
       std::copy(head + dk, head + 2 * dk, row + key + kh * dk);
       std::copy(head + 2 * dk, head + 2 * dk + per * dv, row + 2 * key + kh * per * dv);
     }
-    conv_row(qp + b * C, conv_w.data_ptr<float>(), nullptr, window.data_ptr<float>() + b * C * K, ap + b * C, C, K);
+    conv_window_row(qp + b * C, conv_w.data_ptr<float>(), nullptr, window, b, ap + b * C);
     for (int64_t head = 0; head < 2 * k_heads; ++head) {  // L2-normalise q and k heads; q also by dk^-1/2
       float* v = ap + b * C + head * dk;
       float ss = 0.f;

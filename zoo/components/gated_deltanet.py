@@ -185,7 +185,7 @@ class GatedDeltaNet(KernelChoice):
         """x (B, T, d) -> (B, T, d). ``state`` tensors are read and updated in place; tokens
         with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
         B, T, _ = x.shape
-        if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.values(), token_valid):
+        if T == 1 and state is not None and cpu_steps.conv_step_ready(self, x, state, "recurrent", token_valid):
             params = (self.dt_bias, self.A_log, self.norm.weight)
             qkvz, ba = self.in_proj_qkvz(x), self.in_proj_ba(x)  # (B, 1, .): the grouped layout, split in C++
             out = cpu_steps.gdn_step(qkvz, ba, self.conv1d, params, state, self.n_k_heads, self.norm.eps)

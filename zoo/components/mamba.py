@@ -25,7 +25,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components import cpu_mamba_step, cpu_scan
-from zoo.components.cpu_steps import step_ready
+from zoo.components.cpu_steps import conv_step_ready
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
@@ -171,8 +171,7 @@ class MambaMixer(TokenMixer, KernelChoice):
         T = x.shape[1]
         tensors = None if state is None else state.tensors
         if T == 1 and state is not None and tensors is not None and isinstance(self.x_proj, nn.Linear):
-            fits = cpu_mamba_step.window_fits(tensors["conv"], x)
-            if fits and step_ready(self, x, (tensors["ssm"],), state.token_valid, cpu_mamba_step.KERNEL):
+            if conv_step_ready(self, x, tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL):
                 return self._step(x, tensors)
         if state is not None:
             valid = state.token_valid  # (B, T) bool or None

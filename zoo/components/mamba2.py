@@ -155,7 +155,7 @@ class Mamba2Mixer(KernelChoice):
         """x (B, T, d) -> (B, T, d). ``state`` tensors are read and updated in place; tokens
         with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
         batch, T, _ = x.shape
-        if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.values(), token_valid):
+        if T == 1 and state is not None and cpu_steps.conv_step_ready(self, x, state, "ssm", token_valid):
             params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
             y = cpu_steps.mamba2_step(
                 self.in_proj(x)[:, 0], self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
