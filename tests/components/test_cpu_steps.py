@@ -58,6 +58,15 @@ def _built(spec: ModelSpec, impl: str) -> torch.nn.Module:
         return zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
 
 
+def _bfloat16_pair(spec: ModelSpec) -> list[torch.nn.Module]:
+    """The reference and the ``auto`` model of ``spec`` in bfloat16, same weights."""
+    models = []
+    for impl in ("reference", "auto"):
+        with preferring(impl):
+            models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
+    return models
+
+
 def _stepped(model: torch.nn.Module, ids: torch.Tensor, split: int, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Logits after a prefill of ``split`` tokens and one decode step per later token (B, T - split + 1, V)."""
     cache = KVCache(model, batch_size=ids.shape[0], max_len=ids.shape[1])
@@ -116,10 +125,7 @@ def test_a_half_precision_state_runs_the_reference_step():
     """``state_dtype: cache`` in bfloat16: the kernel updates float32 state only, so the step
     is the reference's, bit for bit."""
     spec = _spec("linear", "cache")
-    models = []
-    for impl in ("reference", "auto"):
-        with preferring(impl):
-            models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
+    models = _bfloat16_pair(spec)
     ids = torch.randint(0, VOCAB, (1, 8))  # (B, T)
     with torch.no_grad():
         expected, got = (_stepped(model, ids, 4) for model in models)
@@ -130,10 +136,7 @@ def test_a_bfloat16_model_with_float32_state_runs_the_fused_step():
     """Linear attention keeps no window in the cache's dtype: with a float32 state a bfloat16
     model's step is the kernel's, inputs cast to float32 and the output back."""
     spec = _spec("linear")
-    models = []
-    for impl in ("reference", "auto"):
-        with preferring(impl):
-            models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
+    models = _bfloat16_pair(spec)
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
     with torch.no_grad():
         expected, got = (_stepped(model, ids, 4).float() for model in models)
@@ -156,10 +159,7 @@ def test_a_bfloat16_model_on_its_bfloat16_cache_runs_the_fused_step(case: str, s
 
     monkeypatch.setattr(cpu_steps, step, counted)
     spec = _spec(case)
-    models = []
-    for impl in ("reference", "auto"):
-        with preferring(impl):
-            models.append(zoo.build(spec, device="cpu", dtype="bfloat16", seed=0).eval())
+    models = _bfloat16_pair(spec)
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
     with torch.no_grad():
         expected = _stepped(models[0], ids, 4).float()

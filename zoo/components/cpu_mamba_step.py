@@ -29,17 +29,13 @@ import types
 import torch
 
 from zoo.components.cpu_ops import CppExtension, CppFunction
+from zoo.components.cpu_steps_source import CONV_ROW, PRELUDE
 from zoo.components.kernels import Kernel
 
-SOURCE = r"""
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <cmath>
-#include <vector>
-
-static inline float silu(float x) { return x / (1.f + std::exp(-x)); }
-static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
-
+SOURCE = (
+    PRELUDE
+    + CONV_ROW
+    + r"""
 // out (rows) = W (rows, cols) . x (cols) (+ bias), W in its own dtype, accumulated in float32.
 template <typename W>
 static void gemv(const W* w, const float* x, const float* bias, float* out, int64_t rows, int64_t cols) {
@@ -61,23 +57,6 @@ static void weightless_rms(float* v, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) v[i] *= scale;
 }
 
-// One row: window (D, K) <- [window[1:], x]; xs = SiLU(taps . window + bias). The window is float32 or
-// the model's dtype, whose values x (in_proj's output, widened) holds exactly.
-template <typename Win>
-static void conv_step(const float* x, const float* cw, const float* cb, Win* win, float* xs, int64_t D, int64_t K) {
-  for (int64_t d = 0; d < D; ++d) {
-    Win* wd = win + d * K;
-    const float* kd = cw + d * K;
-    float acc = cb ? cb[d] : 0.f;
-    for (int64_t j = 0; j + 1 < K; ++j) {
-      wd[j] = wd[j + 1];
-      acc += kd[j] * static_cast<float>(wd[j]);
-    }
-    wd[K - 1] = static_cast<Win>(x[d]);
-    xs[d] = silu(acc + kd[K - 1] * x[d]);
-  }
-}
-
 // xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z), the input of out_proj.
 // window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place;
 // x_proj (R + 2N, D) and dt_w (D, R) in one dtype; conv_b, dt_b empty when absent; eps <= 0: no
@@ -95,7 +74,7 @@ torch::Tensor mamba_step(torch::Tensor xz, torch::Tensor conv_w, torch::Tensor c
   for (int64_t b = 0; b < batch; ++b) {
     const float *x = xz.data_ptr<float>() + b * 2 * D, *z = x + D;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, window.scalar_type(), "mamba_conv", [&] {
-      conv_step(x, cw, cb, window.data_ptr<scalar_t>() + b * D * K, xs.data(), D, K);
+      conv_row(x, cw, cb, window.data_ptr<scalar_t>() + b * D * K, xs.data(), D, K);
     });
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x_proj.scalar_type(), "mamba_step", [&] {
       gemv(x_proj.data_ptr<scalar_t>(), xs.data(), nullptr, dbc.data(), R + 2 * N, D);
@@ -126,6 +105,7 @@ torch::Tensor mamba_step(torch::Tensor xz, torch::Tensor conv_w, torch::Tensor c
   return y;
 }
 """
+)
 
 
 EXTENSION = CppExtension(

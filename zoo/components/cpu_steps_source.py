@@ -13,7 +13,7 @@ dot product, so the window is read and written once in the same cache lines, wit
 concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` does.
 """
 
-SOURCE = r"""
+PRELUDE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
@@ -25,7 +25,10 @@ static inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 static inline float feature(float x) { return x > 0.f ? x + 1.f : std::exp(x); }  // elu(x) + 1
 static inline const float* maybe(const torch::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
+"""
 
+# The convolution window of a one-token step, shared with Mamba-1's step (cpu_mamba_step.py).
+CONV_ROW = r"""
 // One row: window (C, K) <- [window[1:], x]; out = SiLU(sum_j w_j window_j + bias). The window is float32
 // or the model's dtype, whose values x (the projection's output, widened) holds exactly.
 template <typename W>
@@ -55,7 +58,12 @@ static void conv_window_row(const float* x, const float* w, const float* bias, t
     default: TORCH_CHECK(false, "conv window dtype ", window.scalar_type(), "; allowed: float32, bfloat16, float16");
   }
 }
+"""
 
+SOURCE = (
+    PRELUDE
+    + CONV_ROW
+    + r"""
 // Mamba2: proj (B, d_inner + conv_dim + H) = [z, xBC, dt] -> gated, group-RMS-normed y (B, d_inner).
 torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
                           torch::Tensor dt_bias, torch::Tensor A_log, torch::Tensor Dskip, torch::Tensor norm_w,
@@ -292,3 +300,4 @@ torch::Tensor infini_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   return y;
 }
 """
+)
