@@ -168,3 +168,25 @@ def test_a_bfloat16_model_on_its_bfloat16_cache_runs_the_fused_step(case: str, s
     cache = KVCache(models[1], batch_size=1, max_len=4)
     assert cache.layers[0]["conv"].dtype == torch.bfloat16 and len(calls) == 2 * (12 - 4)
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)
+
+
+def test_a_bfloat16_infini_model_on_its_bfloat16_ring_runs_the_fused_step(monkeypatch):
+    """The K/V ring in the model's dtype (M and z float32): the kernel reads its rows widened and
+    writes the token back exactly, and its logits agree with the reference to bfloat16's precision."""
+    calls: list[int] = []
+    original = cpu_steps.infini_step
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_steps, "infini_step", counted)
+    models = _bfloat16_pair(_spec("infini-delta"))
+    ids = torch.randint(0, VOCAB, (2, 14), generator=torch.Generator().manual_seed(6))  # (B, T): past a segment
+    with torch.no_grad():
+        expected = _stepped(models[0], ids, 3).float()
+        assert not calls
+        got = _stepped(models[1], ids, 3).float()
+    assert KVCache(models[1], batch_size=1, max_len=4).layers[0]["k"].dtype == torch.bfloat16
+    assert len(calls) == 2 * (14 - 3)
+    torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)

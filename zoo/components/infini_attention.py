@@ -105,6 +105,14 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
         return self.n_heads * (local + n_new * per_token)
 
     # ---- forward --------------------------------------------------------------------------
+    def _step_ready(self, x: torch.Tensor, state: LayerState) -> bool:
+        """Whether this one-token call runs the fused step: the K/V ring float32 or the model's
+        dtype (``cpu_steps.window_fits``), M and z float32 (``cpu_steps.step_ready``)."""
+        tensors = state.tensors
+        if not all(cpu_steps.window_fits(tensors[name], x) for name in ("k", "v")):
+            return False
+        return cpu_steps.step_ready(self, x, (tensors["mem"], tensors["z"]), state.token_valid)
+
     def forward(
         self, x: torch.Tensor, positions: Positions | None = None, state: LayerState | None = None
     ) -> torch.Tensor:
@@ -112,7 +120,7 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
         in place. Tokens marked False in ``token_valid`` (left padding) write nothing."""
         B, T, _ = x.shape
         q, k, v = self.project(x, positions)  # (B, H, T, D) each
-        if T == 1 and state is not None and cpu_steps.step_ready(self, x, state.tensors.values(), state.token_valid):
+        if T == 1 and state is not None and self._step_ready(x, state):
             valid_slots = None if state.key_valid is None else state.key_valid.to(torch.bool)
             y = cpu_steps.infini_step(
                 q, k, v, state.tensors, self.gate, valid_slots, state.time, self.segment, self.delta
