@@ -18,7 +18,7 @@ from zoo.model.generation import decode_step, prefill
 def test_the_cpu_scan_builds_with_the_dev_install():
     """The dev install brings ninja (pyproject's dev extra) and the machine a C++ compiler, so
     the fused scan the tests below compare builds here: no silent skip of what they check."""
-    assert cpu_scan.load() is not None
+    assert cpu_scan.EXTENSION.available()
 
 
 def _built(spec, impl: str):  # type: ignore[no-untyped-def]

@@ -24,8 +24,6 @@ dtype too, see ``cpu_steps.window_fits``) before it calls ``mamba_step``.
 
 from __future__ import annotations
 
-import types
-
 import torch
 
 from zoo.components.cpu_ops import CppExtension, CppFunction
@@ -120,11 +118,6 @@ EXTENSION = CppExtension(
         )
     ],
 )
-
-
-def load() -> types.ModuleType | None:
-    """The compiled step (built once per machine), or None where it cannot be built."""
-    return EXTENSION.load()
 
 
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)

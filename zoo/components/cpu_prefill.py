@@ -21,8 +21,6 @@ prefill runs them too. One-token decode calls keep their own path (``cpu_steps``
 
 from __future__ import annotations
 
-import types
-
 import torch
 
 from zoo.components.cpu_ops import CppExtension, CppFunction
@@ -168,11 +166,6 @@ EXTENSION = CppExtension(
         ),
     ],
 )
-
-
-def load() -> types.ModuleType | None:
-    """The compiled scans (built once per machine), or None where they cannot be built."""
-    return EXTENSION.load()
 
 
 KERNEL = Kernel("cpu-scan", "cpu", EXTENSION.available, compiles=True)

@@ -9,15 +9,13 @@ in parallel (``at::parallel_for``, torch's threads) in blocks of 16, so each tim
 contiguous slices of x and dt; the state is read once and written back once per call.
 
 Built by ``cpu_extension`` (a C++ compiler and ninja; the build is cached in torch's
-extensions folder, so later processes load it in a second). Where it cannot be built, ``load``
-logs why once and returns None, and the mixer runs the reference scan. The scan is the custom
+extensions folder, so later processes load it in a second). Where it cannot be built, ``cpu_extension``
+logs why once, the kernel does not load, and the mixer runs the reference scan. The scan is the custom
 op ``torch.ops.zoo.cpu_scan_scan`` (``cpu_ops``), so compiled graphs run it too. Inference
 only: there is no backward (a scan under autograd takes the reference path).
 """
 
 from __future__ import annotations
-
-import types
 
 import torch
 
@@ -73,12 +71,6 @@ EXTENSION = CppExtension(
         )
     ],
 )
-
-
-def load() -> types.ModuleType | None:
-    """The compiled extension (built once per machine, loaded once per process), or None
-    where it cannot be built (the reason logged once)."""
-    return EXTENSION.load()
 
 
 def scan_into(

@@ -21,7 +21,6 @@ be read without a sync, any padding mask does). Mamba-1 has its own fused scan
 
 from __future__ import annotations
 
-import types
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -65,11 +64,6 @@ EXTENSION = CppExtension(
         ),
     ],
 )
-
-
-def load() -> types.ModuleType | None:
-    """The compiled steps (built once per machine), or None where they cannot be built."""
-    return EXTENSION.load()
 
 
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)

@@ -30,7 +30,7 @@ def _stepped(model: torch.nn.Module, ids: torch.Tensor, split: int, mask: torch.
 
 
 def test_the_step_builds_with_the_dev_install():
-    assert cpu_step.load() is not None
+    assert cpu_step.EXTENSION.available()
 
 
 def test_the_fused_step_equals_the_reference_step_and_the_full_forward(checkpoint):

@@ -17,8 +17,6 @@ only.
 
 from __future__ import annotations
 
-import types
-
 import torch
 
 from zoo.parts import CppExtension, CppFunction, Kernel
@@ -108,11 +106,6 @@ EXTENSION = CppExtension(
         ),
     ],
 )
-
-
-def load() -> types.ModuleType | None:
-    """The compiled step (built once per machine), or None where it cannot be built."""
-    return EXTENSION.load()
 
 
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)

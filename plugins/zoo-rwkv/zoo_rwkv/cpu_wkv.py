@@ -17,8 +17,6 @@ loop is a custom op (``zoo.parts.CppExtension``), so a compiled prefill runs it 
 
 from __future__ import annotations
 
-import types
-
 import torch
 
 from zoo.parts import CppExtension, CppFunction, Kernel, KernelChoice
@@ -82,11 +80,6 @@ EXTENSION = CppExtension(
         )
     ],
 )
-
-
-def load() -> types.ModuleType | None:
-    """The compiled loop (built once per machine), or None where it cannot be built."""
-    return EXTENSION.load()
 
 
 KERNEL = Kernel("cpu-scan", "cpu", EXTENSION.available, compiles=True)

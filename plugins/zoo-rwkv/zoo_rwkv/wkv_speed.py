@@ -42,7 +42,7 @@ def main() -> None:
         scan = best_seconds(lambda: wkv(w, u, k, v, None, empty_state(B, C, k.device)), args.repeats)
         loop = best_seconds(lambda: wkv_reference(w, u, k, v), args.repeats)
         fused = None
-        if cpu_wkv.load() is not None:
+        if cpu_wkv.EXTENSION.available():
             fused = best_seconds(lambda: cpu_wkv.wkv_scan(w, u, k, v, None, empty_state(B, C, k.device)), args.repeats)
     print(
         f"B={B} T={T} C={C} threads={args.threads}: scan {B * T / scan:,.0f} tokens/s, "
