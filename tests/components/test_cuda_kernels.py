@@ -165,15 +165,20 @@ def test_a_mamba_convolution_wider_than_the_library_compiles_runs_in_pytorch(lib
         torch.testing.assert_close(_forced(_built(spec, "reference"), "mamba-ssm")(ids), _built(spec, "reference")(ids))
 
 
-def test_without_the_libraries_auto_on_cuda_runs_the_reference_and_says_so(caplog: pytest.LogCaptureFixture):
+def test_without_the_libraries_auto_on_cuda_runs_the_reference_and_says_so(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
     """The device check is by kind, so a module built on the CPU resolves for "cuda" as one
-    on a GPU would: the libraries are not installed here, so each loader fails, once, saying
-    why and what to install."""
-    for load in (causal_conv1d.load, mamba_ssm.load_mamba2, fla.load):
-        if load():
-            pytest.skip(f"{load.__module__}'s library is installed here")
-    for module in (causal_conv1d, mamba_ssm, fla):  # forget the failure, so the warning is logged anew
-        module.LIBRARY.failed = None
+    on a GPU would: with the libraries absent (their imports made to fail, whether or not they
+    are installed here), each loader fails, once, saying why and what to install."""
+
+    def absent() -> None:
+        raise ImportError("No module named 'the library'")
+
+    for module in (causal_conv1d, mamba_ssm, fla):  # a fresh loader: nothing imported, no failure yet
+        monkeypatch.setattr(module.LIBRARY, "importer", absent)
+        monkeypatch.setattr(module.LIBRARY, "ops", None)
+        monkeypatch.setattr(module.LIBRARY, "failed", None)
     with caplog.at_level(logging.WARNING):
         for kind in MIXERS:
             mixer = next(m for m in _built(_spec(kind), "auto").modules() if isinstance(m, KernelChoice))

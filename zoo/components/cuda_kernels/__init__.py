@@ -23,7 +23,7 @@ class Library(Generic[OpsT]):
 
     def __init__(self, name: str, importer: Callable[[], OpsT]) -> None:
         self.name = name
-        self._importer = importer
+        self.importer = importer  # what load() calls, once
         self.ops: OpsT | None = None
         self.failed: str | None = None  # why the import failed, once it has
 
@@ -31,7 +31,7 @@ class Library(Generic[OpsT]):
         """The library's functions, or None where it cannot be imported."""
         if self.ops is None and self.failed is None:
             try:
-                self.ops = self._importer()
+                self.ops = self.importer()
             except Exception as exc:  # ImportError, or a build for another torch/CUDA raising on load
                 self.failed = f"{type(exc).__name__}: {exc}"
                 log.warning("zoo: %s is not usable (%s); pip install 'zoo[kernels]'", self.name, self.failed)
