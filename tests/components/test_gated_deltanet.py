@@ -107,6 +107,20 @@ def test_left_padding_leaves_the_state_as_without_the_pads():
         torch.testing.assert_close(masked[name], plain[name], atol=1e-5, rtol=1e-5)
 
 
+def _chunked_and_looped(inputs: list[torch.Tensor], chunk_size: int) -> tuple:
+    """Leaf copies of ``inputs`` (q, k, v, g, beta, state) through the chunked rule and through
+    the one-token rule: (chunked leaves, looped leaves, (out, final), (stacked steps, last state))."""
+    chunked = [t.clone().requires_grad_() for t in inputs]
+    looped = [t.clone().requires_grad_() for t in inputs]
+    out, final = chunk_gated_delta_rule(*chunked, chunk_size=chunk_size)
+    q, k, v, g, beta, state = looped
+    steps = []
+    for t in range(q.shape[2]):
+        o, state = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], state)
+        steps.append(o)
+    return chunked, looped, (out, final), (torch.stack(steps, dim=2), state)
+
+
 @pytest.mark.parametrize(("T", "chunk_size"), [(11, 4), (7, 64)])
 def test_training_gradients_through_the_chunked_rule_equal_the_token_loop(T: int, chunk_size: int):
     """Training runs the chunked rule under autograd (a sequence shorter than a chunk is one
@@ -122,18 +136,11 @@ def test_training_gradients_through_the_chunked_rule_equal_the_token_loop(T: int
         torch.rand(B, H, T),
         torch.randn(B, H, 5, 4),
     ]
-    chunked = [t.clone().requires_grad_() for t in inputs]
-    looped = [t.clone().requires_grad_() for t in inputs]
-    out, final = chunk_gated_delta_rule(*chunked, chunk_size=chunk_size)
-    q, k, v, g, beta, state = looped
-    steps = []
-    for t in range(T):
-        o, state = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], state)
-        steps.append(o)
-    torch.testing.assert_close(out, torch.stack(steps, dim=2), atol=1e-5, rtol=1e-5)
+    chunked, looped, (out, final), (stepped, state) = _chunked_and_looped(inputs, chunk_size)
+    torch.testing.assert_close(out, stepped, atol=1e-5, rtol=1e-5)
     weights = torch.randn_like(out)
     ((out * weights).sum() + final.sum()).backward()
-    ((torch.stack(steps, dim=2) * weights).sum() + state.sum()).backward()
+    ((stepped * weights).sum() + state.sum()).backward()
     for ours, reference in zip(chunked, looped):
         torch.testing.assert_close(ours.grad, reference.grad, atol=1e-5, rtol=1e-5)
 
@@ -185,16 +192,9 @@ def test_float64_gradients_at_extreme_gates_equal_the_token_loop(
         uniform(*beta_range),
         torch.randn(B, H, 5, 4, dtype=torch.float64),
     ]
-    chunked = [t.clone().requires_grad_() for t in inputs]
-    looped = [t.clone().requires_grad_() for t in inputs]
-    out, final = chunk_gated_delta_rule(*chunked, chunk_size=chunk_size)
-    q, k, v, g, beta, state = looped
-    steps = []
-    for t in range(T):
-        o, state = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], state)
-        steps.append(o)
+    chunked, looped, (out, final), (stepped, state) = _chunked_and_looped(inputs, chunk_size)
     weights, state_weights = torch.randn_like(out), torch.randn_like(final)
     ((out * weights).sum() + (final * state_weights).sum()).backward()
-    ((torch.stack(steps, dim=2) * weights).sum() + (state * state_weights).sum()).backward()
+    ((stepped * weights).sum() + (state * state_weights).sum()).backward()
     for ours, reference in zip(chunked, looped):
         torch.testing.assert_close(ours.grad, reference.grad, atol=1e-10, rtol=1e-10)

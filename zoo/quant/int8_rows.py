@@ -26,7 +26,6 @@ from zoo.components import row_product
 
 ENV_SWITCH = "ZOO_INT8_ROW_KERNEL"
 MIN_WEIGHT_BYTES = 4 << 20  # 4 MiB: beyond the L2 cache, where streaming bytes is the cost
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def reference(qweight: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -45,7 +44,7 @@ def applies(x: torch.Tensor, qweight: torch.Tensor) -> bool:
     int8 weight is large."""
     return (
         x.device.type == "cpu"
-        and x.dtype in DTYPES
+        and x.dtype in row_product.DTYPES
         and qweight.dim() == 2
         and qweight.is_contiguous()
         and qweight.shape[1] == x.shape[-1] == x.numel()
