@@ -8,7 +8,9 @@ interpreter per case, so an out-of-memory case cannot take the table down) and b
 line: model, mode, tokens/s, the fraction of the spec-sheet roofline (the phase's own
 prediction on the device's GPU row, ``zoo.analysis.devices``), the fraction of the bandwidth
 measured here by a copy probe, compile seconds, time to first token and, where NVML is
-present (``pip install nvidia-ml-py``), joules per token of the case's dominant phase.
+present (``pip install zoo[energy]``), joules per token of the case's dominant phase: the
+row's own ``*_joules_per_token``, read around its timed rounds only (build, warm-up and
+compilation excluded).
 
 The command budgets itself: a case whose estimated time exceeds what is left of
 ``--budget-s`` (default 1,200 s), or whose weights and cache exceed the free device memory,
@@ -120,9 +122,10 @@ def cases() -> list[Case]:
         for w in ("int8", "int4")
     ]
     for arch in ("mamba-130m", "mamba-370m", "mamba2-130m"):
-        rows += [_decode(arch, 1, False, 25), _prefill(arch, 20)]
+        rows += [_decode(arch, 1, False, 25), _prefill(arch, 20), _decode(arch, 1, True, 80)]
     rows += [
         _decode("qwen3-1.7b", 1, False, 40, overrides=GDN_HYBRID),
+        _decode("qwen3-1.7b", 1, True, 100, overrides=GDN_HYBRID),
         _prefill("qwen3-1.7b", 30, overrides=GDN_HYBRID),
     ]
     rows += [_decode("rwkv-4-169m-pile", 1, False, 25, plugin="zoo_rwkv")]
@@ -204,26 +207,6 @@ def copy_bandwidth(device: Any) -> float:
     return 2 * src.numel() * src.element_size() / sorted(times)[2]
 
 
-class Energy:
-    """NVML's cumulative energy counter of the device, when nvidia-ml-py is installed."""
-
-    def __init__(self, device: Any) -> None:
-        self.handle = None
-        if device.type != "cuda":
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-            self.read = lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0  # joules
-        except Exception:
-            self.handle = None
-
-    def joules(self) -> float | None:
-        return self.read() if self.handle is not None else None
-
-
 def measure_case(case: Case, tiny: bool, device: Any, isolate: bool, timeout: float) -> dict[str, Any]:
     """One line of the table (raises for a failed case; the caller records why)."""
     import torch
@@ -259,7 +242,7 @@ def measure_case(case: Case, tiny: bool, device: Any, isolate: bool, timeout: fl
     return row.model_dump(mode="json")
 
 
-def table_line(case: Case, row: dict[str, Any], bandwidth: float, joules: float | None) -> dict[str, Any]:
+def table_line(case: Case, row: dict[str, Any], bandwidth: float) -> dict[str, Any]:
     """The table's columns from a Row (or the reference loop's dict)."""
     mode = case.mode
     rate_key = (
@@ -275,7 +258,6 @@ def table_line(case: Case, row: dict[str, Any], bandwidth: float, joules: float 
     if rate_key == "decode_tokens_per_s" and rate and row.get("decode_bytes_per_step"):
         batch = row.get("config", {}).get("batch_size", 1)
         achieved = row["decode_bytes_per_step"] * rate / batch / bandwidth
-    tokens = _tokens(case, row)
     return {
         "model": case.model,
         "mode": mode,
@@ -284,21 +266,10 @@ def table_line(case: Case, row: dict[str, Any], bandwidth: float, joules: float 
         "measured_bandwidth_fraction": achieved,
         "compile_s": row.get("compile_s"),
         "ttft_s": row.get("time_to_first_token_s"),
-        "joules_per_token": joules / tokens if joules and tokens else None,
+        "joules_per_token": row.get(rate_key.replace("_tokens_per_s", "_joules_per_token")),
         "impl": row.get("impl"),
         "status": "ok",
     }
-
-
-def _tokens(case: Case, row: dict[str, Any]) -> int | None:
-    """Tokens the case processed in all its rounds (warm-up included), for joules per token."""
-    config = row.get("config")
-    if not config:
-        return None
-    rounds = config.get("warmup", 1) + config.get("repeats", 1)
-    B = config.get("batch_size", 1)
-    per_round = config["prompt_len"] if case.mode.startswith(("prefill", "ttft", "encoder")) else config["gen_len"] - 1
-    return rounds * B * per_round
 
 
 def markdown(device_name: str, bandwidth: float, lines: list[dict[str, Any]], budget_s: float) -> str:
@@ -379,7 +350,7 @@ def run_table(args: argparse.Namespace) -> list[dict[str, Any]]:
     slug = device_slug(device) + ("-tiny" if tiny else "")
     jsonl, md = out_dir / f"gpu-{slug}.jsonl", out_dir / f"gpu-{slug}.md"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (tiny sizes)"
-    bandwidth, energy = copy_bandwidth(device), Energy(device)
+    bandwidth = copy_bandwidth(device)
     plugins = get_registry().plugins
     start, lines = time.monotonic(), []
     selected = [c for c in cases() if not args.only or re.search(args.only, f"{c.model} {c.mode}")]
@@ -394,7 +365,7 @@ def run_table(args: argparse.Namespace) -> list[dict[str, Any]]:
         else:
             reason = fits_memory(case, device, tiny)
         if reason is None:
-            line = _run_one(case, tiny, device, isolate, min(left, 3 * estimate + 60), bandwidth, energy)
+            line = _run_one(case, tiny, device, isolate, min(left, 3 * estimate + 60), bandwidth)
         else:
             line = {"model": case.model, "mode": case.mode, "status": reason}
         line.update(device=name, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -411,16 +382,12 @@ def run_table(args: argparse.Namespace) -> list[dict[str, Any]]:
     return lines
 
 
-def _run_one(
-    case: Case, tiny: bool, device: Any, isolate: bool, timeout: float, bandwidth: float, energy: Energy
-) -> dict[str, Any]:
-    before = energy.joules()
+def _run_one(case: Case, tiny: bool, device: Any, isolate: bool, timeout: float, bandwidth: float) -> dict[str, Any]:
     try:
         row = measure_case(case, tiny, device, isolate, timeout)
     except Exception as exc:
         return {"model": case.model, "mode": case.mode, "status": f"failed: {str(exc).splitlines()[0][:200]}"}
-    after = energy.joules()
-    return table_line(case, row, bandwidth, None if before is None or after is None else after - before)
+    return table_line(case, row, bandwidth)
 
 
 def main(argv: list[str] | None = None) -> int:

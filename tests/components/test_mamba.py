@@ -102,7 +102,7 @@ def _loop_scan(x, dt, A, B, C, h):  # type: ignore[no-untyped-def]
     return torch.stack(ys, dim=1), h
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 8, 64])
+@pytest.mark.parametrize("chunk", [1, 3, 8, 64, 256])
 def test_chunked_scan_equals_the_recurrence_even_with_huge_steps(chunk):
     """Steps of dt·|A| up to ~200 per token: a sum-of-logs form would overflow float32."""
     torch.manual_seed(1)
@@ -122,6 +122,15 @@ def test_chunks_stay_in_cache():
     assert chunk_length(1, 1536, 16) == 4  # mamba-130m
     assert chunk_length(1, 64, 8) == 64  # tiny: capped
     assert chunk_length(64, 1536, 16) == 4  # large batches: floor
+
+
+def test_gpu_chunks_are_long_while_a_chunk_tensor_stays_within_64_mib():
+    """A GPU is launch-bound, not cache-bound: mamba-130m's 2,048-token prefill is 8 chunks
+    per layer instead of 512; a large model at batch 8 still keeps its chunk tensors small."""
+    cuda = torch.device("cuda")
+    assert chunk_length(1, 1536, 16, cuda) == 256  # mamba-130m
+    assert chunk_length(8, 5120, 16, cuda) == 16  # mamba-2.8b at batch 8: 16·8·5120·16 floats = 40 MiB
+    assert chunk_length(1, 1536, 16, torch.device("cpu")) == 4
 
 
 def test_the_scan_trains_gradients_equal_the_recurrence():

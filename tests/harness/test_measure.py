@@ -1,7 +1,21 @@
+import time
+
 import pytest
 import torch
 
-from zoo.harness.measure import CudaProbe, HostProbe, probe_for
+from zoo.harness.measure import CudaProbe, EnergyMeter, HostProbe, energy_meter, joules_per_token, probe_for
+
+
+class Watts(EnergyMeter):
+    """A board drawing a constant power: its counter is watts x wall time."""
+
+    method = "test: constant power"
+
+    def __init__(self, watts: float) -> None:
+        self.watts = watts
+
+    def joules(self) -> float:
+        return self.watts * time.perf_counter()
 
 
 def test_host_probe_sees_an_allocation_inside_the_phase_only():
@@ -18,6 +32,30 @@ def test_host_probe_sees_an_allocation_inside_the_phase_only():
 
 def test_probe_kind_follows_the_device():
     assert isinstance(probe_for(torch.device("cpu")), HostProbe)
+
+
+def test_a_phase_reads_the_energy_counter_around_its_own_work_only():
+    probe = HostProbe(torch.device("cpu"), Watts(300.0))
+    time.sleep(0.05)  # before the phase: not billed
+    with probe.phase() as phase:
+        time.sleep(0.02)
+    assert phase.joules == pytest.approx(300.0 * phase.seconds, rel=0.05)
+    assert probe.energy_method == "test: constant power"
+
+
+def test_joules_per_token_needs_every_phase_metered():
+    probe, unmetered = HostProbe(torch.device("cpu"), Watts(10.0)), HostProbe(torch.device("cpu"))
+    with probe.phase() as a, probe.phase() as b:
+        pass
+    with unmetered.phase() as c:
+        pass
+    assert c.joules is None and unmetered.energy_method is None
+    assert joules_per_token([a, c], 10) is None and joules_per_token([], 10) is None
+    assert joules_per_token([a, b], 4) == pytest.approx((a.joules + b.joules) / 4)
+
+
+def test_the_cpu_has_no_energy_counter_here():
+    assert energy_meter(torch.device("cpu")) is None
 
 
 @pytest.mark.gpu

@@ -66,6 +66,22 @@ def test_inter_token_latency_percentiles_rest_on_every_timed_step(monkeypatch):
     assert sum(recorded) <= sum(5 / r for r in m.decode_tokens_per_s_runs)  # the steps lie within their phases
 
 
+def test_a_metered_device_reports_joules_per_token_of_each_timed_phase(monkeypatch):
+    """The counter is read around the timed rounds, not the build or warm-up: at a constant
+    100 W each phase's joules per token is 100 W over its own tokens per second."""
+    from tests.harness.test_measure import Watts
+    from zoo.harness import run as run_module
+    from zoo.harness.measure import HostProbe
+
+    assert bench(tiny_spec("gpt2"), **SMALL).decode_joules_per_token is None  # no counter: None, not 0
+    monkeypatch.setattr(run_module, "probe_for", lambda device: HostProbe(device, Watts(100.0)))
+    m = bench(tiny_spec("gpt2"), **SMALL)
+    assert m.energy_method == "test: constant power"
+    low, high = m.decode_tokens_per_s_min, m.decode_tokens_per_s_max
+    assert 100.0 / high * 0.95 <= m.decode_joules_per_token <= 100.0 / low * 1.05
+    assert m.prefill_joules_per_token == pytest.approx(100.0 / m.prefill_tokens_per_s, rel=0.5)
+
+
 @pytest.mark.parametrize(
     "values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], list(np.random.default_rng(0).random(37))]
 )

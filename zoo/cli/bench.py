@@ -257,9 +257,16 @@ def _memory_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
         ("peak memory, prefill", m.prefill_peak_bytes),
         ("peak memory, decode", m.decode_peak_bytes),
     ]
+    energy = [
+        ("energy per token, encoder", m.encoder_joules_per_token),
+        ("energy per token, prefill", m.prefill_joules_per_token),
+        ("energy per token, decode", m.decode_joules_per_token),
+    ]
     return [
         *((name, _bytes(value)) for name, value in peaks if value is not None),
         ("memory measured as", m.memory_method),
+        *((name, f"{value * 1000:,.2f} mJ") for name, value in energy if value is not None),
+        *([("energy measured as", m.energy_method)] if m.energy_method else []),
     ]
 
 

@@ -22,19 +22,33 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-CHUNK_ELEMENTS = 1 << 17  # elements of one (B, L, d, N) chunk tensor: 512 KiB in float32
+CHUNK_ELEMENTS = 1 << 17  # elements of one (B, L, d, N) chunk tensor on a CPU: 512 KiB in float32
 MAX_CHUNK = 64
+GPU_CHUNK_ELEMENTS = 1 << 24  # on a GPU: 64 MiB in float32, six such tensors live at once
+MAX_GPU_CHUNK = 256
 
 
-def chunk_length(batch: int, d_inner: int, d_state: int) -> int:
-    """Tokens per chunk: a power of two (at least 4) whose (B, L, d, N) tensors stay about
-    512 KiB, so that a chunk's four of them stay in the CPU's cache through its log2(L)
-    steps. Longer chunks add steps and fall out of cache: with mamba-130m's shapes (batch
-    1, one thread, 512 tokens, CPU time on this 2-core Xeon) chunks of 4 took 38 ms per
-    layer, of 8 52 ms, of 16 about 2.5 times as long as 4; a per-token loop took 27-38 ms.
+def chunk_length(batch: int, d_inner: int, d_state: int, device: torch.device | None = None) -> int:
+    """Tokens per chunk: a power of two, at least 4, at most what the device's limits allow.
+
+    On a CPU the chunk's (B, L, d, N) tensors stay about 512 KiB, so that its four of them
+    stay in cache through its log2(L) steps. Longer chunks add steps and fall out of cache:
+    with mamba-130m's shapes (batch 1, one thread, 512 tokens, CPU time on this 2-core Xeon)
+    chunks of 4 took 38 ms per layer, of 8 52 ms, of 16 about 2.5 times as long as 4; a
+    per-token loop took 27-38 ms.
+
+    On a GPU a chunk's tensors live in device memory whatever their size, and what costs is
+    the host: each chunk is about 4 + 4·log2(L) kernel launches (and, compiled, that many
+    more nodes in the traced graph). Chunks of 4 made an H200's eager 2,048-token prefill of
+    mamba-130m take over 100 s (512 chunks x 24 layers of launches) and its compiled prefill
+    too large to compile within minutes. So a GPU takes chunks up to 256 tokens while a
+    tensor stays within 64 MiB: log2(256) = 8 passes over the chunk cost the bandwidth of
+    a few milliseconds per layer, against a thousandfold fewer launches.
     """
+    gpu = device is not None and device.type != "cpu"
+    limit, cap = (GPU_CHUNK_ELEMENTS, MAX_GPU_CHUNK) if gpu else (CHUNK_ELEMENTS, MAX_CHUNK)
     length = 4
-    while length < MAX_CHUNK and 2 * length * batch * d_inner * d_state <= CHUNK_ELEMENTS:
+    while length < cap and 2 * length * batch * d_inner * d_state <= limit:
         length *= 2
     return length
 
@@ -74,11 +88,11 @@ def selective_scan(
 
     x, dt: (B, T, d) with dt already softplus'd; A: (d, N); B, C: (B, T, N); ``state``: the
     state h_0 (B, d, N) before the first token (zeros when None); ``chunk``: tokens per
-    chunk (default ``chunk_length``). Computed in float32.
+    chunk (default ``chunk_length`` for x's device). Computed in float32.
     """
     batch, T, d = x.shape
     N = A.shape[-1]
-    chunk = chunk or chunk_length(batch, d, N)
+    chunk = chunk or chunk_length(batch, d, N, x.device)
     h = torch.zeros(batch, d, N, dtype=torch.float32, device=x.device) if state is None else state.float()
     x, dt, A, B, C = x.float(), dt.float(), A.float(), B.float(), C.float()
     outputs = []

@@ -12,6 +12,11 @@ on Linux the kernel's own high-water mark ``VmHWM`` is reset at each phase start
 writing 5 to ``/proc/self/clear_refs`` and read at its end: exact, and no thread competes
 with the timed loop for the GIL. Elsewhere a thread samples RSS every 10 ms (psutil) and
 can miss a shorter spike. ``delta_bytes`` is the peak above the RSS at the phase start.
+
+Energy: where the device has a cumulative energy counter (a CUDA device with NVML,
+``pip install nvidia-ml-py``), a phase also reads it after each synchronisation, so its
+``joules`` are those of the timed work alone: a model's build, warm-up and compilation,
+which a reading around the whole process would bill to its tokens, are outside.
 """
 
 from __future__ import annotations
@@ -35,10 +40,49 @@ class PhaseResult:
     seconds: float = 0.0
     peak_bytes: int = 0  # CUDA: max_memory_allocated; CPU: peak process RSS
     start_bytes: int = 0  # the same measure at the phase start
+    joules: float | None = None  # the device's energy over the phase (None: no counter)
 
     @property
     def delta_bytes(self) -> int:
         return max(0, self.peak_bytes - self.start_bytes)
+
+
+class EnergyMeter:
+    """A device's cumulative energy counter; ``method`` says what it reads, for the row."""
+
+    method = ""
+
+    def joules(self) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class NvmlEnergy(EnergyMeter):
+    """NVML's total energy since the driver loaded (Volta and later), in millijoules. NVML
+    refreshes it every few tens of milliseconds, so a phase of well under a second reads
+    coarsely: the phases sum their repeats before dividing by tokens."""
+
+    method = "NVML total energy consumption, read around each phase"
+
+    def __init__(self, index: int) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._read = pynvml.nvmlDeviceGetTotalEnergyConsumption
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.joules()  # raises where the board does not count energy
+
+    def joules(self) -> float:
+        return self._read(self._handle) / 1000.0
+
+
+def energy_meter(device: torch.device) -> EnergyMeter | None:
+    """The device's energy counter, or None where it has none this process can read."""
+    if device.type != "cuda":
+        return None
+    try:
+        return NvmlEnergy(torch.cuda.current_device() if device.index is None else device.index)
+    except Exception:  # no nvidia-ml-py, no NVML library, or a board without the counter
+        return None
 
 
 class Probe:
@@ -46,8 +90,16 @@ class Probe:
 
     memory_method = ""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, energy: EnergyMeter | None = None) -> None:
         self.device = device
+        self.energy = energy
+
+    @property
+    def energy_method(self) -> str | None:
+        return None if self.energy is None else self.energy.method
+
+    def _joules(self) -> float | None:
+        return None if self.energy is None else self.energy.joules()
 
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""
@@ -70,11 +122,14 @@ class CudaProbe(Probe):
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         result.start_bytes = torch.cuda.memory_allocated(self.device)
+        before = self._joules()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         yield result
         end.record()
         torch.cuda.synchronize(self.device)
+        after = self._joules()
+        result.joules = None if before is None or after is None else after - before
         result.seconds = start.elapsed_time(end) / 1000.0
         result.peak_bytes = torch.cuda.max_memory_allocated(self.device)
 
@@ -118,8 +173,8 @@ def _can_reset_peak_rss() -> bool:
 
 
 class HostProbe(Probe):
-    def __init__(self, device: torch.device) -> None:
-        super().__init__(device)
+    def __init__(self, device: torch.device, energy: EnergyMeter | None = None) -> None:
+        super().__init__(device, energy)
         self.kernel_peak = _can_reset_peak_rss()
         self.memory_method = (
             "process peak RSS (Linux VmHWM, reset per phase via /proc/self/clear_refs)"
@@ -143,12 +198,15 @@ class HostProbe(Probe):
             sampler = _RssSampler()
             sampler.start()
             result.start_bytes = sampler.start_bytes
+        before = self._joules()
         start = time.perf_counter()
         try:
             yield result
             self.synchronize()
         finally:
             result.seconds = time.perf_counter() - start
+            after = self._joules()
+            result.joules = None if before is None or after is None else after - before
             result.peak_bytes = sampler.stop() if sampler else _status_kib("VmHWM") * 1024
 
 
@@ -183,4 +241,15 @@ class StepClock:
 
 
 def probe_for(device: torch.device) -> Probe:
-    return CudaProbe(device) if device.type == "cuda" else HostProbe(device)
+    energy = energy_meter(device)
+    return CudaProbe(device, energy) if device.type == "cuda" else HostProbe(device, energy)
+
+
+def joules_per_token(phases: list[PhaseResult], tokens: int) -> float | None:
+    """The phases' energy summed, per token of all of them (None where any went unmetered)."""
+    total = 0.0
+    for phase in phases:
+        if phase.joules is None:
+            return None
+        total += phase.joules
+    return total / tokens if phases else None

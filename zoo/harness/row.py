@@ -65,6 +65,7 @@ class Row(BaseModel):
     encoder_flops: int | None = None  # one encoder forward of the batch
     # -- memory --
     memory_method: str = ""
+    energy_method: str | None = None  # the counter the *_joules_per_token fields read (None: no counter)
     impl: str | None = None  # the token mixers' implementations that ran: "mamba: cpu-scan" (zoo.components.kernels)
     peak_bytes: int | None = None  # the highest peak of any phase
     # -- phase encode --
@@ -74,6 +75,7 @@ class Row(BaseModel):
     encoder_tokens_per_s_max: float | None = None
     encoder_time_s: float | None = None
     encoder_peak_bytes: int | None = None
+    encoder_joules_per_token: float | None = None  # the device's energy over the timed forwards (energy_method)
     # -- phase prefill (a decoder's prompt; an encoder-decoder's start token) --
     prefill_tokens_per_s: float | None = None  # median over repeats
     prefill_tokens_per_s_min: float | None = None
@@ -82,6 +84,7 @@ class Row(BaseModel):
     ttft_min_s: float | None = None
     ttft_max_s: float | None = None
     prefill_peak_bytes: int | None = None
+    prefill_joules_per_token: float | None = None
     # -- phase decode --
     decode_tokens_per_s: float | None = None  # median over repeats, generated tokens only
     decode_tokens_per_s_min: float | None = None
@@ -92,6 +95,7 @@ class Row(BaseModel):
     itl_p90_s: float | None = None
     itl_p99_s: float | None = None
     itl_steps: int | None = None  # how many steps they rest on: (gen_len - 1) x repeats
+    decode_joules_per_token: float | None = None
     compile_s: float | None = None  # compiled runs: first calls of the compiled prefill and decode step
     # -- phase weights (quantized runs, --eval-text) --
     fidelity_max_logit_error: float | None = None  # against the same weights unquantized

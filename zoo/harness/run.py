@@ -143,6 +143,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         phases=[p.name for p in phases],
         **measured,
         memory_method=ctx.probe.memory_method,
+        energy_method=ctx.probe.energy_method,
         peak_bytes=max((p for p in peaks if p is not None), default=None),
         impl=implementations(ctx.model),
         **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured, held),

@@ -14,7 +14,7 @@ from torch import nn
 
 from zoo.analysis.counts import decode_bytes_per_step, forward_flops, topology
 from zoo.analysis.devices import DevicePeaks, step_roofline
-from zoo.harness.measure import StepClock
+from zoo.harness.measure import StepClock, joules_per_token
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.phases.generation import generation
 from zoo.harness.phases.stats import median_spread, percentile
@@ -38,6 +38,7 @@ class Decode(Phase):
         "itl_p90_s",
         "itl_p99_s",
         "itl_steps",
+        "decode_joules_per_token",
         "compile_s",
     )
     rate_field = "decode_tokens_per_s"
@@ -45,7 +46,7 @@ class Decode(Phase):
     def measure(self, ctx: RunContext) -> dict[str, Any]:
         run = generation(ctx)
         batch, steps = run.prompt.shape[0], run.decode_steps
-        rates, step_seconds, peak = [], [], 0
+        rates, step_seconds, timed = [], [], []
         for r in range(ctx.config.repeats):
             ctx.progress(f"decode {r + 1}/{ctx.config.repeats}")
             token = run.prefill()
@@ -56,16 +57,17 @@ class Decode(Phase):
                     clock.mark()
             rates.append(batch * steps / phase.seconds)
             step_seconds += clock.seconds()
-            peak = max(peak, phase.peak_bytes)
+            timed.append(phase)
         rate, low, high = median_spread(rates)
         return {
             "decode_tokens_per_s": rate,
             "decode_tokens_per_s_min": low,
             "decode_tokens_per_s_max": high,
             "decode_tokens_per_s_runs": rates,
-            "decode_peak_bytes": peak,
+            "decode_peak_bytes": max(p.peak_bytes for p in timed),
             "itl_steps": len(step_seconds),
             **{f"itl_p{q}_s": percentile(step_seconds, q) for q in (50, 90, 99)},
+            "decode_joules_per_token": joules_per_token(timed, batch * steps * len(timed)),
             "compile_s": run.compile_s,
         }
 

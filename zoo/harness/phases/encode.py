@@ -15,6 +15,7 @@ from zoo.analysis.counts import encoder_flops, forward_flops, topology
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.analysis.encoder import encoder_weight_bytes_read
 from zoo.harness.environment import sdpa_backends_used
+from zoo.harness.measure import joules_per_token
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.phases.stats import median_spread
 from zoo.harness.run_config import BenchConfig
@@ -33,6 +34,7 @@ class Encode(Phase):
         "encoder_tokens_per_s_max",
         "encoder_time_s",
         "encoder_peak_bytes",
+        "encoder_joules_per_token",
     )
     rate_field = "encoder_tokens_per_s"
 
@@ -46,13 +48,13 @@ class Encode(Phase):
         ctx.note(sdpa_backend=sdpa_backends_used(lambda: forward(ids)))
         for _ in range(ctx.config.warmup - 1):
             forward(ids)
-        seconds, peak = [], 0
+        timed = []
         for r in range(ctx.config.repeats):
             ctx.progress(f"encode {r + 1}/{ctx.config.repeats}")
             with ctx.probe.phase() as phase:
                 forward(ids)
-            seconds.append(phase.seconds)
-            peak = max(peak, phase.peak_bytes)
+            timed.append(phase)
+        seconds = [p.seconds for p in timed]
         rate, low, high = median_spread([B * S / s for s in seconds])
         return {
             "seq_len": S,
@@ -60,7 +62,8 @@ class Encode(Phase):
             "encoder_tokens_per_s_min": low,
             "encoder_tokens_per_s_max": high,
             "encoder_time_s": median_spread(seconds)[0],
-            "encoder_peak_bytes": peak,
+            "encoder_peak_bytes": max(p.peak_bytes for p in timed),
+            "encoder_joules_per_token": joules_per_token(timed, B * S * len(timed)),
         }
 
     def predict(

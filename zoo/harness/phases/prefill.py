@@ -15,6 +15,7 @@ from torch import nn
 from zoo.analysis.counts import cache_bytes, forward_flops, topology, weight_bytes_read
 from zoo.analysis.devices import DevicePeaks, step_roofline
 from zoo.analysis.encoder import memory_flops
+from zoo.harness.measure import joules_per_token
 from zoo.harness.phases.base import Phase, RunContext
 from zoo.harness.phases.generation import generation
 from zoo.harness.phases.stats import median_spread
@@ -36,6 +37,7 @@ class Prefill(Phase):
         "ttft_min_s",
         "ttft_max_s",
         "prefill_peak_bytes",
+        "prefill_joules_per_token",
         "compile_s",
     )
     rate_field = "prefill_tokens_per_s"
@@ -43,13 +45,13 @@ class Prefill(Phase):
     def measure(self, ctx: RunContext) -> dict[str, Any]:
         run = generation(ctx)
         tokens = run.prompt.numel()
-        seconds, peak = [], 0
+        timed = []
         for r in range(ctx.config.repeats):
             ctx.progress(f"prefill {r + 1}/{ctx.config.repeats}")
             with ctx.probe.phase() as phase:
                 run.prefill()
-            seconds.append(phase.seconds)
-            peak = max(peak, phase.peak_bytes)
+            timed.append(phase)
+        seconds = [p.seconds for p in timed]
         rate, low, high = median_spread([tokens / s for s in seconds])
         ttft, ttft_min, ttft_max = median_spread(seconds)
         return {
@@ -59,7 +61,8 @@ class Prefill(Phase):
             "time_to_first_token_s": ttft,
             "ttft_min_s": ttft_min,
             "ttft_max_s": ttft_max,
-            "prefill_peak_bytes": peak,
+            "prefill_peak_bytes": max(p.peak_bytes for p in timed),
+            "prefill_joules_per_token": joules_per_token(timed, tokens * len(timed)),
             "compile_s": run.compile_s,
         }
 
