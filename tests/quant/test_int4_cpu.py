@@ -19,7 +19,7 @@ from tests.hub.gguf.test_quants import VOCAB, encoder, tiny_qwen3
 from tests.hub.gguf_files import gguf_tensors, write_gguf
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
-from zoo.quant import int4_cpu
+from zoo.quant import int4_cpu, q8
 from zoo.quant.linear import Int4Linear
 
 Q8_ERROR = 3e-2  # few-row kernel against the float product, largest |error| / largest |output| (measured ~0.5-1.5e-2)
@@ -57,7 +57,7 @@ def test_activation_blocks_are_llama_cpps_q8_0_values() -> None:
     raw = gguf.quants.quantize(x.numpy(), gguf.GGMLQuantizationType.Q8_0).reshape(-1, 34)  # (blocks, 2 + 32)
     q = torch.from_numpy(raw[:, 2:].copy().view(np.int8)).float()  # (blocks, 32)
     scales = x.view(-1, 32).abs().amax(-1, keepdim=True) / 127  # float32 (gguf keeps them as float16)
-    assert torch.equal(int4_cpu.quantize_rows_q8(x).view(-1, 32), q * scales)
+    assert torch.equal(q8.dequantized(x).view(-1, 32), q * scales)
 
 
 @pytest.mark.parametrize("rows", [1, 5, int4_cpu.TILE_FROM - 1, int4_cpu.TILE_FROM, 40])

@@ -8,6 +8,21 @@ GB/s against 78 GB/s in cache). So the source defines the macro for what the com
 targets (``-march=native``: AVX512 or AVX2), and leaves it undefined elsewhere, where the
 arrays stay correct. Each row is reduced in four accumulators; rows are split over torch's
 threads (``at::parallel_for``) in grains of 64.
+
+``int8_rows`` over rows whose length is a multiple of 32 takes llama.cpp's numerics instead
+(``int8_q8``): the row ``x`` quantized to int8 per block of 32 (scale absmax / 127, rounded
+to nearest even), per block the integer dot product of those bytes with the weight's
+(``vpdpbusd`` on AVX512-VNNI, ``vpmaddubsw`` on AVX2, scalar C++ elsewhere; the weight byte
+takes the activation's sign so the unsigned operand is |x|), scaled by the block's scale in
+float32, and the row's sum by the weight row's scale. Widening every int8 weight to float32
+and multiplying left the loop compute-bound: a 49152 x 576 head streamed 9.8 GB/s where a
+float32 matrix of the same shape streamed 17-19 GB/s (one thread, this project's Zen 4).
+The integer loop reads it at 18-19 GB/s, and matrices that stay in the L3 cache at 30-48
+GB/s (1.4-2.9x the widening loop in one process, one and two threads). Rows go one at a
+time in memory order (four rows interleaved, as the int4 kernel does for its long rows,
+read 576-byte rows at 8 GB/s), with two named accumulators: an array indexed by the
+block's parity was kept on the stack and held the loop to ~17 GB/s even in cache. The sign
+trick needs weights in [-127, 127], which ``quantize_int8`` gives.
 """
 
 SOURCE = r"""
@@ -20,6 +35,12 @@ SOURCE = r"""
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 using fVec = at::vec::Vectorized<float>;
 constexpr int64_t S = fVec::size();  // floats a register holds
@@ -88,14 +109,95 @@ torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<t
   return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
 }
 
-// qweight (out, in) int8, scales (out), x (in) -> (qweight * scales[:, None]) @ x (out) in x's dtype.
+constexpr int64_t QBLOCK = 32;       // inputs per activation block (llama.cpp's Q8)
+
+// x (n) as int8 blocks of 32: xq = round(x / d), d = absmax / 127 per block (llama.cpp's Q8 numerics).
+static void quantize_q8(const float* x, int8_t* xq, float* xd, int64_t n) {
+  for (int64_t b = 0; b < n / QBLOCK; ++b) {
+    const float* v = x + b * QBLOCK;
+    float amax = 0.f;
+    for (int64_t j = 0; j < QBLOCK; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.f, inverse = d > 0.f ? 1.f / d : 0.f;
+    for (int64_t j = 0; j < QBLOCK; ++j) xq[b * QBLOCK + j] = static_cast<int8_t>(std::nearbyint(v[j] * inverse));
+    xd[b] = d;
+  }
+}
+
+#if defined(__AVX2__)
+// The integer dot of 32 weight bytes with 32 activation bytes as int32 lanes: |x| (unsigned) times w with x's sign.
+static inline __m256i dot_q8(__m256i w, __m256i ax, __m256i x) {
+  const __m256i signed_w = _mm256_sign_epi8(w, x);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, signed_w);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, signed_w), _mm256_set1_epi16(1));
+#endif
+}
+
+// Block b of a row: its integer dot with the activation block, as 8 float32 lanes.
+static inline __m256 block_q8(const int8_t* row, const int8_t* xq, int64_t b) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * QBLOCK));
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * QBLOCK));
+  return _mm256_cvtepi32_ps(dot_q8(w, _mm256_sign_epi8(x, x), x));
+}
+
+static inline float hsum(__m256 t) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// out[r] = scales[r] * sum over blocks of d_block * (w_block . xq_block). One row at a time, read in order, two
+// accumulators (even and odd blocks) so consecutive blocks do not wait on each other's add.
+static void row_q8(const int8_t* row, const int8_t* xq, const float* xd, float scale, float* out, int64_t n) {
+  const int64_t blocks = n / QBLOCK;
+#if defined(__AVX2__)
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();  // named, not indexed: they stay in registers
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    even = _mm256_fmadd_ps(block_q8(row, xq, b), _mm256_set1_ps(xd[b]), even);
+    odd = _mm256_fmadd_ps(block_q8(row, xq, b + 1), _mm256_set1_ps(xd[b + 1]), odd);
+  }
+  if (b < blocks) even = _mm256_fmadd_ps(block_q8(row, xq, b), _mm256_set1_ps(xd[b]), even);
+  *out = hsum(_mm256_add_ps(even, odd)) * scale;
+#else
+  float sum = 0.f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32_t dot = 0;
+    for (int64_t j = 0; j < QBLOCK; ++j) dot += int32_t(row[b * QBLOCK + j]) * xq[b * QBLOCK + j];
+    sum += float(dot) * xd[b];
+  }
+  *out = sum * scale;
+#endif
+}
+
+// qweight (rows, n) int8 in [-127, 127], n a multiple of 32: llama.cpp's numerics, rows split over threads.
+static void int8_q8(const int8_t* w, const float* x, const float* scales, float* out, int64_t rows, int64_t n) {
+  std::vector<int8_t> xq(n);
+  std::vector<float> xd(n / QBLOCK);
+  quantize_q8(x, xq.data(), xd.data(), n);
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) row_q8(w + r * n, xq.data(), xd.data(), scales[r], out + r, n);
+  });
+}
+
+// qweight (out, in) int8, scales (out), x (in) -> (qweight * scales[:, None]) @ x (out) in x's dtype: in a multiple
+// of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
 torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tensor x) {
   TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && qweight.size(1) == x.numel(), "int8_rows: shapes");
   TORCH_CHECK(qweight.scalar_type() == torch::kChar, "int8_rows: qweight must be int8");
+  const int64_t rows = qweight.size(0), n = qweight.size(1);
   auto xf = x.to(torch::kFloat).contiguous();
-  auto out = torch::empty({qweight.size(0)}, x.options().dtype(torch::kFloat));
-  rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), qweight.size(0), qweight.size(1));
-  out.mul_(scales.to(torch::kFloat));
+  auto sf = scales.to(torch::kFloat).contiguous();
+  auto out = torch::empty({rows}, x.options().dtype(torch::kFloat));
+  if (n % QBLOCK == 0) {
+    int8_q8(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), sf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
+  } else {
+    rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
+    out.mul_(sf);
+  }
   return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
 }
 """

@@ -34,6 +34,7 @@ import types
 import torch
 
 from zoo.components.cpu_extension import cpu_extension
+from zoo.quant import q8
 from zoo.quant.int4_cpu_source import SOURCE
 
 BLOCK = 32  # inputs per 16-byte block: byte j = q[j] | q[j + 16] << 4 (GGUF Q4_0 / Q4_1)
@@ -94,18 +95,9 @@ def reference(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor
     return x.float() @ dequantize(packed, scale_offsets).T
 
 
-def quantize_rows_q8(x: torch.Tensor) -> torch.Tensor:
-    """llama.cpp's Q8 activation blocks, dequantized: x (M, K) -> (M, K) float32 holding
-    ``round(x / d) * d`` with ``d = absmax / 127`` per block of 32."""
-    blocks = x.float().reshape(x.shape[0], -1, BLOCK)  # (M, B, 32)
-    scales = blocks.abs().amax(-1, keepdim=True) / 127  # (M, B, 1)
-    inverse = torch.where(scales > 0, 1 / scales, torch.zeros_like(scales))
-    return (torch.round(blocks * inverse) * scales).reshape(x.shape)  # (M, K)
-
-
 def reference_q8(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
     """The few-row kernel's numerics in PyTorch: int8-per-block rows times the dequantized weight."""
-    return quantize_rows_q8(x) @ dequantize(packed, scale_offsets).T
+    return q8.dequantized(x) @ dequantize(packed, scale_offsets).T
 
 
 def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:

@@ -1,18 +1,27 @@
 """One-row int8 products on the CPU through zoo's row kernel: the tied LM head.
 
 A decode step multiplies one row by every int8 matrix; the largest is a tied head (49152 x
-576 for SmolLM2-135M, 28 MB int8), read once per token. One vectorised loop that widens the
-int8 bytes, multiplies and accumulates in float32 (``int8_rows`` of
-zoo/components/row_product_source.py, the float kernel's loop) streams it faster than
-``aten._weight_int8pack_mm``: ``python bench/int8_rows.py --rounds 5`` on this project's AMD
-EPYC (Zen 4), one bfloat16 row, median per-round time ratio aten / kernel at one thread: the
-head 2.19x (14.0 against 6.5 GB/s), an 8192 x 2048 matrix 1.44x, a 2048 x 8192 one 0.98x;
-a 1536 x 576 one that stays in cache 1.25x; at two threads 1.87x, 1.27x, 0.88x and 1.13x.
-Below ``MIN_WEIGHT_BYTES`` the call's cost is what counts, so small matrices keep aten's.
+576 for SmolLM2-135M, 28 MB int8), read once per token. zoo's loop (``int8_rows`` of
+zoo/components/row_product_source.py) streams them faster than ``aten._weight_int8pack_mm``:
+``python bench/int8_rows.py --rounds 7`` on this project's AMD EPYC (Zen 4), one bfloat16
+row, median per-round time ratio aten / kernel at one thread: the head 2.93x (6.5 against
+19.3 GB/s), a 1536 x 576 matrix 1.53x, 8192 x 2048 2.83x, 2048 x 8192 2.41x; at two threads
+2.81x, 1.42x, 2.15x and 2.39x. Small matrices gain too (576 x 576: 21 against 14 µs), so
+only those under ``MIN_WEIGHT_BYTES``, where either call is mostly its dispatch, keep aten's.
 ``ZOO_INT8_ROW_KERNEL=0`` turns it off.
 
-Accumulation is in float32, scaled per row, then rounded once to the input's dtype, as the
-aten kernel does (``reference``). Inside a compiled graph it is the opaque op
+Numerics (``reference``): for rows whose length is a multiple of 32 (every model's width),
+llama.cpp's: the row quantized to int8 per block of 32 inputs, integer dot products
+(AVX512-VNNI, AVX2 or scalar C++) scaled per block, then per weight row; as zoo's int4 decode
+does (zoo/quant/int4_cpu.py) and llama.cpp for Q8_0 weights. Widening each int8 weight to
+float32 instead left the loop compute-bound: ``python bench/int8_rows.py`` measured the
+49152 x 576 head at 9.8 GB/s against 17-19 GB/s for a float32 matrix of that shape (one
+thread); the integer loop reads it at the bandwidth. Its cost is the activation's rounding:
+against the exact product, a largest error of about 0.5% of the largest output
+(tests/quant/test_int8_rows.py). Other lengths keep the exact product: accumulated in float32,
+scaled per row, rounded once to the input's dtype, as the aten kernel does.
+
+Inside a compiled graph it is the opaque op
 ``torch.ops.zoo.row_product_int8_rows``. Where the kernel cannot be built the aten kernel runs.
 """
 
@@ -23,15 +32,23 @@ import os
 import torch
 
 from zoo.components import row_product
+from zoo.quant import q8
 
 ENV_SWITCH = "ZOO_INT8_ROW_KERNEL"
-MIN_WEIGHT_BYTES = 4 << 20  # 4 MiB: beyond the L2 cache, where streaming bytes is the cost
+MIN_WEIGHT_BYTES = 1 << 16  # 64 KiB: 192 x 576 took 8 µs through the kernel, 10 through aten
 
 
 def reference(qweight: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``(qweight * scales[:, None]) @ x`` for one row ``x`` (in,), accumulated in float32, in
-    ``x``'s dtype; ``qweight`` int8 (out, in), ``scales`` (out,)."""
-    return ((qweight.float() @ x.float()) * scales.float()).to(x.dtype)  # (out,)
+    """What the kernel computes, in PyTorch: ``(qweight * scales[:, None]) @ x`` for one row
+    ``x`` (in,), in ``x``'s dtype; ``qweight`` int8 (out, in), ``scales`` (out,). ``in`` a
+    multiple of 32: ``x`` as int8 blocks (``zoo.quant.q8``), exact integer dot products per
+    block, scaled per block and per row in float32; otherwise the exact float32 product."""
+    if x.numel() % q8.BLOCK:
+        return ((qweight.float() @ x.float()) * scales.float()).to(x.dtype)  # (out,)
+    xq, xd = q8.quantize_blocks(x.float())  # (in / 32, 32) int8, (in / 32,)
+    blocks = qweight.reshape(qweight.shape[0], -1, q8.BLOCK).int()  # (out, in / 32, 32)
+    dots = torch.einsum("obj,bj->ob", blocks, xq.int())  # (out, in / 32) exact int32
+    return ((dots.float() * xd).sum(-1) * scales.float()).to(x.dtype)  # (out,)
 
 
 def enabled() -> bool:
