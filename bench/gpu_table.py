@@ -94,52 +94,47 @@ def _prefill(model: str, estimate: float, **extra: Any) -> Case:
     return Case(model, "prefill 2048", {"prompt_len": 2048, "gen_len": 2}, estimate, **extra)
 
 
+def _gpt_fast(shape: str, batch: int, estimate: float) -> Case:
+    """gpt-fast's own decode loop (bench/gpt_fast_ref.py) at a model's shape: the reference."""
+    options = {"batch_size": batch, "compile": True, "prompt_len": 128, "gen_len": 129, "shape": shape}
+    return Case("gpt-fast loop", f"decode b{batch} compiled ({shape})", options, estimate)
+
+
 def cases() -> list[Case]:
-    """The table's rows, cheapest first within each model so a short budget still covers many."""
-    rows = [_decode("llama-3.2-1b", b, c, 90 if c else 30) for c in (True, False) for b in (1, 8)]
-    rows += [
-        _first_token("llama-3.2-1b", 128, 20),
-        _first_token("llama-3.2-1b", 1024, 20),
-        _prefill("llama-3.2-1b", 20),
+    """The table's rows in tiers, so that a short budget (a lent GPU's 15 minutes) still has
+    every family: each family's eager decode, then its compiled decode (the path a GPU user
+    takes: CUDA graphs), then prefill, batch, first-token and quantized rows, then the
+    large models. Estimates are seconds on an H200 or H100, build and compile included."""
+    gdn = {"overrides": GDN_HYBRID}
+    families: list[tuple[str, dict[str, Any]]] = [
+        ("llama-3.2-1b", {}),
+        ("qwen3-0.6b", {}),
+        ("mamba-130m", {}),
+        ("mamba2-130m", {}),
+        ("qwen3-1.7b", gdn),
+        ("rwkv-4-169m-pile", {"plugin": "zoo_rwkv"}),
     ]
-    rows += [
-        Case(
-            "gpt-fast loop",
-            f"decode b{b} compiled",
-            {"batch_size": b, "compile": True, "prompt_len": 128, "gen_len": 129, "shape": "llama-3.2-1b"},
-            60,
-        )
-        for b in (1, 8)
-    ]
-    rows += [_decode("qwen3-0.6b", 1, True, 80), _decode("qwen3-0.6b", 1, False, 25)]
+    rows = [_decode(arch, 1, False, 30, **extra) for arch, extra in families]
+    rows += [Case("bert-base-uncased", "encoder 512", {"prompt_len": 512, "batch_size": 8}, 15)]
+    rows += [_decode("t5-base", 1, False, 25)]
+    rows += [_decode("llama-3.2-1b", 1, True, 110), _gpt_fast("llama-3.2-1b", 1, 60)]
+    rows += [_decode(arch, 1, True, 120, **extra) for arch, extra in families[1:5]]
+    rows += [_prefill(arch, 30, **extra) for arch, extra in families[:5]]
+    rows += [_decode("llama-3.2-1b", 8, c, 110 if c else 30) for c in (False, True)]
+    rows += [_gpt_fast("llama-3.2-1b", 8, 60)]
+    rows += [_first_token("llama-3.2-1b", 128, 20), _first_token("llama-3.2-1b", 1024, 20)]
     rows += [
         Case(
             "llama-3.2-1b",
             f"decode b1 {w} compiled",
             {"weights_dtype": w, "compile": True, "prompt_len": 128, "gen_len": 129},
-            100,
+            110,
         )
         for w in ("int8", "int4")
     ]
-    for arch in ("mamba-130m", "mamba-370m", "mamba2-130m"):
-        rows += [_decode(arch, 1, False, 25), _prefill(arch, 20), _decode(arch, 1, True, 80)]
-    rows += [
-        _decode("qwen3-1.7b", 1, False, 40, overrides=GDN_HYBRID),
-        _decode("qwen3-1.7b", 1, True, 100, overrides=GDN_HYBRID),
-        _prefill("qwen3-1.7b", 30, overrides=GDN_HYBRID),
-    ]
-    rows += [_decode("rwkv-4-169m-pile", 1, False, 25, plugin="zoo_rwkv")]
-    rows += [Case("bert-base-uncased", "encoder 512", {"prompt_len": 512, "batch_size": 8}, 15)]
-    rows += [_decode("t5-base", 1, False, 25)]
+    rows += [_decode("mamba-370m", 1, False, 30), _prefill("mamba-370m", 30)]
     rows += [_decode("llama-3.1-8b", b, c, 150 if c else 60) for c in (True, False) for b in (1, 8)]
-    rows += [
-        Case(
-            "gpt-fast loop",
-            "decode b1 compiled",
-            {"batch_size": 1, "compile": True, "prompt_len": 128, "gen_len": 129, "shape": "llama-3.1-8b"},
-            120,
-        )
-    ]
+    rows += [_gpt_fast("llama-3.1-8b", 1, 120)]
     for arch in ("qwen3-30b-a3b", "gpt-oss-20b"):
         rows += [_decode(arch, 1, True, 240), _decode(arch, 1, False, 120), _prefill(arch, 90)]
     return rows
@@ -383,11 +378,13 @@ def run_table(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _run_one(case: Case, tiny: bool, device: Any, isolate: bool, timeout: float, bandwidth: float) -> dict[str, Any]:
+    """The case's line, with ``wall_s`` (the whole case: build, compile, rounds) for the next budget."""
+    start = time.monotonic()
     try:
-        row = measure_case(case, tiny, device, isolate, timeout)
+        line = table_line(case, measure_case(case, tiny, device, isolate, timeout), bandwidth)
     except Exception as exc:
-        return {"model": case.model, "mode": case.mode, "status": f"failed: {str(exc).splitlines()[0][:200]}"}
-    return table_line(case, row, bandwidth)
+        line = {"model": case.model, "mode": case.mode, "status": f"failed: {str(exc).splitlines()[0][:200]}"}
+    return {**line, "wall_s": round(time.monotonic() - start, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:

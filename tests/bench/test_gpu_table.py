@@ -31,8 +31,19 @@ def test_the_whole_table_runs_at_tiny_sizes_and_saves_every_line(tmp_path, capsy
         if line["status"] == "ok":
             assert line["tokens_per_s"] > 0, line
     md = (tmp_path / "gpu-cpu-tiny.md").read_text()
-    assert "| llama-3.2-1b | decode b1 compiled |" in md and "| gpt-fast loop | decode b1 compiled |" in md
+    assert "| llama-3.2-1b | decode b1 compiled |" in md
+    assert "| gpt-fast loop | decode b1 compiled (llama-3.2-1b) |" in md
+    assert all(line["wall_s"] >= 0 for line in lines if not line["status"].startswith("skipped"))
     assert md in capsys.readouterr().out
+
+
+def test_every_family_comes_before_any_compiled_row():  # type: ignore[no-untyped-def]
+    """A lent GPU's short budget measures each family once before it spends minutes compiling."""
+    rows = [(c.model, c.mode) for c in _load().cases()]
+    first_compiled = next(i for i, (_, mode) in enumerate(rows) if "compiled" in mode)
+    eager = {model for model, _ in rows[:first_compiled]}
+    assert eager >= {"llama-3.2-1b", "qwen3-0.6b", "mamba-130m", "mamba2-130m", "qwen3-1.7b", "bert-base-uncased"}
+    assert {"t5-base", "rwkv-4-169m-pile"} <= eager
 
 
 def test_a_case_past_the_budget_is_skipped_with_its_reason(tmp_path):  # type: ignore[no-untyped-def]
