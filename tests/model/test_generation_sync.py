@@ -75,3 +75,20 @@ def test_cuda_prefill_and_decode_do_not_synchronize(name):
         decode_step(model, token, cache)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("name", ["mamba-130m", "mamba2-130m"])
+def test_recurrent_reference_paths_convert_no_tensor_to_python(name):
+    """The reference paths are what a GPU without mamba-ssm or fla runs (the CPU's C++ steps
+    are not taken there): they too must queue work without waiting for the device."""
+    from zoo.components.kernels import preferring
+
+    spec = tiny_spec(name)
+    with preferring("reference"):
+        model = zoo.build(spec, dtype="float32", seed=0).eval()
+    cache = KVCache(model, 2, 16)
+    ids = torch.randint(0, spec.vocab_size, (2, 7))
+    with torch.no_grad(), no_tensor_to_host():
+        logits = prefill(model, ids, cache)
+        decode_step(model, logits.argmax(-1, keepdim=True), cache)
+    assert cache.length == 8
