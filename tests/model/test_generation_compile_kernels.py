@@ -36,7 +36,7 @@ STEP_OPS = {"zoo.cpu_mamba_step_mamba_step"} | {
 }
 
 
-def _built(impl: str) -> torch.nn.Module:
+def mixers_with_kernels(impl: str) -> torch.nn.Module:
     spec = ModelSpec.model_validate(
         {
             "name": "compiled-kernels",
@@ -74,7 +74,7 @@ def test_compiled_steps_run_the_cpu_kernels_and_equal_the_eager_reference(backen
     """aot_eager checks the capture and the functionalised in-place state updates in seconds
     (inductor, its re-inplacing of them too, takes a minute of C++ compilation here: pass
     ``backend="inductor"`` to run it by hand)."""
-    reference, fast = _built("reference"), _built("auto")
+    reference, fast = mixers_with_kernels("reference"), mixers_with_kernels("auto")
     ids = torch.randint(0, VOCAB, (2, 9))  # (B, T): unpadded, so the steps may take the kernels
     torch._dynamo.reset()
     graphs: list[set[str]] = []

@@ -16,6 +16,9 @@ import torch
 
 import zoo
 from tests.conftest import tiny_spec
+from tests.model.test_generation import MIXERS, mixer_model
+from tests.model.test_generation_compile_kernels import mixers_with_kernels
+from zoo.components.kernels import preferring
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
@@ -77,17 +80,18 @@ def test_cuda_prefill_and_decode_do_not_synchronize(name):
         torch.cuda.set_sync_debug_mode("default")
 
 
-@pytest.mark.parametrize("name", ["mamba-130m", "mamba2-130m"])
+@pytest.mark.parametrize("name", [*MIXERS, "every mixer with a kernel"])
 def test_recurrent_reference_paths_convert_no_tensor_to_python(name):
     """The reference paths are what a GPU without mamba-ssm or fla runs (the CPU's C++ steps
-    are not taken there): they too must queue work without waiting for the device."""
-    from zoo.components.kernels import preferring
-
-    spec = tiny_spec(name)
-    with preferring("reference"):
-        model = zoo.build(spec, dtype="float32", seed=0).eval()
+    are not taken there): they too must queue work without waiting for the device. The last
+    case stacks Mamba, Mamba2, Gated DeltaNet, linear and Infini layers."""
+    if name in MIXERS:
+        with preferring("reference"):
+            model = mixer_model(name)
+    else:
+        model = mixers_with_kernels("reference")
     cache = KVCache(model, 2, 16)
-    ids = torch.randint(0, spec.vocab_size, (2, 7))
+    ids = torch.randint(0, 50, (2, 7))
     with torch.no_grad(), no_tensor_to_host():
         logits = prefill(model, ids, cache)
         decode_step(model, logits.argmax(-1, keepdim=True), cache)
