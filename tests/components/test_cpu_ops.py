@@ -69,7 +69,14 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     ),
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(40), _r(24)),
-    "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 40), dtype=torch.int8), _r(24), _r(40)),
+    "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64)),
+    "zoo::row_product_one_query_attention": lambda: (
+        _r(2, 4, 1, 8),
+        _r(2, 2, 12, 8),
+        _r(2, 2, 12, 8),
+        torch.rand(2, 1, 1, 12) > 0.3,
+        0.35,
+    ),
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),
         _r(B, T, 16).abs(),

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
+from zoo.components import cpu_attention
 from zoo.components.fused import project
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import varying_shape_kernels
@@ -317,11 +318,14 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: Any) -> torch.Tensor:
-    """``F.scaled_dot_product_attention``, with one half-precision query on the CPU computed
-    in float32 and rounded back: torch's CPU kernel took 4.0x (160 keys), 5.6x (1024) and
-    2.9x (4096) as long in bfloat16 as the float32 one with the casts included (one thread,
-    9 query and 3 key/value heads of 64, this project's Zen 4), and float32 is the more
-    accurate of the two (its error against float32 inputs: 1.8e-3 against 2.1e-3 at 160 keys)."""
+    """``F.scaled_dot_product_attention``; one query on the CPU through zoo's kernel
+    (``cpu_attention``) where it applies. Otherwise one half-precision query on the CPU is
+    computed in float32 and rounded back: torch's CPU kernel took 4.0x (160 keys), 5.6x (1024)
+    and 2.9x (4096) as long in bfloat16 as the float32 one with the casts included (one
+    thread, 9 query and 3 key/value heads of 64, this project's Zen 4), and float32 is the
+    more accurate of the two (its error against float32 inputs: 1.8e-3 against 2.1e-3 at 160 keys)."""
+    if cpu_attention.applies(q, k, v, options):
+        return cpu_attention.one_query_attention(q, k, v, options)  # (B, H, 1, D)
     if q.shape[2] != 1 or q.device.type != "cpu" or q.dtype not in HALF_DTYPES:
         return F.scaled_dot_product_attention(q, k, v, **options)
     mask = options.get("attn_mask")

@@ -61,6 +61,11 @@ EXTENSION = CppExtension(
             "(Tensor qweight, Tensor scales, Tensor x) -> Tensor",
             lambda qweight, x, **_: x.new_empty(qweight.shape[0]),  # (out,)
         ),
+        CppFunction(
+            "one_query_attention",
+            "(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor",
+            lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)
+        ),
     ],
 )
 

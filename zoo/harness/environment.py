@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel
 
+from zoo.components import cpu_attention
 from zoo.errors import BenchError
 
 DEVICE_KINDS = ("auto", "cuda", "mps", "cpu")
@@ -94,6 +95,7 @@ class Environment(BaseModel):
 
 
 _SDPA_PREFIX = "aten::_scaled_dot_product_"
+ZOO_ONE_QUERY = "zoo one-query (cpu)"  # zoo/components/cpu_attention.py
 _SDPA_NAMES = {  # the aten op each backend dispatches to, as the profiler names it
     "flash_attention_for_cpu": "flash (cpu)",
     "flash_attention": "flash",
@@ -123,7 +125,7 @@ def sdpa_backends_used(step: Callable[[], object]) -> str:
     """The SDPA kernels one call of ``step`` dispatches to, read off the profiler.
 
     "none" when the model attends without ``scaled_dot_product_attention`` (an explicit
-    softmax, as attention sinks need).
+    softmax, as attention sinks need); zoo's one-query CPU kernel is named beside torch's.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -137,6 +139,8 @@ def sdpa_backends_used(step: Callable[[], object]) -> str:
             prof.stop()
     found = []
     for event in prof.key_averages():
+        if event.key == cpu_attention.OP_NAME and ZOO_ONE_QUERY not in found:
+            found.append(ZOO_ONE_QUERY)
         if event.key.startswith(_SDPA_PREFIX):
             kind = event.key[len(_SDPA_PREFIX) :]
             label = _SDPA_NAMES.get(kind, kind)
