@@ -1,6 +1,7 @@
 """zoo.components.cpu_attention: one query's attention through zoo's C++ kernel equals torch's
 on the same inputs (float32 exactly enough, half precision to its rounding), over strided
-caches, boolean masks and every head grouping; what it does not compute stays torch's."""
+caches, boolean and additive masks and every head grouping; what it does not compute stays
+torch's."""
 
 from __future__ import annotations
 
@@ -39,6 +40,24 @@ def test_the_kernel_equals_torchs_attention_masked_and_over_a_sliced_cache(heads
         torch.testing.assert_close(sdpa(q, k, v, **plain), _torch(q, k, v, **plain))
 
 
+@pytest.mark.parametrize(("batch", "heads"), [(1, 1), (2, 1), (1, 6), (2, 6)])
+def test_an_additive_mask_is_added_to_the_scores_as_torch_adds_it(batch, heads):
+    """A position bias with -inf where keys are masked (T5's relative buckets at a decode
+    step): per sequence or shared, per head or shared, as torch broadcasts it."""
+    q, k, v, mask, _ = _inputs(6, 2, 16)
+    g = torch.Generator().manual_seed(batch * 10 + heads)
+    bias = torch.randn(batch, heads, 1, k.shape[2], generator=g)
+    bias = bias.masked_fill(~mask[:batch], float("-inf"))  # (B|1, H|1, 1, S)
+    options = {"attn_mask": bias, "enable_gqa": True}
+    with torch.no_grad():
+        assert cpu_attention.applies(q, k, v, options)
+        torch.testing.assert_close(sdpa(q, k, v, **options), _torch(q, k, v, **options))
+        half = {"attn_mask": bias.bfloat16(), "enable_gqa": True}
+        got = sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), **half)
+        expected = _torch(q.bfloat16(), k.bfloat16(), v.bfloat16(), attn_mask=bias.bfloat16().float(), enable_gqa=True)
+        torch.testing.assert_close(got.float(), expected, atol=8e-3, rtol=8e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_is_the_float32_result_to_its_rounding(dtype):
     q, cache_k, cache_v, mask, _ = _inputs(9, 3, 64, dtype, slots=160)
@@ -54,7 +73,9 @@ def test_what_the_kernel_does_not_compute_stays_torchs(monkeypatch):
     two = torch.randn(2, 4, 2, 16)
     with torch.no_grad():
         assert not cpu_attention.applies(two, k, v, {})  # two queries
-        assert not cpu_attention.applies(q, k, v, {"attn_mask": mask.float()})  # a score bias
+        assert not cpu_attention.applies(q, k, v, {"attn_mask": mask[:, :, :, :4]})  # not the keys' length
+        assert not cpu_attention.applies(q, k, v, {"attn_mask": mask.expand(2, 4, 1, -1)})  # boolean per head
+        assert not cpu_attention.applies(q, k, v, {"attn_mask": torch.zeros(2, 3, 1, k.shape[2])})  # 3 of 4 heads
         assert not cpu_attention.applies(q, k, v, {"is_causal": True})
         assert not cpu_attention.applies(q, k.double(), v.double(), {})
         assert not cpu_attention.applies(q, k, v, {"dropout_p": 0.1})

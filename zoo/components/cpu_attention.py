@@ -37,7 +37,7 @@ OP_NAME = row_product.EXTENSION.op_name("one_query_attention")  # zoo::row_produ
 def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str, Any]) -> bool:
     """Whether ``F.scaled_dot_product_attention(q, k, v, **options)`` is one the kernel computes:
     one query on the CPU outside autograd, rows contiguous, one dtype, no causal flag (one
-    query sees every key it is given), a boolean mask or none, and the switch not off."""
+    query sees every key it is given), a boolean or additive mask or none, and the switch not off."""
     mask = options.get("attn_mask")
     return (
         q.device.type == "cpu"
@@ -50,15 +50,26 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str
         and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
         and options.keys() <= OPTIONS
         and not options.get("is_causal", False)
-        and (mask is None or (mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[1:3] == (1, 1)))
+        and (mask is None or _mask_fits(mask, q, k.shape[2]))
         and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         and os.environ.get(ENV_SWITCH, "1") != "0"
         and row_product.available()
     )
 
 
+def _mask_fits(mask: torch.Tensor, q: torch.Tensor, keys: int) -> bool:
+    """A boolean mask (B|1, 1, 1, S), or an additive one (B|1, H|1, 1, S): a position bias
+    (T5's relative buckets, ALiBi) with -inf where a key is masked."""
+    if mask.dim() != 4 or mask.shape[2:] != (1, keys) or mask.shape[0] not in (1, q.shape[0]):
+        return False
+    if mask.dtype == torch.bool:
+        return mask.shape[1] == 1
+    return mask.is_floating_point() and mask.shape[1] in (1, q.shape[1])
+
+
 def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str, Any]) -> torch.Tensor:
-    """q (B, H, 1, D) over k, v (B, Hkv, S, D), mask (B|1, 1, 1, S) bool or None -> (B, H, 1, D)."""
+    """q (B, H, 1, D) over k, v (B, Hkv, S, D), mask (B|1, 1, 1, S) bool, (B|1, H|1, 1, S)
+    floating or None -> (B, H, 1, D)."""
     scale = options.get("scale")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     call = row_product.EXTENSION.op("one_query_attention")

@@ -5,7 +5,9 @@ not a mode of self-attention: queries come from the decoder, keys and values fro
 encoder's memory, projected once per prompt and kept per memory token (``per="memory"``);
 no causal mask, no positions, no window. Its kinds take the same options as the
 self-attention kinds of the same name (``gqa``, ``mha``, ``mqa``), so a spec's
-``cross_attention: {kind: mha, n_heads: 8, ...}`` reads as its ``attention`` does.
+``cross_attention: {kind: mha, n_heads: 8, ...}`` reads as its ``attention`` does, and it
+attends through the same ``sdpa`` (a decode step's one query over the memory on the CPU:
+zoo's kernel, ``cpu_attention``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
-from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions
+from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions, sdpa
 from zoo.components.linear import Linear
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
@@ -77,7 +78,7 @@ class CrossAttention(CrossMixer):
                 "memory: cross-attention needs the encoder output (model.encode(...)) or a cache holding it"
             )
         mask = None if valid is None else valid[:, None, None, :]  # (B, 1, 1, S)
-        out = F.scaled_dot_product_attention(
+        out = sdpa(
             q,
             k.to(q.dtype),
             v.to(q.dtype),

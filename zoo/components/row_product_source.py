@@ -194,11 +194,12 @@ static inline float widen1(float v) { return v; }
 static inline float widen1(at::BFloat16 v) { return static_cast<float>(v); }
 static inline float widen1(at::Half v) { return static_cast<float>(v); }
 
-// One (sequence, key/value head): its G query heads over the S keys (mask row m, or all when null).
+// One (sequence, key/value head): its G query heads over the S keys (mask row m, or all when null), each head's
+// scores plus its row of the additive bias (G rows of S, or none when null).
 template <typename T>
 static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
-                         const bool* m, T* out, int64_t out_head_stride, int64_t G, int64_t S, int64_t D, float scale,
-                         std::vector<float>& buf) {
+                         const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
+                         int64_t D, float scale, std::vector<float>& buf) {
   buf.resize(G * (S + 2 * D));
   float* scores = buf.data();              // (G, S)
   float* qf = scores + G * S;              // (G, D)
@@ -212,7 +213,7 @@ static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T*
       float dot = 0.f;
       if (seen)
         for (int64_t d = 0; d < D; ++d) dot += qf[g * D + d] * widen1(key[d]);
-      scores[g * S + s] = seen ? dot : -INFINITY;
+      scores[g * S + s] = !seen ? -INFINITY : bias == nullptr ? dot : dot + bias[g * S + s];
     }
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -238,8 +239,9 @@ static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T*
     for (int64_t d = 0; d < D; ++d) out[g * out_head_stride + d] = static_cast<T>(acc[g * D + d]);
 }
 
-// q (B, H, 1, D), k and v (B, Hkv, S, D), each row contiguous; mask (B or 1, 1, 1, S) bool (True: attend) or
-// absent -> (B, H, 1, D) in q's dtype, k and v in q's dtype. Sequences and key/value heads split over threads.
+// q (B, H, 1, D), k and v (B, Hkv, S, D), each row contiguous; mask (B or 1, 1, 1, S) bool (True: attend), or
+// (B or 1, H or 1, 1, S) floating (added to the scores: a position bias, -inf where masked), or absent ->
+// (B, H, 1, D) in q's dtype, k and v in q's dtype. Sequences and key/value heads split over threads.
 torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> mask,
                                   double scale) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), Hkv = k.size(1), S = k.size(2), G = H / Hkv;
@@ -248,16 +250,20 @@ torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tenso
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "one_query_attention: dtypes");
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "one_query_attention: rows not contiguous");
   auto out = torch::empty({B, H, 1, D}, q.options());
-  torch::Tensor m;
-  if (mask.has_value()) {
-    m = mask->expand({B, 1, 1, S}).reshape({B, S}).to(torch::kBool).contiguous();
+  torch::Tensor m, add;  // the boolean mask (B, S) or the additive one (B, H, S) in float32
+  if (mask.has_value() && mask->scalar_type() == torch::kBool) {
+    m = mask->expand({B, 1, 1, S}).reshape({B, S}).contiguous();
+  } else if (mask.has_value()) {
+    TORCH_CHECK(mask->size(2) == 1 && mask->size(3) == S, "one_query_attention: mask shape");
+    add = mask->expand({B, H, 1, S}).reshape({B, H, S}).to(torch::kFloat).contiguous();
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "one_query_attention", [&] {
     const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = k.data_ptr<scalar_t>();
     const scalar_t* vp = v.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    const bool* mp = mask.has_value() ? m.data_ptr<bool>() : nullptr;
+    const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
+    const float* ap = add.defined() ? add.data_ptr<float>() : nullptr;
     at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> buf;
       for (int64_t i = begin; i < end; ++i) {
@@ -265,7 +271,8 @@ torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tenso
         attend_group<scalar_t>(qp + b * q.stride(0) + h * G * q.stride(1), q.stride(1),
                                kp + b * k.stride(0) + h * k.stride(1), vp + b * v.stride(0) + h * v.stride(1),
                                k.stride(2), v.stride(2), mp == nullptr ? nullptr : mp + b * S,
-                               op + (b * H + h * G) * D, D, G, S, D, static_cast<float>(scale), buf);
+                               ap == nullptr ? nullptr : ap + (b * H + h * G) * S, op + (b * H + h * G) * D, D, G, S,
+                               D, static_cast<float>(scale), buf);
       }
     });
   });
