@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from zoo.components import cpu_token_ops
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.options import Options
 
@@ -50,6 +51,8 @@ class RMSNorm(nn.Module):
         nn.init.zeros_(self.weight) if self.unit_offset else nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if cpu_token_ops.rms_norm_applies(x, self.weight):  # one C++ call, the same arithmetic
+            return cpu_token_ops.rms_norm(x, self.weight, self.eps, self.unit_offset)  # (..., dim)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., dim) float32
         if self.unit_offset:
             return (normed * (1.0 + self.weight.float())).to(x.dtype)

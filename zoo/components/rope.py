@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
+from zoo.components import cpu_token_ops
 from zoo.specs.options import Options
 
 
@@ -122,10 +123,12 @@ class RopeRotation:
         return self._tables[dtype]
 
     def _apply(self, x: torch.Tensor) -> torch.Tensor:
+        cos, signed_sin = self._tables_for(x.dtype)
+        if not self.interleaved and cpu_token_ops.rope_applies(x, cos):  # one C++ call, the same arithmetic
+            return cpu_token_ops.rope(x, cos, signed_sin)  # (B, H, T, D)
         rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
         if self.interleaved:
             rot = deinterleave(rot)
-        cos, signed_sin = self._tables_for(x.dtype)
         rotated = rot * cos + torch.roll(rot, self.rot_dim // 2, dims=-1) * signed_sin  # (B, H, T, rot_dim)
         return rotated if rest.shape[-1] == 0 else torch.cat((rotated, rest), dim=-1)
 

@@ -44,15 +44,16 @@ import torch
 import torch.nn.functional as F
 
 from zoo.components.cpu_ops import CppExtension, CppFunction
+from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
 from zoo.components.row_product_source import SOURCE
 
 ENV_SWITCH = "ZOO_ROW_KERNEL"
 MIN_WEIGHT_BYTES = 1 << 14  # 16 KiB: smaller products are their call's cost whichever path takes them
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-EXTENSION = CppExtension(
+EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu_attention, cpu_token_ops)
     "zoo_row_product",
-    SOURCE,
+    SOURCE + TOKEN_OPS_SOURCE,
     [
         CppFunction(
             "row_product",
@@ -68,6 +69,16 @@ EXTENSION = CppExtension(
             "one_query_attention",
             "(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor",
             lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)
+        ),
+        CppFunction(
+            "rms_norm",
+            "(Tensor x, Tensor weight, float eps, bool unit_offset) -> Tensor",
+            lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (..., n)
+        ),
+        CppFunction(
+            "rope",
+            "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+            lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (B, H, T, D)
         ),
     ],
 )

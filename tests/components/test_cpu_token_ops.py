@@ -1,0 +1,89 @@
+"""zoo.components.cpu_token_ops: the C++ RMS norm and rotary rotation equal the PyTorch
+expressions they replace, for one row and many, Llama's and Gemma's norm, partial and batched
+rotary tables; autograd, compiled graphs and the switch keep PyTorch's.
+
+The rotation in half precision is exact (each product of two half-precision numbers is exact
+in float32, then rounded as PyTorch rounds it); in float32 it may differ by a fused
+multiply-add's ulp. The norm sums its squares in another order than PyTorch's reduction, so
+its scale may differ in the last float32 bit, which can move a half-precision result by one
+unit of its rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.components import cpu_token_ops
+from zoo.components.norms import RMSNorm
+from zoo.components.rope import RopeRotation, rope_cos_sin
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _torch_path(monkeypatch: pytest.MonkeyPatch, call):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(cpu_token_ops.ENV_SWITCH, "0")
+    try:
+        return call()
+    finally:
+        monkeypatch.delenv(cpu_token_ops.ENV_SWITCH)
+
+
+def _exact_in_half(got: torch.Tensor, expected: torch.Tensor) -> None:
+    if got.dtype == torch.float32:
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    else:
+        assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("unit_offset", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 576), (2, 9, 64), (3, 130)])
+def test_the_norm_is_the_pytorch_norm(monkeypatch, dtype, unit_offset, shape):
+    norm = RMSNorm(shape[-1], eps=1e-6, unit_offset=unit_offset).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1]) * 0.1 + (0 if unit_offset else 1))
+    x = (torch.randn(*shape, generator=torch.Generator().manual_seed(1)) * 3).to(dtype)
+    with torch.no_grad():
+        assert cpu_token_ops.rms_norm_applies(x, norm.weight)
+        got = norm(x)
+        expected = _torch_path(monkeypatch, lambda: norm(x))
+    assert got.dtype == expected.dtype == dtype and got.shape == x.shape
+    torch.testing.assert_close(got, expected)  # the dtype's own tolerance: one unit of its rounding
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("batch", "table_batch", "rot_dim"), [(1, 1, 64), (2, 1, 32), (2, 2, 48)])
+def test_the_rotation_is_the_pytorch_rotation(monkeypatch, dtype, batch, table_batch, rot_dim):
+    heads, tokens, head_dim = 3, 5, 64
+    positions = (torch.arange(tokens) + 7).expand(table_batch, -1) + torch.arange(table_batch)[:, None]  # (B, T)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rot_dim, 2) / rot_dim))
+    rotation = RopeRotation(*rope_cos_sin(positions, inv_freq, 1.0), interleaved=False)
+    g = torch.Generator().manual_seed(batch * 100 + rot_dim)
+    x = torch.randn(batch, tokens, heads, head_dim, generator=g).to(dtype).transpose(1, 2)  # (B, H, T, D) strided
+    with torch.no_grad():
+        assert cpu_token_ops.rope_applies(x, rotation._tables_for(dtype)[0])
+        got = rotation._apply(x)
+        expected = _torch_path(monkeypatch, lambda: rotation._apply(x))
+    assert got.shape == expected.shape == x.shape
+    _exact_in_half(got, expected)
+
+
+def test_autograd_compiled_graphs_and_the_switch_keep_pytorch(monkeypatch):
+    norm = RMSNorm(16, eps=1e-6)
+    x = torch.randn(2, 16)
+    assert not cpu_token_ops.rms_norm_applies(x, norm.weight)  # the weight wants its gradient
+    with torch.no_grad():
+        assert cpu_token_ops.rms_norm_applies(x, norm.weight)
+        assert not cpu_token_ops.rms_norm_applies(x.double(), norm.weight.double())
+        assert not cpu_token_ops.rms_norm_applies(x.bfloat16(), norm.weight)  # mixed dtypes: PyTorch promotes
+        monkeypatch.setenv(cpu_token_ops.ENV_SWITCH, "0")
+        assert not cpu_token_ops.rms_norm_applies(x, norm.weight)
+        monkeypatch.delenv(cpu_token_ops.ENV_SWITCH)
+        seen: list[object] = []
+
+        def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
+            seen.extend(node.target for node in graph.graph.nodes if node.op == "call_function")
+            return graph.forward
+
+        torch.compile(norm, backend=backend, fullgraph=True)(x)
+    assert not any("row_product_rms_norm" in str(target) for target in seen)  # inductor fuses the expression

@@ -1,0 +1,68 @@
+"""A token's RMS norm and rotary rotation on the CPU as one C++ call each.
+
+At batch 1 a decode step's norms and rotations are tiny, and PyTorch spends its time
+dispatching them: ``F.rms_norm`` on a float32 copy, the cast back and the weight's product
+are five to seven operator calls, 16 µs for one 576-wide bfloat16 row (the C++ loop: under
+2 µs); a rotation of q or k (slices, two products, ``roll``, a sum) took 26 µs. A 30-layer
+llama makes 61 norms and 60 rotations a step: some 2.5 ms of SmolLM2-135M's ~20 ms eager
+step on this project's Zen 4, one thread. The loops (``cpu_token_ops_source.py``, built in
+the one-row products' extension) keep the PyTorch expressions' float32 arithmetic and their
+roundings to the tensor's dtype, so prefill (many rows) and decode (one) take the same code.
+
+They run on the CPU outside autograd and outside compiled graphs (inductor fuses the
+expressions itself); ``ZOO_TOKEN_KERNELS=0`` turns them off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from zoo.components import row_product
+
+ENV_SWITCH = "ZOO_TOKEN_KERNELS"
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _eager_cpu(x: torch.Tensor, *others: torch.Tensor) -> bool:
+    """x and ``others`` on the CPU in one of ``DTYPES``, no gradient wanted, not being compiled,
+    the switch not off and the extension built."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in DTYPES
+        and all(other.dtype == x.dtype for other in others)
+        and not (torch.is_grad_enabled() and (x.requires_grad or any(other.requires_grad for other in others)))
+        and not torch.compiler.is_compiling()
+        and os.environ.get(ENV_SWITCH, "1") != "0"
+        and row_product.available()
+    )
+
+
+def rms_norm_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``rms_norm`` computes this norm: a weight of x's last size in x's dtype."""
+    return weight.dim() == 1 and weight.shape[0] == x.shape[-1] and _eager_cpu(x, weight)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool) -> torch.Tensor:
+    """RMSNorm of x (..., n) -> (..., n) in x's dtype, as ``norms.RMSNorm`` computes it."""
+    return row_product.EXTENSION.op("rms_norm")(x, weight, eps, unit_offset)
+
+
+def rope_applies(x: torch.Tensor, cos: torch.Tensor) -> bool:
+    """Whether ``rope`` rotates x (B, H, T, D) by tables (B|1, 1, T, R) in x's dtype."""
+    return (
+        x.dim() == cos.dim() == 4
+        and x.stride(-1) == 1
+        and cos.shape[1] == 1
+        and cos.shape[2] == x.shape[2]
+        and cos.shape[0] in (1, x.shape[0])
+        and cos.shape[3] % 2 == 0
+        and cos.shape[3] <= x.shape[3]
+        and _eager_cpu(x, cos)
+    )
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, D) with its first R channels rotated half against half -> (B, H, T, D)."""
+    return row_product.EXTENSION.op("rope")(x, cos, signed_sin)

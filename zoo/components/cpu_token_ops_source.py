@@ -1,0 +1,90 @@
+"""The C++ of a token's RMS norm and rotary rotation on the CPU (``zoo/components/cpu_token_ops.py``).
+
+Appended to the one-row products' source (``row_product_source.py``: its headers and
+``widen1``), so that it is one more function of that extension and costs no build of its own.
+Both loops are over rows of the last dimension, in the tensor's own dtype, with the float32
+arithmetic and the roundings of the PyTorch expressions they replace (``norms.RMSNorm``,
+``rope.RopeRotation``), rows split over torch's threads where there are enough of them.
+"""
+
+from __future__ import annotations
+
+SOURCE = r"""
+// Rows per thread: below this a row's work is less than a thread's wake-up.
+static constexpr int64_t TOKEN_GRAIN = 32;
+
+// x (..., n) with rows of n contiguous, weight (n) in x's dtype -> (..., n): each row times
+// rsqrt(mean(row^2) + eps) in float32; Llama's order (rounded to x's dtype, then times the weight, rounded) or,
+// with unit_offset, Gemma's (times 1 + weight in float32, rounded once).
+template <typename T>
+static void rms_rows(const T* x, const T* w, T* out, int64_t rows, int64_t n, float eps, bool unit_offset) {
+  at::parallel_for(0, rows, TOKEN_GRAIN, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * n;
+      T* o = out + r * n;
+      float squares = 0.f;
+      for (int64_t i = 0; i < n; ++i) squares += widen1(row[i]) * widen1(row[i]);
+      const float inv = 1.f / std::sqrt(squares / static_cast<float>(n) + eps);
+      if (unit_offset) {
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(widen1(row[i]) * inv * (1.f + widen1(w[i])));
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          const T normed = static_cast<T>(widen1(row[i]) * inv);
+          o[i] = static_cast<T>(widen1(w[i]) * widen1(normed));
+        }
+      }
+    }
+  });
+}
+
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps, bool unit_offset) {
+  const int64_t n = x.size(-1);
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == n && weight.scalar_type() == x.scalar_type(), "rms_norm: weight");
+  auto xc = x.contiguous();
+  auto wc = weight.contiguous();
+  auto out = torch::empty_like(xc);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
+    rms_rows<scalar_t>(xc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), xc.numel() / n, n,
+                       static_cast<float>(eps), unit_offset);
+  });
+  return out;
+}
+
+// x (B, H, T, D) with rows of D contiguous; cos and signed_sin (B or 1, 1, T, R) in x's dtype, R <= D even ->
+// (B, H, T, D) contiguous: the first R channels rotated half against half (x * cos + roll(x, R/2) * signed_sin,
+// each product and the sum rounded to x's dtype), the rest copied.
+torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), R = cos.size(3), half = R / 2;
+  TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && R % 2 == 0 && R <= D && cos.sizes() == sin.sizes() &&
+                  cos.size(1) == 1 && cos.size(2) == T && (cos.size(0) == 1 || cos.size(0) == B),
+              "rope: shapes");
+  TORCH_CHECK(cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type(), "rope: dtypes");
+  auto cc = cos.contiguous();
+  auto sc = sin.contiguous();
+  auto out = torch::empty({B, H, T, D}, x.options());
+  const int64_t table_batch = cc.size(0) == 1 ? 0 : T * R;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rope", [&] {
+    using T_ = scalar_t;
+    const T_* xp = x.data_ptr<T_>();
+    const T_* cp = cc.data_ptr<T_>();
+    const T_* sp = sc.data_ptr<T_>();
+    T_* op = out.data_ptr<T_>();
+    at::parallel_for(0, B * H * T, TOKEN_GRAIN, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = i / (H * T), h = (i / T) % H, t = i % T;
+        const T_* row = xp + b * x.stride(0) + h * x.stride(1) + t * x.stride(2);
+        const T_* c = cp + b * table_batch + t * R;
+        const T_* s = sp + b * table_batch + t * R;
+        T_* o = op + i * D;
+        for (int64_t j = 0; j < R; ++j) {
+          const T_ straight = static_cast<T_>(widen1(row[j]) * widen1(c[j]));
+          const T_ turned = static_cast<T_>(widen1(row[j < half ? j + half : j - half]) * widen1(s[j]));
+          o[j] = static_cast<T_>(widen1(straight) + widen1(turned));
+        }
+        for (int64_t j = R; j < D; ++j) o[j] = row[j];
+      }
+    });
+  });
+  return out;
+}
+"""
