@@ -101,8 +101,13 @@ def reference_q8(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Ten
 
 
 def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """``x @ W.T`` (M, in) -> (M, out) in x's dtype. The op is the C++ kernel's own dispatcher
-    op, opaque to ``torch.compile`` (the layer loads it when it is made, before any tracing)."""
-    if load() is None:
+    """``x @ W.T`` (M, in) -> (M, out) in x's dtype. Traced, the op is the C++ kernel's own
+    dispatcher op, opaque to ``torch.compile`` (the layer loads it when it is made, before any
+    tracing); eager, the same C++ as a pybind call, without the dispatcher's 2 µs a call (of
+    7.5 on a 192 x 576 layer; a 30-layer llama makes 210 of them a token)."""
+    module = load()
+    if module is None:
         return reference(x, packed, scale_offsets).to(x.dtype)
-    return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, ROW_GRAIN)
+    if torch.compiler.is_compiling():
+        return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, ROW_GRAIN)
+    return module.int4_mm(x, packed, scale_offsets, TILE_FROM, TILE, ROW_GRAIN)

@@ -59,7 +59,8 @@ class QuantizedLinear(nn.Module):
         return (self.in_features * self.out_features + bias) * dtype.itemsize
 
     def _finish(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        out = out[:, : self.out_features]  # (M, out): padded rows dropped
+        if out.shape[1] != self.out_features:
+            out = out[:, : self.out_features]  # (M, out): padded rows dropped
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)  # (..., out)
