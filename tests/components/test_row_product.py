@@ -15,7 +15,7 @@ from zoo.components.linear import Linear, uses_matrix_vector, uses_row_kernel
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
-# one MiB and up takes the kernel: 512 x 512 float32, 1024 x 512 bfloat16
+# 16 KiB and up takes the kernel (row_product.MIN_WEIGHT_BYTES)
 TOLERANCE = {torch.float32: {"atol": 1e-4, "rtol": 1e-5}, torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}}
 
 
@@ -131,6 +131,28 @@ def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op():
         out = torch.compile(layer, backend=record, fullgraph=True)(x)
         expected = F.linear(x, layer.weight, layer.bias)
     torch.testing.assert_close(out, expected, **TOLERANCE[torch.float32])
+    targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert torch.ops.zoo.row_product_row_product.default in targets
+
+
+def test_a_graph_traced_before_any_eager_call_built_the_kernel_still_calls_it(monkeypatch):
+    """The first one-row product of a process inside a trace (``zoo bench --compile``): the
+    extension is built outside the trace and the graph holds its op."""
+    from zoo.components import cpu_extension
+
+    monkeypatch.delitem(cpu_extension._loaded, rows.EXTENSION.name, raising=False)  # as in a fresh process
+    layer = Linear(512, 1024).eval()
+    x = torch.randn(1, 1, 512)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(graph: torch.fx.GraphModule, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(layer, backend=record, fullgraph=True)(x)
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), **TOLERANCE[torch.float32])
     targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
     assert torch.ops.zoo.row_product_row_product.default in targets
 

@@ -61,8 +61,9 @@ class CppExtension:
         return cpu_extension(self.name, self.source, self.functions)
 
     def available(self) -> bool:
-        """Whether the extension builds here: a ``Kernel``'s ``loads``."""
-        return self.load() is not None
+        """Whether the extension builds here: a ``Kernel``'s ``loads``. Asked while a graph is
+        traced (a layer choosing its one-row path), it is built then, outside the trace."""
+        return _built(self.name)
 
     def op(self, function: str) -> Callable[..., torch.Tensor]:
         """``function``, called as the module doc says (eager: the pybind function; traced: the op)."""
@@ -71,6 +72,15 @@ class CppExtension:
     def op_name(self, function: str) -> str:
         """The qualified name of ``function``'s op, ``zoo::<extension>_<function>``."""
         return _qualified(self.name, function)
+
+
+@torch.compiler.assume_constant_result
+def _built(extension: str) -> bool:
+    """Whether ``extension`` builds here. dynamo calls it when tracing and keeps the answer as a
+    constant of the graph: traced into, the build's hashing and file checks are calls it cannot
+    trace, which broke ``zoo bench --compile`` on the CPU wherever no eager call had built the
+    extension before the first trace."""
+    return _extensions[extension].load() is not None
 
 
 def registered_ops() -> list[str]:
