@@ -76,7 +76,7 @@ def test_kernel_equals_its_numerics_in_pytorch(rows: int, group: int, scale_dtyp
     assert _relative(got, exact) < (Q8_ERROR if few else 1e-5)
     rows_bf16 = x.bfloat16()
     half = int4_cpu.matmul(rows_bf16, packed, so)  # bfloat16 in and out: one rounding of the same sums
-    reference = (int4_cpu.reference_q8 if few else int4_cpu.reference)(rows_bf16, packed, so)
+    reference = (int4_cpu.reference_q8 if few else int4_cpu.reference_tiles)(rows_bf16, packed, so)
     assert half.dtype == torch.bfloat16
     assert _relative(half, reference) <= 2**-8
 
