@@ -70,6 +70,12 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(40), _r(24)),
     "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64)),
+    "zoo::row_product_int8_tiles": lambda: (
+        _r(26, 64),
+        torch.randint(-127, 128, (40, 64), dtype=torch.int8),
+        _r(40),
+        16,
+    ),
     "zoo::row_product_one_query_attention": lambda: (
         _r(2, 4, 1, 8),
         _r(2, 2, 12, 8),

@@ -1,7 +1,7 @@
 """zoo.quant.int8_rows: the C++ one-row int8 kernel a large int8 matrix (a tied LM head) takes
 on the CPU, eagerly and inside a compiled graph, equals its reference and torch's own int8
 kernel; small matrices, several rows, the off switch and a machine that cannot build it keep
-torch's kernel."""
+torch's kernel; a prompt's rows go through widened tiles equal to the weight in their dtype."""
 
 from __future__ import annotations
 
@@ -93,6 +93,27 @@ def test_the_kernel_equals_its_reference_at_any_row_length(threads: int) -> None
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
     finally:
         torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [int8_rows.TILES_FROM, 130])
+def test_many_rows_go_through_widened_tiles_equal_to_the_weight_in_their_dtype(dtype: torch.dtype, rows: int) -> None:
+    """A prompt's rows: the int8 weight times its scales, rounded to the rows' dtype (a
+    bfloat16 model's weights), times the rows; 300 weight rows make a tile and a tail."""
+    generator = torch.Generator().manual_seed(4)
+    q = torch.randint(-127, 128, (300, 96), dtype=torch.int8, generator=generator)
+    scales = (torch.rand(300, generator=generator) / 100).bfloat16()
+    x = torch.randn(rows, 96, generator=generator).to(dtype)
+    with torch.no_grad():
+        assert int8_rows.tiles_apply(x, q) and not int8_rows.tiles_apply(x[: int8_rows.TILES_FROM - 1], q)
+        got = kernels.int8_matmul(x, q, scales)
+    weight = (q.float() * scales.float()[:, None]).to(dtype).float()  # (300, 96) as the tiles hold it
+    expected = x.float() @ weight.T  # (rows, 300)
+    assert got.dtype == dtype and got.shape == (rows, 300)
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+    exact = x.float() @ (q.float() * scales.float()[:, None]).T  # torch's int8 kernel's weight
+    assert (got.float() - exact).abs().max() <= 1e-2 * exact.abs().max()
 
 
 def test_where_the_kernel_cannot_be_built_torchs_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:

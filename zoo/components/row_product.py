@@ -66,6 +66,11 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda qweight, x, **_: x.new_empty(qweight.shape[0]),  # (out,)
         ),
         CppFunction(
+            "int8_tiles",
+            "(Tensor x, Tensor qweight, Tensor scales, int tile) -> Tensor",
+            lambda x, qweight, **_: x.new_empty(x.shape[0], qweight.shape[0]),  # (M, out)
+        ),
+        CppFunction(
             "one_query_attention",
             "(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor",
             lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)

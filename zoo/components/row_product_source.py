@@ -296,4 +296,34 @@ torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tens
   }
   return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
 }
+
+// Many token rows: x (M, K) float32 or bfloat16, qweight (N, K) int8, scales (N) -> (M, N) in x's dtype. Tiles of
+// `tile` weight rows are widened to x's dtype once (qweight * scale in float32, rounded: a bfloat16 model's weights
+// for bfloat16 rows) and multiplied with every token row by at::mm, single-threaded inside the tiles' threads.
+torch::Tensor int8_tiles(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, int64_t tile) {
+  TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() == 2 && qweight.size(1) == x.size(1),
+              "int8_tiles: shapes");
+  x = x.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
+  auto sf = scales.to(torch::kFloat).contiguous();
+  auto out = torch::empty({M, N}, x.options());
+  const int8_t* wq = qweight.data_ptr<int8_t>();
+  const float* sp = sf.data_ptr<float>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "int8_tiles", [&] {
+    at::parallel_for(0, (N + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
+      auto w = torch::empty({tile, K}, x.options());
+      auto part = torch::empty({M, tile}, x.options());
+      scalar_t* wp = w.data_ptr<scalar_t>();
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t n0 = t * tile, n1 = std::min(n0 + tile, N);
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t k = 0; k < K; ++k) wp[(n - n0) * K + k] = static_cast<scalar_t>(float(wq[n * K + k]) * sp[n]);
+        auto o = part.narrow(1, 0, n1 - n0);
+        at::mm_out(o, x, w.narrow(0, 0, n1 - n0).t());
+        out.narrow(1, n0, n1 - n0).copy_(o);
+      }
+    });
+  });
+  return out;
+}
 """

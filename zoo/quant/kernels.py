@@ -32,10 +32,13 @@ CUDA_INNER_K_TILES = (8, 4, 2)  # tinygemm's tile parameter, the largest with in
 def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """``x @ (qweight * scales[:, None]).T``: x (M, in), qweight (out, in) int8 -> (M, out).
 
-    One row times a large CPU matrix (a tied LM head) goes through zoo's own compiled row
-    kernel, which streams it faster than the aten kernel (zoo/quant/int8_rows.py)."""
+    One row times a large CPU matrix (a tied LM head) goes through zoo's own row kernel, which
+    streams it faster than the aten kernel, and a prompt's rows through zoo's widened tiles and
+    a GEMM in their dtype (zoo/quant/int8_rows.py)."""
     if int8_rows.applies(x, qweight):
         return int8_rows.int8_rows(qweight, scales, x[0])[None]  # (1, out)
+    if int8_rows.tiles_apply(x, qweight):
+        return int8_rows.int8_tiles(x, qweight, scales)  # (M, out)
     if x.device.type == "cpu":
         return torch.ops.aten._weight_int8pack_mm(x, qweight, scales.to(x.dtype))  # (M, out)
     return F.linear(x, qweight.to(x.dtype)) * scales.to(x.dtype)  # (M, out)
