@@ -9,11 +9,11 @@ product, row for row (exact in float32: each output element is the same dot prod
 
 A token mixer or FFN opts in by overriding ``fusable_projections()`` (declared on both
 bases in ``zoo.specs.interfaces``, empty by default): ``{fused name: (part names...)}``, and runs
-the group through ``project``. ``fuse_projections(model)`` fuses every group
-whose parts are plain, same-input Linears (quantized or otherwise replaced parts are left
-alone). It is an explicit step after loading: the state dict keeps the unfused names (a
-state-dict hook splits the fused weight back, a load pre-hook stacks loaded parts), so
-saving and loading work as before. The harness applies it under ``--compile``.
+the group through ``project``. ``fuse_projections(model)`` fuses every group whose parts
+stack by output rows (``linear.RowStackable``: plain Linears, zoo's int8 and CPU-layout int4
+layers of one kind; others are left alone). It is an explicit step after loading: the
+state dict keeps the unfused names (a state-dict hook splits each fused tensor back by rows,
+a load pre-hook stacks loaded parts), so saving and loading work as before. The harness applies it under ``--compile``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.components.linear import Linear
+from zoo.components.linear import RowStackable
 from zoo.specs.interfaces import FeedForward, TokenMixer
 
 FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}
@@ -40,42 +40,18 @@ def project(module: nn.Module, fused: str, parts: Sequence[str], x: torch.Tensor
     return tuple(getattr(module, name)(x) for name in parts)
 
 
-def _fusable(parts: list[Any]) -> bool:
-    """Plain zoo Linears of the same input width, dtype, device and bias choice."""
-    if not all(type(p) is Linear for p in parts):
-        return False
-    first = parts[0]
-    return all(
-        p.in_features == first.in_features
-        and p.weight.dtype == first.weight.dtype
-        and p.weight.device == first.weight.device
-        and p.weight.device.type != "meta"
-        and (p.bias is None) == (first.bias is None)
-        for p in parts
-    )
-
-
 def fuse_group(module: nn.Module, fused: str, parts: Sequence[str]) -> bool:
-    """Replace ``module``'s Linears ``parts`` by one Linear ``fused``; False if they cannot be."""
-    linears = [getattr(module, name, None) for name in parts]
-    if len(linears) < 2 or not _fusable(linears):
+    """Replace ``module``'s projections ``parts`` by one layer ``fused`` stacking them by
+    output rows (``RowStackable``: plain Linears, or quantized ones of one kind); False if
+    they cannot be."""
+    layers = [getattr(module, name, None) for name in parts]
+    first = layers[0]
+    if len(layers) < 2 or not isinstance(first, RowStackable):
         return False
-    first = linears[0]
-    widths = tuple(int(p.out_features) for p in linears)
-    joint = Linear(
-        first.in_features,
-        sum(widths),
-        bias=first.bias is not None,
-        device=first.weight.device,
-        dtype=first.weight.dtype,
-    )
-    with torch.no_grad():
-        joint.weight.copy_(torch.cat([p.weight for p in linears], dim=0))  # (sum out, in)
-        if joint.bias is not None:
-            joint.bias.copy_(torch.cat([p.bias for p in linears], dim=0))  # (sum out,)
-    joint.weight.requires_grad_(first.weight.requires_grad)
-    if joint.bias is not None:
-        joint.bias.requires_grad_(first.weight.requires_grad)
+    joint = first.stack_rows(layers)
+    if joint is None:
+        return False
+    widths = tuple(int(p.out_features) for p in layers)  # type: ignore[union-attr]
     for name in parts:
         delattr(module, name)
     setattr(module, fused, joint)
@@ -90,21 +66,22 @@ def fuse_group(module: nn.Module, fused: str, parts: Sequence[str]) -> bool:
 
 
 def _split_state(module: nn.Module, state: dict[str, Any], prefix: str, local_metadata: Any) -> None:
-    """state_dict hook: the fused weight back under the parts' names (copies, not views:
-    safetensors refuses tensors that share storage)."""
+    """state_dict hook: each fused tensor (a weight, bias, packed rows, scales) back under the
+    parts' names, split by output rows (copies, not views: safetensors refuses tensors that
+    share storage)."""
     for fused, (parts, widths) in getattr(module, FUSED_SIZES, {}).items():
-        for kind in ("weight", "bias"):
-            key = f"{prefix}{fused}.{kind}"
-            if key not in state:
-                continue
+        head = f"{prefix}{fused}."
+        for key in [k for k in state if k.startswith(head)]:
+            kind = key[len(head) :]
             for name, piece in zip(parts, state.pop(key).split(widths, dim=0), strict=True):
                 state[f"{prefix}{name}.{kind}"] = piece.clone()
 
 
 def _stack_state(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
-    """load_state_dict pre-hook: parts' tensors stacked under the fused name."""
+    """load_state_dict pre-hook: parts' tensors stacked by output rows under the fused name."""
     for fused, (parts, _) in getattr(module, FUSED_SIZES, {}).items():
-        for kind in ("weight", "bias"):
+        head = f"{prefix}{parts[0]}."
+        for kind in [k[len(head) :] for k in state if k.startswith(head)]:
             keys = [f"{prefix}{name}.{kind}" for name in parts]
             if all(k in state for k in keys):
                 state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(k) for k in keys], dim=0)

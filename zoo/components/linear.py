@@ -29,6 +29,8 @@ graphs without the kernel (which keep the ``F.linear`` their backend lowers) —
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -58,8 +60,52 @@ def uses_matrix_vector(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
-class Linear(nn.Linear):
+class RowStackable:
+    """A projection layer whose instances reading one input stack by output rows into one layer
+    of the same kind (``zoo.fuse_projections``): every tensor it holds has its output rows on
+    dimension 0, so the stack's tensors are the parts' concatenated, and its output is theirs
+    side by side."""
+
+    @classmethod
+    def stack_rows(cls, parts: Sequence[nn.Module]) -> nn.Module | None:
+        """One layer computing ``parts``' outputs side by side, or None where they cannot be
+        stacked (another class, input width, dtype, device, bias choice or layout)."""
+        raise NotImplementedError
+
+
+class Linear(nn.Linear, RowStackable):
     """nn.Linear with one-row float32 CPU products as ``torch.mv`` or the opt-in kernel (module doc)."""
+
+    @classmethod
+    def stack_rows(cls, parts: Sequence[nn.Module]) -> Linear | None:
+        first = parts[0]
+        if not all(
+            type(p) is cls
+            and isinstance(p, nn.Linear)
+            and p.in_features == first.in_features
+            and p.weight.dtype == first.weight.dtype
+            and p.weight.device == first.weight.device
+            and p.weight.device.type != "meta"
+            and (p.bias is None) == (first.bias is None)
+            for p in parts
+        ):
+            return None
+        assert isinstance(first, Linear)
+        joint = cls(
+            first.in_features,
+            sum(int(p.out_features) for p in parts),  # type: ignore[misc]
+            bias=first.bias is not None,
+            device=first.weight.device,
+            dtype=first.weight.dtype,
+        )
+        with torch.no_grad():
+            joint.weight.copy_(torch.cat([p.weight for p in parts], dim=0))  # type: ignore[misc]  # (sum out, in)
+            if joint.bias is not None:
+                joint.bias.copy_(torch.cat([p.bias for p in parts], dim=0))  # type: ignore[misc]  # (sum out,)
+        joint.weight.requires_grad_(first.weight.requires_grad)
+        if joint.bias is not None:
+            joint.bias.requires_grad_(first.weight.requires_grad)
+        return joint
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks

@@ -25,10 +25,13 @@ meta device only the shapes are made, for exact analysis without memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.components.linear import RowStackable
 from zoo.quant import (  # the submodules, not `from zoo.quant import`: the package imports this file
     int4_cpu,
     kernels,
@@ -38,8 +41,34 @@ INT4_GROUP_SIZES = (32, 64, 128, 256)  # what tinygemm accepts (zoo's CPU kernel
 INT4_ROW_MULTIPLE = 16  # tinygemm's layout pads the output rows to a multiple of 16
 
 
-class QuantizedLinear(nn.Module):
+class QuantizedLinear(nn.Module, RowStackable):
     """Common part: shapes, bias, bytes; subclasses hold the packed weight and scales."""
+
+    @classmethod
+    def stack_rows(cls, parts: Sequence[nn.Module]) -> QuantizedLinear | None:
+        """None: a subclass whose tensors stack by output rows says how (``RowStackable``)."""
+        return None
+
+    @classmethod
+    def _stackable(cls, parts: Sequence[nn.Module], *tensors: str) -> list[QuantizedLinear] | None:
+        """``parts`` when all are exactly ``cls`` with one input width, bias choice, and the
+        named tensors' dtypes, devices (not meta) and shapes past the rows alike; else None."""
+        first = parts[0]
+        if not all(type(p) is cls for p in parts) or not isinstance(first, QuantizedLinear):
+            return None
+        ours = [p for p in parts if isinstance(p, QuantizedLinear)]
+        for p in ours:
+            if p.in_features != first.in_features or (p.bias is None) != (first.bias is None):
+                return None
+            for name in tensors:
+                t, t0 = getattr(p, name), getattr(first, name)
+                if t.dtype != t0.dtype or t.device != t0.device or t.is_meta or t.shape[1:] != t0.shape[1:]:
+                    return None
+        return ours
+
+    @staticmethod
+    def _stacked_bias(parts: Sequence[QuantizedLinear]) -> torch.Tensor | None:
+        return None if parts[0].bias is None else torch.cat([p.bias for p in parts if p.bias is not None])
 
     bits: int
 
@@ -95,6 +124,15 @@ class Int8Linear(QuantizedLinear):
         layer = cls(torch.empty(qweight.shape, device="meta"), bias, scale_dtype)
         layer.qweight, layer.scales = qweight, scales.to(scale_dtype)
         return layer
+
+    @classmethod
+    def stack_rows(cls, parts: Sequence[nn.Module]) -> Int8Linear | None:
+        ours = cls._stackable(parts, "qweight", "scales")
+        if ours is None:
+            return None
+        qweight = torch.cat([p.qweight for p in ours])  # (sum out, in) int8
+        scales = torch.cat([p.scales for p in ours])  # (sum out,)
+        return cls.from_rows(qweight, scales, cls._stacked_bias(ours), scales.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, in)
@@ -170,6 +208,16 @@ class Int4Linear(QuantizedLinear):
         layer._hold(values, scales, offsets, scale_dtype)
         layer.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
         return layer
+
+    @classmethod
+    def stack_rows(cls, parts: Sequence[nn.Module]) -> Int4Linear | None:
+        """The CPU layout's rows stack (tinygemm's tiles do not)."""
+        ours = cls._stackable(parts, "packed", "scale_offsets")
+        if ours is None or any(isinstance(p, Int4Linear) and p.cuda_layout for p in ours):
+            return None
+        values = int4_cpu.unpack(torch.cat([p.packed for p in ours]))  # (sum out, in) in 0..15
+        so = torch.cat([p.scale_offsets for p in ours])  # (sum out, G, 2)
+        return cls.from_groups(values, so[..., 0], so[..., 1], cls._stacked_bias(ours), so.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (M, in)
