@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.components.host_memory import return_freed_memory
 from zoo.components.linear import RowStackable
 from zoo.specs.interfaces import FeedForward, TokenMixer
 
@@ -101,6 +102,8 @@ def fuse_projections(model: nn.Module) -> int:
         for fused, parts in module.fusable_projections().items():
             if fused not in done and fuse_group(module, fused, parts):
                 count += 1
+    if count:
+        return_freed_memory()  # the parts' and the stacking's freed buffers
     return count
 
 

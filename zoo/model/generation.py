@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo.components.host_memory import return_freed_memory
 from zoo.errors import GenerationError
 from zoo.model.build import ZooModel
 from zoo.model.cache import KVCache
@@ -171,6 +172,7 @@ def compile_prefill(**compile_options: Any) -> Prefill:
     """
     compiled = _compiled(_prefill_graph, dynamic=False, **compile_options)
     resolved = _KernelsResolved()
+    shapes: set[torch.Size] = set()
 
     def run(
         model: nn.Module,
@@ -184,7 +186,11 @@ def compile_prefill(**compile_options: Any) -> Prefill:
         _check_prefill(model, input_ids, cache)
         cache.reserve(input_ids.shape[1])
         resolved(model, input_ids.device)
-        return compiled(model, input_ids, cache)
+        logits = compiled(model, input_ids, cache)
+        if input_ids.shape not in shapes:  # a new graph was compiled: its freed temporaries back
+            shapes.add(input_ids.shape)
+            return_freed_memory()
+        return logits
 
     return run
 
@@ -227,6 +233,9 @@ def compile_decode_step(**compile_options: Any) -> DecodeStep:
         resolved(model, token.device)
         if model not in graphs:
             graphs[model] = _compiled(_decode_graph, **compile_options)
+            logits = graphs[model](model, token, cache)  # traced and compiled here
+            return_freed_memory()  # the compiler's freed temporaries
+            return logits
         return graphs[model](model, token, cache)
 
     return step

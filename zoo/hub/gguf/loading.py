@@ -10,13 +10,12 @@ of the wrong shape, a GGUF tensor no parameter takes, or a type zoo cannot dequa
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from zoo.components.host_memory import return_freed_memory
 from zoo.errors import CheckpointError
 from zoo.files.safe_io import inside
 from zoo.hub.fits import check_weights_fit
@@ -154,19 +153,3 @@ def from_gguf(
     del g  # the file's map: pages read while loading stop counting as resident
     return_freed_memory()
     return model.eval()
-
-
-def return_freed_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
-
-    Loading makes short-lived copies (each matrix's 4-bit values, int32 for packing, a slice
-    of floats to re-quantize) between the long-lived packed buffers it keeps, and glibc keeps
-    freed heap memory for reuse: without this a 95 MB packed SmolLM2-135M stayed at ~430 MB
-    resident after loading, ~200 MB with it (the runtime's imports included)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (musl names its libc otherwise)
-        return
-    libc.malloc_trim(0)
