@@ -3,12 +3,15 @@
 A CPU has no spec sheet a row could divide by (the bandwidth a core sees depends on the
 board, the memory channels, the VM and the thread count), so the peaks are measured:
 
-- **bandwidth**: a large ``copy_`` (reads and writes every byte once) and the one-row
-  products a batch-1 decode step is made of (``torch.mv`` in float32, ``F.linear`` of one row
-  in bfloat16: the default paths of ``zoo/components/linear.py``), each over a buffer several
-  times the last-level cache, so every byte comes from memory. The roofline takes the
-  fastest: it is an upper bound, and a bound set by the slower kernel would let a model read
-  above 100% of it.
+- **bandwidth**: a large ``copy_`` (reads and writes every byte once), a large ``sum``
+  (reads only: a decode step's weights are read, not written, and a read stream ran 13-15%
+  above the copy here) and the one-row products a batch-1 decode step is made of
+  (``torch.mv`` in float32, ``F.linear`` of one row in bfloat16: the default paths of
+  ``zoo/components/linear.py``), each over a buffer several times the last-level cache, so
+  every byte comes from memory. The roofline takes the fastest: it is an upper bound, and a
+  bound set by the slower kernel would let a model read above 100% of it. The buffers are
+  copied once before they are timed, as ``zoo.build`` copies a CPU model's weights
+  (``build.rehome``): a buffer as first allocated read 12-20% slower here than a copy of it.
 - **one-row paths**: on a decode-shaped weight (rows of ``ROW_WIDTH``, where torch's paths
   stream slowest on some CPUs) torch's default one-row product against zoo's fused row kernel
   (``zoo/components/row_product.py``), per dtype: ``row_kernel_faster`` says where the kernel
@@ -20,7 +23,8 @@ Each is timed at the thread count torch uses now (``torch.get_num_threads()``), 
 a few runs after a warm-up. The result is cached as JSON in zoo's cache folder
 (``zoo.files.cache``), keyed by a fingerprint of what decides it: CPU model, logical CPUs,
 torch version and thread count; a second call on the same machine reads the file. The
-probe takes a few seconds and holds ``probe_bytes()`` of memory while it runs.
+probe takes a few seconds and holds ``probe_bytes()`` of memory while it runs (twice that
+for a moment, as it re-homes the buffer).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from zoo.components import row_product
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
-PROBE_FORMAT = 3  # 2: the one-row paths (row_kernel_faster); 3: the row kernel in C++
+PROBE_FORMAT = 4  # 2: one-row paths (row_kernel_faster); 3: the row kernel in C++; 4: a read stream, re-homed buffers
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
@@ -65,11 +69,12 @@ class HostPeaks:
     probe_bytes: int
     probe_seconds: float
     row_kernel_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: zoo's row kernel beat torch's
+    read_bytes_per_s: float = 0.0  # bytes read by a large sum, per second
 
     @property
     def bandwidth(self) -> float:
         """The fastest of the bandwidths measured (the roofline is an upper bound)."""
-        return max(self.copy_bytes_per_s, *self.gemv_bytes_per_s.values())
+        return max(self.copy_bytes_per_s, self.read_bytes_per_s, *self.gemv_bytes_per_s.values())
 
     def to_json(self) -> dict[str, Any]:
         return {"format": PROBE_FORMAT, **asdict(self)}
@@ -157,27 +162,33 @@ def _median_seconds(work: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
-def _bandwidths(nbytes: int) -> tuple[float, dict[str, float]]:
-    """(copy bytes/s, one-row product bytes/s by dtype) over one buffer of ``nbytes``."""
+def _rehomed(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of ``tensor`` in memory allocated now (module doc); the original is freed."""
+    return tensor.clone()
+
+
+def _bandwidths(nbytes: int) -> tuple[float, float, dict[str, float]]:
+    """(copy bytes/s, read bytes/s, one-row product bytes/s by dtype) over one buffer of ``nbytes``."""
     cols = 4096
     rows = max(nbytes // (4 * cols), 2) // 2 * 2
-    buffer = torch.full((rows, cols), 0.5)  # (R, C) float32; bf16 view: halves 0x0000 and 0x3F00, no NaN/denormal
+    buffer = _rehomed(torch.full((rows, cols), 0.5))  # (R, C) float32; bf16 view: 0x0000 and 0x3F00, no NaN
     half = rows // 2
     source, target = buffer[:half], buffer[half:]  # (R/2, C) each
     copy = 2 * source.numel() * 4 / _median_seconds(lambda: target.copy_(source), RUNS)
+    read = buffer.numel() * 4 / _median_seconds(buffer.sum, RUNS)
     vector = torch.full((cols,), 0.25)  # (C,)
     gemv = {"float32": buffer.numel() * 4 / _median_seconds(lambda: torch.mv(buffer, vector), RUNS)}
     weight = buffer.view(torch.bfloat16)  # (R, 2C), the same bytes
     row = torch.full((1, 2 * cols), 0.25, dtype=torch.bfloat16)  # (1, 2C)
     gemv["bfloat16"] = weight.numel() * 2 / _median_seconds(lambda: F.linear(row, weight), RUNS)
-    return copy, gemv
+    return copy, read, gemv
 
 
 def _row_paths(nbytes: int) -> tuple[dict[str, float], dict[str, bool]]:
     """Bytes/s of zoo's row kernel by dtype (named ``"<dtype> row kernel"``) and whether it beat
     torch's one-row path (``torch.mv`` in float32, ``F.linear`` in bfloat16) on a weight of
     ``nbytes`` in rows of ``ROW_WIDTH``, timed in turn on the same bytes."""
-    weight = torch.full((max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH), 0.5)  # (R, W) float32
+    weight = _rehomed(torch.full((max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH), 0.5))  # (R, W) float32
     halves = weight.view(torch.bfloat16)  # (R, 2W), the same bytes
     x, x_half = torch.full((ROW_WIDTH,), 0.25), torch.full((2 * ROW_WIDTH,), 0.25, dtype=torch.bfloat16)
     paths = {
@@ -219,11 +230,12 @@ def measure() -> HostPeaks:
     start = time.perf_counter()
     nbytes = probe_bytes()
     with torch.inference_mode():
-        copy, gemv = _bandwidths(nbytes)
+        copy, read, gemv = _bandwidths(nbytes)
         kernel_rates, faster = _row_paths(nbytes)
         flops = {name: _matmul_flops(name) for name in MATMUL_DTYPES}
     seconds = time.perf_counter() - start
-    return HostPeaks(fingerprint(described), described, copy, {**gemv, **kernel_rates}, flops, nbytes, seconds, faster)
+    rates = {**gemv, **kernel_rates}
+    return HostPeaks(fingerprint(described), described, copy, rates, flops, nbytes, seconds, faster, read)
 
 
 def host_peaks(refresh: bool = False) -> HostPeaks:

@@ -56,6 +56,7 @@ def run_hardware(args: argparse.Namespace) -> int:
 def _host_table(host: Any, description: str) -> TableData:
     rows: list[list[Any]] = [
         ["copy bandwidth", host.copy_bytes_per_s / 1e9, "GB/s", "read + written by a large copy_"],
+        ["read bandwidth", host.read_bytes_per_s / 1e9, "GB/s", "read by a large sum"],
         *[
             [f"one-row product {dtype}", rate / 1e9, "GB/s", "weight bytes streamed"]
             for dtype, rate in host.gemv_bytes_per_s.items()
