@@ -118,7 +118,15 @@ def test_where_the_kernel_cannot_be_built_one_row_is_torchs(monkeypatch):
         assert torch.equal(rows.row_product(layer.weight, x[0], layer.bias), F.linear(x[0], layer.weight, layer.bias))
 
 
-def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op():
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op(monkeypatch, fresh):
+    """Also where the first one-row product of a process is inside a trace (``fresh``: as
+    ``zoo bench --compile`` in a new process): the extension is built outside the trace."""
+    if fresh:
+        from zoo.components import cpu_extension
+
+        monkeypatch.delitem(cpu_extension._loaded, rows.EXTENSION.name, raising=False)
+        torch._dynamo.reset()
     layer = Linear(512, 1024).eval()
     x = torch.randn(1, 1, 512)
     graphs: list[torch.fx.GraphModule] = []
@@ -131,28 +139,6 @@ def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op():
         out = torch.compile(layer, backend=record, fullgraph=True)(x)
         expected = F.linear(x, layer.weight, layer.bias)
     torch.testing.assert_close(out, expected, **TOLERANCE[torch.float32])
-    targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
-    assert torch.ops.zoo.row_product_row_product.default in targets
-
-
-def test_a_graph_traced_before_any_eager_call_built_the_kernel_still_calls_it(monkeypatch):
-    """The first one-row product of a process inside a trace (``zoo bench --compile``): the
-    extension is built outside the trace and the graph holds its op."""
-    from zoo.components import cpu_extension
-
-    monkeypatch.delitem(cpu_extension._loaded, rows.EXTENSION.name, raising=False)  # as in a fresh process
-    layer = Linear(512, 1024).eval()
-    x = torch.randn(1, 1, 512)
-    graphs: list[torch.fx.GraphModule] = []
-
-    def record(graph: torch.fx.GraphModule, example_inputs):
-        graphs.append(graph)
-        return graph.forward
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        out = torch.compile(layer, backend=record, fullgraph=True)(x)
-    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), **TOLERANCE[torch.float32])
     targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
     assert torch.ops.zoo.row_product_row_product.default in targets
 
