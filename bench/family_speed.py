@@ -47,6 +47,7 @@ from zoo.analysis.devices import device_peaks
 from zoo.analysis.host_probe import cpu_description, host_peaks
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
+from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, decoder_start, prefill
@@ -168,20 +169,6 @@ def _table(cases: list[Case], args: argparse.Namespace) -> None:
         )
 
 
-def rehome(model: torch.nn.Module) -> None:
-    """Every weight copied to memory allocated now, after every model was built.
-
-    The first model a process builds streamed its weights 15-23% slower here than a second,
-    identical one (gpt2, 4 layers, float32, interleaved rounds), and a model built in the
-    first one's freed memory as slow; copying the first one's weights after the second was
-    built left 5%. Where the pages land, not the code, decided it, so before this the first
-    family of ``--families`` paid it: gpt2 ran at 66% with ``--families gpt2,linear`` and at
-    77% with ``linear,gpt2``, and linear the other way round."""
-    with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:
-            tensor.data = tensor.data.clone()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
@@ -202,6 +189,9 @@ def main() -> None:
             reset_registry()
     variants = [(d, i, s) for d in args.dtypes.split(",") for i in args.impls.split(",") for s in args.steps.split(",")]
     cases = [build(f, i, args.layers, d, s) for f in families for d, i, s in variants]
+    # every model's weights copied after all are built (zoo.files.host_memory.rehome): the first
+    # model a process built streamed its weights 15-23% slower than a second, identical one, so
+    # the first of --families paid it (gpt2 66% with `gpt2,linear`, 77% with `linear,gpt2`)
     for case in cases:
         rehome(case.model)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)

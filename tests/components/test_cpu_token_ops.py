@@ -72,6 +72,9 @@ def test_autograd_compiled_graphs_and_the_switch_keep_pytorch(monkeypatch):
     norm = RMSNorm(16, eps=1e-6)
     x = torch.randn(2, 16)
     assert not cpu_token_ops.rms_norm_applies(x, norm.weight)  # the weight wants its gradient
+    norm.weight.requires_grad_(False)
+    assert not cpu_token_ops.rms_norm_applies(x, norm.weight)  # a training forward (a frozen base under LoRA)
+    norm.weight.requires_grad_(True)
     with torch.no_grad():
         assert cpu_token_ops.rms_norm_applies(x, norm.weight)
         assert not cpu_token_ops.rms_norm_applies(x.double(), norm.weight.double())

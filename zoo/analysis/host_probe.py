@@ -11,7 +11,7 @@ board, the memory channels, the VM and the thread count), so the peaks are measu
   every byte comes from memory. The roofline takes the fastest: it is an upper bound, and a
   bound set by the slower kernel would let a model read above 100% of it. The buffers are
   copied once before they are timed, as ``zoo.build`` copies a CPU model's weights
-  (``build.rehome``): a buffer as first allocated read 12-20% slower here than a copy of it.
+  (``host_memory.rehome``): a buffer as first allocated read 12-20% slower here than a copy of it.
 - **one-row paths**: on a decode-shaped weight (rows of ``ROW_WIDTH``, where torch's paths
   stream slowest on some CPUs) torch's default one-row product against zoo's fused row kernel
   (``zoo/components/row_product.py``), per dtype: ``row_kernel_faster`` says where the kernel

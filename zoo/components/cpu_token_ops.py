@@ -9,7 +9,7 @@ step on this project's Zen 4, one thread. The loops (``cpu_token_ops_source.py``
 the one-row products' extension) keep the PyTorch expressions' float32 arithmetic and their
 roundings to the tensor's dtype, so prefill (many rows) and decode (one) take the same code.
 
-They run on the CPU outside autograd and outside compiled graphs (inductor fuses the
+They run on the CPU with gradients off and outside compiled graphs (inductor fuses the
 expressions itself); ``ZOO_TOKEN_KERNELS=0`` turns them off.
 """
 
@@ -26,13 +26,16 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _eager_cpu(x: torch.Tensor, *others: torch.Tensor) -> bool:
-    """x and ``others`` on the CPU in one of ``DTYPES``, no gradient wanted, not being compiled,
-    the switch not off and the extension built."""
+    """x a plain tensor (not a fake one of an analysis trace) and ``others`` on the CPU in one
+    of ``DTYPES``, gradients off (a training forward keeps PyTorch's arithmetic throughout,
+    whichever of its tensors want gradients), not being compiled, the switch not off and the
+    extension built."""
     return (
-        x.device.type == "cpu"
+        type(x) is torch.Tensor
+        and x.device.type == "cpu"
         and x.dtype in DTYPES
         and all(other.dtype == x.dtype for other in others)
-        and not (torch.is_grad_enabled() and (x.requires_grad or any(other.requires_grad for other in others)))
+        and not torch.is_grad_enabled()
         and not torch.compiler.is_compiling()
         and os.environ.get(ENV_SWITCH, "1") != "0"
         and row_product.available()

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.components.host_memory import return_freed_memory
 from zoo.components.linear import RowStackable
+from zoo.files.host_memory import return_freed_memory
 from zoo.specs.interfaces import FeedForward, TokenMixer
 
 FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from zoo.errors import GenerationError, SpecError
+from zoo.files.host_memory import rehome
 from zoo.model.sampling import check_seed
 from zoo.model.stack import PartFamilies, build_component, build_layers, context, norm_factory, shared_positions
 from zoo.specs.interfaces import CrossMixer, Embedding, Positional, Positions, TokenMixer
@@ -386,25 +387,3 @@ def build(
         if target.type == "cpu":
             rehome(model)
     return model
-
-
-def rehome(model: nn.Module) -> None:
-    """Copy every weight of a freshly initialised (or quantized) CPU model once, into memory
-    allocated now.
-
-    Measured, not explained: on this project's 2-core EPYC (a VM) the weights as initialised
-    streamed 7-20% slower through a decode step than a copy of them (interleaved rounds in one
-    process, the same model swapping between the two: gpt2 4 layers float32 19.2 against
-    16.0 ms a token, mamba-130m 12.7 / 11.3, qwen3-0.6b 45.1 / 42.2); where the first copy's
-    pages land, not the code, decides it. Whole ``zoo bench --arch gpt2 --set n_layers=4
-    --threads 1`` processes alternated six times: decode 59.7 against 54.3 tokens/s (medians;
-    5 of 6 pairs faster). ``zoo.quant.quantize`` does it for the packed weights it makes:
-    an int8 qwen3-0.6b (4 layers) decoded 17.5 against 15.5 ms a token in one process, while
-    whole ``zoo bench`` processes of the full int8 model differed within their noise (23.6 /
-    22.4 and 22.2 / 23.3 tokens/s, with / without). One copy of each
-    tensor at a time: the cost is a memcpy of the model, next to its random initialisation's
-    minutes at scale."""
-    with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:  # each shared (tied) tensor once
-            if tensor.device.type == "cpu":
-                tensor.data = tensor.data.clone()

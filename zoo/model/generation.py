@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.components.host_memory import return_freed_memory
 from zoo.errors import GenerationError
+from zoo.files.host_memory import freed_after
 from zoo.model.build import ZooModel
 from zoo.model.cache import KVCache
 from zoo.model.sampling import SamplingSettings, check_seed, sample
@@ -171,8 +171,7 @@ def compile_prefill(**compile_options: Any) -> Prefill:
     Options go to ``torch.compile``.
     """
     compiled = _compiled(_prefill_graph, dynamic=False, **compile_options)
-    resolved = _KernelsResolved()
-    shapes: set[torch.Size] = set()
+    resolved, shapes = _KernelsResolved(), set[torch.Size]()
 
     def run(
         model: nn.Module,
@@ -187,10 +186,8 @@ def compile_prefill(**compile_options: Any) -> Prefill:
         cache.reserve(input_ids.shape[1])
         resolved(model, input_ids.device)
         logits = compiled(model, input_ids, cache)
-        if input_ids.shape not in shapes:  # a new graph was compiled: its freed temporaries back
-            shapes.add(input_ids.shape)
-            return_freed_memory()
-        return logits
+        fresh, _ = input_ids.shape not in shapes, shapes.add(input_ids.shape)
+        return freed_after(logits) if fresh else logits  # a new graph: the compiler's temporaries back
 
     return run
 
@@ -233,9 +230,7 @@ def compile_decode_step(**compile_options: Any) -> DecodeStep:
         resolved(model, token.device)
         if model not in graphs:
             graphs[model] = _compiled(_decode_graph, **compile_options)
-            logits = graphs[model](model, token, cache)  # traced and compiled here
-            return_freed_memory()  # the compiler's freed temporaries
-            return logits
+            return freed_after(graphs[model](model, token, cache))  # compiled here: its temporaries back
         return graphs[model](model, token, cache)
 
     return step

@@ -22,7 +22,8 @@ from __future__ import annotations
 from torch import nn
 
 from zoo.errors import BenchError, allowed
-from zoo.model.build import ZooModel, rehome, resolve_dtype
+from zoo.files.host_memory import rehome
+from zoo.model.build import ZooModel, resolve_dtype
 from zoo.quant.linear import INT4_GROUP_SIZES, Int4Linear, Int8Embedding, Int8Linear, QuantizedLinear
 
 WEIGHTS_DTYPES = ("bf16", "float32", "int8", "int4")
@@ -111,7 +112,7 @@ def quantize(model: ZooModel, weights_dtype: str | None, group_size: int | None 
         use_int8_rows(
             embed, Int8Embedding(head.qweight, head.scales) if name == "int8" else Int8Embedding.from_table(table)
         )
-    rehome(model)  # the packed weights streamed 13% faster copied once (zoo.model.build.rehome)
+    rehome(model)  # the packed weights streamed 13% faster copied once (zoo.files.host_memory.rehome)
     return model
 
 

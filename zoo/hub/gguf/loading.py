@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from zoo.components.host_memory import return_freed_memory
 from zoo.errors import CheckpointError
+from zoo.files.host_memory import return_freed_memory
 from zoo.files.safe_io import inside
 from zoo.hub.fits import check_weights_fit
 from zoo.hub.gguf.names import IGNORED, GGUFRule, gguf_rules
