@@ -13,7 +13,8 @@ the group through ``project``. ``fuse_projections(model)`` fuses every group who
 stack by output rows (``linear.RowStackable``: plain Linears, zoo's int8 and CPU-layout int4
 layers of one kind; others are left alone). It is an explicit step after loading: the
 state dict keeps the unfused names (a state-dict hook splits each fused tensor back by rows,
-a load pre-hook stacks loaded parts), so saving and loading work as before. The harness applies it under ``--compile``.
+a load pre-hook stacks loaded parts), so saving and loading work as before. The harness
+applies it under ``--compile``.
 """
 
 from __future__ import annotations

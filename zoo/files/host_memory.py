@@ -51,9 +51,8 @@ def rehome(model: nn.Module) -> None:
     5 of 6 pairs faster). ``zoo.quant.quantize`` does it for the packed weights it makes:
     an int8 qwen3-0.6b (4 layers) decoded 17.5 against 15.5 ms a token in one process, while
     whole ``zoo bench`` processes of the full int8 model differed within their noise (23.6 /
-    22.4 and 22.2 / 23.3 tokens/s, with / without). One copy of each
-    tensor at a time: the cost is a memcpy of the model, next to its random initialisation's
-    minutes at scale."""
+    22.4 and 22.2 / 23.3 tokens/s, with / without). One copy of each tensor at a time: the
+    cost is a memcpy of the model, next to its random initialisation's minutes at scale."""
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:  # each shared (tied) tensor once
             if tensor.device.type == "cpu":

@@ -53,10 +53,10 @@ class QuantizedLinear(nn.Module, RowStackable):
     def _stackable(cls, parts: Sequence[nn.Module], *tensors: str) -> list[QuantizedLinear] | None:
         """``parts`` when all are exactly ``cls`` with one input width, bias choice, and the
         named tensors' dtypes, devices (not meta) and shapes past the rows alike; else None."""
-        first = parts[0]
-        if not all(type(p) is cls for p in parts) or not isinstance(first, QuantizedLinear):
+        ours = [p for p in parts if type(p) is cls and isinstance(p, QuantizedLinear)]
+        if len(ours) != len(parts):
             return None
-        ours = [p for p in parts if isinstance(p, QuantizedLinear)]
+        first = ours[0]
         for p in ours:
             if p.in_features != first.in_features or (p.bias is None) != (first.bias is None):
                 return None
