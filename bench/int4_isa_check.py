@@ -37,7 +37,8 @@ def main() -> None:
         for out_features, in_features, group, rows in CASES:
             values = torch.randint(0, 16, (out_features, in_features))
             so = torch.rand(out_features, in_features // group, 2).bfloat16()  # (out, G, 2)
-            packed, x = int4_cpu.pack(values), torch.randn(rows, in_features)
+            packed, so = int4_cpu.pack(values, so)
+            x = torch.randn(rows, in_features)
             for got, expected in (
                 (module.int4_q8(x, packed, so, 64), int4_cpu.reference_q8(x, packed, so)),
                 (module.int4_tiles(x, packed, so, 32), int4_cpu.reference(x, packed, so)),

@@ -31,24 +31,31 @@ def _weights(out_features: int, in_features: int, group: int, dtype: torch.dtype
     scales = torch.rand(out_features, in_features // group, generator=generator) * 0.02 + 1e-3  # (out, G)
     offsets = -8 * scales + torch.randn(out_features, in_features // group, generator=generator) * 1e-3
     so = torch.stack([scales, offsets], -1).to(dtype)  # (out, G, 2)
-    return values, int4_cpu.pack(values), so
+    return values, *int4_cpu.pack(values, so)
 
 
 def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
     return ((got.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
 
 
-def test_the_layout_is_gguf_q4_0s_block_bytes() -> None:
-    gguf = pytest.importorskip("gguf")
-    weight = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
-    blocks = gguf.quants.quantize(weight, gguf.GGMLQuantizationType.Q4_0).reshape(3, 2, 18)  # (rows, blocks, bytes)
-    nibbles = torch.from_numpy(blocks[:, :, 2:].copy()).reshape(3, 32)  # the 16 bytes of each block
-    values = int4_cpu.unpack(nibbles)  # (3, 64)
-    scales = torch.from_numpy(blocks[:, :, :2].copy().view(np.float16).astype(np.float32)).reshape(3, 2)
-    rebuilt = (values.float().view(3, 2, 32) - 8) * scales[..., None]  # Q4_0: (q - 8) * d
-    expected = gguf.quants.dequantize(blocks.reshape(3, 36), gguf.GGMLQuantizationType.Q4_0).reshape(3, 64)
-    assert torch.equal(rebuilt.view(3, 64), torch.from_numpy(expected))
-    assert torch.equal(int4_cpu.pack(values), nibbles)
+def test_the_layout_interleaves_each_panels_rows_as_documented() -> None:
+    values, packed, so = _weights(37, 64, 32, torch.float32)  # two whole panels and one of 5 rows
+    rows_so = torch.stack([torch.arange(37.0)[:, None].expand(37, 2), -torch.arange(37.0)[:, None].expand(37, 2)], -1)
+    packed, so = int4_cpu.pack(values, rows_so)  # scale = row, offset = -row: each lane's row readable
+    flat, flat_so = packed.reshape(-1).tolist(), so.reshape(-1).tolist()
+    for row in range(37):
+        start = row - row % 16
+        lanes, lane = min(16, 37 - start), row % 16
+        for block in range(2):
+            for chunk in range(4):
+                for i in range(4):
+                    byte = flat[start * 32 + block * 16 * lanes + chunk * 4 * lanes + 4 * lane + i]
+                    assert byte & 15 == values[row, 32 * block + 8 * chunk + i]
+                    assert byte >> 4 == values[row, 32 * block + 8 * chunk + 4 + i]
+            assert flat_so[start * 4 + block * 2 * lanes + lane] == row  # group `block`'s scale
+            assert flat_so[start * 4 + block * 2 * lanes + lanes + lane] == -row  # and its offset
+    back, back_so = int4_cpu.unpack(packed, so)
+    assert torch.equal(back, values.to(torch.uint8)) and torch.equal(back_so, rows_so)
 
 
 def test_activation_blocks_are_llama_cpps_q8_0_values() -> None:
@@ -95,7 +102,8 @@ def test_two_threads_give_the_one_thread_result() -> None:
 
 
 def test_from_groups_holds_the_values_exactly() -> None:
-    values, _, so = _weights(37, 96, 32, torch.float32)
+    values, packed, so = _weights(37, 96, 32, torch.float32)
+    _, so = int4_cpu.unpack(packed, so)  # (37, 3, 2) by row
     scales, offsets = so[..., 0], so[..., 1]
     layer = Int4Linear.from_groups(values, scales, offsets, None, torch.float32)
     expected = values.float().view(37, 3, 32) * scales[..., None] + offsets[..., None]
@@ -141,3 +149,19 @@ def test_a_packed_gguf_decodes_as_its_dequantized_model_within_the_documented_er
     assert _relative(packed_prompt, float_prompt) < 1e-5
     assert 0 < _relative(packed_step, float_step) < Q8_ERROR
     assert F.cosine_similarity(packed_step, float_step).min() > 0.9999  # measured: 1e-2 and 0.99995
+
+
+def test_layers_stack_where_every_part_but_the_last_fills_whole_panels() -> None:
+    def layer(rows: int, seed: int) -> Int4Linear:
+        weight = torch.randn(rows, 64, generator=torch.Generator().manual_seed(seed))
+        return Int4Linear(weight, None, torch.float32, 32)
+
+    parts = [layer(16, 0), layer(5, 1)]
+    joint = Int4Linear.stack_rows(parts)
+    assert joint is not None
+    for tensor in ("packed", "scale_offsets"):  # the joint's rows split back into each part's own bytes
+        pieces = getattr(joint, tensor).split([16, 5])
+        assert all(torch.equal(piece, getattr(p, tensor)) for piece, p in zip(pieces, parts, strict=True))
+    x = torch.randn(1, 64)
+    assert torch.equal(joint(x), torch.cat([p(x) for p in parts], -1))
+    assert Int4Linear.stack_rows([layer(24, 0), layer(8, 1)]) is None  # a split inside a panel

@@ -1,20 +1,31 @@
-"""zoo's own int4 product on the CPU: a row-major block layout and a C++ kernel over it.
+"""zoo's own int4 product on the CPU: a panel layout and a C++ kernel over it.
 
-Layout (``pack``): per output row, per block of 32 inputs, 16 bytes, byte ``j`` holding value
-``j`` low and value ``j + 16`` high, as GGUF's Q4_0 / Q4_1 blocks; per (row, group) a scale
-and an offset (``scale_offsets`` (out, G, 2), the model's dtype), ``w = q * scale + offset``.
-One copy of the weight, read by both paths below (zoo/quant/int4_cpu_source.py):
+Layout (``pack``): weight rows in panels of ``PANEL`` = 16 (the last may hold fewer, R). Per
+block of 32 inputs a panel holds R x 16 bytes in four chunks of R dwords: chunk c, lane r,
+byte i holds the value of input ``32 b + 8 c + i`` of row r in its low nibble and of input
+``32 b + 8 c + 4 + i`` in its high one, so one 512-bit load feeds 16 rows' 4-input integer
+dots against 4 broadcast activation bytes (``vpdpbusd``), each row's sum stays in its own
+lane, and no horizontal sum is left to do (llama.cpp's repacked Q4_0 x 8 layouts follow the
+same idea). Per (row, group) a scale and an offset (``scale_offsets`` (out, G, 2), the
+model's dtype), ``w = q * scale + offset``, ordered per panel as the group's R scales then R
+offsets. Dimension 0 of both tensors counts rows, so layers whose rows are whole panels
+stack and split by rows (``stack_rows``, the fused state's hooks). Measured against the
+row-major blocks it replaced (GGUF's Q4 block bytes, four rows at a time; ``bench/int4_numerics.py``,
+one decode token, bfloat16, this project's Zen 4): 1.53x on SmolLM2-135M's 210 matrices
+(group 32) and 1.98x on 12 layers of Qwen3-0.6B's (group 128) at one thread, 1.26x and
+1.75x at two. One copy of the weight, read by both paths below (zoo/quant/int4_cpu_source.py):
 
 - **Few token rows** (decode; ``M < TILE_FROM``): llama.cpp's numerics. Each token row is
   quantized to int8 per block of 32 inputs (scale = absmax / 127, round to nearest even), the
   4-bit values times those bytes are integer dot products (AVX512-VNNI ``vpdpbusd``, AVX2
-  ``vpmaddubsw``, or scalar C++), scaled per block in float32; the offsets multiply each
-  block's quantized sum. This is what llama.cpp computes for Q4 weights (its Q8 activation
-  blocks). Chosen by measurement (``bench/int4_numerics.py``, one decode token through a
-  SmolLM2-135M's 210 int4 matrices, one thread, this project's Zen 4): it ran 1.22x torch's
-  int4 kernel where the exact float product (nibbles widened to float32, the group's scale
-  and offset factored out of the inner loop) ran 0.84x; its cost is accuracy: against the
-  float32 product with the dequantized weight, a largest error of 1.5e-2 of the largest
+  ``vpmaddubsw``, or scalar C++), scaled per block in float32 and by the weight's scale per
+  group; the offsets multiply each group's quantized sum. This is what llama.cpp computes
+  for Q4 weights (its Q8 activation blocks). Chosen by measurement (``bench/int4_numerics.py``,
+  one decode token through a SmolLM2-135M's 210 int4 matrices, one thread, this project's
+  Zen 4): over row-major blocks it ran 1.28x torch's int4 kernel where the exact float
+  product (nibbles widened to float32, the group's scale and offset factored out of the
+  inner loop) ran 0.87x, and over panels 1.95x; its cost is accuracy: against the float32
+  product with the dequantized weight, a largest error of 1.5e-2 of the largest
   output over those matrices, bfloat16 outputs (their rounding alone: 3.7e-3); a tiny GGUF
   model's decode logits within 1.1e-2 (tests/quant/test_int4_cpu.py). Unlike llama.cpp,
   the activation blocks' scales stay float32 (llama.cpp rounds them to float16).
@@ -40,9 +51,10 @@ from zoo.components.cpu_extension import cpu_extension
 from zoo.quant import q8
 from zoo.quant.int4_cpu_source import SOURCE
 
-BLOCK = 32  # inputs per 16-byte block: byte j = q[j] | q[j + 16] << 4 (GGUF Q4_0 / Q4_1)
+BLOCK = 32  # inputs per block: a row's 16 bytes, four of its dwords a chunk (module doc)
+PANEL = 16  # weight rows interleaved per panel: one 512-bit load holds 4 bytes of each
 FUNCTIONS = ["int4_q8", "int4_tiles", "int4_mm"]
-ROW_GRAIN = 64  # a thread's share is at least 64 groups of 4 weight rows: smaller splits lost at 2 threads
+PANEL_GRAIN = 16  # a thread's share is at least 16 panels (256 weight rows): smaller splits lost at 2 threads
 TILE = 256  # weight rows widened at once for many token rows (measured: 32 0.74x, 64 0.86x, 256 0.98x aten)
 TILE_FROM = (
     24  # token rows from which the tiles run: int8 rows / tiles time 0.22 (2 rows) 0.88 (16) 1.06 (24) 1.61 (32)
@@ -68,28 +80,55 @@ def _int4_mm_shape(
     return x.new_empty(x.shape[0], packed.shape[0])  # (M, out)
 
 
-def pack(values: torch.Tensor) -> torch.Tensor:
-    """Values (out, in) in 0..15 -> (out, in / 2) uint8: per block of 32 inputs, byte j holds
-    value j low and value j + 16 high."""
+def pack(values: torch.Tensor, scale_offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Values (out, in) in 0..15 and their ``scale_offsets`` (out, G, 2) in the kernel's panel
+    layout: (packed (out, in / 2) uint8, scale_offsets (out, G, 2)), each panel's rows interleaved."""
+    out_features = values.shape[0]
+    parts = [_panel(values[a:b], scale_offsets[a:b], b - a) for a, b in _panels(out_features) if b > a]
+    return torch.cat([p for p, _ in parts]), torch.cat([so for _, so in parts])
+
+
+def _panels(out_features: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The rows in whole panels and the last, shorter panel's: ((0, full), (full, out))."""
+    full = out_features - out_features % PANEL
+    return (0, full), (full, out_features)
+
+
+def _panel(values: torch.Tensor, so: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` rows, whole panels (a multiple of PANEL) or the last one (fewer) -> their bytes
+    and scales, interleaved."""
     out_features, in_features = values.shape
-    blocks = values.to(torch.uint8).reshape(out_features, in_features // BLOCK, 2, BLOCK // 2)  # (out, B, 2, 16)
-    return (blocks[:, :, 0] | blocks[:, :, 1] << 4).reshape(out_features, in_features // 2).contiguous()
+    lanes = min(rows, PANEL)
+    v = values.to(torch.uint8).reshape(-1, lanes, in_features // BLOCK, 4, 2, 4)  # (P, R, B, chunk, low/high, 4)
+    bytes_ = (v[..., 0, :] | v[..., 1, :] << 4).permute(0, 2, 3, 1, 4)  # (P, B, chunk, R, 4)
+    groups = so.shape[1]
+    lanes_so = so.reshape(-1, lanes, groups, 2).permute(0, 2, 3, 1)  # (P, G, 2, R)
+    return bytes_.reshape(out_features, in_features // 2), lanes_so.reshape(out_features, groups, 2)
 
 
-def unpack(packed: torch.Tensor) -> torch.Tensor:
-    """``pack``'s inverse: (out, in / 2) uint8 -> values (out, in) uint8 in 0..15."""
+def unpack(packed: torch.Tensor, scale_offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pack``'s inverse: (values (out, in) uint8 in 0..15, scale_offsets (out, G, 2) by row)."""
     out_features = packed.shape[0]
-    blocks = packed.reshape(out_features, -1, 1, BLOCK // 2)  # (out, B, 1, 16)
-    shifts = torch.tensor([0, 4], dtype=torch.uint8, device=packed.device).reshape(1, 1, 2, 1)
-    return ((blocks >> shifts) & 15).reshape(out_features, -1)  # (out, in)
+    parts = [_unpanel(packed[a:b], scale_offsets[a:b], b - a) for a, b in _panels(out_features) if b > a]
+    return torch.cat([v for v, _ in parts]), torch.cat([so for _, so in parts])
+
+
+def _unpanel(packed: torch.Tensor, so: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    out_features, half = packed.shape
+    lanes = min(rows, PANEL)
+    b = packed.reshape(-1, half * 2 // BLOCK, 4, lanes, 4).permute(0, 3, 1, 2, 4)  # (P, R, B, chunk, 4)
+    values = torch.stack([b & 15, b >> 4], dim=-2)  # (P, R, B, chunk, low/high, 4)
+    groups = so.shape[1]
+    rows_so = so.reshape(-1, groups, 2, lanes).permute(0, 3, 1, 2)  # (P, R, G, 2)
+    return values.reshape(out_features, half * 2), rows_so.reshape(out_features, groups, 2)
 
 
 def dequantize(packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """The weight (out, in) float32: ``q * scale + offset`` per group; scale_offsets (out, G, 2)."""
-    values = unpack(packed).float()  # (out, in)
+    """The weight (out, in) float32: ``q * scale + offset`` per group."""
+    values, so = unpack(packed, scale_offsets)  # (out, in), (out, G, 2)
     out_features, in_features = values.shape
-    groups = values.view(out_features, scale_offsets.shape[1], -1)  # (out, G, g)
-    so = scale_offsets.float()
+    groups = values.float().view(out_features, so.shape[1], -1)  # (out, G, g)
+    so = so.float()
     return (groups * so[..., 0:1] + so[..., 1:2]).view(out_features, in_features)
 
 
@@ -120,5 +159,5 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -
     if module is None:
         return reference(x, packed, scale_offsets).to(x.dtype)
     if torch.compiler.is_compiling():
-        return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, ROW_GRAIN)
-    return module.int4_mm(x, packed, scale_offsets, TILE_FROM, TILE, ROW_GRAIN)
+        return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)
+    return module.int4_mm(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)

@@ -1,19 +1,20 @@
-"""The C++ of ``int4_cpu``: zoo's int4 products on the CPU over its row-major block layout.
+"""The C++ of ``int4_cpu``: zoo's int4 products on the CPU over its panel layout.
 
-Layout (``int4_cpu.pack``): per output row, per block of 32 inputs, 16 bytes; byte ``j`` holds
-value ``j`` in its low nibble and value ``j + 16`` in its high nibble (GGUF's Q4_0 / Q4_1
-blocks); per (row, group) a scale and an offset, ``w = q * scale + offset``, in the scale
-dtype (float32, bfloat16 or float16).
+Layout (``int4_cpu.pack``): rows in panels of 16 (the last may hold fewer, R); per block of 32
+inputs, four chunks of R dwords, lane r of chunk c holding row r's inputs 8c .. 8c + 3 (low
+nibbles) and 8c + 4 .. 8c + 7 (high); per (panel, group) R scales then R offsets, ``w = q *
+scale + offset``, in the scale dtype (float32, bfloat16 or float16).
 
 ``int4_q8`` (few token rows: decode): llama.cpp's numerics. Each token row is quantized to
-int8 per block of 32 (scale absmax / 127); per block, the integer dot product of the unsigned
-nibbles with the signed bytes, scaled in float32 by the weight group's scale times the
-block's; the offsets multiply each group's quantized sum. Four weight rows go through the
-loop together (independent accumulators, the activation bytes loaded once for four rows);
-each weight row is read from memory once and multiplied with every token row while in L1,
-fetched ``PREFETCH`` bytes ahead (the hardware prefetcher alone left it 25% slower).
+int8 per block of 32 (scale absmax / 127); per block and row, the integer dot product of the
+unsigned nibbles with the signed bytes, in float32 times the block's scale, summed over the
+group and times the row's weight scale; the offsets multiply each group's quantized sum. A
+panel's 16 rows are the 16 lanes of one vector (AVX512-VNNI: eight ``vpdpbusd`` a block, in
+four independent chains); each panel is read from memory once and multiplied with every token
+row while in L1, fetched ``PREFETCH`` bytes ahead (the hardware prefetcher alone left the
+row-major kernel 25% slower). AVX2: two halves of eight lanes (``vpmaddubsw``, ``vpmaddwd``).
 
-``int4_tiles`` (prefill, many token rows): a tile of ``TILE`` weight rows is widened once
+``int4_tiles`` (prefill, many token rows): a tile of ``TILE`` weight rows (whole panels) is widened once
 (``tile`` x in values: stays in L2) and multiplied with every token row by ``at::mm``
 (single-threaded inside ``at::parallel_for``): weights read from memory once per call, the
 multiply at GEMM speed. Float32 and float16 activations: exact weight-only numerics (float32
@@ -44,78 +45,150 @@ static inline float f32(float v) { return v; }
 static inline float f32(c10::BFloat16 v) { return static_cast<float>(v); }
 static inline float f32(c10::Half v) { return static_cast<float>(v); }
 
-// The integer dot of one block: 16 bytes of nibbles (u4) with 32 int8 activations (s8), as int32 lanes.
-#if defined(__AVX2__)
-static inline __m256i dot_block(const uint8_t* w, __m256i xv) {
-  const __m128i m = _mm_set1_epi8(0x0F);
-  const __m128i v = _mm_loadu_si128((const __m128i*)w);
-  const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));
-#endif
+// Weight rows come in panels of PANEL (the last one may hold fewer, R): per block of 32 inputs R * 16 bytes, four
+// chunks of R dwords; chunk c, lane r, byte i holds q[n0 + r][32 b + 8 c + i] low and q[n0 + r][32 b + 8 c + 4 + i]
+// high, so one dword load per lane feeds one row's 4-input integer dot with 4 broadcast activation bytes.
+// Per group, the panel's R scales, then its R offsets.
+constexpr int64_t PANEL = 16;
+
+// One token row through one panel: per block the R integer dots, in float32 times the block's activation scale,
+// summed over the group's blocks, times the weight scales; the offsets times the group's activation sum. Writes
+// R floats to `dst`.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+template <typename S>
+static inline __m512 lanes_f32(const S* p, __mmask16 lanes) {
+  float t[PANEL] = {};
+  for (int r = 0; r < PANEL; ++r) if (lanes >> r & 1) t[r] = f32(p[r]);
+  return _mm512_loadu_ps(t);
+}
+template <> inline __m512 lanes_f32(const float* p, __mmask16 lanes) { return _mm512_maskz_loadu_ps(lanes, p); }
+template <> inline __m512 lanes_f32(const c10::BFloat16* p, __mmask16 lanes) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+template <> inline __m512 lanes_f32(const c10::Half* p, __mmask16 lanes) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, p));
 }
 
-static inline float hsum(__m256 t) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
-#endif
-
-// out[m][n .. n + R) for every token row m. xq (M, K) int8, xd (M, K / 32) block scales, xg (M, G): per group
-// the sum of the quantized activations times their scales (for the offsets).
-template <int R, typename S, typename T>
-static void rows_q8(const uint8_t* wq, const S* so, const int8_t* xq, const float* xd, const float* xg, T* out,
-                    int64_t n, int64_t M, int64_t N, int64_t K, int64_t gs) {
-  const int64_t G = K / gs, nb = gs / 32, B = K / 32;
-  const uint8_t* w[R];
-  for (int r = 0; r < R; ++r) w[r] = wq + (n + r) * (K / 2);
-  for (int64_t m = 0; m < M; ++m) {
-    float off[R], s[R];
-    for (int r = 0; r < R; ++r) off[r] = 0.f;
-#if defined(__AVX2__)
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-#else
-    float acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-#endif
-    for (int64_t g = 0; g < G; ++g) {
-      for (int r = 0; r < R; ++r) {
-        const S* p = so + ((n + r) * G + g) * 2;
-        s[r] = f32(p[0]);
-        off[r] += f32(p[1]) * xg[m * G + g];
+template <bool FULL, typename S>
+static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
+                      int64_t R, int64_t K, int64_t gs) {
+  const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
+  const __mmask16 lanes = FULL ? 0xFFFF : (__mmask16)((1u << R) - 1);
+  const __mmask64 bytes = FULL ? ~0ull : (1ull << (4 * R)) - 1;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 acc = _mm512_setzero_ps(), off = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m512 group = _mm512_setzero_ps();
+    for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
+      const uint8_t* wb = w + blk * 4 * chunk;
+      for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
+      const int32_t* xb = x4 + blk * 8;
+      __m512i d[4];  // independent chains: one per chunk
+      for (int c = 0; c < 4; ++c) {
+        const __m512i p = FULL ? _mm512_loadu_si512(wb + c * chunk) : _mm512_maskz_loadu_epi8(bytes, wb + c * chunk);
+        const __m512i lo = _mm512_and_si512(p, low), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+        d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_set1_epi32(xb[2 * c]));
+        d[c] = _mm512_dpbusd_epi32(d[c], hi, _mm512_set1_epi32(xb[2 * c + 1]));
       }
-      for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
-        const int8_t* x = xq + m * K + blk * 32;
-        const float d = xd[m * B + blk];
-#if defined(__AVX2__)
-        const __m256i xv = _mm256_loadu_si256((const __m256i*)x);
-        if (blk % 4 == 0) {  // a cache line holds 4 blocks; fetch the one PREFETCH bytes ahead
-          for (int r = 0; r < R; ++r) _mm_prefetch((const char*)(w[r] + blk * 16 + PREFETCH), _MM_HINT_T0);
-        }
-        for (int r = 0; r < R; ++r) {
-          const __m256 dot = _mm256_cvtepi32_ps(dot_block(w[r] + blk * 16, xv));
-          acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(s[r] * d), acc[r]);
-        }
-#else
-        for (int r = 0; r < R; ++r) {
-          const uint8_t* v = w[r] + blk * 16;
-          int32_t dot = 0;
-          for (int j = 0; j < 16; ++j) dot += int32_t(v[j] & 15) * x[j] + int32_t(v[j] >> 4) * x[j + 16];
-          acc[r] += float(dot) * (s[r] * d);
-        }
-#endif
-      }
+      const __m512i dot = _mm512_add_epi32(_mm512_add_epi32(d[0], d[1]), _mm512_add_epi32(d[2], d[3]));
+      group = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xd[blk]), group);
     }
-#if defined(__AVX2__)
-    for (int r = 0; r < R; ++r) out[m * N + n + r] = static_cast<T>(hsum(acc[r]) + off[r]);
+    acc = _mm512_fmadd_ps(group, lanes_f32(s + g * 2 * R, lanes), acc);
+    off = _mm512_fmadd_ps(lanes_f32(s + g * 2 * R + R, lanes), _mm512_set1_ps(xg[g]), off);
+  }
+  _mm512_mask_storeu_ps(dst, lanes, _mm512_add_ps(acc, off));
+}
+#elif defined(__AVX2__)
+// Eight lanes a vector (``vpmaddubsw`` pairs, ``vpmaddwd`` to int32): the panel's two halves in turn.
+template <bool FULL, typename S>
+static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
+                      int64_t R, int64_t K, int64_t gs) {
+  const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t h = 0; h * 8 < R; ++h) {
+    const int64_t n = std::min<int64_t>(8, R - 8 * h);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+    for (int64_t g = 0; g < G; ++g) {
+      __m256 group = _mm256_setzero_ps();
+      for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
+        const uint8_t* wb = w + blk * 4 * chunk + 32 * h;
+        for (int l = 0; l < 2; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
+        const int32_t* xb = x4 + blk * 8;
+        __m256i dot = _mm256_setzero_si256();
+        for (int c = 0; c < 4; ++c) {
+          const __m256i p = FULL ? _mm256_loadu_si256((const __m256i*)(wb + c * chunk))
+                                 : _mm256_maskload_epi32((const int*)(wb + c * chunk), mask);
+          const __m256i ql = _mm256_and_si256(p, low), qh = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+          const __m256i lo = _mm256_maddubs_epi16(ql, _mm256_set1_epi32(xb[2 * c]));
+          const __m256i hi = _mm256_maddubs_epi16(qh, _mm256_set1_epi32(xb[2 * c + 1]));
+          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones));
+        }
+        group = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(xd[blk]), group);
+      }
+      float sc[8] = {}, of[8] = {};
+      for (int64_t i = 0; i < n; ++i) {
+        sc[i] = f32(s[g * 2 * R + 8 * h + i]);
+        of[i] = f32(s[g * 2 * R + R + 8 * h + i]);
+      }
+      acc = _mm256_fmadd_ps(group, _mm256_loadu_ps(sc), acc);
+      off = _mm256_fmadd_ps(_mm256_loadu_ps(of), _mm256_set1_ps(xg[g]), off);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_add_ps(acc, off));
+    for (int64_t i = 0; i < n; ++i) dst[8 * h + i] = t[i];
+  }
+}
 #else
-    for (int r = 0; r < R; ++r) out[m * N + n + r] = static_cast<T>(acc[r] + off[r]);
+// Portable C++ of the same sums.
+template <bool FULL, typename S>
+static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
+                      int64_t R, int64_t K, int64_t gs) {
+  const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
+  const int8_t* x = reinterpret_cast<const int8_t*>(x4);
+  float acc[PANEL] = {}, off[PANEL] = {};
+  for (int64_t g = 0; g < G; ++g) {
+    float group[PANEL] = {};
+    for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
+      int32_t dot[PANEL] = {};
+      for (int c = 0; c < 4; ++c) {
+        const uint8_t* q = w + blk * 4 * chunk + c * chunk;
+        const int8_t* xc = x + blk * 32 + 8 * c;
+        for (int64_t r = 0; r < R; ++r) {
+          for (int i = 0; i < 4; ++i) {
+            dot[r] += int32_t(q[4 * r + i] & 15) * xc[i] + int32_t(q[4 * r + i] >> 4) * xc[4 + i];
+          }
+        }
+      }
+      for (int64_t r = 0; r < R; ++r) group[r] += float(dot[r]) * xd[blk];
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      acc[r] += group[r] * f32(s[g * 2 * R + r]);
+      off[r] += f32(s[g * 2 * R + R + r]) * xg[g];
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) dst[r] = acc[r] + off[r];
+}
 #endif
+
+// out[m][n0 .. n0 + R) for every token row m. xq (M, K) int8, xd (M, K / 32) block scales, xg (M, G): per group
+// the sum of the quantized activations times their scales (for the offsets).
+template <typename S, typename T>
+static void panel_q8(const uint8_t* wq, const S* so, const int8_t* xq, const float* xd, const float* xg, T* out,
+                     int64_t n0, int64_t M, int64_t N, int64_t K, int64_t gs) {
+  const int64_t R = std::min(PANEL, N - n0), G = K / gs;
+  const uint8_t* w = wq + n0 * (K / 2);
+  const S* s = so + n0 * G * 2;
+  float dst[PANEL];
+  for (int64_t m = 0; m < M; ++m) {
+    const int32_t* x4 = reinterpret_cast<const int32_t*>(xq + m * K);
+    if (R == PANEL) {
+      panel_row<true, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs);
+    } else {
+      panel_row<false, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs);
+    }
+    for (int64_t r = 0; r < R; ++r) out[m * N + n0 + r] = static_cast<T>(dst[r]);
   }
 }
 
@@ -142,7 +215,7 @@ static void quantize_rows(const T* x, int8_t* xq, float* xd, float* xg, int64_t 
 }
 
 // x (M, K) float32 / bfloat16 / float16, packed (N, K / 2) uint8, so (N, G, 2) -> (M, N) in x's dtype, with
-// llama.cpp's numerics. Each thread takes whole groups of 4 weight rows, at least `grain` groups.
+// llama.cpp's numerics. Each thread takes whole panels, at least `grain` of them.
 torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t grain) {
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0), gs = K / so.size(1);
   auto out = torch::empty({M, N}, x.options());
@@ -156,30 +229,37 @@ torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, i
       using T = scalar_t;
       quantize_rows<T>(x.data_ptr<T>(), xq.data(), xd.data(), xg.data(), M, K, gs);
       T* op = out.data_ptr<T>();
-      at::parallel_for(0, (N + 3) / 4, grain, [&](int64_t b, int64_t e) {
-        int64_t n = b * 4;
-        const int64_t end = std::min(e * 4, N);
-        for (; n + 4 <= end; n += 4) rows_q8<4, S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, n, M, N, K, gs);
-        for (; n < end; ++n) rows_q8<1, S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, n, M, N, K, gs);
+      at::parallel_for(0, (N + PANEL - 1) / PANEL, grain, [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          panel_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, p * PANEL, M, N, K, gs);
+        }
       });
     });
   });
   return out;
 }
 
-// Rows [n0, n1) widened to float32 and stored as D (float32, or bfloat16 for a bfloat16 product) (n1 - n0, K).
+// Rows [n0, n1) (n0 on a panel's first row) widened to float32 and stored as D (float32, or bfloat16 for a bfloat16
+// product) (n1 - n0, K).
 template <typename S, typename D>
-static void widen(const uint8_t* wq, const S* so, D* dst, int64_t n0, int64_t n1, int64_t K, int64_t gs) {
+static void widen(const uint8_t* wq, const S* so, D* dst, int64_t n0, int64_t n1, int64_t N, int64_t K, int64_t gs) {
   const int64_t G = K / gs, nb = gs / 32;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* w = wq + n * (K / 2);
-    D* d = dst + (n - n0) * K;
-    for (int64_t g = 0; g < G; ++g) {
-      const float s = f32(so[(n * G + g) * 2]), z = f32(so[(n * G + g) * 2 + 1]);
-      for (int64_t b = g * nb; b < (g + 1) * nb; ++b) {
-        for (int j = 0; j < 16; ++j) {
-          d[b * 32 + j] = static_cast<D>(float(w[b * 16 + j] & 15) * s + z);
-          d[b * 32 + j + 16] = static_cast<D>(float(w[b * 16 + j] >> 4) * s + z);
+  for (int64_t p0 = n0; p0 < n1; p0 += PANEL) {
+    const int64_t R = std::min(PANEL, N - p0), chunk = 4 * R;
+    const uint8_t* w = wq + p0 * (K / 2);
+    const S* s = so + p0 * G * 2;
+    for (int64_t r = 0; r < std::min(R, n1 - p0); ++r) {
+      D* d = dst + (p0 + r - n0) * K;
+      for (int64_t g = 0; g < G; ++g) {
+        const float sc = f32(s[g * 2 * R + r]), z = f32(s[g * 2 * R + R + r]);
+        for (int64_t b = g * nb; b < (g + 1) * nb; ++b) {
+          for (int c = 0; c < 4; ++c) {
+            const uint8_t* q = w + b * 4 * chunk + c * chunk + 4 * r;
+            for (int i = 0; i < 4; ++i) {
+              d[b * 32 + 8 * c + i] = static_cast<D>(float(q[i] & 15) * sc + z);
+              d[b * 32 + 8 * c + 4 + i] = static_cast<D>(float(q[i] >> 4) * sc + z);
+            }
+          }
         }
       }
     }
@@ -189,6 +269,7 @@ static void widen(const uint8_t* wq, const S* so, D* dst, int64_t n0, int64_t n1
 // Many token rows: x (M, K) float32 or bfloat16 -> (M, N) in x's dtype, the tiles in x's dtype.
 torch::Tensor int4_tiles(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t tile) {
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0), gs = K / so.size(1);
+  TORCH_CHECK(tile % PANEL == 0, "int4_tiles: tile must hold whole panels of ", PANEL, " rows, got ", tile);
   const bool half = x.scalar_type() == at::kBFloat16;
   auto out = torch::empty({M, N}, x.options());
   const uint8_t* wq = packed.data_ptr<uint8_t>();
@@ -200,9 +281,9 @@ torch::Tensor int4_tiles(torch::Tensor x, torch::Tensor packed, torch::Tensor so
       for (int64_t t = b; t < e; ++t) {
         const int64_t n0 = t * tile, n1 = std::min(n0 + tile, N);
         if (half) {
-          widen<scalar_t, at::BFloat16>(wq, s, w.data_ptr<at::BFloat16>(), n0, n1, K, gs);
+          widen<scalar_t, at::BFloat16>(wq, s, w.data_ptr<at::BFloat16>(), n0, n1, N, K, gs);
         } else {
-          widen<scalar_t, float>(wq, s, w.data_ptr<float>(), n0, n1, K, gs);
+          widen<scalar_t, float>(wq, s, w.data_ptr<float>(), n0, n1, N, K, gs);
         }
         auto wt = w.narrow(0, 0, n1 - n0);
         auto o = part.narrow(1, 0, n1 - n0);
@@ -221,7 +302,7 @@ torch::Tensor int4_mm(torch::Tensor x, torch::Tensor packed, torch::Tensor so, i
   x = x.contiguous();
   if (x.size(0) < tile_from) return int4_q8(x, packed, so, grain);
   const int64_t threads = at::get_num_threads(), share = (packed.size(0) + threads - 1) / threads;
-  tile = std::max<int64_t>(32, std::min(tile, share));
+  tile = (std::max<int64_t>(32, std::min(tile, share)) + PANEL - 1) / PANEL * PANEL;  // whole panels
   if (x.scalar_type() == at::kBFloat16) return int4_tiles(x, packed, so, tile);  // bfloat16 GEMM: twice float32's
   return int4_tiles(x.to(at::kFloat), packed, so, tile).to(x.scalar_type());
 }

@@ -10,8 +10,8 @@ fidelity checks and devices without a kernel.
   dtype; ``w ≈ q * scale`` with ``scale = max|w_row| / 127``.
 - ``Int4Linear``: 4-bit values two per byte, per group of ``group_size`` inputs an asymmetric
   scale and offset (``w = q * scale + offset``, q in 0..15). On the CPU (and the meta device,
-  whose shapes the analysis counts) zoo's own layout: ``packed`` (out, in / 2) uint8, per
-  row GGUF's blocks of 32 inputs in 16 bytes, and ``scale_offsets`` (out, G, 2), multiplied
+  whose shapes the analysis counts) zoo's own layout: ``packed`` (out, in / 2) uint8 and
+  ``scale_offsets`` (out, G, 2), the rows of each panel of 16 interleaved, multiplied
   by zoo's kernel (zoo/quant/int4_cpu.py: for fewer than 24 token rows, decode, it quantizes
   the activation row to int8 per 32 inputs as llama.cpp does; for more it is the exact float
   product). On CUDA torch's tinygemm layout: ``packed`` and ``scale_zeros`` (G, out, 2) with
@@ -147,7 +147,7 @@ class Int4Linear(QuantizedLinear):
     """4-bit weights, an asymmetric scale and offset per group of ``group_size`` inputs.
 
     The layout follows the device the layer is made on (``cuda_layout``): on the CPU (and the
-    meta device) zoo's row-major blocks read by its own kernel (zoo/quant/int4_cpu.py), on
+    meta device) zoo's panels of 16 rows read by its own kernel (zoo/quant/int4_cpu.py), on
     CUDA torch's tinygemm layout (module doc)."""
 
     bits = 4
@@ -177,8 +177,10 @@ class Int4Linear(QuantizedLinear):
         self._buffers.clear()
         if not self.cuda_layout:
             int4_cpu.load()  # built (once) and its op registered before any graph is traced
-            self.register_buffer("packed", int4_cpu.pack(values))  # (out, in / 2) uint8, row-major blocks
-            self.register_buffer("scale_offsets", torch.stack([scales, offsets], -1).to(scale_dtype))  # (out, G, 2)
+            so = torch.stack([scales, offsets], -1).to(scale_dtype)  # (out, G, 2)
+            packed, so = int4_cpu.pack(values, so)  # panels of 16 rows interleaved
+            self.register_buffer("packed", packed)  # (out, in / 2) uint8
+            self.register_buffer("scale_offsets", so)  # (out, G, 2)
             return
         padded = -(-self.out_features // INT4_ROW_MULTIPLE) * INT4_ROW_MULTIPLE
         full = values.new_zeros(padded, self.in_features)  # (out padded, in): padded rows are zeros
@@ -211,12 +213,14 @@ class Int4Linear(QuantizedLinear):
 
     @classmethod
     def stack_rows(cls, parts: Sequence[nn.Module]) -> Int4Linear | None:
-        """The CPU layout's rows stack (tinygemm's tiles do not)."""
+        """The CPU layout's panels stack (tinygemm's tiles do not) where every part but the last
+        fills whole panels: the stack's state then splits back into the parts' own bytes."""
         ours = cls._stackable(parts, "packed", "scale_offsets")
-        if ours is None or any(isinstance(p, Int4Linear) and p.cuda_layout for p in ours):
+        if ours is None or any(p.cuda_layout for p in ours) or any(p.out_features % int4_cpu.PANEL for p in ours[:-1]):
             return None
-        values = int4_cpu.unpack(torch.cat([p.packed for p in ours]))  # (sum out, in) in 0..15
-        so = torch.cat([p.scale_offsets for p in ours])  # (sum out, G, 2)
+        rows = [int4_cpu.unpack(p.packed, p.scale_offsets) for p in ours]  # per part (values, so) by row
+        values = torch.cat([v for v, _ in rows])  # (sum out, in) in 0..15
+        so = torch.cat([so for _, so in rows])  # (sum out, G, 2)
         return cls.from_groups(values, so[..., 0], so[..., 1], cls._stacked_bias(ours), so.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
