@@ -14,8 +14,9 @@ four independent chains); each panel is read from memory once and multiplied wit
 row while in L1, fetched ``PREFETCH`` bytes ahead (the hardware prefetcher alone left the
 row-major kernel 25% slower). AVX2: two halves of eight lanes (``vpmaddubsw``, ``vpmaddwd``).
 
-``int4_tiles`` (prefill, many token rows): a tile of ``TILE`` weight rows (whole panels) is widened once
-(``tile`` x in values: stays in L2) and multiplied with every token row by ``at::mm``
+``int4_tiles`` (prefill, many token rows): a tile of ``TILE`` weight rows (whole panels) is widened once,
+transposed (in x ``tile`` values: stays in L2; a panel's 16 values of one input are one vector, so
+widening costs 3% of the GEMM where row by row it cost 70%) and multiplied with every token row by ``at::mm``
 (single-threaded inside ``at::parallel_for``): weights read from memory once per call, the
 multiply at GEMM speed. Float32 and float16 activations: exact weight-only numerics (float32
 activations times ``q * scale + offset``). bfloat16 activations: ``q * scale + offset``
@@ -239,25 +240,57 @@ torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, i
   return out;
 }
 
-// Rows [n0, n1) (n0 on a panel's first row) widened to float32 and stored as D (float32, or bfloat16 for a bfloat16
-// product) (n1 - n0, K).
+// One input's 16 values of a whole panel, q * scale + offset, stored as D: `lanes` holds 4 bytes of each row.
+#if defined(__AVX512F__)
+static inline __m512 panel_values(__m512i lanes, int at, __m512 sc, __m512 z) {
+  const __m512i q = _mm512_and_si512(_mm512_srli_epi32(lanes, at), _mm512_set1_epi32(15));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sc, z);
+}
+static inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+static inline void store16(at::BFloat16* p, __m512 v) {
+#if defined(__AVX512BF16__)
+  _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(v));  // round to nearest even, as c10's cast
+#else
+  float t[PANEL];
+  _mm512_storeu_ps(t, v);
+  for (int r = 0; r < PANEL; ++r) p[r] = static_cast<at::BFloat16>(t[r]);
+#endif
+}
+#endif
+
+// Rows [n0, n1) (whole panels from n0) widened to float32 and stored transposed as D (float32, or bfloat16 for a
+// bfloat16 product): dst (K, ld), column j holding row n0 + j. A panel's 16 rows are one dword lane each, so every
+// input's 16 values are one vector: shifted, masked, scaled and stored whole.
 template <typename S, typename D>
-static void widen(const uint8_t* wq, const S* so, D* dst, int64_t n0, int64_t n1, int64_t N, int64_t K, int64_t gs) {
+static void widen(const uint8_t* wq, const S* so, D* dst, int64_t ld, int64_t n0, int64_t n1, int64_t N, int64_t K,
+                  int64_t gs) {
   const int64_t G = K / gs, nb = gs / 32;
   for (int64_t p0 = n0; p0 < n1; p0 += PANEL) {
     const int64_t R = std::min(PANEL, N - p0), chunk = 4 * R;
     const uint8_t* w = wq + p0 * (K / 2);
     const S* s = so + p0 * G * 2;
-    for (int64_t r = 0; r < std::min(R, n1 - p0); ++r) {
-      D* d = dst + (p0 + r - n0) * K;
-      for (int64_t g = 0; g < G; ++g) {
-        const float sc = f32(s[g * 2 * R + r]), z = f32(s[g * 2 * R + R + r]);
-        for (int64_t b = g * nb; b < (g + 1) * nb; ++b) {
-          for (int c = 0; c < 4; ++c) {
-            const uint8_t* q = w + b * 4 * chunk + c * chunk + 4 * r;
-            for (int i = 0; i < 4; ++i) {
-              d[b * 32 + 8 * c + i] = static_cast<D>(float(q[i] & 15) * sc + z);
-              d[b * 32 + 8 * c + 4 + i] = static_cast<D>(float(q[i] >> 4) * sc + z);
+    D* col = dst + (p0 - n0);
+    for (int64_t g = 0; g < G; ++g) {
+      float sc[PANEL] = {}, z[PANEL] = {};
+      for (int64_t r = 0; r < R; ++r) {
+        sc[r] = f32(s[g * 2 * R + r]);
+        z[r] = f32(s[g * 2 * R + R + r]);
+      }
+      for (int64_t b = g * nb; b < (g + 1) * nb; ++b) {
+        for (int c = 0; c < 4; ++c) {
+          const uint8_t* q = w + b * 4 * chunk + c * chunk;
+          for (int i = 0; i < 8; ++i) {  // inputs 8c + i: byte i % 4 of each lane, low nibble for i < 4
+            const int byte = i % 4, shift = i < 4 ? 0 : 4;
+            D* out = col + (b * 32 + 8 * c + i) * ld;
+#if defined(__AVX512F__)
+            if (R == PANEL) {
+              const __m512i lanes = _mm512_loadu_si512(q);
+              store16(out, panel_values(lanes, 8 * byte + shift, _mm512_loadu_ps(sc), _mm512_loadu_ps(z)));
+              continue;
+            }
+#endif
+            for (int64_t r = 0; r < R; ++r) {
+              out[r] = static_cast<D>(float((q[4 * r + byte] >> shift) & 15) * sc[r] + z[r]);
             }
           }
         }
@@ -276,18 +309,17 @@ torch::Tensor int4_tiles(torch::Tensor x, torch::Tensor packed, torch::Tensor so
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, so.scalar_type(), "int4_tiles", [&] {
     const scalar_t* s = so.data_ptr<scalar_t>();
     at::parallel_for(0, (N + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
-      auto w = torch::empty({tile, K}, x.options());
+      auto w = torch::empty({K, tile}, x.options());  // the tile transposed: (in, rows)
       auto part = torch::empty({M, tile}, x.options());
       for (int64_t t = b; t < e; ++t) {
         const int64_t n0 = t * tile, n1 = std::min(n0 + tile, N);
         if (half) {
-          widen<scalar_t, at::BFloat16>(wq, s, w.data_ptr<at::BFloat16>(), n0, n1, N, K, gs);
+          widen<scalar_t, at::BFloat16>(wq, s, w.data_ptr<at::BFloat16>(), tile, n0, n1, N, K, gs);
         } else {
-          widen<scalar_t, float>(wq, s, w.data_ptr<float>(), n0, n1, N, K, gs);
+          widen<scalar_t, float>(wq, s, w.data_ptr<float>(), tile, n0, n1, N, K, gs);
         }
-        auto wt = w.narrow(0, 0, n1 - n0);
         auto o = part.narrow(1, 0, n1 - n0);
-        at::mm_out(o, x, wt.t());
+        at::mm_out(o, x, w.narrow(1, 0, n1 - n0));
         out.narrow(1, n0, n1 - n0).copy_(o);
       }
     });
