@@ -272,10 +272,16 @@ class Attention(TokenMixer):
         plain causal attention needs no mask: none for one query, ``is_causal`` for S == T.
         """
         k, v = k.to(q.dtype), v.to(q.dtype)
-        bias = positions.positional.score_bias(
-            query_time[None], key_time.expand(1, -1) if key_time.dim() == 1 else key_time, self.n_heads
-        )
         T, S = q.shape[2], k.shape[2]
+        bias = None
+        if queries_last and self.sinks is None and key_valid is None and self.window is None:
+            # keys 0..S-1, queries the last T: a biased mask depends on the sizes alone, one per forward
+            key = ("queries_last", id(positions.positional), self.n_heads, self.causal, T, S, q.dtype)
+            biased = positions.memo(key, lambda: self._biased_mask(positions, query_time, key_time, q.dtype))
+            if biased is not None:
+                return sdpa(q, k, v, attn_mask=biased, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
+        else:
+            bias = self._score_bias(positions, query_time, key_time)
         plain = self.sinks is None and bias is None and key_valid is None and self.window is None
         if plain and not self.causal:
             return sdpa(q, k, v, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
@@ -288,6 +294,23 @@ class Attention(TokenMixer):
                 attn_mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
             return sdpa(q, k, v, attn_mask=attn_mask, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
         return self._attend_with_sinks(q, k, v, mask, bias)
+
+    def _score_bias(
+        self, positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The positional encoding's score bias (B|1, H, T, S), or None."""
+        keys = key_time.expand(1, -1) if key_time.dim() == 1 else key_time  # (B|1, S)
+        return positions.positional.score_bias(query_time[None], keys, self.n_heads)
+
+    def _biased_mask(
+        self, positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor | None:
+        """The score bias with -inf at hidden keys (B|1, H, T, S) in ``dtype``; None without a bias."""
+        bias = self._score_bias(positions, query_time, key_time)
+        if bias is None:
+            return None
+        mask = visible_keys(query_time, key_time, self.window, None, self.causal)  # (B|1, 1, T, S)
+        return bias.to(dtype).masked_fill(~mask, float("-inf"))
 
     def _attend_with_sinks(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None

@@ -106,7 +106,15 @@ class Positions:
     positional: Positional
     rotation: Rotation | None = None
     key_valid: torch.Tensor | None = None  # (B, T): uncached calls, False at padding (attention_mask)
-    _bias_cache: dict[Any, torch.Tensor] = field(default_factory=dict)
+    _memo: dict[Any, Any] = field(default_factory=dict)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` once per forward for each hashable ``key``: what every layer of the call
+        would derive alike (T5's relative-bias mask: 6 layers of t5-small's decoder built
+        the same one each step)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.rotation is None:
