@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from zoo.components.linear import RowStackable
-from zoo.files.host_memory import return_freed_memory
+from zoo.files.host_memory import rehome, return_freed_memory
 from zoo.specs.interfaces import FeedForward, TokenMixer
 
 FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}
@@ -104,6 +104,7 @@ def fuse_projections(model: nn.Module) -> int:
             if fused not in done and fuse_group(module, fused, parts):
                 count += 1
     if count:
+        rehome(model)  # the stacked weights beside the rest, in huge pages
         return_freed_memory()  # the parts' and the stacking's freed buffers
     return count
 

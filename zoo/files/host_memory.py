@@ -1,4 +1,4 @@
-"""Host memory the process holds: freed heap pages handed back, weights re-homed.
+"""Host memory the process holds: freed heap pages handed back, weights re-homed in huge pages.
 
 **Freed pages.**
 glibc keeps freed heap memory for reuse, and work that makes many short-lived buffers between
@@ -38,22 +38,93 @@ def freed_after(result: torch.Tensor) -> torch.Tensor:
     return result
 
 
-def rehome(model: nn.Module) -> None:
-    """Copy every weight of a freshly initialised (or quantized) CPU model once, into memory
-    allocated now.
+ARENA_BYTES = 64 << 20  # weights copied into arenas of 64 MiB: a dropped tensor's memory returns with its arena's
+HUGE_PAGE = 2 << 20  # x86-64's transparent huge page
+ALIGN = 64  # each tensor on its own cache line
+MADV_HUGEPAGE = 14  # linux/mman.h
 
-    Measured, not explained: on this project's 2-core EPYC (a VM) the weights as initialised
-    streamed 7-20% slower through a decode step than a copy of them (interleaved rounds in one
-    process, the same model swapping between the two: gpt2 4 layers float32 19.2 against
-    16.0 ms a token, mamba-130m 12.7 / 11.3, qwen3-0.6b 45.1 / 42.2); where the first copy's
-    pages land, not the code, decides it. Whole ``zoo bench --arch gpt2 --set n_layers=4
-    --threads 1`` processes alternated six times: decode 59.7 against 54.3 tokens/s (medians;
-    5 of 6 pairs faster). ``zoo.quant.quantize`` does it for the packed weights it makes:
-    an int8 qwen3-0.6b (4 layers) decoded 17.5 against 15.5 ms a token in one process, while
-    whole ``zoo bench`` processes of the full int8 model differed within their noise (23.6 /
-    22.4 and 22.2 / 23.3 tokens/s, with / without). One copy of each tensor at a time: the
-    cost is a memcpy of the model, next to its random initialisation's minutes at scale."""
+
+def rehome(model: nn.Module, keep_values: bool = True) -> None:
+    """Copy every weight of a CPU model once into arenas allocated now, in huge pages where
+    the system gives them (Linux's transparent huge pages, asked for with ``madvise``).
+
+    Measured, not explained, first: on this project's 2-core EPYC (a VM) the weights as
+    initialised streamed 7-20% slower through a decode step than a copy of them (interleaved
+    rounds in one process: gpt2 4 layers float32 19.2 against 16.0 ms a token, mamba-130m
+    12.7 / 11.3, qwen3-0.6b 45.1 / 42.2). Then the arenas: a decode step streams every
+    matrix once, most of them 0.5-4 MB, and with 4 KiB pages each one restarts the TLB
+    walks and the prefetchers at every page; in 2 MiB pages it reads on. Twelve Qwen3-0.6B
+    layers of int4 matrices through zoo's kernel (one decode row, interleaved rounds in one
+    process): 13.9 GB/s as separate tensors, 15.5 copied into one arena of 4 KiB pages, 17.4
+    in huge pages at one thread; 20.8 / 21.0 / 24.2 at two. Whole decode steps, arenas against
+    the same model's tensors copied one by one (interleaved, one process, 24 steps, medians
+    of 5): qwen3-0.6b int4 1.07x at one thread and 1.10x at two, int8 1.14x, gpt2 float32
+    1.02x (its matrices are 2.4-9.4 MB). Tensors keep their shapes, dtypes
+    and values; each is a view of its arena (a 64-byte aligned slice), so an arena's memory
+    returns once none of its tensors is held. Called after building, loading and quantizing
+    on the CPU, and after ``fuse_projections``. ``keep_values=False`` re-points the tensors
+    without copying (their values undefined): for a model about to be loaded into, whose
+    peak memory is then the arenas alone, not the arenas beside the weights they copy."""
+    tensors = _weights(model)
+    group: list[torch.Tensor] = []
+    size = 0
+    for tensor in tensors:
+        nbytes = _aligned(tensor.numel() * tensor.element_size())
+        if group and size + nbytes > ARENA_BYTES:
+            _into_arena(group, size, keep_values)
+            group, size = [], 0
+        group.append(tensor)
+        size += nbytes
+    if group:
+        _into_arena(group, size, keep_values)
+
+
+def _weights(model: nn.Module) -> list[torch.Tensor]:
+    """The model's CPU parameters and buffers with data, each shared (tied) tensor once;
+    non-contiguous ones are copied alone (their strides kept)."""
+    seen: set[int] = set()
+    out = []
     with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:  # each shared (tied) tensor once
-            if tensor.device.type == "cpu":
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.device.type != "cpu" or tensor.is_meta or id(tensor) in seen or tensor.numel() == 0:
+                continue
+            seen.add(id(tensor))
+            if tensor.is_contiguous():
+                out.append(tensor)
+            else:
                 tensor.data = tensor.data.clone()
+    return out
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _into_arena(tensors: list[torch.Tensor], size: int, keep_values: bool) -> None:
+    """Copy ``tensors`` into one new arena of ``size`` bytes, each becoming a view of it."""
+    arena = _huge_buffer(size)
+    offset = 0
+    with torch.no_grad():
+        for tensor in tensors:
+            nbytes = tensor.numel() * tensor.element_size()
+            view = arena[offset : offset + nbytes].view(tensor.dtype).view(tensor.shape)
+            if keep_values:
+                view.copy_(tensor.data)
+            tensor.data = view
+            offset += _aligned(nbytes)
+
+
+def _huge_buffer(size: int) -> torch.Tensor:
+    """``size`` bytes (uint8) starting on a huge page boundary, advised into huge pages on
+    Linux before any page is touched (elsewhere, or refused: ordinary pages)."""
+    raw = torch.empty(size + HUGE_PAGE + 4096, dtype=torch.uint8)
+    start = -raw.data_ptr() % HUGE_PAGE
+    buffer = raw[start : start + size]
+    if sys.platform.startswith("linux") and size >= HUGE_PAGE:
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            length = -(-size // 4096) * 4096
+            libc.madvise(ctypes.c_void_p(buffer.data_ptr()), ctypes.c_size_t(length), MADV_HUGEPAGE)
+        except OSError:  # not glibc: ordinary pages
+            pass
+    return buffer

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
+from zoo.files.host_memory import rehome
 from zoo.files.safe_io import inside, load_json, read_text
 from zoo.hub.config import checkpoint_family, spec_from_hf_config
 from zoo.hub.config_input import read_hf_config
@@ -205,6 +206,7 @@ def from_pretrained(
     spec = spec_from_hf_config(folder / "config.json", name=str(repo_or_dir))
     check_weights_fit(spec, dtype, device)
     model = build(spec, device=device, dtype=dtype, init=False)
+    rehome(model, keep_values=False)  # CPU weights loaded into arenas of huge pages (zoo.files.host_memory)
     model_type = str(config["model_type"])
     load_weights(
         model, folder, model_type, progress=progress, packed=packed_format(config, str(folder / "config.json"))

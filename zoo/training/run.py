@@ -81,11 +81,12 @@ def save_checkpoint(trainer: Trainer, step: int, curve: list[tuple[int, float]],
 
 
 def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses tensors sharing memory (tied weights): keep the first name's copy."""
+    """safetensors refuses tensors sharing memory (tied weights): keep the first name's copy.
+    Tied tensors start at one address; distinct weights in one arena (``rehome``) do not."""
     seen: set[int] = set()
     out = {}
     for name, tensor in tensors.items():
-        key = tensor.untyped_storage().data_ptr()
+        key = tensor.data_ptr()
         out[name] = tensor.clone() if key in seen else tensor
         seen.add(key)
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from zoo.errors import CheckpointError
-from zoo.files.host_memory import return_freed_memory
+from zoo.files.host_memory import rehome, return_freed_memory
 from zoo.files.safe_io import inside
 from zoo.hub.fits import check_weights_fit
 from zoo.hub.gguf.names import IGNORED, GGUFRule, gguf_rules
@@ -151,5 +151,6 @@ def from_gguf(
     model.weights_layout = describe(g, model)
     model.checkpoint = Path(path)
     del g  # the file's map: pages read while loading stop counting as resident
+    rehome(model)  # the weights together, in huge pages (zoo.files.host_memory)
     return_freed_memory()
     return model.eval()
