@@ -8,6 +8,7 @@ from zoo.components.relative_position import RelativeBuckets, relative_position_
 from zoo.errors import SpecError
 from zoo.model.build import ZooModel
 from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.t5.modeling_t5 import T5Attention
@@ -241,3 +242,23 @@ def test_bidirectional_t5_encoder_stack_with_padding() -> None:
         got = model.final_norm(x)
     real = mask.bool()
     assert (got[real] - expected[real]).abs().max().item() < 1e-4
+
+
+def test_a_cached_step_builds_the_biased_mask_once_for_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = {"vocab_size": 97, "d_model": 32, "n_layers": 3, "ffn.hidden": 64, "encoder": {"n_layers": 2}}
+    heads = {f"{a}.{k}": v for a in ("attention", "cross_attention") for k, v in (("n_heads", 4), ("n_kv_heads", 4))}
+    spec = zoo.spec("t5-small").override({**sizes, **heads, "attention.head_dim": 8, "cross_attention.head_dim": 8})
+    model = zoo.build(spec, seed=0).eval()
+    source, target = torch.randint(97, (1, 5)), torch.randint(97, (1, 4))
+    calls = []
+    original = RelativeBuckets.score_bias
+    monkeypatch.setattr(RelativeBuckets, "score_bias", lambda self, *a: calls.append(1) or original(self, *a))
+    with torch.no_grad():
+        memory = model.encode(source)
+        full = model(target, memory=memory)  # (1, T, V)
+        cache = KVCache(model, 1, 6, memory_len=5)
+        prefill(model, target[:, :1], cache, memory=memory)
+        calls.clear()
+        step = decode_step(model, target[:, 1:2], cache)
+    assert len(calls) == 1  # three decoder layers, one bias
+    torch.testing.assert_close(step, full[:, 1], atol=1e-5, rtol=1e-4)
