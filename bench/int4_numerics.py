@@ -31,6 +31,9 @@ import torch
 
 from zoo.components.cpu_extension import cpu_extension
 from zoo.quant import int4_cpu
+from zoo.quant.int4_cpu_source import SOURCE
+
+QUANTIZE_FROM, QUANTIZE_TO = "// Token rows quantized", "// x (M, K) float32"  # the library's quantize_rows
 
 # exact weight-only numerics: nibbles widened to float, the group scale and offset factored out
 FLOAT_SOURCE = r"""
@@ -267,27 +270,7 @@ static void rows_q8(const uint8_t* wq, const S* so, const int8_t* xq, const floa
   }
 }
 
-// Token rows quantized per block of 32 as llama.cpp's Q8 blocks: int8 = round(x / d), d = absmax / 127.
-template <typename T>
-static void quantize_rows(const T* x, int8_t* xq, float* xd, float* xg, int64_t M, int64_t K, int64_t gs) {
-  const int64_t nb = gs / 32;
-  for (int64_t b = 0; b < M * K / 32; ++b) {
-    float v[32], amax = 0.f;
-    for (int j = 0; j < 32; ++j) {
-      v[j] = f32(x[b * 32 + j]);
-      amax = std::max(amax, std::fabs(v[j]));
-    }
-    const float d = amax / 127.f, inverse = d > 0.f ? 1.f / d : 0.f;
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      xq[b * 32 + j] = static_cast<int8_t>(std::nearbyint(v[j] * inverse));
-      sum += xq[b * 32 + j];
-    }
-    xd[b] = d;
-    if (b % nb == 0) xg[b / nb] = 0.f;
-    xg[b / nb] += d * float(sum);
-  }
-}
+QUANTIZE_ROWS
 
 // x (M, K) float32 / bfloat16 / float16, packed (N, K / 2) uint8, so (N, G, 2) -> (M, N) in x's dtype, with
 // llama.cpp's numerics. Each thread takes whole groups of 4 weight rows, at least `grain` groups.
@@ -359,7 +342,8 @@ def row_major(values: torch.Tensor) -> torch.Tensor:
 
 
 def candidates(made: list[dict[str, torch.Tensor]]) -> dict[str, Callable[[], list[torch.Tensor]]]:
-    module = cpu_extension("zoo_bench_int4_rows", FLOAT_SOURCE, ["int4_rows", "int4_rows_q8"])
+    source = FLOAT_SOURCE.replace("QUANTIZE_ROWS", SOURCE[SOURCE.index(QUANTIZE_FROM) : SOURCE.index(QUANTIZE_TO)])
+    module = cpu_extension("zoo_bench_int4_rows", source, ["int4_rows", "int4_rows_q8"])
     assert module is not None
 
     aten = torch.ops.aten._weight_int4pack_mm_for_cpu
