@@ -14,21 +14,30 @@ decode step 70 MB.
 from __future__ import annotations
 
 import ctypes
+import functools
+import mmap
 import sys
 
 import torch
 from torch import nn
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """Linux's glibc, or None (another system, or musl, which names its libc otherwise)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def return_freed_memory() -> None:
     """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (musl names its libc otherwise)
-        return
-    libc.malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def freed_after(result: torch.Tensor) -> torch.Tensor:
@@ -117,14 +126,11 @@ def _into_arena(tensors: list[torch.Tensor], size: int, keep_values: bool) -> No
 def _huge_buffer(size: int) -> torch.Tensor:
     """``size`` bytes (uint8) starting on a huge page boundary, advised into huge pages on
     Linux before any page is touched (elsewhere, or refused: ordinary pages)."""
-    raw = torch.empty(size + HUGE_PAGE + 4096, dtype=torch.uint8)
+    raw = torch.empty(size + HUGE_PAGE + mmap.PAGESIZE, dtype=torch.uint8)
     start = -raw.data_ptr() % HUGE_PAGE
     buffer = raw[start : start + size]
-    if sys.platform.startswith("linux") and size >= HUGE_PAGE:
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            length = -(-size // 4096) * 4096
-            libc.madvise(ctypes.c_void_p(buffer.data_ptr()), ctypes.c_size_t(length), MADV_HUGEPAGE)
-        except OSError:  # not glibc: ordinary pages
-            pass
+    libc = _glibc()
+    if libc is not None and size >= HUGE_PAGE:
+        length = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        libc.madvise(ctypes.c_void_p(buffer.data_ptr()), ctypes.c_size_t(length), MADV_HUGEPAGE)
     return buffer

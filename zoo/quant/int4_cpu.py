@@ -84,21 +84,21 @@ def pack(values: torch.Tensor, scale_offsets: torch.Tensor) -> tuple[torch.Tenso
     """Values (out, in) in 0..15 and their ``scale_offsets`` (out, G, 2) in the kernel's panel
     layout: (packed (out, in / 2) uint8, scale_offsets (out, G, 2)), each panel's rows interleaved."""
     out_features = values.shape[0]
-    parts = [_panel(values[a:b], scale_offsets[a:b], b - a) for a, b in _panels(out_features) if b > a]
+    parts = [_panel(values[a:b], scale_offsets[a:b], lanes) for a, b, lanes in _panels(out_features)]
     return torch.cat([p for p, _ in parts]), torch.cat([so for _, so in parts])
 
 
-def _panels(out_features: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The rows in whole panels and the last, shorter panel's: ((0, full), (full, out))."""
+def _panels(out_features: int) -> list[tuple[int, int, int]]:
+    """(first row, end, rows a panel) of the rows in whole panels and of the last, shorter
+    panel, each where there are any."""
     full = out_features - out_features % PANEL
-    return (0, full), (full, out_features)
+    spans = [(0, full, PANEL), (full, out_features, out_features - full)]
+    return [span for span in spans if span[1] > span[0]]
 
 
-def _panel(values: torch.Tensor, so: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rows`` rows, whole panels (a multiple of PANEL) or the last one (fewer) -> their bytes
-    and scales, interleaved."""
+def _panel(values: torch.Tensor, so: torch.Tensor, lanes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows in panels of ``lanes`` rows -> their bytes and scales, interleaved."""
     out_features, in_features = values.shape
-    lanes = min(rows, PANEL)
     v = values.to(torch.uint8).reshape(-1, lanes, in_features // BLOCK, 4, 2, 4)  # (P, R, B, chunk, low/high, 4)
     bytes_ = (v[..., 0, :] | v[..., 1, :] << 4).permute(0, 2, 3, 1, 4)  # (P, B, chunk, R, 4)
     groups = so.shape[1]
@@ -109,13 +109,12 @@ def _panel(values: torch.Tensor, so: torch.Tensor, rows: int) -> tuple[torch.Ten
 def unpack(packed: torch.Tensor, scale_offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``pack``'s inverse: (values (out, in) uint8 in 0..15, scale_offsets (out, G, 2) by row)."""
     out_features = packed.shape[0]
-    parts = [_unpanel(packed[a:b], scale_offsets[a:b], b - a) for a, b in _panels(out_features) if b > a]
+    parts = [_unpanel(packed[a:b], scale_offsets[a:b], lanes) for a, b, lanes in _panels(out_features)]
     return torch.cat([v for v, _ in parts]), torch.cat([so for _, so in parts])
 
 
-def _unpanel(packed: torch.Tensor, so: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _unpanel(packed: torch.Tensor, so: torch.Tensor, lanes: int) -> tuple[torch.Tensor, torch.Tensor]:
     out_features, half = packed.shape
-    lanes = min(rows, PANEL)
     b = packed.reshape(-1, half * 2 // BLOCK, 4, lanes, 4).permute(0, 3, 1, 2, 4)  # (P, R, B, chunk, 4)
     values = torch.stack([b & 15, b >> 4], dim=-2)  # (P, R, B, chunk, low/high, 4)
     groups = so.shape[1]
