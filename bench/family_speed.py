@@ -4,8 +4,9 @@ For each family (a preset, or a preset with its mixer swapped, cut to ``--layers
 every family has the same depth; gpt2-shaped families share gpt2's width), each dtype of
 ``--dtypes``, each implementation of ``--impls`` (``zoo.components.kernels``: ``reference`` is
 the pure-PyTorch maths, ``auto`` the fastest that runs here) and each step of ``--steps``
-(``eager``; ``compiled``: what ``zoo bench --compile`` times, ``zoo.harness.phases.compiling``:
-projections fused, prefill and decode step compiled whole), the table gives decode tokens/s,
+(projections fused either way, as ``zoo bench`` runs them; ``eager``; ``compiled``: what
+``zoo bench --compile`` times, ``zoo.harness.phases.compiling``: prefill and decode step
+compiled whole), the table gives decode tokens/s,
 the bytes one decode step moves (``decode_bytes_per_step`` at the decode midpoint), the
 bandwidth that achieves, its fraction of the measured host bandwidth (``zoo hardware``),
 prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
@@ -103,7 +104,7 @@ def build(family: str, impl: str, layers: int, dtype: str = "float32", step: str
     spec = spec.override({**overrides, **depth})
     with preferring(impl):
         model = zoo.build(spec, device="cpu", dtype=dtype, seed=0).eval()
-    run = run_steps(model, torch.device("cpu"), compiled=step == "compiled")  # compiled: projections fused
+    run = run_steps(model, torch.device("cpu"), compiled=step == "compiled")  # projections fused
     return Case(family, impl, spec, model, dtype, step, run)
 
 

@@ -11,10 +11,10 @@ what a first load imports or sets up: each side loads the model once, frees it, 
 its baseline then); zoo's line also gives the bytes its packed weights hold.
 
 zoo loads the file packed (4-bit blocks as int4, 8-bit as int8, the rest in ``--dtype``)
-and decodes with its compiled decode step, projections fused first as ``zoo bench --compile``
-does (``--zoo-step eager`` for the eager one, unfused); the
-compile time is reported apart, not timed. llama.cpp runs through llama-cpp-python, from
-``--llama-python`` (an interpreter with ``llama_cpp`` installed; it is no dependency of zoo).
+and decodes with its compiled decode step (``--zoo-step eager`` for the eager one),
+projections fused first as ``zoo bench`` does; the compile time is reported apart, not
+timed. llama.cpp runs through llama-cpp-python, from ``--llama-python`` (an interpreter
+with ``llama_cpp`` installed; it is no dependency of zoo).
 
     python bench/make_smollm_gguf.py /tmp/smollm2-135m-q4_1.gguf
     python bench/vs_llamacpp.py /tmp/smollm2-135m-q4_1.gguf --llama-python /work/llamacpp-venv/bin/python
@@ -78,8 +78,7 @@ class ZooSide:
         self.layout = self.model.weights_layout
         self.vocab = self.model.spec.vocab_size
         self.cache = KVCache(self.model, 1, args.prompt + args.new + 1, dtype=torch.bfloat16, device="cpu")
-        if args.zoo_step == "compiled":  # as `zoo bench --compile` runs it: q|k|v and gate|up stacked first
-            zoo.fuse_projections(self.model)
+        zoo.fuse_projections(self.model)  # as `zoo bench` runs it: q|k|v and gate|up stacked first
         self.step = compile_decode_step() if args.zoo_step == "compiled" else decode_step
         start = time.perf_counter()
         self.generate(prompt_ids(args.prompt, self.vocab, args.seed), 2)  # compiles; first touch

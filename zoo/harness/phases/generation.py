@@ -2,7 +2,7 @@
 
 It holds the prompt (a decoder's random prompt; an encoder-decoder's start token, with the
 encoder's output over the random prompt as memory), the preallocated cache, and the prefill
-and decode step the run times (eager, or fused and compiled: ``compiling.run_steps``). It
+and decode step the run times (projections fused; eager or compiled: ``compiling.run_steps``). It
 is made on first use (``ctx.share``), which also runs the warm-up rounds: never timed, and
 where a compiled run compiles (``compile_s``) and the SDPA kernels are read off the profiler.
 """
@@ -25,7 +25,7 @@ class Generation:
     def __init__(self, ctx: RunContext) -> None:
         model, config, shape = ctx.model, ctx.config, ctx.shape
         self.model, self.probe = model, ctx.probe
-        self.steps = run_steps(model, ctx.device, config.compile)  # compiled: projections fused, both steps compiled
+        self.steps = run_steps(model, ctx.device, config.compile)  # projections fused; compiled: both steps
         generator = torch.Generator().manual_seed(config.seed)
         ids = torch.randint(
             ctx.spec.vocab_size, (shape.batch, shape.encoder_len or shape.prefill_len), generator=generator
