@@ -26,7 +26,10 @@ def _torch(q, k, v, **options):  # type: ignore[no-untyped-def]
     return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **options)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(4, 4, 16), (6, 2, 24), (8, 1, 64), (3, 3, 7)])
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim"),
+    [(4, 4, 16), (6, 2, 24), (8, 1, 64), (3, 3, 7), (10, 2, 80), (4, 2, 128), (2, 1, 256), (18, 1, 32)],
+)
 def test_the_kernel_equals_torchs_attention_masked_and_over_a_sliced_cache(heads, kv_heads, dim):
     q, cache_k, cache_v, mask, keys = _inputs(heads, kv_heads, dim)
     gqa = heads != kv_heads

@@ -23,13 +23,6 @@ time in memory order (four rows interleaved, as the int4 kernel does for its lon
 read 576-byte rows at 8 GB/s), with two named accumulators: an array indexed by the
 block's parity was kept on the stack and held the loop to ~17 GB/s even in cache. The sign
 trick needs weights in [-127, 127], which ``quantize_int8`` gives.
-
-``one_query_attention``: softmax attention of one query per sequence over a K/V cache, the
-step's other read of memory. Per (sequence, key/value head) the K and V rows are read once,
-in their own dtype, for the head's whole group of query heads (GQA); scores, softmax and the
-weighted sum of V are float32 in registers and buffers of the key length. torch's CPU
-kernel for half precision was slower than upcasting the whole cache first (zoo/components/
-attention.py's ``sdpa``), and the upcast itself read and wrote the cache again per layer.
 """
 
 SOURCE = r"""
@@ -193,91 +186,6 @@ static void int8_q8(const int8_t* w, const float* x, const float* scales, float*
 static inline float widen1(float v) { return v; }
 static inline float widen1(at::BFloat16 v) { return static_cast<float>(v); }
 static inline float widen1(at::Half v) { return static_cast<float>(v); }
-
-// One (sequence, key/value head): its G query heads over the S keys (mask row m, or all when null), each head's
-// scores plus its row of the additive bias (G rows of S, or none when null).
-template <typename T>
-static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
-                         const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
-                         int64_t D, float scale, std::vector<float>& buf) {
-  buf.resize(G * (S + 2 * D));
-  float* scores = buf.data();              // (G, S)
-  float* qf = scores + G * S;              // (G, D)
-  float* acc = qf + G * D;                 // (G, D)
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t d = 0; d < D; ++d) qf[g * D + d] = widen1(q[g * q_head_stride + d]) * scale;
-  for (int64_t s = 0; s < S; ++s) {
-    const T* key = k + s * k_row;
-    const bool seen = m == nullptr || m[s];  // a masked key is not read (a static cache's unwritten slots)
-    for (int64_t g = 0; g < G; ++g) {
-      float dot = 0.f;
-      if (seen)
-        for (int64_t d = 0; d < D; ++d) dot += qf[g * D + d] * widen1(key[d]);
-      scores[g * S + s] = !seen ? -INFINITY : bias == nullptr ? dot : dot + bias[g * S + s];
-    }
-  }
-  for (int64_t g = 0; g < G; ++g) {
-    float* row = scores + g * S;
-    float top = -INFINITY, sum = 0.f;
-    for (int64_t s = 0; s < S; ++s) top = std::max(top, row[s]);
-    for (int64_t s = 0; s < S; ++s) {
-      row[s] = std::exp(row[s] - top);
-      sum += row[s];
-    }
-    for (int64_t s = 0; s < S; ++s) row[s] /= sum;
-  }
-  std::fill(acc, acc + G * D, 0.f);
-  for (int64_t s = 0; s < S; ++s) {
-    if (m != nullptr && !m[s]) continue;
-    const T* value = v + s * v_row;
-    for (int64_t g = 0; g < G; ++g) {
-      const float p = scores[g * S + s];
-      for (int64_t d = 0; d < D; ++d) acc[g * D + d] += p * widen1(value[d]);
-    }
-  }
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t d = 0; d < D; ++d) out[g * out_head_stride + d] = static_cast<T>(acc[g * D + d]);
-}
-
-// q (B, H, 1, D), k and v (B, Hkv, S, D), each row contiguous; mask (B or 1, 1, 1, S) bool (True: attend), or
-// (B or 1, H or 1, 1, S) floating (added to the scores: a position bias, -inf where masked), or absent ->
-// (B, H, 1, D) in q's dtype, k and v in q's dtype. Sequences and key/value heads split over threads.
-torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> mask,
-                                  double scale) {
-  const int64_t B = q.size(0), H = q.size(1), D = q.size(3), Hkv = k.size(1), S = k.size(2), G = H / Hkv;
-  TORCH_CHECK(q.size(2) == 1 && H % Hkv == 0 && k.sizes() == v.sizes() && k.size(3) == D,
-              "one_query_attention: shapes");
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "one_query_attention: dtypes");
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "one_query_attention: rows not contiguous");
-  auto out = torch::empty({B, H, 1, D}, q.options());
-  torch::Tensor m, add;  // the boolean mask (B, S) or the additive one (B, H, S) in float32
-  if (mask.has_value() && mask->scalar_type() == torch::kBool) {
-    m = mask->expand({B, 1, 1, S}).reshape({B, S}).contiguous();
-  } else if (mask.has_value()) {
-    TORCH_CHECK(mask->size(2) == 1 && mask->size(3) == S, "one_query_attention: mask shape");
-    add = mask->expand({B, H, 1, S}).reshape({B, H, S}).to(torch::kFloat).contiguous();
-  }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "one_query_attention", [&] {
-    const scalar_t* qp = q.data_ptr<scalar_t>();
-    const scalar_t* kp = k.data_ptr<scalar_t>();
-    const scalar_t* vp = v.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
-    const float* ap = add.defined() ? add.data_ptr<float>() : nullptr;
-    at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> buf;
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = i / Hkv, h = i % Hkv;
-        attend_group<scalar_t>(qp + b * q.stride(0) + h * G * q.stride(1), q.stride(1),
-                               kp + b * k.stride(0) + h * k.stride(1), vp + b * v.stride(0) + h * v.stride(1),
-                               k.stride(2), v.stride(2), mp == nullptr ? nullptr : mp + b * S,
-                               ap == nullptr ? nullptr : ap + (b * H + h * G) * S, op + (b * H + h * G) * D, D, G, S,
-                               D, static_cast<float>(scale), buf);
-      }
-    });
-  });
-  return out;
-}
 
 // qweight (out, in) int8, scales (out), x (in) -> (qweight * scales[:, None]) @ x (out) in x's dtype: in a multiple
 // of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
