@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 import zoo
-from zoo.components.attention import sdpa
+from zoo.components.sdpa_kernels import sdpa
 from zoo.model.cache import KVCache
 from zoo.model.generation import compile_decode_step, decode_step, prefill
 from zoo.quant import int8_rows

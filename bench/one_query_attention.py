@@ -20,7 +20,7 @@ import time
 import torch
 
 from zoo.components import cpu_attention
-from zoo.components.attention import sdpa
+from zoo.components.sdpa_kernels import sdpa
 
 SHAPES = [  # name, dtype, query heads, key/value heads, head dim, cache slots, keys written
     ("smollm2-135m", torch.bfloat16, 9, 3, 64, 260, 135),

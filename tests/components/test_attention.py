@@ -34,7 +34,7 @@ def test_sinks_absorb_probability_mass():
 def test_one_half_precision_query_on_the_cpu_attends_in_float32():
     import torch.nn.functional as F
 
-    from zoo.components.attention import sdpa
+    from zoo.components.sdpa_kernels import sdpa
 
     generator = torch.Generator().manual_seed(0)
     q = torch.randn(1, 4, 1, 16, generator=generator).bfloat16()  # (B, H, 1, D)

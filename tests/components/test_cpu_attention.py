@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.components import cpu_attention
-from zoo.components.attention import sdpa
+from zoo.components.sdpa_kernels import sdpa
 
 
 def _inputs(heads: int, kv_heads: int, dim: int, dtype: torch.dtype = torch.float32, slots: int = 40, keys: int = 27):

@@ -21,7 +21,7 @@ from torch import nn
 from zoo.components import cpu_attention
 from zoo.components.fused import project
 from zoo.components.linear import Linear
-from zoo.components.sdpa_kernels import varying_shape_kernels
+from zoo.components.sdpa_kernels import sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, causal_keys_seen, visible_keys
 from zoo.specs.options import Options
@@ -219,6 +219,9 @@ class Attention(TokenMixer):
         k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (B, Hkv, L, D)
         length = k_cache.shape[2]
         if self.window is None or length >= cache.max_len:
+            out = self._append_and_attend(q, k, v, positions, cache)
+            if out is not None:
+                return out
             k_cache.index_copy_(2, time, k.to(k_cache.dtype))
             v_cache.index_copy_(2, time, v.to(v_cache.dtype))
             key_valid = cache.key_valid
@@ -255,6 +258,37 @@ class Attention(TokenMixer):
         v_cache.index_copy_(2, keep % length, v[:, :, -length:].to(v_cache.dtype))
         return out
 
+    def _append_and_attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: LayerState
+    ) -> torch.Tensor | None:
+        """An eager step's one new token through ``cpu_attention.append_and_attend``: its K/V
+        written to the cache's last filled slot and attended with the slots before it in one
+        C++ call, where that computes this layer's attention (no sinks, window or padding; a
+        position bias as the step's memoized mask); else None, and the caller goes on."""
+        filled, (k_cache, v_cache) = cache.filled, (cache.tensors["k"], cache.tensors["v"])  # (B, Hkv, L, D) each
+        if filled is None or cache.key_valid is not None or q.shape[2] != 1:
+            return None
+        if self.sinks is not None or self.window is not None:
+            return None
+        mask = self._queries_last_mask(positions, cache.time, filled, q.dtype)
+        options: dict[str, Any] = {"scale": self.scale} if mask is None else {"attn_mask": mask, "scale": self.scale}
+        if not cpu_attention.appends(q, k, v, k_cache, v_cache, filled, options):
+            return None
+        return cpu_attention.append_and_attend(q, k, v, k_cache, v_cache, filled, options)  # (B, H, 1, D)
+
+    def _queries_last_mask(
+        self, positions: Positions, query_time: torch.Tensor, keys: int, dtype: torch.dtype
+    ) -> torch.Tensor | None:
+        """The biased mask (B|1, H, T, S) of queries ``query_time`` (the last T of the keys
+        0..S-1), or None without a score bias: it depends on the sizes alone, so every layer
+        of a forward shares one (``Positions.memo``)."""
+        T = query_time.shape[0]
+        key = ("queries_last", id(positions.positional), self.n_heads, self.causal, T, keys, dtype)
+        return positions.memo(
+            key,
+            lambda: self._biased_mask(positions, query_time, torch.arange(keys, device=query_time.device), dtype),
+        )
+
     def _attend(
         self,
         q: torch.Tensor,
@@ -275,9 +309,7 @@ class Attention(TokenMixer):
         T, S = q.shape[2], k.shape[2]
         bias = None
         if queries_last and self.sinks is None and key_valid is None and self.window is None:
-            # keys 0..S-1, queries the last T: a biased mask depends on the sizes alone, one per forward
-            key = ("queries_last", id(positions.positional), self.n_heads, self.causal, T, S, q.dtype)
-            biased = positions.memo(key, lambda: self._biased_mask(positions, query_time, key_time, q.dtype))
+            biased = self._queries_last_mask(positions, query_time, S, q.dtype)
             if biased is not None:
                 return sdpa(q, k, v, attn_mask=biased, scale=self.scale, enable_gqa=self.n_kv_heads != self.n_heads)
         else:
@@ -335,26 +367,6 @@ class Attention(TokenMixer):
             f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, window={self.window}, "
             f"causal={self.causal}"
         )
-
-
-HALF_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: Any) -> torch.Tensor:
-    """``F.scaled_dot_product_attention``; one query on the CPU through zoo's kernel
-    (``cpu_attention``) where it applies. Otherwise one half-precision query on the CPU is
-    computed in float32 and rounded back: torch's CPU kernel took 4.0x (160 keys), 5.6x (1024)
-    and 2.9x (4096) as long in bfloat16 as the float32 one with the casts included (one
-    thread, 9 query and 3 key/value heads of 64, this project's Zen 4), and float32 is the
-    more accurate of the two (its error against float32 inputs: 1.8e-3 against 2.1e-3 at 160 keys)."""
-    if cpu_attention.applies(q, k, v, options):
-        return cpu_attention.one_query_attention(q, k, v, options)  # (B, H, 1, D)
-    if q.shape[2] != 1 or q.device.type != "cpu" or q.dtype not in HALF_DTYPES:
-        return F.scaled_dot_product_attention(q, k, v, **options)
-    mask = options.get("attn_mask")
-    if mask is not None and mask.is_floating_point():
-        options["attn_mask"] = mask.float()
-    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **options).to(q.dtype)  # (B, H, 1, D)
 
 
 def bidirectional_keys_seen(length: int, half: int) -> int:

@@ -38,6 +38,39 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str
     """Whether ``F.scaled_dot_product_attention(q, k, v, **options)`` is one the kernel computes:
     one query on the CPU outside autograd, rows contiguous, one dtype, no causal flag (one
     query sees every key it is given), a boolean or additive mask or none, and the switch not off."""
+    return _computes(q, k, v, k.shape[2], options)
+
+
+def appends(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    filled: int,
+    options: dict[str, Any],
+) -> bool:
+    """Whether ``append_and_attend`` computes this eager step: one new key and value per
+    sequence (B, Hkv, 1, D) in the caches' dtype, gradients off, and the kernel computing q's
+    attention over the caches' first ``filled`` slots (``applies``)."""
+    return (
+        k.shape == v.shape
+        and k.dim() == 4
+        and k.shape[2] == 1
+        and k.shape[:2] == k_cache.shape[:2]
+        and k.shape[3] == k_cache.shape[3]
+        and k_cache.shape == v_cache.shape
+        and 1 <= filled <= k_cache.shape[2]
+        and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype
+        and k.stride(-1) == v.stride(-1) == 1
+        and k.device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and _computes(q, k_cache, v_cache, filled, options)
+    )
+
+
+def _computes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: int, options: dict[str, Any]) -> bool:
+    """``applies`` for q over the first ``keys`` rows of k and v."""
     mask = options.get("attn_mask")
     return (
         q.device.type == "cpu"
@@ -50,7 +83,7 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str
         and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
         and options.keys() <= OPTIONS
         and not options.get("is_causal", False)
-        and (mask is None or _mask_fits(mask, q, k.shape[2]))
+        and (mask is None or _mask_fits(mask, q, keys))
         and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         and os.environ.get(ENV_SWITCH, "1") != "0"
         and row_product.available()
@@ -78,3 +111,24 @@ def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, optio
         with torch.profiler.record_function(OP_NAME):
             return call(q, k, v, options.get("attn_mask"), scale)
     return call(q, k, v, options.get("attn_mask"), scale)
+
+
+def append_and_attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    filled: int,
+    options: dict[str, Any],
+) -> torch.Tensor:
+    """k, v (B, Hkv, 1, D) written to slot ``filled - 1`` of the caches (B, Hkv, L, D), then q
+    (B, H, 1, D) over their first ``filled`` slots -> (B, H, 1, D), in one C++ call: an eager
+    step's cache writes, slices and checks cost more than its attention did (module doc)."""
+    scale = options.get("scale")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    call = row_product.EXTENSION.op("append_attention")
+    if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
+        with torch.profiler.record_function(OP_NAME):  # a run's profile (sdpa_backend) names the attention kernel
+            return call(q, k, v, k_cache, v_cache, filled, options.get("attn_mask"), scale)
+    return call(q, k, v, k_cache, v_cache, filled, options.get("attn_mask"), scale)

@@ -7,7 +7,7 @@ Appended to the one-row products' source (``row_product_source.py``: its headers
 step's other read of memory. Per (sequence, key/value head) the K and V rows are read once,
 in their own dtype, for the head's whole group of query heads (GQA); scores, softmax and the
 weighted sum of V are float32. torch's CPU kernel for half precision was slower than
-upcasting the whole cache first (zoo/components/attention.py's ``sdpa``), and the upcast
+upcasting the whole cache first (zoo/components/sdpa_kernels.py's ``sdpa``), and the upcast
 itself read and wrote the cache again per layer.
 
 On AVX-512 hosts, heads of 16, 32, 48, 64, 80, 96, 128, 192 or 256 take
@@ -242,5 +242,33 @@ torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tenso
     });
   });
   return out;
+}
+
+// An eager decode step's attention: k and v (B, Hkv, 1, D), the new token's, are written to slot n - 1 of the
+// caches (B, Hkv, L, D), then q attends over their first n slots (one_query_attention), in one call.
+torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
+                               torch::Tensor v_cache, int64_t n, c10::optional<torch::Tensor> mask, double scale) {
+  const int64_t B = k.size(0), Hkv = k.size(1), D = k.size(3);
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(2) == 1 && k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == B &&
+                  k_cache.size(1) == Hkv && k_cache.size(3) == D && n >= 1 && n <= k_cache.size(2),
+              "append_attention: shapes");
+  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() && v.scalar_type() == k_cache.scalar_type() &&
+                  v_cache.scalar_type() == k_cache.scalar_type(),
+              "append_attention: dtypes");
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
+              "append_attention: rows not contiguous");
+  const int64_t size = k.element_size();
+  char* kc = static_cast<char*>(k_cache.data_ptr());
+  char* vc = static_cast<char*>(v_cache.data_ptr());
+  const char* kn = static_cast<const char*>(k.data_ptr());
+  const char* vn = static_cast<const char*>(v.data_ptr());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hkv; ++h) {
+      std::memcpy(kc + (b * k_cache.stride(0) + h * k_cache.stride(1) + (n - 1) * k_cache.stride(2)) * size,
+                  kn + (b * k.stride(0) + h * k.stride(1)) * size, D * size);
+      std::memcpy(vc + (b * v_cache.stride(0) + h * v_cache.stride(1) + (n - 1) * v_cache.stride(2)) * size,
+                  vn + (b * v.stride(0) + h * v.stride(1)) * size, D * size);
+    }
+  return one_query_attention(q, k_cache.narrow(2, 0, n), v_cache.narrow(2, 0, n), mask, scale);
 }
 """

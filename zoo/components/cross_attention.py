@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import torch
 
-from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions, sdpa
+from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.linear import Linear
+from zoo.components.sdpa_kernels import sdpa
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, CrossMixer

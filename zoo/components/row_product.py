@@ -77,6 +77,12 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)
         ),
         CppFunction(
+            "append_attention",
+            "(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, int n, Tensor? mask, float scale)"
+            " -> Tensor",
+            lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)
+        ),
+        CppFunction(
             "rms_norm",
             "(Tensor x, Tensor weight, float eps, bool unit_offset) -> Tensor",
             lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (..., n)

@@ -37,6 +37,7 @@ SOURCE = r"""
 #include <ATen/cpu/vec/vec.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 #if defined(__AVX2__)
 #include <immintrin.h>
