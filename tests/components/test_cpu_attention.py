@@ -101,3 +101,59 @@ def test_inside_a_compiled_graph_the_kernel_is_the_opaque_op_and_agrees():
         got = compiled(q, k, v, mask)
     assert torch.ops.zoo.row_product_one_query_attention.default in seen
     torch.testing.assert_close(got, _torch(q, k, v, attn_mask=mask, enable_gqa=True))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "additive"), [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)]
+)
+def test_append_and_attend_writes_the_new_row_and_attends_as_the_two_steps_did(dtype, additive):
+    """An eager decode step's one call: the new K/V land in slot ``filled - 1`` (every other
+    slot untouched), and the output is index_copy_ then attention over the filled slots."""
+    q, k_cache, v_cache, _, filled = _inputs(6, 2, 64, dtype)
+    g = torch.Generator().manual_seed(7)
+    k, v = (torch.randn(2, 2, 1, 64, generator=g).to(dtype) for _ in range(2))  # (B, Hkv, 1, D)
+    options: dict[str, object] = {"scale": 0.2}
+    if additive:  # T5's position bias over the filled slots
+        options["attn_mask"] = torch.randn(1, 6, 1, filled, generator=g)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    expected_k[:, :, filled - 1 : filled], expected_v[:, :, filled - 1 : filled] = k, v
+    with torch.no_grad():
+        assert cpu_attention.appends(q, k, v, k_cache, v_cache, filled, options)
+        got = cpu_attention.append_and_attend(q, k, v, k_cache, v_cache, filled, options)
+    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+    expected = _torch(q, expected_k[:, :, :filled], expected_v[:, :, :filled], enable_gqa=True, **options)
+    tolerance = {} if dtype == torch.float32 else {"atol": 8e-3, "rtol": 8e-3}
+    torch.testing.assert_close(got.float(), expected, **tolerance)
+
+
+def test_append_and_attend_refuses_what_it_does_not_compute():
+    q, k_cache, v_cache, _, filled = _inputs(6, 2, 16)
+    k, v = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 1, 16)
+    with torch.no_grad():
+        assert not cpu_attention.appends(q, k, v, k_cache, v_cache, k_cache.shape[2] + 1, {})  # past the cache
+        assert not cpu_attention.appends(q, k, v, k_cache, v_cache, 0, {})
+        assert not cpu_attention.appends(q, k.bfloat16(), v.bfloat16(), k_cache, v_cache, filled, {})  # a cast
+        two = torch.randn(2, 2, 2, 16)
+        assert not cpu_attention.appends(q, two, two, k_cache, v_cache, filled, {})  # two new tokens
+        assert not cpu_attention.appends(q, k, v, k_cache, v_cache, filled, {"attn_mask": torch.ones(1, 1, 1, 3)})
+    assert not cpu_attention.appends(q, k, v, k_cache, v_cache, filled, {})  # gradients on: the cache is not written
+
+
+def test_an_eager_cached_step_takes_the_appending_kernel_and_equals_the_full_forward(monkeypatch):
+    import zoo
+    from tests.conftest import tiny_spec
+    from zoo.model.cache import KVCache
+    from zoo.model.generation import decode_step, prefill
+
+    calls: list[int] = []
+    real = cpu_attention.append_and_attend
+    monkeypatch.setattr(cpu_attention, "append_and_attend", lambda *a: calls.append(a[5]) or real(*a))
+    model = zoo.build(tiny_spec("qwen3-0.6b"), seed=0).eval()
+    ids = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        cache = KVCache(model, 1, 12)
+        prefill(model, ids[:, :5], cache)
+        steps = [decode_step(model, ids[:, t : t + 1], cache) for t in (5, 6)]  # (1, V) each
+        full = model(ids)  # (1, 7, V)
+    assert calls == [6] * model.spec.n_layers + [7] * model.spec.n_layers
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, 5:], atol=1e-5, rtol=0)
