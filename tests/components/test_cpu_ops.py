@@ -83,6 +83,16 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         torch.rand(2, 1, 1, 12) > 0.3,
         0.35,
     ),
+    "zoo::row_product_append_attention": lambda: (
+        _r(2, 4, 1, 16),
+        _r(2, 2, 1, 16),
+        _r(2, 2, 1, 16),
+        _r(2, 2, 12, 16),
+        _r(2, 2, 12, 16),
+        9,
+        _r(1, 4, 1, 9),
+        0.35,
+    ),
     "zoo::row_product_rms_norm": lambda: (_r(2, 3, 24), _r(24), 1e-6, False),
     "zoo::row_product_rope": lambda: (_r(2, 5, 3, 8).transpose(1, 2), _r(1, 1, 5, 6), _r(1, 1, 5, 6)),
     "zoo::cpu_scan_scan": lambda: (
