@@ -1,17 +1,22 @@
 """One query's attention on the CPU: zoo's C++ kernel for a decode step's attention.
 
 A decode step attends one query per sequence over the cached keys and values. torch's CPU
-kernel (flash attention for the CPU) is built for blocks of queries; for one it ran 1.6-3.5x
+kernel (flash attention for the CPU) is built for blocks of queries; for one it ran 1.7-10x
 as long as zoo's loop (``one_query_attention`` of zoo/components/cpu_attention_source.py,
 built in the one-row products' extension so that it costs no build of its own), which reads
 each key/value head's rows once, in their dtype, for the head's whole group of query heads,
 and skips masked keys (a compiled step's static cache masks the slots not yet written):
 ``python bench/one_query_attention.py`` on this project's Zen 4, 30 layers timed after the
 caches were evicted, torch / zoo time per layer at one thread (two): SmolLM2-135M's shapes
-(9 query and 3 K/V heads of 64, bfloat16, 135 keys written of 260 slots) 2.32x (2.54x)
-masked and 1.87x (2.13x) sliced; gpt2's (12 heads of 64, float32) 1.65x (1.93x) and 1.57x
-(1.59x); qwen3-0.6b's (16 and 8 heads of 128, float32) 2.68x (2.48x) and 1.98x (1.91x);
-2,048 keys of 4,096 in bfloat16 3.58x (2.82x) and 1.58x (2.17x).
+(9 query and 3 K/V heads of 64, bfloat16, 135 keys written of 260 slots) 3.23x (3.49x)
+masked and 2.28x (2.91x) sliced; gpt2's (12 heads of 64, float32) 2.55x (2.08x) and 1.91x
+(1.67x); qwen3-0.6b's (16 and 8 heads of 128, float32) 3.40x (3.26x) and 2.26x (2.08x);
+2,048 keys of 4,096 in bfloat16 10.4x (7.8x) and 4.2x (3.9x).
+
+An eager decode step writes its token's K/V and attends in one call (``append_and_attend``):
+the cached path's ``index_copy_`` pair, slices, casts and checks took more host time than
+the attention (SmolLM2-135M's step: 63.8 against 42.2 µs per layer for the whole cached
+attention, the step 1.02x over 21 interleaved rounds).
 
 Numerics: scores, softmax and the weighted sum in float32, rounded once to the query's
 dtype (torch's kernel for half precision accumulates likewise). ``ZOO_ATTENTION_KERNEL=0``
