@@ -118,8 +118,9 @@ def test_append_and_attend_writes_the_new_row_and_attends_as_the_two_steps_did(d
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
     expected_k[:, :, filled - 1 : filled], expected_v[:, :, filled - 1 : filled] = k, v
     with torch.no_grad():
-        assert cpu_attention.appends(q, k, v, k_cache, v_cache, filled, options)
-        got = cpu_attention.append_and_attend(q, k, v, k_cache, v_cache, filled, options)
+        write = cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled)
+        assert cpu_attention.appends(q, write, options)
+        got = cpu_attention.append_and_attend(q, write, options)
     assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
     expected = _torch(q, expected_k[:, :, :filled], expected_v[:, :, :filled], enable_gqa=True, **options)
     tolerance = {} if dtype == torch.float32 else {"atol": 8e-3, "rtol": 8e-3}
@@ -129,14 +130,19 @@ def test_append_and_attend_writes_the_new_row_and_attends_as_the_two_steps_did(d
 def test_append_and_attend_refuses_what_it_does_not_compute():
     q, k_cache, v_cache, _, filled = _inputs(6, 2, 16)
     k, v = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 1, 16)
+    two = torch.randn(2, 2, 2, 16)
+
+    def appends(k: torch.Tensor, v: torch.Tensor, filled: int, options: dict[str, object]) -> bool:
+        return cpu_attention.appends(q, cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled), options)
+
     with torch.no_grad():
-        assert not cpu_attention.appends(q, k, v, k_cache, v_cache, k_cache.shape[2] + 1, {})  # past the cache
-        assert not cpu_attention.appends(q, k, v, k_cache, v_cache, 0, {})
-        assert not cpu_attention.appends(q, k.bfloat16(), v.bfloat16(), k_cache, v_cache, filled, {})  # a cast
-        two = torch.randn(2, 2, 2, 16)
-        assert not cpu_attention.appends(q, two, two, k_cache, v_cache, filled, {})  # two new tokens
-        assert not cpu_attention.appends(q, k, v, k_cache, v_cache, filled, {"attn_mask": torch.ones(1, 1, 1, 3)})
-    assert not cpu_attention.appends(q, k, v, k_cache, v_cache, filled, {})  # gradients on: the cache is not written
+        assert appends(k, v, filled, {})
+        assert not appends(k, v, k_cache.shape[2] + 1, {})  # past the cache
+        assert not appends(k, v, 0, {})
+        assert not appends(k.bfloat16(), v.bfloat16(), filled, {})  # a cast
+        assert not appends(two, two, filled, {})  # two new tokens
+        assert not appends(k, v, filled, {"attn_mask": torch.ones(1, 1, 1, 3)})  # not the filled length
+    assert not appends(k, v, filled, {})  # gradients on: the cache is not written
 
 
 def test_an_eager_cached_step_takes_the_appending_kernel_and_equals_the_full_forward(monkeypatch):
@@ -147,7 +153,7 @@ def test_an_eager_cached_step_takes_the_appending_kernel_and_equals_the_full_for
 
     calls: list[int] = []
     real = cpu_attention.append_and_attend
-    monkeypatch.setattr(cpu_attention, "append_and_attend", lambda *a: calls.append(a[5]) or real(*a))
+    monkeypatch.setattr(cpu_attention, "append_and_attend", lambda q, w, o: calls.append(w.filled) or real(q, w, o))
     model = zoo.build(tiny_spec("qwen3-0.6b"), seed=0).eval()
     ids = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

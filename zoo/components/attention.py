@@ -272,9 +272,10 @@ class Attention(TokenMixer):
             return None
         mask = self._queries_last_mask(positions, cache.time, filled, q.dtype)
         options: dict[str, Any] = {"scale": self.scale} if mask is None else {"attn_mask": mask, "scale": self.scale}
-        if not cpu_attention.appends(q, k, v, k_cache, v_cache, filled, options):
+        write = cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled)
+        if not cpu_attention.appends(q, write, options):
             return None
-        return cpu_attention.append_and_attend(q, k, v, k_cache, v_cache, filled, options)  # (B, H, 1, D)
+        return cpu_attention.append_and_attend(q, write, options)  # (B, H, 1, D)
 
     def _queries_last_mask(
         self, positions: Positions, query_time: torch.Tensor, keys: int, dtype: torch.dtype

@@ -27,6 +27,7 @@ turns it off. Inside a compiled graph it is the opaque op
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,18 +47,23 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str
     return _computes(q, k, v, k.shape[2], options)
 
 
-def appends(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    filled: int,
-    options: dict[str, Any],
-) -> bool:
+@dataclass(slots=True)
+class CacheWrite:
+    """An eager step's new token per sequence: its keys and values (B, Hkv, 1, D) and the caches
+    (B, Hkv, L, D) they go to, at slot ``filled - 1`` (``filled``: the slots written with it)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    filled: int
+
+
+def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool:
     """Whether ``append_and_attend`` computes this eager step: one new key and value per
-    sequence (B, Hkv, 1, D) in the caches' dtype, gradients off, and the kernel computing q's
-    attention over the caches' first ``filled`` slots (``applies``)."""
+    sequence in the caches' dtype, gradients off, and the kernel computing q's attention over
+    the caches' first ``filled`` slots (``applies``)."""
+    k, v, k_cache, v_cache = write.k, write.v, write.k_cache, write.v_cache
     return (
         k.shape == v.shape
         and k.dim() == 4
@@ -65,12 +71,12 @@ def appends(
         and k.shape[:2] == k_cache.shape[:2]
         and k.shape[3] == k_cache.shape[3]
         and k_cache.shape == v_cache.shape
-        and 1 <= filled <= k_cache.shape[2]
+        and 1 <= write.filled <= k_cache.shape[2]
         and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype
         and k.stride(-1) == v.stride(-1) == 1
         and k.device.type == "cpu"
         and not torch.is_grad_enabled()
-        and _computes(q, k_cache, v_cache, filled, options)
+        and _computes(q, k_cache, v_cache, write.filled, options)
     )
 
 
@@ -108,32 +114,24 @@ def _mask_fits(mask: torch.Tensor, q: torch.Tensor, keys: int) -> bool:
 def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str, Any]) -> torch.Tensor:
     """q (B, H, 1, D) over k, v (B, Hkv, S, D), mask (B|1, 1, 1, S) bool, (B|1, H|1, 1, S)
     floating or None -> (B, H, 1, D)."""
+    return _run("one_query_attention", q, (k, v), options)
+
+
+def append_and_attend(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> torch.Tensor:
+    """The new k, v written to slot ``filled - 1`` of the caches, then q (B, H, 1, D) over their
+    first ``filled`` slots -> (B, H, 1, D), in one C++ call: an eager step's cache writes,
+    slices and checks cost more than its attention did (module doc)."""
+    tensors = (write.k, write.v, write.k_cache, write.v_cache, write.filled)
+    return _run("append_attention", q, tensors, options)
+
+
+def _run(function: str, q: torch.Tensor, tensors: tuple[Any, ...], options: dict[str, Any]) -> torch.Tensor:
+    """The extension's ``function`` on (q, *tensors, mask, scale)."""
     scale = options.get("scale")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    call = row_product.EXTENSION.op("one_query_attention")
+    call = row_product.EXTENSION.op(function)
     if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
         # eager calls skip the dispatcher; named here, a run's profile (sdpa_backend) sees them as a graph's op
         with torch.profiler.record_function(OP_NAME):
-            return call(q, k, v, options.get("attn_mask"), scale)
-    return call(q, k, v, options.get("attn_mask"), scale)
-
-
-def append_and_attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    filled: int,
-    options: dict[str, Any],
-) -> torch.Tensor:
-    """k, v (B, Hkv, 1, D) written to slot ``filled - 1`` of the caches (B, Hkv, L, D), then q
-    (B, H, 1, D) over their first ``filled`` slots -> (B, H, 1, D), in one C++ call: an eager
-    step's cache writes, slices and checks cost more than its attention did (module doc)."""
-    scale = options.get("scale")
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    call = row_product.EXTENSION.op("append_attention")
-    if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
-        with torch.profiler.record_function(OP_NAME):  # a run's profile (sdpa_backend) names the attention kernel
-            return call(q, k, v, k_cache, v_cache, filled, options.get("attn_mask"), scale)
-    return call(q, k, v, k_cache, v_cache, filled, options.get("attn_mask"), scale)
+            return call(q, *tensors, options.get("attn_mask"), scale)
+    return call(q, *tensors, options.get("attn_mask"), scale)
