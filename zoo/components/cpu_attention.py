@@ -74,7 +74,7 @@ def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool
         and 1 <= write.filled <= k_cache.shape[2]
         and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype
         and k.stride(-1) == v.stride(-1) == 1
-        and k.device.type == "cpu"
+        and k.is_cpu
         and not torch.is_grad_enabled()
         and _computes(q, k_cache, v_cache, write.filled, options)
     )
@@ -84,7 +84,7 @@ def _computes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: int, opti
     """``applies`` for q over the first ``keys`` rows of k and v."""
     mask = options.get("attn_mask")
     return (
-        q.device.type == "cpu"
+        q.is_cpu
         and q.dim() == 4
         and q.shape[2] == 1
         and q.dtype in DTYPES

@@ -30,11 +30,12 @@ def _eager_cpu(x: torch.Tensor, *others: torch.Tensor) -> bool:
     of ``DTYPES``, gradients off (a training forward keeps PyTorch's arithmetic throughout,
     whichever of its tensors want gradients), not being compiled, the switch not off and the
     extension built."""
+    dtype = x.dtype
     return (
         type(x) is torch.Tensor
-        and x.device.type == "cpu"
-        and x.dtype in DTYPES
-        and all(other.dtype == x.dtype for other in others)
+        and x.is_cpu
+        and dtype in DTYPES
+        and not any(other.dtype != dtype for other in others)
         and not torch.is_grad_enabled()
         and not torch.compiler.is_compiling()
         and os.environ.get(ENV_SWITCH, "1") != "0"
