@@ -141,6 +141,8 @@ def test_append_and_attend_refuses_what_it_does_not_compute():
         assert not appends(k, v, 0, {})
         assert not appends(k.bfloat16(), v.bfloat16(), filled, {})  # a cast
         assert not appends(two, two, filled, {})  # two new tokens
+        meta = torch.empty_like(k_cache, device="meta")
+        assert not cpu_attention.appends(q, cpu_attention.CacheWrite(k, v, meta, meta, filled), {})  # not the CPU
         assert not appends(k, v, filled, {"attn_mask": torch.ones(1, 1, 1, 3)})  # not the filled length
     assert not appends(k, v, filled, {})  # gradients on: the cache is not written
 

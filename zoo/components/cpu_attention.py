@@ -75,6 +75,8 @@ def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool
         and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype
         and k.stride(-1) == v.stride(-1) == 1
         and k.is_cpu
+        and k_cache.is_cpu
+        and v_cache.is_cpu
         and not torch.is_grad_enabled()
         and _computes(q, k_cache, v_cache, write.filled, options)
     )

@@ -257,6 +257,8 @@ torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
               "append_attention: dtypes");
   TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
               "append_attention: rows not contiguous");
+  TORCH_CHECK(k.is_cpu() && v.is_cpu() && k_cache.is_cpu() && v_cache.is_cpu(),
+              "append_attention: tensors not on the CPU");
   const int64_t size = k.element_size();
   char* kc = static_cast<char*>(k_cache.data_ptr());
   char* vc = static_cast<char*>(v_cache.data_ptr());
