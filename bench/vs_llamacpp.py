@@ -87,16 +87,17 @@ class ZooSide:
     def generate(self, ids: list[int], new: int) -> tuple[float, float, list[int]]:
         """Seconds of the prefill, seconds of ``new`` decode steps, and the greedy tokens."""
         from zoo.model.generation import prefill
+        from zoo.model.sampling import greedy
 
         torch = self.torch
         with torch.no_grad():
             self.cache.reset()
             start = time.perf_counter()
-            token = prefill(self.model, torch.tensor([ids]), self.cache).argmax(-1, keepdim=True)  # (1, 1)
+            token = greedy(prefill(self.model, torch.tensor([ids]), self.cache))[:, None]  # (1, 1)
             prefilled = time.perf_counter()
             tokens = [int(token)]
             for _ in range(new):
-                token = self.step(self.model, token, self.cache).argmax(-1, keepdim=True)  # (1, 1)
+                token = greedy(self.step(self.model, token, self.cache))[:, None]  # (1, 1)
                 tokens.append(int(token))
             return prefilled - start, time.perf_counter() - prefilled, tokens
 

@@ -127,6 +127,32 @@ def test_append_and_attend_writes_the_new_row_and_attends_as_the_two_steps_did(d
     torch.testing.assert_close(got.float(), expected, **tolerance)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "rotary", "table_batch"), [(torch.float32, 64, 2), (torch.bfloat16, 64, 1), (torch.float32, 24, 1)]
+)
+def test_append_and_attend_rotates_q_and_k_as_the_rotation_does(dtype, rotary, table_batch):
+    """With the step's rotary tables, the call equals ``RopeRotation`` then the unrotated call,
+    bit for bit: the cached key is the rotated one, partial rotations keep the rest."""
+    from zoo.components.rope import RopeRotation, rope_cos_sin
+
+    q, k_cache, v_cache, _, filled = _inputs(6, 2, 64, dtype)
+    g = torch.Generator().manual_seed(3)
+    k, v = (torch.randn(2, 2, 1, 64, generator=g).to(dtype) for _ in range(2))  # (B, Hkv, 1, D)
+    positions = torch.tensor([[filled - 1], [filled + 4]])[:table_batch]  # (B|1, 1)
+    rotation = RopeRotation(*rope_cos_sin(positions, 1e4 ** -(torch.arange(0, rotary, 2) / rotary), 1.0), False)
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    with torch.no_grad():
+        q_rot, k_rot = rotation(q, k)  # the rotation kernel (itself checked against PyTorch's)
+        plain = cpu_attention.append_and_attend(
+            q_rot, cpu_attention.CacheWrite(k_rot, v, expected_k, expected_v, filled), {}
+        )
+        write = cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled, rotation.half_split(dtype))
+        assert cpu_attention.appends(q, write, {})
+        got = cpu_attention.append_and_attend(q, write, {})
+    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+    torch.testing.assert_close(got, plain, atol=0, rtol=0)
+
+
 def test_append_and_attend_refuses_what_it_does_not_compute():
     q, k_cache, v_cache, _, filled = _inputs(6, 2, 16)
     k, v = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 1, 16)
@@ -144,6 +170,13 @@ def test_append_and_attend_refuses_what_it_does_not_compute():
         meta = torch.empty_like(k_cache, device="meta")
         assert not cpu_attention.appends(q, cpu_attention.CacheWrite(k, v, meta, meta, filled), {})  # not the CPU
         assert not appends(k, v, filled, {"attn_mask": torch.ones(1, 1, 1, 3)})  # not the filled length
+        for tables in (torch.ones(1, 1, 1, 18), torch.ones(1, 1, 1, 5), torch.ones(1, 1, 2, 8)):  # > D, odd, 2 tokens
+            write = cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled, (tables, tables))
+            assert not cpu_attention.appends(q, write, {})
+        halves = torch.ones(1, 1, 1, 8)
+        assert not cpu_attention.appends(
+            q, cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled, (halves, halves.bfloat16())), {}
+        )
     assert not appends(k, v, filled, {})  # gradients on: the cache is not written
 
 
@@ -155,7 +188,13 @@ def test_an_eager_cached_step_takes_the_appending_kernel_and_equals_the_full_for
 
     calls: list[int] = []
     real = cpu_attention.append_and_attend
-    monkeypatch.setattr(cpu_attention, "append_and_attend", lambda q, w, o: calls.append(w.filled) or real(q, w, o))
+
+    def spy(q: torch.Tensor, write: cpu_attention.CacheWrite, options: dict) -> torch.Tensor:
+        assert write.rotation is not None  # qwen3's RoPE rotates inside the call
+        calls.append(write.filled)
+        return real(q, write, options)
+
+    monkeypatch.setattr(cpu_attention, "append_and_attend", spy)
     model = zoo.build(tiny_spec("qwen3-0.6b"), seed=0).eval()
     ids = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

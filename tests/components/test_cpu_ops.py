@@ -90,6 +90,8 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         _r(2, 2, 12, 16),
         _r(2, 2, 12, 16),
         9,
+        _r(2, 1, 1, 12),  # rotary tables: the first 12 of 16 channels rotated
+        _r(2, 1, 1, 12),
         _r(1, 4, 1, 9),
         0.35,
     ),

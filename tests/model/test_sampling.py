@@ -2,12 +2,22 @@ import pytest
 import torch
 
 from zoo.errors import GenerationError
-from zoo.model.sampling import SamplingSettings, filter_top_k, filter_top_p, sample
+from zoo.model.sampling import SamplingSettings, filter_top_k, filter_top_p, greedy, sample
 
 
 def test_greedy_is_argmax():
     logits = torch.randn(3, 10)
     assert torch.equal(sample(logits, SamplingSettings()), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_greedy_takes_the_first_of_tied_maxima_as_argmax_does(dtype):
+    logits = torch.randn(3, 70_000, generator=torch.Generator().manual_seed(0)).to(dtype)  # (B, V)
+    logits[0, [7, 50_001]] = 9.0  # a tie
+    logits[1, [40_000, 3]] = 9.0
+    logits[2, 123] = float("nan")  # argmax's NaN is the largest
+    assert torch.equal(greedy(logits), logits.argmax(-1))
+    assert greedy(logits).tolist()[:2] == [7, 3]
 
 
 def test_top_k_keeps_the_k_largest():

@@ -88,6 +88,16 @@ def test_kernel_equals_its_numerics_in_pytorch(rows: int, group: int, scale_dtyp
     assert _relative(half, reference) <= 2**-8
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 256), (2, 3, 256), (256,)])
+def test_the_kernel_keeps_the_leading_dims(shape: tuple[int, ...]) -> None:
+    """A layer passes its (B, T, in) input as it is: the rows' products, shaped (B, T, out)."""
+    _, packed, so = _weights(40, 256, 32, torch.float32)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(3)).bfloat16()
+    got = int4_cpu.matmul(x, packed, so)
+    assert got.shape == (*shape[:-1], 40)
+    assert torch.equal(got.reshape(-1, 40), int4_cpu.matmul(x.reshape(-1, 256), packed, so))
+
+
 def test_two_threads_give_the_one_thread_result() -> None:
     _, packed, so = _weights(1000, 256, 32, torch.float32)
     x = torch.randn(1, 256)

@@ -65,6 +65,20 @@ def test_inside_a_compiled_graph_the_kernel_is_the_opaque_op_and_agrees() -> Non
     torch.testing.assert_close(got, reference(layer, x), rtol=2e-2, atol=2e-2)
 
 
+def test_one_row_keeps_its_leading_dims_and_many_rows_theirs() -> None:
+    big = head()
+    one = torch.randn(1, 1, 576, dtype=torch.bfloat16)  # a decode step's (B, T, d)
+    many = torch.randn(2, 3, 576, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = kernels.int8_matmul(one, big.qweight, big.scales)
+        assert got.shape == (1, 1, big.qweight.shape[0])
+        assert torch.equal(got[0], kernels.int8_matmul(one[0], big.qweight, big.scales))
+        assert torch.equal(int8_rows.int8_rows(big.qweight, big.scales, one[0, 0]), got[0, 0])  # (in,) -> (out,)
+        rows = kernels.int8_matmul(many, big.qweight, big.scales)
+        assert rows.shape == (2, 3, big.qweight.shape[0])
+        assert torch.equal(rows.reshape(6, -1), kernels.int8_matmul(many.reshape(6, 576), big.qweight, big.scales))
+
+
 def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     big, small = head(), head(rows=64)  # 64 x 576: 36 KiB
     one, many = torch.randn(1, 576, dtype=torch.bfloat16), torch.randn(3, 576, dtype=torch.bfloat16)

@@ -188,12 +188,14 @@ class Attention(TokenMixer):
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-        q, k = positions.rotate(q, k)
-        if state is None:
-            time = torch.arange(T, device=x.device)
-            out = self._attend(q, k, v, positions, time, time, positions.key_valid)
-        else:
-            out = self._attend_cached(q, k, v, positions, state)
+        out = None if state is None else self._append_and_attend(q, k, v, positions, state)  # rotates too
+        if out is None:
+            q, k = positions.rotate(q, k)
+            if state is None:
+                time = torch.arange(T, device=x.device)
+                out = self._attend(q, k, v, positions, time, time, positions.key_valid)
+            else:
+                out = self._attend_cached(q, k, v, positions, state)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self._output(out, gate)
 
@@ -219,9 +221,6 @@ class Attention(TokenMixer):
         k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (B, Hkv, L, D)
         length = k_cache.shape[2]
         if self.window is None or length >= cache.max_len:
-            out = self._append_and_attend(q, k, v, positions, cache)
-            if out is not None:
-                return out
             k_cache.index_copy_(2, time, k.to(k_cache.dtype))
             v_cache.index_copy_(2, time, v.to(v_cache.dtype))
             key_valid = cache.key_valid
@@ -261,34 +260,35 @@ class Attention(TokenMixer):
     def _append_and_attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: Positions, cache: LayerState
     ) -> torch.Tensor | None:
-        """An eager step's one new token through ``cpu_attention.append_and_attend``: its K/V
-        written to the cache's last filled slot and attended with the slots before it in one
-        C++ call, where that computes this layer's attention (no sinks, window or padding; a
-        position bias as the step's memoized mask); else None, and the caller goes on."""
+        """An eager step's one new token (q, k not yet rotated) in one C++ call where that
+        computes this layer's attention (no sinks, window or padding; a position bias as the
+        step's memoized mask): rotated (``Rotation.half_split``), its K/V written to the last
+        filled slot, attended (``cpu_attention.append_and_attend``); else None."""
         filled, (k_cache, v_cache) = cache.filled, (cache.tensors["k"], cache.tensors["v"])  # (B, Hkv, L, D) each
         if filled is None or cache.key_valid is not None or q.shape[2] != 1:
             return None
         if self.sinks is not None or self.window is not None:
             return None
+        rotation = positions.rotation
+        tables = None if rotation is None else rotation.half_split(q.dtype)
         mask = self._queries_last_mask(positions, cache.time, filled, q.dtype)
         options: dict[str, Any] = {"scale": self.scale} if mask is None else {"attn_mask": mask, "scale": self.scale}
-        write = cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled)
+        write = cpu_attention.CacheWrite(k, v, k_cache, v_cache, filled, tables)
         if not cpu_attention.appends(q, write, options):
             return None
+        if rotation is not None and tables is None:  # a rotation the kernel does not know: applied first
+            q, write.k = positions.rotate(q, k)
         return cpu_attention.append_and_attend(q, write, options)  # (B, H, 1, D)
 
     def _queries_last_mask(
         self, positions: Positions, query_time: torch.Tensor, keys: int, dtype: torch.dtype
     ) -> torch.Tensor | None:
-        """The biased mask (B|1, H, T, S) of queries ``query_time`` (the last T of the keys
-        0..S-1), or None without a score bias: it depends on the sizes alone, so every layer
-        of a forward shares one (``Positions.memo``)."""
+        """The biased mask (B|1, H, T, S) of queries ``query_time`` (the last T of keys 0..S-1), or
+        None without a score bias: of the sizes alone, so a forward's layers share one (memo)."""
         T = query_time.shape[0]
         key = ("queries_last", id(positions.positional), self.n_heads, self.causal, T, keys, dtype)
-        return positions.memo(
-            key,
-            lambda: self._biased_mask(positions, query_time, torch.arange(keys, device=query_time.device), dtype),
-        )
+        key_time = lambda: torch.arange(keys, device=query_time.device)  # (S,)
+        return positions.memo(key, lambda: self._biased_mask(positions, query_time, key_time(), dtype))
 
     def _attend(
         self,

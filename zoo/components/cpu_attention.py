@@ -50,13 +50,16 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict[str
 @dataclass(slots=True)
 class CacheWrite:
     """An eager step's new token per sequence: its keys and values (B, Hkv, 1, D) and the caches
-    (B, Hkv, L, D) they go to, at slot ``filled - 1`` (``filled``: the slots written with it)."""
+    (B, Hkv, L, D) they go to, at slot ``filled - 1`` (``filled``: the slots written with it).
+    ``rotation``: the step's rotary tables (cos, signed_sin), each (B|1, 1, 1, R), when q and
+    k are still to be rotated (``Rotation.half_split``); the call rotates them on the way."""
 
     k: torch.Tensor
     v: torch.Tensor
     k_cache: torch.Tensor
     v_cache: torch.Tensor
     filled: int
+    rotation: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool:
@@ -78,7 +81,24 @@ def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool
         and k_cache.is_cpu
         and v_cache.is_cpu
         and not torch.is_grad_enabled()
+        and (write.rotation is None or _rotates(write.rotation, k))
         and _computes(q, k_cache, v_cache, write.filled, options)
+    )
+
+
+def _rotates(tables: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor) -> bool:
+    """Rotary tables cos, signed_sin (B|1, 1, 1, R) in k's dtype, R even and at most D."""
+    cos, sin = tables
+    return (
+        cos.shape == sin.shape
+        and cos.dim() == 4
+        and cos.shape[1:3] == (1, 1)
+        and cos.shape[0] in (1, k.shape[0])
+        and cos.shape[3] % 2 == 0
+        and cos.shape[3] <= k.shape[3]
+        and cos.dtype == sin.dtype == k.dtype
+        and cos.is_cpu
+        and sin.is_cpu
     )
 
 
@@ -121,9 +141,11 @@ def one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, optio
 
 def append_and_attend(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> torch.Tensor:
     """The new k, v written to slot ``filled - 1`` of the caches, then q (B, H, 1, D) over their
-    first ``filled`` slots -> (B, H, 1, D), in one C++ call: an eager step's cache writes,
-    slices and checks cost more than its attention did (module doc)."""
-    tensors = (write.k, write.v, write.k_cache, write.v_cache, write.filled)
+    first ``filled`` slots -> (B, H, 1, D), in one C++ call (q and k rotated first with a
+    ``rotation``): an eager step's cache writes, slices, rotations and checks cost more than
+    its attention did (module doc)."""
+    cos, sin = (None, None) if write.rotation is None else write.rotation
+    tensors = (write.k, write.v, write.k_cache, write.v_cache, write.filled, cos, sin)
     return _run("append_attention", q, tensors, options)
 
 

@@ -245,9 +245,12 @@ torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tenso
 }
 
 // An eager decode step's attention: k and v (B, Hkv, 1, D), the new token's, are written to slot n - 1 of the
-// caches (B, Hkv, L, D), then q attends over their first n slots (one_query_attention), in one call.
+// caches (B, Hkv, L, D), then q (B, H, 1, D) attends over their first n slots (one_query_attention), in one call.
+// With cos and signed_sin (B or 1, 1, 1, R), the step's rotary tables in k's dtype, q and k are rotated first
+// (rotate_half_row, rope()'s arithmetic): k straight into its cache slot, q into a buffer of its own.
 torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
-                               torch::Tensor v_cache, int64_t n, c10::optional<torch::Tensor> mask, double scale) {
+                               torch::Tensor v_cache, int64_t n, c10::optional<torch::Tensor> cos,
+                               c10::optional<torch::Tensor> sin, c10::optional<torch::Tensor> mask, double scale) {
   const int64_t B = k.size(0), Hkv = k.size(1), D = k.size(3);
   TORCH_CHECK(k.sizes() == v.sizes() && k.size(2) == 1 && k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == B &&
                   k_cache.size(1) == Hkv && k_cache.size(3) == D && n >= 1 && n <= k_cache.size(2),
@@ -259,18 +262,52 @@ torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
               "append_attention: rows not contiguous");
   TORCH_CHECK(k.is_cpu() && v.is_cpu() && k_cache.is_cpu() && v_cache.is_cpu(),
               "append_attention: tensors not on the CPU");
-  const int64_t size = k.element_size();
-  char* kc = static_cast<char*>(k_cache.data_ptr());
-  char* vc = static_cast<char*>(v_cache.data_ptr());
-  const char* kn = static_cast<const char*>(k.data_ptr());
-  const char* vn = static_cast<const char*>(v.data_ptr());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hkv; ++h) {
-      std::memcpy(kc + (b * k_cache.stride(0) + h * k_cache.stride(1) + (n - 1) * k_cache.stride(2)) * size,
-                  kn + (b * k.stride(0) + h * k.stride(1)) * size, D * size);
-      std::memcpy(vc + (b * v_cache.stride(0) + h * v_cache.stride(1) + (n - 1) * v_cache.stride(2)) * size,
-                  vn + (b * v.stride(0) + h * v.stride(1)) * size, D * size);
+  TORCH_CHECK(cos.has_value() == sin.has_value(), "append_attention: cos and sin go together");
+  const bool rotates = cos.has_value();
+  torch::Tensor cc, sc;
+  int64_t R = 0, table_batch = 0;
+  if (rotates) {
+    cc = cos->contiguous();
+    sc = sin->contiguous();
+    R = cc.size(-1);
+    TORCH_CHECK(cc.dim() == 4 && cc.sizes() == sc.sizes() && cc.size(1) == 1 && cc.size(2) == 1 &&
+                    (cc.size(0) == 1 || cc.size(0) == B) && R % 2 == 0 && R <= D && q.size(3) == D && q.size(0) == B &&
+                    q.stride(3) == 1,
+                "append_attention: rotary tables' shapes");
+    TORCH_CHECK(cc.scalar_type() == k.scalar_type() && sc.scalar_type() == k.scalar_type() &&
+                    q.scalar_type() == k.scalar_type(),
+                "append_attention: rotary tables' dtypes");
+    table_batch = cc.size(0) == 1 ? 0 : R;
+  }
+  const int64_t H = q.size(1);
+  auto rotated = rotates ? torch::empty({B, H, 1, D}, q.options()) : q;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k.scalar_type(), "append_attention", [&] {
+    using T_ = scalar_t;
+    T_* kc = k_cache.data_ptr<T_>();
+    T_* vc = v_cache.data_ptr<T_>();
+    const T_* kn = k.data_ptr<T_>();
+    const T_* vn = v.data_ptr<T_>();
+    const T_* c = rotates ? cc.data_ptr<T_>() : nullptr;
+    const T_* s = rotates ? sc.data_ptr<T_>() : nullptr;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < Hkv; ++h) {
+        const T_* key = kn + b * k.stride(0) + h * k.stride(1);
+        T_* slot = kc + b * k_cache.stride(0) + h * k_cache.stride(1) + (n - 1) * k_cache.stride(2);
+        if (rotates)
+          rotate_half_row(key, c + b * table_batch, s + b * table_batch, slot, R, D);
+        else
+          std::memcpy(slot, key, D * sizeof(T_));
+        std::memcpy(vc + b * v_cache.stride(0) + h * v_cache.stride(1) + (n - 1) * v_cache.stride(2),
+                    vn + b * v.stride(0) + h * v.stride(1), D * sizeof(T_));
+      }
+      if (!rotates) continue;
+      const T_* qn = q.data_ptr<T_>();
+      T_* qr = rotated.data_ptr<T_>();
+      for (int64_t h = 0; h < H; ++h)
+        rotate_half_row(qn + b * q.stride(0) + h * q.stride(1), c + b * table_batch, s + b * table_batch,
+                        qr + (b * H + h) * D, R, D);
     }
-  return one_query_attention(q, k_cache.narrow(2, 0, n), v_cache.narrow(2, 0, n), mask, scale);
+  });
+  return one_query_attention(rotated, k_cache.narrow(2, 0, n), v_cache.narrow(2, 0, n), mask, scale);
 }
 """

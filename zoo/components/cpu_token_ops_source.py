@@ -50,11 +50,24 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps, bool u
   return out;
 }
 
+// One head's row of D: its first R channels rotated half against half into o (row * c + roll(row, R/2) * s,
+// each product and the sum rounded to T_), the rest copied. rope() below and append_attention's keys and queries.
+template <typename T_>
+static inline void rotate_half_row(const T_* row, const T_* c, const T_* s, T_* o, int64_t R, int64_t D) {
+  const int64_t half = R / 2;
+  for (int64_t j = 0; j < R; ++j) {
+    const T_ straight = static_cast<T_>(widen1(row[j]) * widen1(c[j]));
+    const T_ turned = static_cast<T_>(widen1(row[j < half ? j + half : j - half]) * widen1(s[j]));
+    o[j] = static_cast<T_>(widen1(straight) + widen1(turned));
+  }
+  for (int64_t j = R; j < D; ++j) o[j] = row[j];
+}
+
 // x (B, H, T, D) with rows of D contiguous; cos and signed_sin (B or 1, 1, T, R) in x's dtype, R <= D even ->
 // (B, H, T, D) contiguous: the first R channels rotated half against half (x * cos + roll(x, R/2) * signed_sin,
 // each product and the sum rounded to x's dtype), the rest copied.
 torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), R = cos.size(3), half = R / 2;
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), R = cos.size(3);
   TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && R % 2 == 0 && R <= D && cos.sizes() == sin.sizes() &&
                   cos.size(1) == 1 && cos.size(2) == T && (cos.size(0) == 1 || cos.size(0) == B),
               "rope: shapes");
@@ -73,15 +86,7 @@ torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
       for (int64_t i = begin; i < end; ++i) {
         const int64_t b = i / (H * T), h = (i / T) % H, t = i % T;
         const T_* row = xp + b * x.stride(0) + h * x.stride(1) + t * x.stride(2);
-        const T_* c = cp + b * table_batch + t * R;
-        const T_* s = sp + b * table_batch + t * R;
-        T_* o = op + i * D;
-        for (int64_t j = 0; j < R; ++j) {
-          const T_ straight = static_cast<T_>(widen1(row[j]) * widen1(c[j]));
-          const T_ turned = static_cast<T_>(widen1(row[j < half ? j + half : j - half]) * widen1(s[j]));
-          o[j] = static_cast<T_>(widen1(straight) + widen1(turned));
-        }
-        for (int64_t j = R; j < D; ++j) o[j] = row[j];
+        rotate_half_row(row, cp + b * table_batch + t * R, sp + b * table_batch + t * R, op + i * D, R, D);
       }
     });
   });

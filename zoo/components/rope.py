@@ -13,6 +13,7 @@ import torch
 from pydantic import Field, model_validator
 
 from zoo.components import cpu_token_ops
+from zoo.specs.interfaces import Rotation
 from zoo.specs.options import Options
 
 
@@ -100,7 +101,7 @@ def deinterleave(x: torch.Tensor) -> torch.Tensor:
     return x.view(*lead, d // 2, 2).transpose(-1, -2).reshape(*lead, d)
 
 
-class RopeRotation:
+class RopeRotation(Rotation):
     """Rotates the first ``rot_dim`` channels of each head of q and k (B, H, T, D).
 
     Made once per forward and shared by every layer, so the cos/sin tables are cast to each
@@ -134,6 +135,10 @@ class RopeRotation:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self._apply(q), self._apply(k)
+
+    def half_split(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The tables (B, 1, T, rot_dim) in ``dtype``; None for the interleaved (GPT-J) layout."""
+        return None if self.interleaved else self._tables_for(dtype)
 
 
 def rope_cos_sin(

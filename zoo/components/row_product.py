@@ -54,7 +54,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu_attention, cpu_token_ops)
     "zoo_row_product",
-    SOURCE + ATTENTION_SOURCE + TOKEN_OPS_SOURCE,
+    SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE,
     [
         CppFunction(
             "row_product",
@@ -64,7 +64,7 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
         CppFunction(
             "int8_rows",
             "(Tensor qweight, Tensor scales, Tensor x) -> Tensor",
-            lambda qweight, x, **_: x.new_empty(qweight.shape[0]),  # (out,)
+            lambda qweight, x, **_: x.new_empty(*x.shape[:-1], qweight.shape[0]),  # (..., out)
         ),
         CppFunction(
             "int8_tiles",
@@ -78,7 +78,8 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
         ),
         CppFunction(
             "append_attention",
-            "(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, int n, Tensor? mask, float scale)"
+            "(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, int n, Tensor? cos, Tensor? sin,"
+            " Tensor? mask, float scale)"
             " -> Tensor",
             lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)
         ),

@@ -188,7 +188,8 @@ static inline float widen1(float v) { return v; }
 static inline float widen1(at::BFloat16 v) { return static_cast<float>(v); }
 static inline float widen1(at::Half v) { return static_cast<float>(v); }
 
-// qweight (out, in) int8, scales (out), x (in) -> (qweight * scales[:, None]) @ x (out) in x's dtype: in a multiple
+// qweight (out, in) int8, scales (out), one row x (..., in) -> (qweight * scales[:, None]) @ x (..., out) in x's
+// dtype: in a multiple
 // of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
 torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tensor x) {
   TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && qweight.size(1) == x.numel(), "int8_rows: shapes");
@@ -203,7 +204,9 @@ torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tens
     rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
     out.mul_(sf);
   }
-  return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
+  auto shape = x.sizes().vec();  // x's leading dims (all 1) kept: (..., in) -> (..., out)
+  shape.back() = rows;
+  return (x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type())).view(shape);
 }
 
 // Many token rows: x (M, K) float32 or bfloat16, qweight (N, K) int8, scales (N) -> (M, N) in x's dtype. Tiles of

@@ -59,10 +59,20 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The index of the largest logit (..., V) -> (...), the first where several tie (as
+    ``argmax``). In half precision through ``max``: ATen's CPU argmax does not vectorise them,
+    and a bfloat16 row of 49,152 (151,936) logits took 180 (559) µs against max's 84 (134), a
+    step's tenth of SmolLM2-135M's int4 decode; in float32 argmax is as fast or faster."""
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        return logits.max(dim=-1).indices
+    return logits.argmax(dim=-1)
+
+
 def sample(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V)."""
     if settings.greedy:
-        return logits.argmax(dim=-1)  # (B,)
+        return greedy(logits)  # (B,)
     scaled = logits.float() / settings.temperature  # (B, V)
     if settings.top_k is not None:
         scaled = filter_top_k(scaled, settings.top_k)

@@ -77,7 +77,7 @@ def load() -> types.ModuleType | None:
 def _int4_mm_shape(
     x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor, tile_from: int, tile: int, grain: int
 ) -> torch.Tensor:
-    return x.new_empty(x.shape[0], packed.shape[0])  # (M, out)
+    return x.new_empty(*x.shape[:-1], packed.shape[0])  # (..., out)
 
 
 def pack(values: torch.Tensor, scale_offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +150,7 @@ def reference_q8(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Ten
 
 
 def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -> torch.Tensor:
-    """``x @ W.T`` (M, in) -> (M, out) in x's dtype. Traced, the op is the C++ kernel's own
+    """``x @ W.T`` (..., in) -> (..., out) in x's dtype. Traced, the op is the C++ kernel's own
     dispatcher op, opaque to ``torch.compile`` (the layer loads it when it is made, before any
     tracing); eager, the same C++ as a pybind call, without the dispatcher's 2 µs a call (of
     7.5 on a 192 x 576 layer; a 30-layer llama makes 210 of them a token)."""

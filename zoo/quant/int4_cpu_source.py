@@ -328,16 +328,19 @@ torch::Tensor int4_tiles(torch::Tensor x, torch::Tensor packed, torch::Tensor so
   return out;
 }
 
-// The product for any number of token rows: x (M, K) in its dtype -> (M, N) in x's dtype; the int8 rows below
-// `tile_from` token rows, else the widened tiles, at most `tile` rows each and one tile per thread at least.
+// The product for any number of token rows: x (..., K) in its dtype -> (..., N) in x's dtype (the leading dims kept,
+// so a layer's forward reshapes nothing); the int8 rows below `tile_from` token rows, else the widened tiles, at
+// most `tile` rows each and one tile per thread at least.
 torch::Tensor int4_mm(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t tile_from, int64_t tile,
                       int64_t grain) {
-  x = x.contiguous();
-  if (x.size(0) < tile_from) return int4_q8(x, packed, so, grain);
+  auto shape = x.sizes().vec();
+  shape.back() = packed.size(0);
+  auto rows = x.reshape({-1, x.size(-1)}).contiguous();  // (M, K)
+  if (rows.size(0) < tile_from) return int4_q8(rows, packed, so, grain).view(shape);
   const int64_t threads = at::get_num_threads(), share = (packed.size(0) + threads - 1) / threads;
   tile = (std::max<int64_t>(32, std::min(tile, share)) + PANEL - 1) / PANEL * PANEL;  // whole panels
-  if (x.scalar_type() == at::kBFloat16) return int4_tiles(x, packed, so, tile);  // bfloat16 GEMM: twice float32's
-  return int4_tiles(x.to(at::kFloat), packed, so, tile).to(x.scalar_type());
+  if (rows.scalar_type() == at::kBFloat16) return int4_tiles(rows, packed, so, tile).view(shape);  // twice float32's
+  return int4_tiles(rows.to(at::kFloat), packed, so, tile).to(rows.scalar_type()).view(shape);
 }
 
 // A dispatcher op, so a compiled graph calls it without Python (a Python custom op cost 9 us a call).

@@ -84,8 +84,9 @@ def applies(x: torch.Tensor, qweight: torch.Tensor) -> bool:
 
 
 def int8_rows(qweight: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``reference`` through the kernel: x (in,) -> (out,) in ``x``'s dtype (an opaque op in a graph)."""
-    return row_product.EXTENSION.op("int8_rows")(qweight, scales, x)  # (out,)
+    """``reference`` through the kernel: one row x (..., in) -> (..., out) in ``x``'s dtype (an
+    opaque op in a graph)."""
+    return row_product.EXTENSION.op("int8_rows")(qweight, scales, x)  # (..., out)
 
 
 def tiles_apply(x: torch.Tensor, qweight: torch.Tensor) -> bool:

@@ -30,18 +30,22 @@ CUDA_INNER_K_TILES = (8, 4, 2)  # tinygemm's tile parameter, the largest with in
 
 
 def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """``x @ (qweight * scales[:, None]).T``: x (M, in), qweight (out, in) int8 -> (M, out).
+    """``x @ (qweight * scales[:, None]).T``: x (..., in), qweight (out, in) int8 -> (..., out).
 
     One row times a large CPU matrix (a tied LM head) goes through zoo's own row kernel, which
-    streams it faster than the aten kernel, and a prompt's rows through zoo's widened tiles and
-    a GEMM in their dtype (zoo/quant/int8_rows.py)."""
+    streams it faster than the aten kernel (and keeps x's leading dims: a decode step's layer
+    reshapes nothing), and a prompt's rows through zoo's widened tiles and a GEMM in their
+    dtype (zoo/quant/int8_rows.py)."""
     if int8_rows.applies(x, qweight):
-        return int8_rows.int8_rows(qweight, scales, x[0])[None]  # (1, out)
-    if int8_rows.tiles_apply(x, qweight):
-        return int8_rows.int8_tiles(x, qweight, scales)  # (M, out)
-    if x.device.type == "cpu":
-        return torch.ops.aten._weight_int8pack_mm(x, qweight, scales.to(x.dtype))  # (M, out)
-    return F.linear(x, qweight.to(x.dtype)) * scales.to(x.dtype)  # (M, out)
+        return int8_rows.int8_rows(qweight, scales, x)  # (..., out)
+    rows = x.reshape(-1, x.shape[-1])  # (M, in)
+    if int8_rows.tiles_apply(rows, qweight):
+        out = int8_rows.int8_tiles(rows, qweight, scales)  # (M, out)
+    elif x.device.type == "cpu":
+        out = torch.ops.aten._weight_int8pack_mm(rows, qweight, scales.to(x.dtype))  # (M, out)
+    else:
+        out = F.linear(rows, qweight.to(x.dtype)) * scales.to(x.dtype)  # (M, out)
+    return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
 
 
 def int4_pack(values: torch.Tensor) -> torch.Tensor:

@@ -135,8 +135,8 @@ class Int8Linear(QuantizedLinear):
         return cls.from_rows(qweight, scales, cls._stacked_bias(ours), scales.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)  # (M, in)
-        return self._finish(kernels.int8_matmul(rows, self.qweight, self.scales), x)
+        out = kernels.int8_matmul(x, self.qweight, self.scales)  # (..., out)
+        return out if self.bias is None else out + self.bias.to(out.dtype)
 
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32."""
@@ -224,10 +224,11 @@ class Int4Linear(QuantizedLinear):
         return cls.from_groups(values, so[..., 0], so[..., 1], cls._stacked_bias(ours), so.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)  # (M, in)
-        if self.cuda_layout:
+        if self.cuda_layout:  # tinygemm: rows (M, in), outputs padded
+            rows = x.reshape(-1, self.in_features)  # (M, in)
             return self._finish(kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros), x)
-        return self._finish(int4_cpu.matmul(rows, self.packed, self.scale_offsets), x)
+        out = int4_cpu.matmul(x, self.packed, self.scale_offsets)  # (..., out): the kernel keeps x's leading dims
+        return out if self.bias is None else out + self.bias.to(out.dtype)
 
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32. On CUDA it is read back

@@ -35,10 +35,10 @@ part of each head is rotated, as latent attention does): positional encodings re
 
 from __future__ import annotations
 
-from abc import ABCMeta, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -88,10 +88,20 @@ class ChoosesKernel(nn.Module):
         raise NotImplementedError
 
 
-class Rotation(Protocol):
-    """Rotates queries and keys by position (RoPE and its kin)."""
+class Rotation(ABC):
+    """Rotates queries and keys by position (RoPE and its kin): made once per forward by a
+    ``Positional`` and shared by every layer."""
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @abstractmethod
+    def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (B, H, T, D) and k (B, Hkv, T, D), rotated; the same shapes."""
+
+    def half_split(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos and signed_sin (B|1, 1, T, R) in ``dtype`` where this rotation is
+        ``x[..., :R] * cos + roll(x[..., :R], R/2) * signed_sin`` (the rest of each head
+        unchanged), so that a kernel can apply it on the way (an eager decode step's attention
+        rotates q and k inside its one C++ call); None where it is anything else."""
+        return None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from zoo.harness.phases.base import RunContext
 from zoo.harness.phases.compiling import run_steps
 from zoo.model.cache import KVCache
 from zoo.model.generation import decoder_start
+from zoo.model.sampling import greedy
 
 HOST_WARMUP_PROMPT = 32  # host devices warm up on at most this many prompt tokens
 WARMUP_DECODE_STEPS = 3  # enough for CUDA graphs to be recorded under reduce-overhead
@@ -46,10 +47,10 @@ class Generation:
         logits = self.steps.prefill(
             self.model, self.prompt if prompt is None else prompt, self.cache, memory=self.memory
         )
-        return logits.argmax(-1, keepdim=True)  # (B, 1)
+        return greedy(logits)[:, None]  # (B, 1)
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
-        return self.steps.decode(self.model, token, self.cache).argmax(-1, keepdim=True)  # (B, 1)
+        return greedy(self.steps.decode(self.model, token, self.cache))[:, None]  # (B, 1)
 
     def _warm_round(self, prompt: torch.Tensor, steps: int) -> None:
         token = self.prefill(prompt)
