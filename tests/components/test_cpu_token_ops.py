@@ -90,3 +90,39 @@ def test_autograd_compiled_graphs_and_the_switch_keep_pytorch(monkeypatch):
 
         torch.compile(norm, backend=backend, fullgraph=True)(x)
     assert not any("row_product_rms_norm" in str(target) for target in seen)  # inductor fuses the expression
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1, 2 * 1536), (2, 7, 2 * 40)])
+def test_silu_and_mul_is_silu_of_the_gate_times_up(dtype, shape):
+    """Within the dtype's own tolerance: the C++ exp is not Sleef's, so a float32 activation may
+    differ in its last bits and a half-precision one, rarely, by one unit of its rounding."""
+    joint = (torch.randn(*shape, generator=torch.Generator().manual_seed(4)) * 4).to(dtype)  # (..., 2F)
+    gate, up = joint.chunk(2, dim=-1)
+    with torch.no_grad():
+        assert cpu_token_ops.silu_and_mul_applies(joint)
+        got = cpu_token_ops.silu_and_mul(joint)
+    assert got.shape == (*shape[:-1], shape[-1] // 2) and got.dtype == dtype
+    torch.testing.assert_close(got, torch.nn.functional.silu(gate) * up)
+
+
+def test_a_fused_swiglu_ffn_takes_one_call_between_its_products_and_equals_the_unfused(monkeypatch):
+    from zoo.components.ffn import GatedMLP
+    from zoo.components.fused import fuse_group
+
+    torch.manual_seed(0)
+    plain = GatedMLP(32, 80, "silu", bias=False).eval()
+    fused = GatedMLP(32, 80, "silu", bias=False).eval()
+    fused.load_state_dict(plain.state_dict())
+    assert fuse_group(fused, "gate_up_proj", ("gate_proj", "up_proj"))
+    calls: list[torch.Size] = []
+    real = cpu_token_ops.silu_and_mul
+    monkeypatch.setattr(cpu_token_ops, "silu_and_mul", lambda joint: calls.append(joint.shape) or real(joint))
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), plain(x), atol=1e-6, rtol=1e-6)
+        assert calls == [torch.Size((2, 3, 160))]
+        plain(x)
+    assert calls == [torch.Size((2, 3, 160))]  # unfused: PyTorch's expression
+    fused(x)  # gradients on: PyTorch's expression
+    assert len(calls) == 1

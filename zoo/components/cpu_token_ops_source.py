@@ -1,4 +1,4 @@
-"""The C++ of a token's RMS norm and rotary rotation on the CPU (``zoo/components/cpu_token_ops.py``).
+"""The C++ of a token's RMS norm, rotary rotation and SwiGLU on the CPU (``zoo/components/cpu_token_ops.py``).
 
 Appended to the one-row products' source (``row_product_source.py``: its headers and
 ``widen1``), so that it is one more function of that extension and costs no build of its own.
@@ -91,5 +91,35 @@ torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
     });
   });
   return out;
+}
+
+// joint (..., 2F) with rows contiguous, [gate | up] (a fused gate and up projection's output) -> (..., F):
+// silu(gate) * up with torch's roundings (silu in float32 rounded to the dtype, the product rounded again).
+torch::Tensor silu_and_mul(torch::Tensor joint) {
+  const int64_t width = joint.size(-1), F = width / 2;
+  TORCH_CHECK(width % 2 == 0 && joint.stride(-1) == 1, "silu_and_mul: rows of [gate | up]");
+  auto rows = joint.reshape({-1, width});
+  auto shape = joint.sizes().vec();
+  shape.back() = F;
+  auto out = torch::empty({rows.size(0), F}, joint.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, joint.scalar_type(), "silu_and_mul", [&] {
+    using T_ = scalar_t;
+    const T_* xp = rows.data_ptr<T_>();
+    T_* op = out.data_ptr<T_>();
+    const int64_t stride = rows.stride(0);
+    at::parallel_for(0, rows.size(0), TOKEN_GRAIN, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T_* gate = xp + r * stride;
+        const T_* up = gate + F;
+        T_* o = op + r * F;
+        for (int64_t j = 0; j < F; ++j) {
+          const float g = widen1(gate[j]);
+          const T_ act = static_cast<T_>(g / (1.f + std::exp(-g)));
+          o[j] = static_cast<T_>(widen1(act) * widen1(up[j]));
+        }
+      }
+    });
+  });
+  return out.view(shape);
 }
 """

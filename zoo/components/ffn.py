@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 
+from zoo.components import cpu_token_ops
 from zoo.components.activations import ACTIVATIONS, ActivationName
-from zoo.components.fused import project
+from zoo.components.fused import is_fused, project
 from zoo.components.linear import Linear
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, FeedForward
@@ -74,12 +75,15 @@ class GatedMLP(FeedForward):
         self.up_proj = Linear(d_model, hidden, bias=bias)
         self.down_proj = Linear(hidden, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
+        self.swiglu = activation == "silu"
 
     def fusable_projections(self) -> dict[str, tuple[str, ...]]:
         """gate and up read the same input (``zoo.fuse_projections``)."""
         return {"gate_up_proj": ("gate_proj", "up_proj")}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu and is_fused(self, "gate_up_proj") and cpu_token_ops.silu_and_mul_applies(x):
+            return self.down_proj(cpu_token_ops.silu_and_mul(self.gate_up_proj(x)))  # one C++ call between
         gate, up = project(self, "gate_up_proj", ("gate_proj", "up_proj"), x)  # (B, T, hidden) each
         return self.down_proj(self.act(gate) * up)  # (B, T, d)
 

@@ -42,6 +42,11 @@ def project(module: nn.Module, fused: str, parts: Sequence[str], x: torch.Tensor
     return tuple(getattr(module, name)(x) for name in parts)
 
 
+def is_fused(module: nn.Module, fused: str) -> bool:
+    """Whether ``module``'s group ``fused`` runs as one layer (``fuse_projections``)."""
+    return fused in getattr(module, FUSED_SIZES, {})
+
+
 def fuse_group(module: nn.Module, fused: str, parts: Sequence[str]) -> bool:
     """Replace ``module``'s projections ``parts`` by one layer ``fused`` stacking them by
     output rows (``RowStackable``: plain Linears, or quantized ones of one kind); False if

@@ -89,6 +89,11 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (..., n)
         ),
         CppFunction(
+            "silu_and_mul",
+            "(Tensor joint) -> Tensor",
+            lambda joint, **_: joint.new_empty(*joint.shape[:-1], joint.shape[-1] // 2),  # (..., F)
+        ),
+        CppFunction(
             "rope",
             "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
             lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (B, H, T, D)

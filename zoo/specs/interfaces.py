@@ -89,28 +89,23 @@ class ChoosesKernel(nn.Module):
 
 
 class Rotation(ABC):
-    """Rotates queries and keys by position (RoPE and its kin): made once per forward by a
-    ``Positional`` and shared by every layer."""
+    """Rotates queries and keys by position (RoPE and its kin), once per forward for all layers."""
 
     @abstractmethod
     def __call__(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q (B, H, T, D) and k (B, Hkv, T, D), rotated; the same shapes."""
 
     def half_split(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """cos and signed_sin (B|1, 1, T, R) in ``dtype`` where this rotation is
-        ``x[..., :R] * cos + roll(x[..., :R], R/2) * signed_sin`` (the rest of each head
-        unchanged), so that a kernel can apply it on the way (an eager decode step's attention
-        rotates q and k inside its one C++ call); None where it is anything else."""
+        """cos, signed_sin (B|1, 1, T, R) in ``dtype`` where this is ``x[..., :R] * cos +
+        roll(x[..., :R], R/2) * signed_sin`` (a kernel may apply it on the way: an eager decode
+        step's attention call does); None where it is anything else."""
         return None
 
 
 @dataclass
 class Positions:
-    """Positions of the tokens in one forward call, with what each layer's encoding derives.
-
-    ``ids`` is (B, T) of absolute positions. ``rotation`` is computed once per forward per
-    distinct positional module and shared by every layer that uses it.
-    """
+    """Positions of the tokens in one forward call, with what each layer's encoding derives:
+    ``ids`` (B, T) absolute positions; ``rotation`` made once per forward per positional module."""
 
     ids: torch.Tensor  # (B, T) int64
     positional: Positional
