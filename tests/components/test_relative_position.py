@@ -262,3 +262,12 @@ def test_a_cached_step_builds_the_biased_mask_once_for_every_layer(monkeypatch: 
         step = decode_step(model, target[:, 1:2], cache)
     assert len(calls) == 1  # three decoder layers, one bias
     torch.testing.assert_close(step, full[:, 1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_the_lookup_equals_the_formula_past_max_distance_and_on_meta(bidirectional: bool) -> None:
+    table = RelativeBuckets(2, 16, 40, bidirectional=bidirectional)
+    relative = torch.arange(-500, 501)[None, None]  # (1, 1, S): far beyond max_distance both ways
+    expected = relative_position_bucket(relative, bidirectional, 16, 40)
+    assert torch.equal(table._bucket(relative), expected)
+    assert table._bucket(relative.to("meta")).shape == relative.shape  # a table per device

@@ -76,6 +76,7 @@ class RelativeBuckets(Positional):
         self.max_distance = max_distance
         self.bidirectional = bidirectional
         self.weight = nn.Parameter(torch.empty(num_buckets, n_heads))
+        self._buckets: dict[torch.device, torch.Tensor] = {}  # per device: bucket of -M..M (not state)
         self.reset_parameters()
 
     @classmethod
@@ -93,8 +94,24 @@ class RelativeBuckets(Positional):
         if n_heads != self.n_heads:
             raise ValueError(f"relative position table has {self.n_heads} heads, attention asked for {n_heads}")
         relative = key_positions[:, None, :] - query_positions[:, :, None]  # (B, T, S)
-        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return F.embedding(buckets, self.weight).permute(0, 3, 1, 2)  # (B, H, T, S)
+        return F.embedding(self._bucket(relative), self.weight).permute(0, 3, 1, 2)  # (B, H, T, S)
+
+    def _bucket(self, relative: torch.Tensor) -> torch.Tensor:
+        """``relative_position_bucket`` of each distance, eager by lookup: every distance from
+        ``max_distance`` on shares its sign's last bucket, so a table of -M..M (made once per
+        device) covers all of them, three operator calls where the formula makes a dozen (a
+        t5-small decode step built its relative-bias mask in 4.5% of its time, py-spy). A
+        compiled graph keeps the formula (inductor fuses it), as do fake tensors (an analysis
+        trace's table would outlive its mode)."""
+        M = self.max_distance
+        if torch.compiler.is_compiling() or type(relative) is not torch.Tensor:
+            return relative_position_bucket(relative, self.bidirectional, self.num_buckets, M)
+        table = self._buckets.get(relative.device)
+        if table is None:
+            span = torch.arange(-M, M + 1, device=relative.device)  # (2M + 1,)
+            table = relative_position_bucket(span, self.bidirectional, self.num_buckets, M)
+            self._buckets[relative.device] = table
+        return table[relative.clamp(-M, M) + M]  # (B, T, S)
 
     def extra_repr(self) -> str:
         return (
