@@ -87,12 +87,9 @@ class QuantizedLinear(nn.Module, RowStackable):
         bias = 0 if self.bias is None else self.out_features
         return (self.in_features * self.out_features + bias) * dtype.itemsize
 
-    def _finish(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        if out.shape[1] != self.out_features:
-            out = out[:, : self.out_features]  # (M, out): padded rows dropped
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.reshape(*x.shape[:-1], self.out_features)  # (..., out)
+    def _biased(self, out: torch.Tensor) -> torch.Tensor:
+        """The kernel's product (..., out) plus the bias, where the layer has one."""
+        return out if self.bias is None else out + self.bias.to(out.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -136,7 +133,7 @@ class Int8Linear(QuantizedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = kernels.int8_matmul(x, self.qweight, self.scales)  # (..., out)
-        return out if self.bias is None else out + self.bias.to(out.dtype)
+        return self._biased(out)
 
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32."""
@@ -226,9 +223,9 @@ class Int4Linear(QuantizedLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.cuda_layout:  # tinygemm: rows (M, in), outputs padded
             rows = x.reshape(-1, self.in_features)  # (M, in)
-            return self._finish(kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros), x)
-        out = int4_cpu.matmul(x, self.packed, self.scale_offsets)  # (..., out): the kernel keeps x's leading dims
-        return out if self.bias is None else out + self.bias.to(out.dtype)
+            out = kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros)[:, : self.out_features]
+            return self._biased(out.reshape(*x.shape[:-1], self.out_features))  # (..., out)
+        return self._biased(int4_cpu.matmul(x, self.packed, self.scale_offsets))  # (..., out): x's leading dims kept
 
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32. On CUDA it is read back
