@@ -126,6 +126,7 @@ def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op(monkeypatch, fresh):
         from zoo.components import cpu_extension
 
         monkeypatch.delitem(cpu_extension._loaded, rows.EXTENSION.name, raising=False)
+        monkeypatch.setattr(rows.EXTENSION, "_available", None)
         torch._dynamo.reset()
     layer = Linear(512, 1024).eval()
     x = torch.randn(1, 1, 512)

@@ -55,6 +55,7 @@ class CppExtension:
         self.functions = [function.name for function in functions]
         _extensions[name] = self  # a re-imported module's extension replaces the old one
         self._calls = {function.name: _call(name, function) for function in functions}
+        self._available: bool | None = None  # the answer of ``available``, once asked
 
     def load(self) -> types.ModuleType | None:
         """The built extension, or None where it cannot be built (``cpu_extension``)."""
@@ -62,8 +63,14 @@ class CppExtension:
 
     def available(self) -> bool:
         """Whether the extension builds here: a ``Kernel``'s ``loads``. Asked while a graph is
-        traced (a layer choosing its one-row path), it is built then, outside the trace."""
-        return _built(self.name)
+        traced (a layer choosing its one-row path), it is built then, outside the trace.
+
+        Kept once known: an eager decode step asks it before every norm, rotation, attention
+        and int8 product (122 times a SmolLM2-135M step), and the five calls down to the
+        build's memo cost 3.5% of that step at two threads."""
+        if self._available is None:
+            self._available = _built(self.name)
+        return self._available
 
     def op(self, function: str) -> Callable[..., torch.Tensor]:
         """``function``, called as the module doc says (eager: the pybind function; traced: the op)."""
