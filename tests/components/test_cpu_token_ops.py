@@ -21,11 +21,11 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 def _torch_path(monkeypatch: pytest.MonkeyPatch, call):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv(cpu_token_ops.ENV_SWITCH, "0")
+    monkeypatch.setattr(cpu_token_ops, "ENABLED", False)
     try:
         return call()
     finally:
-        monkeypatch.delenv(cpu_token_ops.ENV_SWITCH)
+        monkeypatch.setattr(cpu_token_ops, "ENABLED", True)
 
 
 def _exact_in_half(got: torch.Tensor, expected: torch.Tensor) -> None:
@@ -79,9 +79,9 @@ def test_autograd_compiled_graphs_and_the_switch_keep_pytorch(monkeypatch):
         assert cpu_token_ops.rms_norm_applies(x, norm.weight)
         assert not cpu_token_ops.rms_norm_applies(x.double(), norm.weight.double())
         assert not cpu_token_ops.rms_norm_applies(x.bfloat16(), norm.weight)  # mixed dtypes: PyTorch promotes
-        monkeypatch.setenv(cpu_token_ops.ENV_SWITCH, "0")
+        monkeypatch.setattr(cpu_token_ops, "ENABLED", False)
         assert not cpu_token_ops.rms_norm_applies(x, norm.weight)
-        monkeypatch.delenv(cpu_token_ops.ENV_SWITCH)
+        monkeypatch.setattr(cpu_token_ops, "ENABLED", True)
         seen: list[object] = []
 
         def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:

@@ -3,8 +3,6 @@ compiled graphs; and the default one-row paths, torch.mv (float32) and F.linear 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,7 +20,7 @@ TOLERANCE = {torch.float32: {"atol": 1e-4, "rtol": 1e-5}, torch.bfloat16: {"atol
 @pytest.fixture(autouse=True)
 def kernel_on(monkeypatch):
     """The kernel is opt-in; these tests opt in unless they say otherwise."""
-    monkeypatch.setenv(rows.ENV_SWITCH, "1")
+    monkeypatch.setattr(rows, "FORCED", True)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -79,12 +77,9 @@ def test_other_products_skip_the_kernel(x_shape, weight_shape, grad):
             assert torch.equal(layer(x), expected)
 
 
-@pytest.mark.parametrize("switch", [None, "0"])
+@pytest.mark.parametrize("switch", [None, False])
 def test_without_the_switch_one_float32_row_is_torch_mv(monkeypatch, switch):
-    if switch is None:
-        monkeypatch.delenv(rows.ENV_SWITCH)
-    else:
-        monkeypatch.setenv(rows.ENV_SWITCH, switch)
+    monkeypatch.setattr(rows, "FORCED", switch)
     dtype = torch.float32
     layer = Linear(512, 1024).to(dtype)
     x = torch.randn(1, 1, 512, dtype=dtype)
@@ -100,7 +95,7 @@ def test_without_the_switch_one_float32_row_is_torch_mv(monkeypatch, switch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_one_half_precision_row_is_f_linear(monkeypatch, dtype):
     """bf16/fp16 one-row products stream faster through F.linear (linear.py's measurements)."""
-    monkeypatch.delenv(rows.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(rows, "FORCED", None)
     layer = Linear(512, 1024).to(dtype)
     x = torch.randn(1, 1, 512, dtype=dtype)
     with torch.inference_mode():
@@ -173,7 +168,7 @@ def test_cached_decode_through_the_kernel_equals_the_full_forward():
 def test_without_the_switch_a_run_takes_the_kernel_for_the_dtypes_measured_faster(monkeypatch):
     """``measured_faster``: the harness passes the dtypes the host probe found the kernel faster
     in; the switch, where set, decides regardless."""
-    monkeypatch.delenv(rows.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(rows, "FORCED", None)
     layer = Linear(512, 1024)  # 2 MiB float32: large enough for the kernel
     x = torch.randn(1, 512)
     with torch.inference_mode():
@@ -181,6 +176,7 @@ def test_without_the_switch_a_run_takes_the_kernel_for_the_dtypes_measured_faste
         with rows.measured_faster([torch.float32]):
             assert uses_row_kernel(x, layer.weight) and not uses_row_kernel(x.bfloat16(), layer.weight.bfloat16())
             torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), **TOLERANCE[torch.float32])
-            monkeypatch.setenv(rows.ENV_SWITCH, "0")
+            monkeypatch.setattr(rows, "FORCED", False)
             assert not uses_row_kernel(x, layer.weight)
-        assert not uses_row_kernel(x, layer.weight) or os.environ[rows.ENV_SWITCH] == "1"
+        monkeypatch.setattr(rows, "FORCED", None)
+        assert not uses_row_kernel(x, layer.weight)

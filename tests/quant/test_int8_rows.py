@@ -85,10 +85,10 @@ def test_small_matrices_several_rows_and_the_switch_keep_torchs_kernel(monkeypat
     with torch.no_grad():
         assert not int8_rows.applies(one, small.qweight)  # the call's dispatch is the cost
         assert not int8_rows.applies(many, big.qweight)
-        monkeypatch.setenv(int8_rows.ENV_SWITCH, "0")
+        monkeypatch.setattr(int8_rows, "ENABLED", False)
         assert not int8_rows.applies(one, big.qweight)
         assert torch.equal(kernels.int8_matmul(one, big.qweight, big.scales), reference(big, one))
-    monkeypatch.delenv(int8_rows.ENV_SWITCH)
+    monkeypatch.setattr(int8_rows, "ENABLED", True)
     assert not int8_rows.applies(one, big.qweight)  # grad mode on: not a decode step
 
 
@@ -153,8 +153,8 @@ def test_decode_through_the_kernel_gives_the_logits_of_torchs_kernel(monkeypatch
     monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 0)
     prompt = torch.randint(spec.vocab_size, (1, 6), generator=torch.Generator().manual_seed(0))
 
-    def logits(step: object, switch: str) -> torch.Tensor:
-        monkeypatch.setenv(int8_rows.ENV_SWITCH, switch)
+    def logits(step: object, switch: bool) -> torch.Tensor:
+        monkeypatch.setattr(int8_rows, "ENABLED", switch)
         cache = KVCache(model, 1, 10, dtype=torch.bfloat16, device="cpu")
         token = prefill(model, prompt, cache).argmax(-1, keepdim=True)  # (1, 1)
         first = step(model, token, cache)  # type: ignore[operator]
@@ -162,7 +162,7 @@ def test_decode_through_the_kernel_gives_the_logits_of_torchs_kernel(monkeypatch
         return torch.stack((first, second)).float()  # (2, 1, vocab)
 
     with torch.no_grad():
-        reference = logits(decode_step, "0")
-        torch.testing.assert_close(logits(decode_step, "1"), reference, rtol=2e-2, atol=2e-2)
+        reference = logits(decode_step, False)
+        torch.testing.assert_close(logits(decode_step, True), reference, rtol=2e-2, atol=2e-2)
         assert int8_rows.applies(torch.ones(1, spec.d_model, dtype=torch.bfloat16), model.lm_head.qweight)
-        torch.testing.assert_close(logits(compile_decode_step(), "1"), reference, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(logits(compile_decode_step(), True), reference, rtol=2e-2, atol=2e-2)

@@ -7,7 +7,7 @@ in registers, multiplies and accumulates, rows split over torch's threads. Wheth
 torch's own one-row path depends on the CPU, so it is chosen by measurement: the host probe
 (``zoo.analysis.host_probe``, once per machine) times both on a decode-shaped weight per
 dtype, and a ``zoo bench``/``compare`` run on the CPU takes the kernel for the dtypes it was
-faster in (``measured_faster``). ``ZOO_ROW_KERNEL=1`` forces it on and ``0`` off; elsewhere
+faster in (``measured_faster``). ``ZOO_ROW_KERNEL=1`` forces it on and ``0`` off (read at import); elsewhere
 (no run, no probe) the one-row paths are ``torch.mv`` in float32 and ``F.linear`` in half
 precision (``zoo/components/linear.py``, measured there).
 
@@ -49,6 +49,9 @@ from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
 from zoo.components.row_product_source import SOURCE
 
 ENV_SWITCH = "ZOO_ROW_KERNEL"
+# the switch: True (1), False (0) or None (unset: the run's measurement decides), read once when
+# this module imports, as cpu_token_ops' (every one-row product asks); a test sets ``FORCED``
+FORCED: bool | None = {"1": True, "0": False}.get(os.environ.get(ENV_SWITCH, ""))
 MIN_WEIGHT_BYTES = 1 << 14  # 16 KiB: smaller products are their call's cost whichever path takes them
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -122,8 +125,7 @@ def enabled(dtype: torch.dtype) -> bool:
     """Whether one-row products in ``dtype`` take the kernel: ``ZOO_ROW_KERNEL`` decides where it
     is 1 or 0, else whether the run measured it faster here (``measured_faster``); never where
     it cannot be built."""
-    switch = os.environ.get(ENV_SWITCH)
-    wanted = switch == "1" if switch in ("0", "1") else dtype in _faster
+    wanted = dtype in _faster if FORCED is None else FORCED
     return wanted and available()
 
 
