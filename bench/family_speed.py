@@ -8,8 +8,11 @@ the pure-PyTorch maths, ``auto`` the fastest that runs here) and each step of ``
 ``zoo bench --compile`` times, ``zoo.harness.phases.compiling``: prefill and decode step
 compiled whole), the table gives decode tokens/s,
 the bytes one decode step moves (``decode_bytes_per_step`` at the decode midpoint), the
-bandwidth that achieves, its fraction of the measured host bandwidth (``zoo hardware``),
-prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
+bandwidth that achieves, its fraction of the host's read bandwidth measured in the same round
+(``of round's roofline``: the median over rounds of each round's figure; on this project's
+shared 2-core VM the probe read 28 to 42 GB/s in three runs a minute apart, so only a probe
+taken under the rounds' own load makes a fraction that means something) and of the cached
+probe (``zoo hardware``), prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
 under a load that changes from round to round): ``vs gpt2``, decode tokens/s over gpt2's (same
 dtype, implementation and step), and ``vs first``, over the same family's first variant in
 the same dtype (its first implementation and step: compiled against eager, auto against
@@ -45,7 +48,7 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
 from zoo.analysis.devices import device_peaks
-from zoo.analysis.host_probe import cpu_description, host_peaks
+from zoo.analysis.host_probe import cpu_description, host_peaks, probe_buffer, probe_bytes, read_bytes_per_s
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.files.host_memory import rehome
@@ -137,11 +140,14 @@ def _median_ratio(mine: list[float], base: list[float]) -> str:
     return f"{statistics.median(a / b for a, b in zip(mine, base, strict=True)):.2f}x"
 
 
-def _table(cases: list[Case], args: argparse.Namespace) -> None:
+def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float]) -> None:
+    """``bandwidths``: the read bandwidth measured in each round, each round's roofline."""
     peaks = device_peaks("cpu", "")
     print(
         f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
-        f"{peaks.bandwidth / 1e9:.1f} GB/s"
+        f"{peaks.bandwidth / 1e9:.1f} GB/s; read bandwidth in each round (its rows' roofline): "
+        + ", ".join(f"{b / 1e9:.1f}" for b in bandwidths)
+        + " GB/s"
     )
     print(
         f"batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
@@ -149,14 +155,15 @@ def _table(cases: list[Case], args: argparse.Namespace) -> None:
     )
     print(
         "| family | dtype | step | impl | decode tok/s | vs gpt2 | vs first | MB per step | achieved GB/s "
-        "| of roofline | prefill tok/s |"
+        "| of round's roofline | of cached roofline | prefill tok/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
         decode = statistics.median(c.decode)
         context, memory = (1, args.prompt_len) if c.seq2seq else (args.prompt_len, 0)
         nbytes = decode_bytes_per_step(c.spec, 1, context + args.decode // 2, c.dtype, memory_len=memory)
         achieved = decode * nbytes
+        fraction = statistics.median(d * nbytes / b for d, b in zip(c.decode, bandwidths, strict=True))
         gpt2 = next(
             (o for o in cases if (o.family, o.dtype, o.impl, o.step) == ("gpt2", c.dtype, c.impl, c.step)), None
         )
@@ -165,7 +172,7 @@ def _table(cases: list[Case], args: argparse.Namespace) -> None:
         print(
             f"| {c.family} | {c.dtype} | {c.step} | {impl} | {decode:.1f} "
             f"| {_median_ratio(c.decode, gpt2.decode) if gpt2 else '-'} | {_median_ratio(c.decode, first.decode)} "
-            f"| {nbytes / 1e6:.0f} | {achieved / 1e9:.2f} | {achieved / peaks.bandwidth:.0%} "
+            f"| {nbytes / 1e6:.0f} | {achieved / 1e9:.2f} | {fraction:.0%} | {achieved / peaks.bandwidth:.0%} "
             f"| {statistics.median(c.prefill):.0f} |"
         )
 
@@ -197,6 +204,7 @@ def main() -> None:
         rehome(case.model)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     max_len = args.prompt_len + args.decode
+    buffer, bandwidths = probe_buffer(probe_bytes()), []  # (R, 4096) float32: the rounds' roofline probe
     faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
     # no_grad, not inference_mode: a compiled step that writes the cache in place cannot be traced under it
     with torch.no_grad(), row_product.measured_faster(faster):  # as a `zoo bench` run on this host
@@ -204,11 +212,13 @@ def main() -> None:
             one_round(case, ids, 3, max_len)
             case.prefill.clear(), case.decode.clear()
         for index in range(args.rounds):
+            bandwidths.append(read_bytes_per_s(buffer))  # this round's load, as its models see it
             # a family's variants back to back, their order flipped every round: the second of a pair
             # ran up to 20% faster whatever it was (gpt2 against itself), so none always goes second
             for case in sorted(cases, key=lambda c: (c.family, cases.index(c) * (-1) ** index)):
                 one_round(case, ids, args.decode, max_len)
-    _table(cases, args)
+    del buffer
+    _table(cases, args, bandwidths)
 
 
 if __name__ == "__main__":

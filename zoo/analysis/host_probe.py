@@ -167,15 +167,29 @@ def _rehomed(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.clone()
 
 
-def _bandwidths(nbytes: int) -> tuple[float, float, dict[str, float]]:
-    """(copy bytes/s, read bytes/s, one-row product bytes/s by dtype) over one buffer of ``nbytes``."""
+def probe_buffer(nbytes: int) -> torch.Tensor:
+    """The bandwidth probes' float32 buffer (R, 4096) of about ``nbytes``, R even, in memory
+    allocated now."""
     cols = 4096
     rows = max(nbytes // (4 * cols), 2) // 2 * 2
-    buffer = _rehomed(torch.full((rows, cols), 0.5))  # (R, C) float32; bf16 view: 0x0000 and 0x3F00, no NaN
+    return _rehomed(torch.full((rows, cols), 0.5))  # (R, C) float32; bf16 view: 0x0000 and 0x3F00, no NaN
+
+
+def read_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
+    """The bandwidth of reading ``buffer`` whole (a sum): the roofline's figure. A benchmark on a
+    shared machine measures it in each of its rounds too (bench/family_speed.py), so that its
+    fractions compare figures taken under the same load."""
+    return buffer.numel() * buffer.element_size() / _median_seconds(buffer.sum, runs)
+
+
+def _bandwidths(nbytes: int) -> tuple[float, float, dict[str, float]]:
+    """(copy bytes/s, read bytes/s, one-row product bytes/s by dtype) over one buffer of ``nbytes``."""
+    buffer = probe_buffer(nbytes)  # (R, C) float32
+    rows, cols = buffer.shape
     half = rows // 2
     source, target = buffer[:half], buffer[half:]  # (R/2, C) each
     copy = 2 * source.numel() * 4 / _median_seconds(lambda: target.copy_(source), RUNS)
-    read = buffer.numel() * 4 / _median_seconds(buffer.sum, RUNS)
+    read = read_bytes_per_s(buffer)
     vector = torch.full((cols,), 0.25)  # (C,)
     gemv = {"float32": buffer.numel() * 4 / _median_seconds(lambda: torch.mv(buffer, vector), RUNS)}
     weight = buffer.view(torch.bfloat16)  # (R, 2C), the same bytes
