@@ -55,6 +55,7 @@ from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, decoder_start, prefill
+from zoo.model.sampling import greedy
 from zoo.specs.model import ModelSpec
 from zoo.specs.registry import reset_registry
 from zoo.specs.staging import stage_plugin
@@ -129,10 +130,10 @@ def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
     start = time.perf_counter()
     cache, logits = _prefill(case, ids, max_len)  # (1, V)
     case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
-    token = logits.argmax(-1, keepdim=True)  # (1, 1)
+    token = greedy(logits)[:, None]  # (1, 1): as `zoo bench` picks (max, not argmax, of half precision)
     start = time.perf_counter()
     for _ in range(steps):
-        token = case.run.decode(case.model, token, cache).argmax(-1, keepdim=True)  # (1, 1)
+        token = greedy(case.run.decode(case.model, token, cache))[:, None]  # (1, 1)
     case.decode.append(steps / (time.perf_counter() - start))
 
 
