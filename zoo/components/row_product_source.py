@@ -9,6 +9,14 @@ targets (``-march=native``: AVX512 or AVX2), and leaves it undefined elsewhere, 
 arrays stay correct. Each row is reduced in four accumulators; rows are split over torch's
 threads (``at::parallel_for``) in grains of 64.
 
+A bfloat16 row times a bfloat16 matrix, where the compiler targets AVX512_BF16 (Zen 4,
+Cooper Lake, Sapphire Rapids), takes ``vdpbf16ps`` instead (``bf16_rows_times``): 32 exact
+products a call added into float32 lanes (pairwise, denormals flushed), where widening each
+weight and an FMA left the loop compute-bound at 15-17 GB/s on a 256 MB matrix at two
+threads while a plain sum read 24-32; the instruction read it at 23-26 GB/s, and decoded
+gpt2 (4 layers, bfloat16) 1.15x and t5-small 1.17x as fast at two threads, 1.03x at one
+(interleaved workers, same greedy tokens).
+
 ``int8_rows`` over rows whose length is a multiple of 32 takes llama.cpp's numerics instead
 (``int8_q8``): the row ``x`` quantized to int8 per block of 32 (scale absmax / 127, rounded
 to nearest even), per block the integer dot product of those bytes with the weight's
@@ -94,12 +102,42 @@ static void rows_times(const T* w, const float* x, float* out, int64_t rows, int
   });
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+// out[r] = sum_k w[r, k] * x[k], both bfloat16: vdpbf16ps multiplies 32 pairs exactly (a bfloat16 product fits a
+// float32) and adds them to 16 float32 lanes, where widening each weight and an FMA took three instructions per 16.
+static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, float* out, int64_t rows, int64_t n) {
+  const int64_t full = n - n % 64;
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const at::BFloat16* row = w + r * n;
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();  // two chains: consecutive adds do not wait
+      int64_t k = 0;
+      for (; k < full; k += 64) {
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(row + k), (__m512bh)_mm512_loadu_si512(x + k));
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(row + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
+      }
+      float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+      for (; k < n; ++k) sum += static_cast<float>(row[k]) * static_cast<float>(x[k]);
+      out[r] = sum;
+    }
+  });
+}
+#endif
+
 // weight (out, in) float32 / bfloat16 / float16, x (in) -> weight @ x (+ bias) (out) in x's dtype.
 torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == x.numel(), "row_product: shapes");
   const int64_t rows = weight.size(0), n = weight.size(1);
-  auto xf = x.to(torch::kFloat).contiguous();
   auto out = torch::empty({rows}, x.options().dtype(torch::kFloat));
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  if (weight.scalar_type() == torch::kBFloat16 && x.scalar_type() == torch::kBFloat16) {
+    auto xc = x.contiguous();
+    bf16_rows_times(weight.data_ptr<at::BFloat16>(), xc.data_ptr<at::BFloat16>(), out.data_ptr<float>(), rows, n);
+    if (bias.has_value()) out.add_(bias->to(torch::kFloat));
+    return out.to(x.scalar_type());
+  }
+#endif
+  auto xf = x.to(torch::kFloat).contiguous();
   const float* xp = xf.data_ptr<float>();
   float* op = out.data_ptr<float>();
   if (weight.scalar_type() == torch::kFloat) rows_times(weight.data_ptr<float>(), xp, op, rows, n);
