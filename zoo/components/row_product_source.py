@@ -105,7 +105,9 @@ static void rows_times(const T* w, const float* x, float* out, int64_t rows, int
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 // out[r] = sum_k w[r, k] * x[k], both bfloat16: vdpbf16ps multiplies 32 pairs exactly (a bfloat16 product fits a
 // float32) and adds them to 16 float32 lanes, where widening each weight and an FMA took three instructions per 16.
-static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, float* out, int64_t rows, int64_t n) {
+// The sum plus bias[r] (where given), rounded once to bfloat16 into out, as ``F.linear`` rounds it.
+static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, const at::BFloat16* bias, at::BFloat16* out,
+                            int64_t rows, int64_t n) {
   const int64_t full = n - n % 64;
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -118,7 +120,7 @@ static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, float*
       }
       float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
       for (; k < n; ++k) sum += static_cast<float>(row[k]) * static_cast<float>(x[k]);
-      out[r] = sum;
+      out[r] = static_cast<at::BFloat16>(bias ? sum + static_cast<float>(bias[r]) : sum);
     }
   });
 }
@@ -128,15 +130,19 @@ static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, float*
 torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == x.numel(), "row_product: shapes");
   const int64_t rows = weight.size(0), n = weight.size(1);
-  auto out = torch::empty({rows}, x.options().dtype(torch::kFloat));
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-  if (weight.scalar_type() == torch::kBFloat16 && x.scalar_type() == torch::kBFloat16) {
+  const bool bf16_bias = !bias.has_value() || (bias->scalar_type() == torch::kBFloat16 && bias->is_contiguous() &&
+                                               bias->numel() == rows);
+  if (weight.scalar_type() == torch::kBFloat16 && x.scalar_type() == torch::kBFloat16 && bf16_bias) {
     auto xc = x.contiguous();
-    bf16_rows_times(weight.data_ptr<at::BFloat16>(), xc.data_ptr<at::BFloat16>(), out.data_ptr<float>(), rows, n);
-    if (bias.has_value()) out.add_(bias->to(torch::kFloat));
-    return out.to(x.scalar_type());
+    auto result = torch::empty({rows}, x.options());  // written in bfloat16: no float32 copy to convert after
+    const at::BFloat16* b = bias.has_value() ? bias->data_ptr<at::BFloat16>() : nullptr;
+    bf16_rows_times(weight.data_ptr<at::BFloat16>(), xc.data_ptr<at::BFloat16>(), b, result.data_ptr<at::BFloat16>(),
+                    rows, n);
+    return result;
   }
 #endif
+  auto out = torch::empty({rows}, x.options().dtype(torch::kFloat));
   auto xf = x.to(torch::kFloat).contiguous();
   const float* xp = xf.data_ptr<float>();
   float* op = out.data_ptr<float>();
