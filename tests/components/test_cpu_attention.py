@@ -43,6 +43,42 @@ def test_the_kernel_equals_torchs_attention_masked_and_over_a_sliced_cache(heads
         torch.testing.assert_close(sdpa(q, k, v, **plain), _torch(q, k, v, **plain))
 
 
+@pytest.mark.parametrize("threads", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_keys_split_over_threads_give_the_same_attention(threads, dtype):
+    """Where the (sequence, K/V head) pairs do not share evenly over the threads (SmolLM2's three
+    K/V heads over two or four), each pair's keys go in parts to the threads and the parts' softmaxes
+    are merged: torch's attention still, masked (a static cache's unwritten tail leaves a part
+    with no key), with a position bias, and over a sliced cache."""
+    g = torch.Generator().manual_seed(threads)
+    q = torch.randn(1, 9, 1, 64, generator=g).to(dtype)
+    cache_k = torch.randn(1, 3, 400, 64, generator=g).to(dtype)
+    cache_v = torch.randn(1, 3, 400, 64, generator=g).to(dtype)
+    written = torch.zeros(1, 1, 1, 400, dtype=torch.bool)
+    written[..., :190] = True  # the last part of two (or of three) sees no key
+    bias = torch.randn(1, 9, 1, 400, generator=g).masked_fill(~written, float("-inf"))
+    tolerance = {} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            for options, k, v in [
+                ({"attn_mask": written, "enable_gqa": True}, cache_k, cache_v),
+                ({"attn_mask": bias.to(dtype), "enable_gqa": True}, cache_k, cache_v),
+                ({"enable_gqa": True}, cache_k[:, :, :333], cache_v[:, :, :333]),
+            ]:
+                assert cpu_attention.applies(q, k, v, options)
+                got = sdpa(q, k, v, **options)
+                mask = options.get("attn_mask")
+                reference = {
+                    **options,
+                    "attn_mask": mask.float() if mask is not None and mask.is_floating_point() else mask,
+                }
+                torch.testing.assert_close(got.float(), _torch(q, k, v, **reference), **tolerance)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(("batch", "heads"), [(1, 1), (2, 1), (1, 6), (2, 6)])
 def test_an_additive_mask_is_added_to_the_scores_as_torch_adds_it(batch, heads):
     """A position bias with -inf where keys are masked (T5's relative buckets at a decode

@@ -2,7 +2,7 @@
 
 A decode step attends one query per sequence over the cached keys and values. torch's CPU
 kernel (flash attention for the CPU) is built for blocks of queries; for one it ran 1.7-10x
-as long as zoo's loop (``one_query_attention`` of zoo/components/cpu_attention_source.py,
+as long as zoo's loop (``one_query_attention`` of zoo/components/cpu_attention_calls_source.py,
 built in the one-row products' extension so that it costs no build of its own), which reads
 each key/value head's rows once, in their dtype, for the head's whole group of query heads,
 and skips masked keys (a compiled step's static cache masks the slots not yet written):

@@ -22,6 +22,15 @@ of 64, bfloat16, 135 keys) 14.2 / 6.6; gpt2's (12 of 64, float32) 35.6 / 12.7; Q
 heads 823 / 280. Inside SmolLM2's real decode step (its K/V no longer cached) a call took 29.3
 against 18.5 µs. Other head sizes, float64 and hosts without AVX-512 take
 ``attend_group_any``, the plain loops.
+
+Threads take (sequence, key/value head) pairs (``cpu_attention_calls_source.py``). Where the
+pairs do not share evenly over them (SmolLM2-135M's three K/V heads over two threads: one
+thread did two, and two threads ran a call no faster than one), each pair's keys go in parts
+(``key_parts``: enough that the parts share evenly, each of at least 64 keys), each part's
+softmax stays unnormalised (its max, sum and weighted sum of V: ``attend_part16``) and the
+parts are merged rescaled to their common max (``attend_in_parts`` there, flash-decoding's
+split). The same softmax with its sums added in another order: results depend on the thread
+count in the last bits (2e-7 in float32).
 """
 
 from __future__ import annotations
@@ -102,11 +111,12 @@ static inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(e, n));
 }
 
-// A row of Sp scores (Sp a multiple of 16) into its softmax numerators e^(s - max); returns their sum.
-static inline float exp_row16(float* row, int64_t Sp) {
-  __m512 top = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < Sp; i += 16) top = _mm512_max_ps(top, _mm512_loadu_ps(row + i));
-  const __m512 t = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+// A row of Sp scores (Sp a multiple of 16) into its softmax numerators e^(s - max); returns their sum, the max in *top.
+static inline float exp_row16(float* row, int64_t Sp, float* top) {
+  __m512 most = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < Sp; i += 16) most = _mm512_max_ps(most, _mm512_loadu_ps(row + i));
+  *top = _mm512_reduce_max_ps(most);
+  const __m512 t = _mm512_set1_ps(*top);
   for (int64_t i = 0; i < Sp; i += 16) {
     const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + i), t));
     _mm512_storeu_ps(row + i, e);
@@ -115,17 +125,17 @@ static inline float exp_row16(float* row, int64_t Sp) {
   return _mm512_reduce_add_ps(sum);
 }
 
-// attend_group_any's result for D = 16 * DC. Query heads go in blocks of GB (GB * DC <= 16 registers): each key
-// row is loaded once per block for its GB dots, and the block's GB weighted sums of V stay in registers over S.
+// Keys [0, S) of one (sequence, key/value head) for its G query heads, D = 16 * DC, before normalising: per head the
+// scores' max (tops), the sum of e^(score - max) (sums) and the weighted sum of V by those (acc, G rows of D).
+// Query heads go in blocks of GB (GB * DC <= 16 registers): each key row is loaded once per block for its GB dots,
+// and the block's GB weighted sums of V stay in registers over S. scores: room for G rows of S rounded up to 16;
+// bias: G rows of bias_row floats (a position bias, the keys' own slice of each row) or null.
 template <typename T, int DC>
-static void attend_group16(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
-                           const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
-                           float scale, std::vector<float>& buf) {
+static void attend_part16(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
+                          const bool* m, const float* bias, int64_t bias_row, int64_t G, int64_t S, float scale,
+                          float* scores, float* tops, float* sums, float* acc) {
   constexpr int64_t GB = DC >= 16 ? 1 : 16 / DC, D = 16 * DC;
   const int64_t Sp = (S + 15) / 16 * 16;  // score rows padded to whole registers with -inf
-  buf.resize(G * (Sp + 1));
-  float* scores = buf.data();  // (G, Sp)
-  float* sums = scores + G * Sp;  // (G)
   for (int64_t g0 = 0; g0 < G; g0 += GB) {
     const int64_t gn = std::min(GB, G - g0);
     __m512 qr[GB][DC];
@@ -143,37 +153,75 @@ static void attend_group16(const T* q, int64_t q_head_stride, const T* k, const 
       for (int64_t g = 0; g < gn; ++g) {
         __m512 dot = _mm512_mul_ps(qr[g][0], key[0]);
         for (int j = 1; j < DC; ++j) dot = _mm512_fmadd_ps(qr[g][j], key[j], dot);
-        col[g * Sp] = _mm512_reduce_add_ps(dot) + (bias == nullptr ? 0.f : bias[(g0 + g) * S + s]);
+        col[g * Sp] = _mm512_reduce_add_ps(dot) + (bias == nullptr ? 0.f : bias[(g0 + g) * bias_row + s]);
       }
     }
   }
   for (int64_t g = 0; g < G; ++g) {
     std::fill(scores + g * Sp + S, scores + (g + 1) * Sp, -INFINITY);
-    sums[g] = exp_row16(scores + g * Sp, Sp);
+    sums[g] = exp_row16(scores + g * Sp, Sp, tops + g);  // a fully masked part: top -inf, sum 0, acc 0
   }
   for (int64_t g0 = 0; g0 < G; g0 += GB) {
     const int64_t gn = std::min(GB, G - g0);
-    __m512 acc[GB][DC];
+    __m512 sum[GB][DC];
     for (int64_t g = 0; g < GB; ++g)
-      for (int j = 0; j < DC; ++j) acc[g][j] = _mm512_setzero_ps();
+      for (int j = 0; j < DC; ++j) sum[g][j] = _mm512_setzero_ps();
     for (int64_t s = 0; s < S; ++s) {
       if (m != nullptr && !m[s]) continue;
       __m512 value[DC];
       for (int j = 0; j < DC; ++j) value[j] = load16(v + s * v_row + 16 * j);
       for (int64_t g = 0; g < gn; ++g) {
         const __m512 p = _mm512_set1_ps(scores[(g0 + g) * Sp + s]);
-        for (int j = 0; j < DC; ++j) acc[g][j] = _mm512_fmadd_ps(p, value[j], acc[g][j]);
+        for (int j = 0; j < DC; ++j) sum[g][j] = _mm512_fmadd_ps(p, value[j], sum[g][j]);
       }
     }
-    for (int64_t g = 0; g < gn; ++g) {
-      alignas(64) float row[D];
-      const __m512 inverse = _mm512_set1_ps(1.f / sums[g0 + g]);
-      for (int j = 0; j < DC; ++j) _mm512_store_ps(row + 16 * j, _mm512_mul_ps(acc[g][j], inverse));
-      T* o = out + (g0 + g) * out_head_stride;
-      for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(row[d]);
-    }
+    for (int64_t g = 0; g < gn; ++g)
+      for (int j = 0; j < DC; ++j) _mm512_storeu_ps(acc + (g0 + g) * D + 16 * j, sum[g][j]);
   }
 }
+
+// attend_group_any's result for D = 16 * DC: the keys in one part, normalised.
+template <typename T, int DC>
+static void attend_group16(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
+                           const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
+                           float scale, std::vector<float>& buf) {
+  constexpr int64_t D = 16 * DC;
+  const int64_t Sp = (S + 15) / 16 * 16;
+  buf.resize(G * (Sp + D + 2));
+  float* scores = buf.data();     // (G, Sp)
+  float* acc = scores + G * Sp;   // (G, D)
+  float* sums = acc + G * D;      // (G)
+  float* tops = sums + G;         // (G)
+  attend_part16<T, DC>(q, q_head_stride, k, v, k_row, v_row, m, bias, S, G, S, scale, scores, tops, sums, acc);
+  for (int64_t g = 0; g < G; ++g) {
+    alignas(64) float row[D];
+    const __m512 inverse = _mm512_set1_ps(1.f / sums[g]);
+    for (int j = 0; j < DC; ++j)
+      _mm512_store_ps(row + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * j), inverse));
+    T* o = out + g * out_head_stride;
+    for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(row[d]);
+  }
+}
+#endif
+
+// Whether heads of D take the register-blocked loops (attend_group16) for T.
+template <typename T>
+static bool attends16(int64_t D) {
+#if defined(ZOO_ATTEND16)
+  if constexpr (!std::is_same_v<T, double>) {  // float64 takes the plain loops
+    if (D % 16 != 0) return false;
+    switch (D / 16) {
+      case 1: case 2: case 3: case 4: case 5: case 6: case 8: case 12: case 16: return true;
+      default: return false;
+    }
+  }
+#endif
+  return false;
+}
+
+#if defined(ZOO_ATTEND16)
+#define ZOO_ATTEND16_CASES(CALL) \
+  CALL(1) CALL(2) CALL(3) CALL(4) CALL(5) CALL(6) CALL(8) CALL(12) CALL(16)
 #endif
 
 template <typename T>
@@ -181,133 +229,33 @@ static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T*
                          const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
                          int64_t D, float scale, std::vector<float>& buf) {
 #if defined(ZOO_ATTEND16)
-#define ZOO_ATTEND16_CASE(DC)                                                                                    \
+#define ZOO_GROUP16(DC)                                                                                          \
   case DC:                                                                                                       \
     return attend_group16<T, DC>(q, q_head_stride, k, v, k_row, v_row, m, bias, out, out_head_stride, G, S, scale, \
                                  buf);
-  if constexpr (!std::is_same_v<T, double>) {  // float64 takes the plain loops
-    if (D % 16 == 0) switch (D / 16) {
-        ZOO_ATTEND16_CASE(1)
-        ZOO_ATTEND16_CASE(2)
-        ZOO_ATTEND16_CASE(3)
-        ZOO_ATTEND16_CASE(4)
-        ZOO_ATTEND16_CASE(5)
-        ZOO_ATTEND16_CASE(6)
-        ZOO_ATTEND16_CASE(8)
-        ZOO_ATTEND16_CASE(12)
-        ZOO_ATTEND16_CASE(16)
-        default: break;
-      }
+  if constexpr (!std::is_same_v<T, double>) {
+    if (attends16<T>(D)) switch (D / 16) { ZOO_ATTEND16_CASES(ZOO_GROUP16) default: break; }
   }
-#undef ZOO_ATTEND16_CASE
+#undef ZOO_GROUP16
 #endif
   attend_group_any(q, q_head_stride, k, v, k_row, v_row, m, bias, out, out_head_stride, G, S, D, scale, buf);
 }
 
-// q (B, H, 1, D), k and v (B, Hkv, S, D), each row contiguous; mask (B or 1, 1, 1, S) bool (True: attend), or
-// (B or 1, H or 1, 1, S) floating (added to the scores: a position bias, -inf where masked), or absent ->
-// (B, H, 1, D) in q's dtype, k and v in q's dtype. Sequences and key/value heads split over threads.
-torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> mask,
-                                  double scale) {
-  const int64_t B = q.size(0), H = q.size(1), D = q.size(3), Hkv = k.size(1), S = k.size(2), G = H / Hkv;
-  TORCH_CHECK(q.size(2) == 1 && H % Hkv == 0 && k.sizes() == v.sizes() && k.size(3) == D,
-              "one_query_attention: shapes");
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "one_query_attention: dtypes");
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "one_query_attention: rows not contiguous");
-  auto out = torch::empty({B, H, 1, D}, q.options());
-  torch::Tensor m, add;  // the boolean mask (B, S) or the additive one (B, H, S) in float32
-  if (mask.has_value() && mask->scalar_type() == torch::kBool) {
-    m = mask->expand({B, 1, 1, S}).reshape({B, S}).contiguous();
-  } else if (mask.has_value()) {
-    TORCH_CHECK(mask->size(2) == 1 && mask->size(3) == S, "one_query_attention: mask shape");
-    add = mask->expand({B, H, 1, S}).reshape({B, H, S}).to(torch::kFloat).contiguous();
+// attend_part16 for a D that attends16 takes.
+template <typename T>
+static void attend_part(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
+                        const bool* m, const float* bias, int64_t bias_row, int64_t G, int64_t S, int64_t D,
+                        float scale, float* scores, float* tops, float* sums, float* acc) {
+#if defined(ZOO_ATTEND16)
+#define ZOO_PART16(DC)                                                                                             \
+  case DC:                                                                                                         \
+    return attend_part16<T, DC>(q, q_head_stride, k, v, k_row, v_row, m, bias, bias_row, G, S, scale, scores, tops, \
+                                sums, acc);
+  if constexpr (!std::is_same_v<T, double>) {
+    switch (D / 16) { ZOO_ATTEND16_CASES(ZOO_PART16) default: break; }
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "one_query_attention", [&] {
-    const scalar_t* qp = q.data_ptr<scalar_t>();
-    const scalar_t* kp = k.data_ptr<scalar_t>();
-    const scalar_t* vp = v.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
-    const float* ap = add.defined() ? add.data_ptr<float>() : nullptr;
-    at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> buf;
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = i / Hkv, h = i % Hkv;
-        attend_group<scalar_t>(qp + b * q.stride(0) + h * G * q.stride(1), q.stride(1),
-                               kp + b * k.stride(0) + h * k.stride(1), vp + b * v.stride(0) + h * v.stride(1),
-                               k.stride(2), v.stride(2), mp == nullptr ? nullptr : mp + b * S,
-                               ap == nullptr ? nullptr : ap + (b * H + h * G) * S, op + (b * H + h * G) * D, D, G, S,
-                               D, static_cast<float>(scale), buf);
-      }
-    });
-  });
-  return out;
-}
-
-// An eager decode step's attention: k and v (B, Hkv, 1, D), the new token's, are written to slot n - 1 of the
-// caches (B, Hkv, L, D), then q (B, H, 1, D) attends over their first n slots (one_query_attention), in one call.
-// With cos and signed_sin (B or 1, 1, 1, R), the step's rotary tables in k's dtype, q and k are rotated first
-// (rotate_half_row, rope()'s arithmetic): k straight into its cache slot, q into a buffer of its own.
-torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
-                               torch::Tensor v_cache, int64_t n, c10::optional<torch::Tensor> cos,
-                               c10::optional<torch::Tensor> sin, c10::optional<torch::Tensor> mask, double scale) {
-  const int64_t B = k.size(0), Hkv = k.size(1), D = k.size(3);
-  TORCH_CHECK(k.sizes() == v.sizes() && k.size(2) == 1 && k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == B &&
-                  k_cache.size(1) == Hkv && k_cache.size(3) == D && n >= 1 && n <= k_cache.size(2),
-              "append_attention: shapes");
-  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() && v.scalar_type() == k_cache.scalar_type() &&
-                  v_cache.scalar_type() == k_cache.scalar_type(),
-              "append_attention: dtypes");
-  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k_cache.stride(3) == 1 && v_cache.stride(3) == 1,
-              "append_attention: rows not contiguous");
-  TORCH_CHECK(k.is_cpu() && v.is_cpu() && k_cache.is_cpu() && v_cache.is_cpu(),
-              "append_attention: tensors not on the CPU");
-  TORCH_CHECK(cos.has_value() == sin.has_value(), "append_attention: cos and sin go together");
-  const bool rotates = cos.has_value();
-  torch::Tensor cc, sc;
-  int64_t R = 0, table_batch = 0;
-  if (rotates) {
-    cc = cos->contiguous();
-    sc = sin->contiguous();
-    R = cc.size(-1);
-    TORCH_CHECK(cc.dim() == 4 && cc.sizes() == sc.sizes() && cc.size(1) == 1 && cc.size(2) == 1 &&
-                    (cc.size(0) == 1 || cc.size(0) == B) && R % 2 == 0 && R <= D && q.size(3) == D && q.size(0) == B &&
-                    q.stride(3) == 1,
-                "append_attention: rotary tables' shapes");
-    TORCH_CHECK(cc.scalar_type() == k.scalar_type() && sc.scalar_type() == k.scalar_type() &&
-                    q.scalar_type() == k.scalar_type(),
-                "append_attention: rotary tables' dtypes");
-    table_batch = cc.size(0) == 1 ? 0 : R;
-  }
-  const int64_t H = q.size(1);
-  auto rotated = rotates ? torch::empty({B, H, 1, D}, q.options()) : q;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k.scalar_type(), "append_attention", [&] {
-    using T_ = scalar_t;
-    T_* kc = k_cache.data_ptr<T_>();
-    T_* vc = v_cache.data_ptr<T_>();
-    const T_* kn = k.data_ptr<T_>();
-    const T_* vn = v.data_ptr<T_>();
-    const T_* c = rotates ? cc.data_ptr<T_>() : nullptr;
-    const T_* s = rotates ? sc.data_ptr<T_>() : nullptr;
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < Hkv; ++h) {
-        const T_* key = kn + b * k.stride(0) + h * k.stride(1);
-        T_* slot = kc + b * k_cache.stride(0) + h * k_cache.stride(1) + (n - 1) * k_cache.stride(2);
-        if (rotates)
-          rotate_half_row(key, c + b * table_batch, s + b * table_batch, slot, R, D);
-        else
-          std::memcpy(slot, key, D * sizeof(T_));
-        std::memcpy(vc + b * v_cache.stride(0) + h * v_cache.stride(1) + (n - 1) * v_cache.stride(2),
-                    vn + b * v.stride(0) + h * v.stride(1), D * sizeof(T_));
-      }
-      if (!rotates) continue;
-      const T_* qn = q.data_ptr<T_>();
-      T_* qr = rotated.data_ptr<T_>();
-      for (int64_t h = 0; h < H; ++h)
-        rotate_half_row(qn + b * q.stride(0) + h * q.stride(1), c + b * table_batch, s + b * table_batch,
-                        qr + (b * H + h) * D, R, D);
-    }
-  });
-  return one_query_attention(rotated, k_cache.narrow(2, 0, n), v_cache.narrow(2, 0, n), mask, scale);
+#undef ZOO_PART16
+#endif
+  TORCH_CHECK(false, "attend_part: head size ", D, " has no register-blocked loop");
 }
 """

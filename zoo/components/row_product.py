@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator
 import torch
 import torch.nn.functional as F
 
+from zoo.components.cpu_attention_calls_source import SOURCE as ATTENTION_CALLS_SOURCE
 from zoo.components.cpu_attention_source import SOURCE as ATTENTION_SOURCE
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
@@ -57,7 +58,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu_attention, cpu_token_ops)
     "zoo_row_product",
-    SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE,
+    SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE + ATTENTION_CALLS_SOURCE,
     [
         CppFunction(
             "row_product",

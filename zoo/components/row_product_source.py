@@ -46,6 +46,7 @@ SOURCE = r"""
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <vector>
 #if defined(__AVX2__)
 #include <immintrin.h>
