@@ -216,11 +216,11 @@ static void quantize_rows(const T* x, int8_t* xq, float* xd, float* xg, int64_t 
   }
 }
 
-// x (M, K) float32 / bfloat16 / float16, packed (N, K / 2) uint8, so (N, G, 2) -> (M, N) in x's dtype, with
-// llama.cpp's numerics. Each thread takes whole panels, at least `grain` of them.
-torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t grain) {
-  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0), gs = K / so.size(1);
-  auto out = torch::empty({M, N}, x.options());
+// int4_q8 of x's M rows of K (contiguous, any leading dims) into a new tensor of `shape` (x's dims, the last N).
+static torch::Tensor q8_product(const torch::Tensor& x, int64_t M, int64_t K, const torch::Tensor& packed,
+                                const torch::Tensor& so, int64_t grain, at::IntArrayRef shape) {
+  const int64_t N = packed.size(0), gs = K / so.size(1);
+  auto out = torch::empty(shape, x.options());
   const uint8_t* wq = packed.data_ptr<uint8_t>();
   std::vector<int8_t> xq(M * K);
   std::vector<float> xd(M * K / 32), xg(M * (K / gs));
@@ -239,6 +239,12 @@ torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, i
     });
   });
   return out;
+}
+
+// x (M, K) float32 / bfloat16 / float16, packed (N, K / 2) uint8, so (N, G, 2) -> (M, N) in x's dtype, with
+// llama.cpp's numerics. Each thread takes whole panels, at least `grain` of them.
+torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t grain) {
+  return q8_product(x.contiguous(), x.size(0), x.size(1), packed, so, grain, {x.size(0), packed.size(0)});
 }
 
 // One input's 16 values of a whole panel, q * scale + offset, stored as D: `lanes` holds 4 bytes of each row.
@@ -335,8 +341,9 @@ torch::Tensor int4_mm(torch::Tensor x, torch::Tensor packed, torch::Tensor so, i
                       int64_t grain) {
   auto shape = x.sizes().vec();
   shape.back() = packed.size(0);
-  auto rows = x.reshape({-1, x.size(-1)}).contiguous();  // (M, K)
-  if (rows.size(0) < tile_from) return int4_q8(rows, packed, so, grain).view(shape);
+  const int64_t K = x.size(-1), M = K > 0 ? x.numel() / K : 0;
+  if (M < tile_from) return q8_product(x.contiguous(), M, K, packed, so, grain, shape);  // no views made and undone
+  auto rows = x.reshape({-1, K}).contiguous();  // (M, K)
   const int64_t threads = at::get_num_threads(), share = (packed.size(0) + threads - 1) / threads;
   tile = (std::max<int64_t>(32, std::min(tile, share)) + PANEL - 1) / PANEL * PANEL;  // whole panels
   if (rows.scalar_type() == at::kBFloat16) return int4_tiles(rows, packed, so, tile).view(shape);  // twice float32's
