@@ -54,6 +54,8 @@ def test_the_kernel_equals_its_reference_for_any_shape(dtype):
                 ulp = 0.0 if dtype == torch.float32 else torch.finfo(dtype).eps
                 tolerance = {"atol": 1e-5 * in_features**0.5 + ulp, "rtol": 1e-5 + ulp}
                 torch.testing.assert_close(got.float(), expected.float(), **tolerance)
+                rows_kept = rows.row_product(weight, x.view(1, 1, in_features), bias)  # a decode step's (B, T, in)
+                assert rows_kept.shape == (1, 1, out_features) and torch.equal(rows_kept.view(-1), got)
 
 
 @pytest.mark.parametrize(

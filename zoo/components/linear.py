@@ -111,11 +111,10 @@ class Linear(nn.Linear, RowStackable):
         if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks
             return F.linear(x, self.weight, self.bias)
         if uses_row_kernel(x, self.weight):
-            out = rows.row_product(self.weight, x.reshape(-1), self.bias)  # (out,); an opaque op in a graph
-        elif uses_matrix_vector(x, self.weight):
+            return rows.row_product(self.weight, x, self.bias)  # (..., out); an opaque op in a graph
+        if uses_matrix_vector(x, self.weight):
             out = torch.mv(self.weight, x.reshape(-1))  # (out,)
             if self.bias is not None:
                 out = out + self.bias
-        else:
-            return F.linear(x, self.weight, self.bias)
-        return out.view(*x.shape[:-1], out.shape[0])  # (..., out)
+            return out.view(*x.shape[:-1], out.shape[0])  # (..., out)
+        return F.linear(x, self.weight, self.bias)

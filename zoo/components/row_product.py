@@ -63,7 +63,7 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
         CppFunction(
             "row_product",
             "(Tensor weight, Tensor x, Tensor? bias) -> Tensor",
-            lambda weight, x, **_: x.new_empty(weight.shape[0]),  # (out,)
+            lambda weight, x, **_: x.new_empty(*x.shape[:-1], weight.shape[0]),  # (..., out)
         ),
         CppFunction(
             "int8_rows",
@@ -109,12 +109,12 @@ _faster: frozenset[torch.dtype] = frozenset()  # dtypes the host probe measured 
 
 
 def reference(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """What the kernel computes, in PyTorch: ``weight @ x (+ bias)`` for one row ``x`` (in,),
+    """What the kernel computes, in PyTorch: ``weight @ x (+ bias)`` for one row ``x`` (..., in),
     accumulated in float32, rounded once to ``x``'s dtype."""
-    out = weight.float() @ x.float()  # (out,)
+    out = x.float() @ weight.float().T  # (..., out)
     if bias is not None:
         out = out + bias.float()
-    return out.to(x.dtype)  # (out,)
+    return out.to(x.dtype)  # (..., out)
 
 
 def available() -> bool:
@@ -157,8 +157,9 @@ def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def row_product(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``weight @ x (+ bias)`` for one row ``x`` (in,) through the kernel (an opaque op inside a
-    compiled graph), or ``F.linear`` where it cannot be built -> (out,) in ``x``'s dtype."""
+    """``weight @ x (+ bias)`` for one row ``x`` (..., in) through the kernel (an opaque op inside
+    a compiled graph), or ``F.linear`` where it cannot be built -> (..., out) in ``x``'s dtype,
+    x's leading dims kept."""
     if not available():
         return F.linear(x, weight, bias)
-    return EXTENSION.op("row_product")(weight, x, bias)  # (out,)
+    return EXTENSION.op("row_product")(weight, x, bias)  # (..., out)

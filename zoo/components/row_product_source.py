@@ -127,23 +127,27 @@ static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, const 
 }
 #endif
 
-// weight (out, in) float32 / bfloat16 / float16, x (in) -> weight @ x (+ bias) (out) in x's dtype.
+// weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype:
+// x's leading dims (all 1) kept, so a layer's forward reshapes nothing.
 torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == x.numel(), "row_product: shapes");
+  TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && x.dim() >= 1 && weight.size(1) == x.numel(),
+              "row_product: shapes");
   const int64_t rows = weight.size(0), n = weight.size(1);
+  auto shape = x.sizes().vec();
+  shape.back() = rows;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
   const bool bf16_bias = !bias.has_value() || (bias->scalar_type() == torch::kBFloat16 && bias->is_contiguous() &&
                                                bias->numel() == rows);
   if (weight.scalar_type() == torch::kBFloat16 && x.scalar_type() == torch::kBFloat16 && bf16_bias) {
     auto xc = x.contiguous();
-    auto result = torch::empty({rows}, x.options());  // written in bfloat16: no float32 copy to convert after
+    auto result = torch::empty(shape, x.options());  // written in bfloat16: no float32 copy to convert after
     const at::BFloat16* b = bias.has_value() ? bias->data_ptr<at::BFloat16>() : nullptr;
     bf16_rows_times(weight.data_ptr<at::BFloat16>(), xc.data_ptr<at::BFloat16>(), b, result.data_ptr<at::BFloat16>(),
                     rows, n);
     return result;
   }
 #endif
-  auto out = torch::empty({rows}, x.options().dtype(torch::kFloat));
+  auto out = torch::empty(shape, x.options().dtype(torch::kFloat));
   auto xf = x.to(torch::kFloat).contiguous();
   const float* xp = xf.data_ptr<float>();
   float* op = out.data_ptr<float>();
