@@ -78,9 +78,9 @@ static inline void widen(const int8_t* p, fVec& a, fVec& b) {
 #endif
 }
 
-// out[r] = sum_k w[r, k] * x[k] for rows r of w (rows, n); x float32.
+// out[r] = sum_k w[r, k] * x[k] (+ bias[r] where given) for rows r of w (rows, n); x float32.
 template <typename T>
-static void rows_times(const T* w, const float* x, float* out, int64_t rows, int64_t n) {
+static void rows_times(const T* w, const float* x, float* out, int64_t rows, int64_t n, const float* bias = nullptr) {
   const int64_t full = n - n % (4 * S);
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -98,7 +98,7 @@ static void rows_times(const T* w, const float* x, float* out, int64_t rows, int
       }
       float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, (a0 + a1) + (a2 + a3));
       for (; k < n; ++k) sum += static_cast<float>(row[k]) * x[k];
-      out[r] = sum;
+      out[r] = bias == nullptr ? sum : sum + bias[r];
     }
   });
 }
@@ -151,11 +151,16 @@ torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<t
   auto xf = x.to(torch::kFloat).contiguous();
   const float* xp = xf.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  if (weight.scalar_type() == torch::kFloat) rows_times(weight.data_ptr<float>(), xp, op, rows, n);
-  else if (weight.scalar_type() == torch::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), xp, op, rows, n);
-  else if (weight.scalar_type() == torch::kHalf) rows_times(weight.data_ptr<at::Half>(), xp, op, rows, n);
+  torch::Tensor bf;  // the bias in float32 (a float32 bias as it is: no copy), added as each row's sum is stored
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->numel() == rows, "row_product: bias of ", bias->numel(), " values for ", rows, " rows");
+    bf = bias->to(torch::kFloat).contiguous();
+  }
+  const float* bp = bias.has_value() ? bf.data_ptr<float>() : nullptr;
+  if (weight.scalar_type() == torch::kFloat) rows_times(weight.data_ptr<float>(), xp, op, rows, n, bp);
+  else if (weight.scalar_type() == torch::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), xp, op, rows, n, bp);
+  else if (weight.scalar_type() == torch::kHalf) rows_times(weight.data_ptr<at::Half>(), xp, op, rows, n, bp);
   else TORCH_CHECK(false, "row_product: weight dtype ", weight.scalar_type(), "; allowed: float32, bfloat16, float16");
-  if (bias.has_value()) out.add_(bias->to(torch::kFloat));
   return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
 }
 
