@@ -11,7 +11,7 @@ upcasting the whole cache first (zoo/components/sdpa_kernels.py's ``sdpa``), and
 itself read and wrote the cache again per layer.
 
 On AVX-512 hosts, heads of 16, 32, 48, 64, 80, 96, 128, 192 or 256 take
-``attend_group16``: a head's D floats are D/16 registers, so a block of query heads stays in
+``attend_part16``: a head's D floats are D/16 registers, so a block of query heads stays in
 registers while each key row is loaded once for the block's dots, and the block's weighted
 sums of V stay in registers over all the keys; the softmax's exponentials are 16 at a time
 (Cephes' polynomial, relative error about 1e-7). The plain loops, which the compiler
@@ -179,32 +179,9 @@ static void attend_part16(const T* q, int64_t q_head_stride, const T* k, const T
       for (int j = 0; j < DC; ++j) _mm512_storeu_ps(acc + (g0 + g) * D + 16 * j, sum[g][j]);
   }
 }
-
-// attend_group_any's result for D = 16 * DC: the keys in one part, normalised.
-template <typename T, int DC>
-static void attend_group16(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
-                           const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
-                           float scale, std::vector<float>& buf) {
-  constexpr int64_t D = 16 * DC;
-  const int64_t Sp = (S + 15) / 16 * 16;
-  buf.resize(G * (Sp + D + 2));
-  float* scores = buf.data();     // (G, Sp)
-  float* acc = scores + G * Sp;   // (G, D)
-  float* sums = acc + G * D;      // (G)
-  float* tops = sums + G;         // (G)
-  attend_part16<T, DC>(q, q_head_stride, k, v, k_row, v_row, m, bias, S, G, S, scale, scores, tops, sums, acc);
-  for (int64_t g = 0; g < G; ++g) {
-    alignas(64) float row[D];
-    const __m512 inverse = _mm512_set1_ps(1.f / sums[g]);
-    for (int j = 0; j < DC; ++j)
-      _mm512_store_ps(row + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + 16 * j), inverse));
-    T* o = out + g * out_head_stride;
-    for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(row[d]);
-  }
-}
 #endif
 
-// Whether heads of D take the register-blocked loops (attend_group16) for T.
+// Whether heads of D take the register-blocked loops (attend_part16) for T.
 template <typename T>
 static bool attends16(int64_t D) {
 #if defined(ZOO_ATTEND16)
@@ -224,23 +201,6 @@ static bool attends16(int64_t D) {
   CALL(1) CALL(2) CALL(3) CALL(4) CALL(5) CALL(6) CALL(8) CALL(12) CALL(16)
 #endif
 
-template <typename T>
-static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
-                         const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
-                         int64_t D, float scale, std::vector<float>& buf) {
-#if defined(ZOO_ATTEND16)
-#define ZOO_GROUP16(DC)                                                                                          \
-  case DC:                                                                                                       \
-    return attend_group16<T, DC>(q, q_head_stride, k, v, k_row, v_row, m, bias, out, out_head_stride, G, S, scale, \
-                                 buf);
-  if constexpr (!std::is_same_v<T, double>) {
-    if (attends16<T>(D)) switch (D / 16) { ZOO_ATTEND16_CASES(ZOO_GROUP16) default: break; }
-  }
-#undef ZOO_GROUP16
-#endif
-  attend_group_any(q, q_head_stride, k, v, k_row, v_row, m, bias, out, out_head_stride, G, S, D, scale, buf);
-}
-
 // attend_part16 for a D that attends16 takes.
 template <typename T>
 static void attend_part(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
@@ -257,5 +217,26 @@ static void attend_part(const T* q, int64_t q_head_stride, const T* k, const T* 
 #undef ZOO_PART16
 #endif
   TORCH_CHECK(false, "attend_part: head size ", D, " has no register-blocked loop");
+}
+
+// attend_group_any's result: for heads that attends16 takes, attend_part16 over all S keys, then each head's
+// weighted sum times the inverse of its sum (its register loops' one division).
+template <typename T>
+static void attend_group(const T* q, int64_t q_head_stride, const T* k, const T* v, int64_t k_row, int64_t v_row,
+                         const bool* m, const float* bias, T* out, int64_t out_head_stride, int64_t G, int64_t S,
+                         int64_t D, float scale, std::vector<float>& buf) {
+  if (!attends16<T>(D))
+    return attend_group_any(q, q_head_stride, k, v, k_row, v_row, m, bias, out, out_head_stride, G, S, D, scale, buf);
+  const int64_t Sp = (S + 15) / 16 * 16;
+  buf.resize(G * (Sp + D + 2));
+  float* scores = buf.data();     // (G, Sp)
+  float* acc = scores + G * Sp;   // (G, D)
+  float* sums = acc + G * D;      // (G)
+  float* tops = sums + G;         // (G)
+  attend_part<T>(q, q_head_stride, k, v, k_row, v_row, m, bias, S, G, S, D, scale, scores, tops, sums, acc);
+  for (int64_t g = 0; g < G; ++g) {
+    const float inverse = 1.f / sums[g];
+    for (int64_t d = 0; d < D; ++d) out[g * out_head_stride + d] = static_cast<T>(acc[g * D + d] * inverse);
+  }
 }
 """

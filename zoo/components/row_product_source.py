@@ -127,14 +127,20 @@ static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, const 
 }
 #endif
 
-// weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype:
-// x's leading dims (all 1) kept, so a layer's forward reshapes nothing.
+// x's shape with its last size `rows`: a one-row product's output keeps x's leading dims (all 1), so a layer's
+// forward reshapes nothing.
+static std::vector<int64_t> rows_shape(const torch::Tensor& x, int64_t rows) {
+  auto shape = x.sizes().vec();
+  shape.back() = rows;
+  return shape;
+}
+
+// weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype.
 torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && x.dim() >= 1 && weight.size(1) == x.numel(),
               "row_product: shapes");
   const int64_t rows = weight.size(0), n = weight.size(1);
-  auto shape = x.sizes().vec();
-  shape.back() = rows;
+  const auto shape = rows_shape(x, rows);
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
   const bool bf16_bias = !bias.has_value() || (bias->scalar_type() == torch::kBFloat16 && bias->is_contiguous() &&
                                                bias->numel() == rows);
@@ -243,24 +249,22 @@ static inline float widen1(at::BFloat16 v) { return static_cast<float>(v); }
 static inline float widen1(at::Half v) { return static_cast<float>(v); }
 
 // qweight (out, in) int8, scales (out), one row x (..., in) -> (qweight * scales[:, None]) @ x (..., out) in x's
-// dtype: in a multiple
-// of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
+// dtype: in a multiple of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
 torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tensor x) {
-  TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && qweight.size(1) == x.numel(), "int8_rows: shapes");
+  TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() >= 1 && qweight.size(1) == x.numel(),
+              "int8_rows: shapes");
   TORCH_CHECK(qweight.scalar_type() == torch::kChar, "int8_rows: qweight must be int8");
   const int64_t rows = qweight.size(0), n = qweight.size(1);
   auto xf = x.to(torch::kFloat).contiguous();
   auto sf = scales.to(torch::kFloat).contiguous();
-  auto out = torch::empty({rows}, x.options().dtype(torch::kFloat));
+  auto out = torch::empty(rows_shape(x, rows), x.options().dtype(torch::kFloat));
   if (n % QBLOCK == 0) {
     int8_q8(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), sf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
   } else {
     rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
     out.mul_(sf);
   }
-  auto shape = x.sizes().vec();  // x's leading dims (all 1) kept: (..., in) -> (..., out)
-  shape.back() = rows;
-  return (x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type())).view(shape);
+  return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
 }
 
 // Many token rows: x (M, K) float32 or bfloat16, qweight (N, K) int8, scales (N) -> (M, N) in x's dtype. Tiles of
