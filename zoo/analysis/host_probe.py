@@ -54,6 +54,7 @@ MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 MATMUL_SIZES = (512, 1024)  # the larger when a product of the smaller takes under MATMUL_QUICK_S
 MATMUL_QUICK_S = 0.02
 RUNS = 5
+SAMPLE_RUNS = 3  # timed sums of an in-run sample (``read_sample``): ~0.2 s on a 256 MiB buffer
 ROW_WIDTH = 1024  # the one-row paths' weight: rows as long as a small model's width
 
 
@@ -180,6 +181,15 @@ def read_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
     shared machine measures it in each of its rounds too (bench/family_speed.py), so that its
     fractions compare figures taken under the same load."""
     return buffer.numel() * buffer.element_size() / _median_seconds(buffer.sum, runs)
+
+
+def read_sample() -> float:
+    """The read bandwidth now, over a fresh buffer of the size the cached probe streamed
+    (``HostPeaks.probe_bytes``), freed on return: a run on a shared machine samples it around
+    its timed phases (``zoo.harness.run``), so that its roofline fractions divide by what the
+    memory gave under the run's own load, not by the cached probe's moment."""
+    with torch.inference_mode():
+        return read_bytes_per_s(probe_buffer(host_peaks().probe_bytes), SAMPLE_RUNS)
 
 
 def _bandwidths(nbytes: int) -> tuple[float, float, dict[str, float]]:

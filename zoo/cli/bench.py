@@ -369,7 +369,10 @@ def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     ]
     if m.roofline_source or m.predicted_gpu:
         text = " / ".join("-" if f is None else f"{f:.1%}" for _, f in fractions)
-        where = f" ({m.roofline_source})" if m.roofline_source else " (no peaks known for this device)"
+        where = " (no peaks known for this device)"
+        if m.roofline_source:
+            rate = "" if m.roofline_bytes_per_s is None else f": {m.roofline_bytes_per_s / 1e9:.1f} GB/s"
+            where = f" ({m.roofline_source}{rate})"
         rows.append((f"achieved fraction, {' / '.join(label for label, _ in fractions)}{where}", text))
     return rows
 

@@ -13,6 +13,10 @@ writing 5 to ``/proc/self/clear_refs`` and read at its end: exact, and no thread
 with the timed loop for the GIL. Elsewhere a thread samples RSS every 10 ms (psutil) and
 can miss a shorter spike. ``delta_bytes`` is the peak above the RSS at the phase start.
 
+Bandwidth: on the CPU, whose roofline is measured (``zoo.analysis.host_probe``) and moves
+with what else the machine runs, ``read_bandwidth`` samples the memory's read bandwidth now;
+a run takes it around its timed phases. A GPU's roofline is its spec sheet: no sample.
+
 Energy: where the device has a cumulative energy counter (a CUDA device with NVML,
 ``pip install nvidia-ml-py``), a phase also reads it after each synchronisation, so its
 ``joules`` are those of the timed work alone: a model's build, warm-up and compilation,
@@ -29,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from zoo.analysis import host_probe
 
 SAMPLE_PERIOD_S = 0.01
 _STATUS = Path("/proc/self/status")
@@ -103,6 +109,11 @@ class Probe:
 
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""
+
+    def read_bandwidth(self) -> float | None:
+        """The device's memory read bandwidth now (bytes/s), under whatever else the machine is
+        doing, for the roofline of the run in hand; None where that roofline is a spec sheet's."""
+        return None
 
     @contextmanager
     def phase(self) -> Iterator[PhaseResult]:  # pragma: no cover - abstract
@@ -185,6 +196,11 @@ class HostProbe(Probe):
     def synchronize(self) -> None:
         if self.device.type == "mps":
             torch.mps.synchronize()
+
+    def read_bandwidth(self) -> float | None:
+        """The host's read bandwidth sampled now (``host_probe.read_sample``); None on MPS,
+        which has no roofline."""
+        return host_probe.read_sample() if self.device.type == "cpu" else None
 
     @contextmanager
     def phase(self) -> Iterator[PhaseResult]:

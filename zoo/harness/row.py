@@ -109,6 +109,7 @@ class Row(BaseModel):
     predicted_decode_tokens_per_s: float | None = None
     predicted_bound: str | None = None  # "prefill: compute, decode: memory"
     roofline_source: str | None = None  # the peaks the fractions divide by: "spec sheet h100-sxm"
+    roofline_bytes_per_s: float | None = None  # their bandwidth (CPU: the read bandwidth sampled in the run)
     encoder_roofline_fraction: float | None = None  # of the roofline on the device in hand
     prefill_roofline_fraction: float | None = None
     decode_roofline_fraction: float | None = None

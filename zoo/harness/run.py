@@ -9,6 +9,7 @@ given for a model it means nothing to (``gen_len`` of an encoder), is one BenchE
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
@@ -119,7 +120,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         probe_for(device),
         ticks,
     )
-    measured = _run_phases(phases, ctx)
+    measured, bandwidth = _run_phases(phases, ctx)
     ticks("done")
     peaks = [measured.get(f) for f in ("encoder_peak_bytes", "prefill_peak_bytes", "decode_peak_bytes")]
     environment = Environment(
@@ -146,19 +147,31 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         energy_method=ctx.probe.energy_method,
         peak_bytes=max((p for p in peaks if p is not None), default=None),
         impl=implementations(ctx.model),
-        **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured, held),
+        **prediction_columns(ctx.spec, config, phases, dtype, device, name, measured, held, bandwidth),
         environment=environment,
         timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 
 
-def _run_phases(phases: list[Phase], ctx: RunContext) -> dict[str, Any]:
-    """Each phase's fields; one-row CPU products through whichever path this host measured faster."""
+def _run_phases(phases: list[Phase], ctx: RunContext) -> tuple[dict[str, Any], float | None]:
+    """Each phase's fields, and the bandwidth its roofline fractions divide by: the median of
+    the device's read bandwidth sampled just before and just after each phase with a rate
+    (``Probe.read_bandwidth``; None where it has no sample, a GPU's spec sheet). One-row CPU
+    products go through whichever path this host measured faster."""
     measured: dict[str, Any] = {}
+    samples: list[float | None] = []
+    sampled_last = False  # the phase just run was rated and sampled after: its sample opens the next
     with row_product.measured_faster(_row_kernel_dtypes(ctx.device)):
         for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
+            rated = phase.rate_field is not None
+            if rated and not sampled_last:
+                samples.append(ctx.probe.read_bandwidth())
             measured.update(run_phase(phase, ctx))
-    return measured
+            if rated:
+                samples.append(ctx.probe.read_bandwidth())
+            sampled_last = rated
+    taken = [s for s in samples if s is not None]
+    return measured, statistics.median(taken) if taken else None
 
 
 def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
