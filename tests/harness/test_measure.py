@@ -81,3 +81,14 @@ def test_cuda_probe_resets_the_peak_per_phase():
         torch.ones(8, device="cuda")
     assert big.delta_bytes >= 256 * 2**20 and small.delta_bytes < 2**20
     assert big.seconds >= 0 and "max_memory_allocated" in probe.memory_method
+
+
+def test_only_the_host_cpu_samples_its_read_bandwidth(monkeypatch):
+    """A CPU run's roofline is measured, so the run samples it; a GPU's is its spec sheet and
+    MPS has none: no sample, no seconds spent."""
+    from zoo.analysis import host_probe
+
+    monkeypatch.setattr(host_probe, "read_sample", lambda: 7e9)
+    assert HostProbe(torch.device("cpu")).read_bandwidth() == 7e9
+    assert HostProbe(torch.device("mps")).read_bandwidth() is None
+    assert CudaProbe(torch.device("cuda")).read_bandwidth() is None
