@@ -97,7 +97,6 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     ),
     "zoo::row_product_rms_norm": lambda: (_r(2, 3, 24), _r(24), 1e-6, False),
     "zoo::row_product_silu_and_mul": lambda: (_r(2, 3, 40),),
-    "zoo::row_product_argmax_rows": lambda: (_r(2, 3, 40),),
     "zoo::row_product_rope": lambda: (_r(2, 5, 3, 8).transpose(1, 2), _r(1, 1, 5, 6), _r(1, 1, 5, 6)),
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),

@@ -1,5 +1,5 @@
-"""zoo.components.cpu_token_ops: the C++ RMS norm, rotary rotation, SwiGLU and greedy pick equal
-the PyTorch expressions they replace, for one row and many, Llama's and Gemma's norm, partial and batched
+"""zoo.components.cpu_token_ops: the C++ RMS norm and rotary rotation equal the PyTorch
+expressions they replace, for one row and many, Llama's and Gemma's norm, partial and batched
 rotary tables; autograd, compiled graphs and the switch keep PyTorch's.
 
 The rotation in half precision is exact (each product of two half-precision numbers is exact
@@ -126,54 +126,3 @@ def test_a_fused_swiglu_ffn_takes_one_call_between_its_products_and_equals_the_u
     assert calls == [torch.Size((2, 3, 160))]  # unfused: PyTorch's expression
     fused(x)  # gradients on: PyTorch's expression
     assert len(calls) == 1
-
-
-def _logits(rows: int, vocab: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)).to(dtype)  # (rows, V)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("vocab", [1, 7, 32, 33, 49_152 + 5])
-def test_argmax_answers_as_torch_argmax_with_ties_infinities_and_nans(dtype, vocab):
-    """The first of equal maxima, +inf above all, a row of -inf at 0, the first NaN where a row
-    has any (torch.argmax's answers), in the whole registers and the tail after them."""
-    cases = [_logits(3, vocab, dtype, seed) for seed in range(3)]
-    tied = _logits(3, vocab, dtype, 3)
-    tied[:, vocab // 2] = tied[:, -1] = tied.max() + 1
-    cases.append(tied)
-    cases.append(torch.full((2, vocab), float("-inf"), dtype=dtype))
-    infinite = _logits(2, vocab, dtype, 4)
-    infinite[1, -1] = float("inf")
-    cases.append(infinite)
-    nan = _logits(3, vocab, dtype, 5)
-    nan[0, vocab // 3] = nan[0, -1] = nan[2, -1] = float("nan")
-    cases.append(nan)
-    cases.append(_logits(4, vocab, dtype, 6).round())  # many ties
-    with torch.no_grad():
-        for logits in cases:
-            assert cpu_token_ops.argmax_applies(logits)
-            assert torch.equal(cpu_token_ops.argmax(logits), torch.argmax(logits.float(), dim=-1))
-
-
-def test_argmax_keeps_leading_dims_and_reads_strided_rows():
-    logits = _logits(4 * 3, 50, torch.bfloat16, 7).view(4, 3, 50)[:, 1:]  # (4, 2, 50), rows 150 apart
-    with torch.no_grad():
-        got = cpu_token_ops.argmax(logits)
-    assert got.shape == (4, 2) and got.dtype == torch.int64
-    assert torch.equal(got, torch.argmax(logits.float(), dim=-1))
-
-
-def test_greedy_takes_the_kernel_on_the_cpu_and_torch_where_it_does_not_apply(monkeypatch):
-    from zoo.model.sampling import greedy
-
-    calls: list[torch.Size] = []
-    real = cpu_token_ops.argmax
-    monkeypatch.setattr(cpu_token_ops, "argmax", lambda x: calls.append(x.shape) or real(x))
-    logits = _logits(2, 300, torch.float32, 8)
-    with torch.no_grad():
-        assert torch.equal(greedy(logits), logits.argmax(-1)) and calls == [torch.Size((2, 300))]
-    assert torch.equal(greedy(logits), logits.argmax(-1)) and len(calls) == 1  # gradients on: torch's
-    with torch.no_grad():
-        assert not cpu_token_ops.argmax_applies(logits.double())
-        assert not cpu_token_ops.argmax_applies(logits[:, ::2])  # rows not contiguous
-        assert not cpu_token_ops.argmax_applies(logits[:, :0])

@@ -339,8 +339,7 @@ class Attention(TokenMixer):
         self, positions: Positions, query_time: torch.Tensor, key_time: torch.Tensor, dtype: torch.dtype
     ) -> torch.Tensor | None:
         """The score bias with -inf at hidden keys (B|1, H, T, S) in ``dtype``; None without a bias.
-        The queries are the last T keys: one query, without a window, hides none (a decode step's
-        mask ops, half of the ops a T5 step spends before its first layer, skipped)."""
+        The queries are the last T keys: one, without a window, hides none (a T5 step's mask ops)."""
         bias = self._score_bias(positions, query_time, key_time)
         if bias is None or (query_time.shape[0] == 1 and self.window is None):
             return None if bias is None else bias.to(dtype).contiguous()  # laid out once for every layer

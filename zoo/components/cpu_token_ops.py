@@ -1,4 +1,4 @@
-"""A token's RMS norm, rotary rotation, SwiGLU and greedy pick on the CPU as one C++ call each.
+"""A token's RMS norm, rotary rotation and SwiGLU on the CPU as one C++ call each.
 
 At batch 1 a decode step's norms and rotations are tiny, and PyTorch spends its time
 dispatching them: ``F.rms_norm`` on a float32 copy, the cast back and the weight's product
@@ -9,11 +9,7 @@ step on this project's Zen 4, one thread. The loops (``cpu_token_ops_source.py``
 the one-row products' extension) keep the PyTorch expressions' float32 arithmetic and their
 roundings to the tensor's dtype, so prefill (many rows) and decode (one) take the same code.
 A fused gate|up product's SwiGLU (a split, ``F.silu`` and a product: 10 µs of a step's layer
-in py-spy's samples of SmolLM2-135M's eager decode) is one call too. So is the greedy pick
-(``argmax``): ATen's CPU ``argmax`` and ``max`` go over a row one value at a time, 29 / 43 /
-129 µs for 32k / 49k / 152k float32 logits (bfloat16 through ``max``: 32 / 45 / 130; its
-``argmax``: 116 / 178 / 548), two threads, warm, where two passes of 16 lanes read them in a
-few µs.
+in py-spy's samples of SmolLM2-135M's eager decode) is one call too.
 
 They run on the CPU with gradients off and outside compiled graphs (inductor fuses the
 expressions itself); ``ZOO_TOKEN_KERNELS=0`` turns them off.
@@ -92,15 +88,3 @@ def silu_and_mul(joint: torch.Tensor) -> torch.Tensor:
     """[gate | up] (..., 2F) -> silu(gate) * up (..., F) in one C++ call, as ``F.silu(gate) *
     up`` rounds it: one call for a split, an activation and a product (vLLM's ``silu_and_mul``)."""
     return row_product.EXTENSION.op("silu_and_mul")(joint)
-
-
-def argmax_applies(x: torch.Tensor) -> bool:
-    """Whether ``argmax`` picks x's (..., V) largest values: rows contiguous, V > 0, on the CPU
-    in one of ``DTYPES``, eager and outside autograd."""
-    return x.dim() >= 1 and x.shape[-1] > 0 and x.stride(-1) == 1 and _eager_cpu(x)
-
-
-def argmax(x: torch.Tensor) -> torch.Tensor:
-    """The index of each row's largest value, x (..., V) -> (...) int64, as ``torch.argmax``
-    answers: the first of equal maxima, the first NaN where a row has one."""
-    return row_product.EXTENSION.op("argmax_rows")(x)

@@ -1,8 +1,7 @@
-"""The C++ of a token's RMS norm, rotary rotation, SwiGLU and greedy pick on the CPU
-(``zoo/components/cpu_token_ops.py``).
+"""The C++ of a token's RMS norm, rotary rotation and SwiGLU on the CPU (``zoo/components/cpu_token_ops.py``).
 
 Appended to the one-row products' source (``row_product_source.py``: its headers and
-``widen``, ``widen1``), so that it is one more function of that extension and costs no build of its own.
+``widen1``), so that it is one more function of that extension and costs no build of its own.
 Both loops are over rows of the last dimension, in the tensor's own dtype, with the float32
 arithmetic and the roundings of the PyTorch expressions they replace (``norms.RMSNorm``,
 ``rope.RopeRotation``), rows split over torch's threads where there are enough of them.
@@ -121,75 +120,6 @@ torch::Tensor silu_and_mul(torch::Tensor joint) {
       }
     });
   });
-  return out.view(shape);
-}
-
-// Whether v is a NaN, from its bits: the extension builds with -ffast-math, under which std::isnan and comparisons
-// may take every float as finite.
-static inline bool nan_bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return (bits & 0x7fffffffu) > 0x7f800000u;
-}
-
-// The index of the largest value of one row of V (the first of equal maxima; the first NaN where there is one):
-// its max over whole registers (at::vec::maximum propagates NaN), then the first lane equal to it.
-template <typename T>
-static int64_t argmax_row(const T* row, int64_t V) {
-  const int64_t full = V - V % (2 * S);
-  fVec top(-INFINITY);
-  for (int64_t k = 0; k < full; k += 2 * S) {
-    fVec a, b;
-    widen(row + k, a, b);
-    top = at::vec::maximum(top, at::vec::maximum(a, b));
-  }
-  float m = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return at::vec::maximum(p, q); }, top);
-  for (int64_t k = full; k < V; ++k) {
-    const float v = widen1(row[k]);
-    if (!nan_bits(m) && (nan_bits(v) || v > m)) m = v;
-  }
-  if (nan_bits(m)) {
-    for (int64_t k = 0; k < V; ++k)
-      if (nan_bits(widen1(row[k]))) return k;
-  }
-  const fVec target(m);
-  const int all = (1 << S) - 1;
-  for (int64_t k = 0; k < full; k += 2 * S) {
-    fVec a, b;
-    widen(row + k, a, b);
-    const int in_a = ~(a == target).zero_mask() & all, in_b = ~(b == target).zero_mask() & all;
-    if (in_a) return k + __builtin_ctz(in_a);
-    if (in_b) return k + S + __builtin_ctz(in_b);
-  }
-  for (int64_t k = full; k < V; ++k)
-    if (widen1(row[k]) == m) return k;
-  return 0;  // unreachable: m is one of the row's values
-}
-
-// x (..., V) with rows contiguous -> (...) int64: each row's argmax as torch.argmax answers it (module doc of
-// cpu_token_ops.py: ATen's CPU argmax and max over a row of logits run one value at a time).
-torch::Tensor argmax_rows(torch::Tensor x) {
-  const int64_t V = x.size(-1);
-  TORCH_CHECK(x.dim() >= 1 && V > 0 && x.stride(-1) == 1, "argmax_rows: non-empty rows, contiguous");
-  auto rows = x.reshape({-1, V});
-  auto shape = x.sizes().vec();
-  shape.pop_back();
-  auto out = torch::empty({rows.size(0)}, x.options().dtype(torch::kLong));
-  int64_t* op = out.data_ptr<int64_t>();
-  const int64_t stride = rows.stride(0);
-  auto each = [&](const auto* xp) {
-    at::parallel_for(0, rows.size(0), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) op[r] = argmax_row(xp + r * stride, V);
-    });
-  };
-  if (x.scalar_type() == torch::kFloat)
-    each(rows.data_ptr<float>());
-  else if (x.scalar_type() == torch::kBFloat16)
-    each(rows.data_ptr<at::BFloat16>());
-  else if (x.scalar_type() == torch::kHalf)
-    each(rows.data_ptr<at::Half>());
-  else
-    TORCH_CHECK(false, "argmax_rows: float32, bfloat16 or float16 rows");
   return out.view(shape);
 }
 """

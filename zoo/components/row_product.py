@@ -98,11 +98,6 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda joint, **_: joint.new_empty(*joint.shape[:-1], joint.shape[-1] // 2),  # (..., F)
         ),
         CppFunction(
-            "argmax_rows",
-            "(Tensor x) -> Tensor",
-            lambda x, **_: x.new_empty(x.shape[:-1], dtype=torch.long),  # (...)
-        ),
-        CppFunction(
             "rope",
             "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
             lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (B, H, T, D)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import torch
 
-from zoo.components import cpu_token_ops
 from zoo.errors import GenerationError
 
 
@@ -62,13 +61,9 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """The index of the largest logit (..., V) -> (...), the first where several tie (as
-    ``argmax``). On the CPU, eager, one C++ pass of 16 lanes (``cpu_token_ops.argmax``: ATen's
-    goes a value at a time, 45 µs for SmolLM2-135M's 49,152 logits). Elsewhere in half
-    precision through ``max``: ATen's CPU argmax does not vectorise them, and a bfloat16 row
-    of 49,152 (151,936) logits took 180 (559) µs against max's 84 (134); in float32 argmax is
-    as fast or faster."""
-    if cpu_token_ops.argmax_applies(logits):
-        return cpu_token_ops.argmax(logits)
+    ``argmax``). In half precision through ``max``: ATen's CPU argmax does not vectorise them,
+    and a bfloat16 row of 49,152 (151,936) logits took 180 (559) µs against max's 84 (134), a
+    step's tenth of SmolLM2-135M's int4 decode; in float32 argmax is as fast or faster."""
     if logits.dtype in (torch.bfloat16, torch.float16):
         return logits.max(dim=-1).indices
     return logits.argmax(dim=-1)
