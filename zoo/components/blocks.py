@@ -66,10 +66,12 @@ class PreNormBlock(Block):
     ) -> torch.Tensor:
         state = state or NO_STATE
         x = x + self.attention(self.attn_norm(x), positions, state.attention)  # (B, T, d)
-        if self.cross_attention is not None and self.cross_norm is not None:
-            x = x + self.cross_attention(self.cross_norm(x), memory, state.cross_attention)
-        if self.ffn is not None and self.ffn_norm is not None:
-            x = x + self.ffn(self.ffn_norm(x))
+        cross, cross_norm = self.cross_attention, self.cross_norm  # each submodule read once
+        if cross is not None and cross_norm is not None:
+            x = x + cross(cross_norm(x), memory, state.cross_attention)
+        ffn, ffn_norm = self.ffn, self.ffn_norm
+        if ffn is not None and ffn_norm is not None:
+            x = x + ffn(ffn_norm(x))
         return x
 
 
@@ -99,10 +101,12 @@ class PostNormBlock(Block):
     ) -> torch.Tensor:
         state = state or NO_STATE
         x = self.attn_norm(x + self.attention(x, positions, state.attention))  # (B, T, d)
-        if self.cross_attention is not None and self.cross_norm is not None:
-            x = self.cross_norm(x + self.cross_attention(x, memory, state.cross_attention))
-        if self.ffn is not None and self.ffn_norm is not None:
-            x = self.ffn_norm(x + self.ffn(x))
+        cross, cross_norm = self.cross_attention, self.cross_norm  # each submodule read once
+        if cross is not None and cross_norm is not None:
+            x = cross_norm(x + cross(x, memory, state.cross_attention))
+        ffn, ffn_norm = self.ffn, self.ffn_norm
+        if ffn is not None and ffn_norm is not None:
+            x = ffn_norm(x + ffn(x))
         return x
 
 

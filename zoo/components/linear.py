@@ -108,13 +108,14 @@ class Linear(nn.Linear, RowStackable):
         return joint
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias  # once: each `self.` read is an nn.Module.__getattr__ call
         if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks
-            return F.linear(x, self.weight, self.bias)
-        if uses_row_kernel(x, self.weight):
-            return rows.row_product(self.weight, x, self.bias)  # (..., out); an opaque op in a graph
-        if uses_matrix_vector(x, self.weight):
-            out = torch.mv(self.weight, x.reshape(-1))  # (out,)
-            if self.bias is not None:
-                out = out + self.bias
+            return F.linear(x, weight, bias)
+        if uses_row_kernel(x, weight):
+            return rows.row_product(weight, x, bias)  # (..., out); an opaque op in a graph
+        if uses_matrix_vector(x, weight):
+            out = torch.mv(weight, x.reshape(-1))  # (out,)
+            if bias is not None:
+                out = out + bias
             return out.view(*x.shape[:-1], out.shape[0])  # (..., out)
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x, weight, bias)

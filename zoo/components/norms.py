@@ -51,12 +51,13 @@ class RMSNorm(nn.Module):
         nn.init.zeros_(self.weight) if self.unit_offset else nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if cpu_token_ops.rms_norm_applies(x, self.weight):  # one C++ call, the same arithmetic
-            return cpu_token_ops.rms_norm(x, self.weight, self.eps, self.unit_offset)  # (..., dim)
+        weight = self.weight  # read once (an nn.Module.__getattr__ call)
+        if cpu_token_ops.rms_norm_applies(x, weight):  # one C++ call, the same arithmetic
+            return cpu_token_ops.rms_norm(x, weight, self.eps, self.unit_offset)  # (..., dim)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., dim) float32
         if self.unit_offset:
-            return (normed * (1.0 + self.weight.float())).to(x.dtype)
-        return self.weight * normed.to(x.dtype)
+            return (normed * (1.0 + weight.float())).to(x.dtype)
+        return weight * normed.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, unit_offset={self.unit_offset}"

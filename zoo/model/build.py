@@ -227,8 +227,9 @@ class ZooModel(nn.Module):
             x = block(x, shared[self.layer_positional[i]], state, memory)  # (B, T, d)
         if last_only:
             x = x[:, -1:]
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+        final_norm = self.final_norm
+        if final_norm is not None:
+            x = final_norm(x)
         return x if hidden else self.lm_head(x)  # (B, T, vocab) or (B, T, d)
 
     def _default_positions(
