@@ -118,7 +118,8 @@ def test_where_the_kernel_cannot_be_built_one_row_is_torchs(monkeypatch):
 @pytest.mark.parametrize("fresh", [False, True])
 def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op(monkeypatch, fresh):
     """Also where the first one-row product of a process is inside a trace (``fresh``: as
-    ``zoo bench --compile`` in a new process): the extension is built outside the trace."""
+    ``zoo bench --compile`` in a new process): the extension is built outside the trace, and
+    the graph is not traced again at the second call."""
     if fresh:
         from zoo.components import cpu_extension
 
@@ -133,10 +134,14 @@ def test_a_compiled_graph_calls_the_kernel_as_one_opaque_op(monkeypatch, fresh):
         graphs.append(graph)
         return graph.forward
 
+    compiled = torch.compile(layer, backend=record, fullgraph=True)
     with torch.no_grad():
-        out = torch.compile(layer, backend=record, fullgraph=True)(x)
+        out = compiled(x)
         expected = F.linear(x, layer.weight, layer.bias)
+        with torch.compiler.set_stance("fail_on_recompile"):  # no guard on the memo the trace filled
+            torch.testing.assert_close(compiled(x), out, atol=0, rtol=0)
     torch.testing.assert_close(out, expected, **TOLERANCE[torch.float32])
+    assert len(graphs) == 1
     targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
     assert torch.ops.zoo.row_product_row_product.default in targets
 

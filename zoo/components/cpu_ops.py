@@ -67,7 +67,12 @@ class CppExtension:
 
         Kept once known: an eager decode step asks it before every norm, rotation, attention
         and int8 product (122 times a SmolLM2-135M step), and the five calls down to the
-        build's memo cost 3.5% of that step at two threads."""
+        build's memo cost 3.5% of that step at two threads. A trace reads the answer, not the
+        memo: a graph traced while the memo was unset kept a guard on it, which the trace's
+        own answer then broke, so a compiled prefill traced before any eager call compiled
+        again at its second call."""
+        if torch.compiler.is_compiling():
+            return _built(self.name)
         if self._available is None:
             self._available = _built(self.name)
         return self._available
