@@ -201,7 +201,9 @@ def row_table(m) -> TableData:  # type: ignore[no-untyped-def]
         *_fidelity_rows(m),
         *_roofline_rows(m),
     ]
-    compile_text = e.compile_mode if m.compile_s is None else f"{e.compile_mode}, {m.compile_s:,.1f} s to compile"
+    compile_text = e.compile_mode
+    if m.compile_s is not None:
+        compile_text += f", guards {e.compile_guards}, {m.compile_s:,.1f} s to compile"
     rows += [
         ("device", f"{e.device} ({e.device_name})"),
         ("dtype", e.dtype),

@@ -90,6 +90,7 @@ class Environment(BaseModel):
     dtype: str
     sdpa_backend: str
     compile_mode: str
+    compile_guards: str = "none"  # compiled: "skipped once warm" or "checked" (phases/compiling.py)
     threads: int
     zoo_commit: str | None
 

@@ -131,6 +131,7 @@ def run(source: ModelSource, config: BenchConfig, given: Collection[str] = (), p
         dtype=str(dtype).removeprefix("torch."),
         sdpa_backend=ctx.environment.get("sdpa_backend", "none"),
         compile_mode=ctx.environment.get("compile_mode", "none"),
+        compile_guards=ctx.environment.get("compile_guards", "none"),
         threads=torch.get_num_threads(),
         zoo_commit=zoo_git_commit(),
     )

@@ -62,3 +62,49 @@ def test_a_compiled_run_reports_its_compile_time(aot_eager):
     m = zoo.bench(tiny_spec("llama-3.2-1b"), prompt_len=8, gen_len=3, repeats=1, compile=True)
     assert m.environment.compile_mode == "aot_eager" and m.compile_s is not None and m.compile_s > 0
     assert zoo.bench(tiny_spec("llama-3.2-1b"), prompt_len=8, gen_len=3, repeats=1).compile_s is None
+
+
+def _skips_guards() -> bool:
+    from torch._dynamo.eval_frame import _is_skip_guard_eval_unsafe_stance
+
+    return _is_skip_guard_eval_unsafe_stance()
+
+
+def test_a_compiled_run_skips_the_guards_of_warm_graphs_only_once_settled(aot_eager):
+    """The settling warm-up round recompiled nothing, so the timed calls skip dynamo's guards;
+    an eager run has none to skip."""
+    seen: list[bool] = []
+    real = compiling.RunSteps.steady
+
+    def steady(self):
+        seen.append(self.settled is True)
+        return real(self)
+
+    compiled = zoo.bench(tiny_spec("llama-3.2-1b"), prompt_len=8, gen_len=3, repeats=2, compile=True)
+    assert compiled.environment.compile_guards == "skipped once warm"
+    eager = zoo.bench(tiny_spec("llama-3.2-1b"), prompt_len=8, gen_len=3, repeats=1)
+    assert eager.environment.compile_guards == "none"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compiling.RunSteps, "steady", steady)
+        zoo.bench(tiny_spec("t5-small"), prompt_len=8, gen_len=3, repeats=1, compile=True)
+    assert seen and all(seen)  # the prefill's and the decode's timed calls
+
+
+def test_a_recompile_while_settling_keeps_the_guards(aot_eager):
+    steps = compiling.RunSteps(prefill, decode_step, "aot_eager")
+    double = torch.compile(lambda x: x * 2, backend="aot_eager", dynamic=False)
+    double(torch.ones(3))
+    steps.settle(lambda: double(torch.ones(3)))
+    assert steps.settled and steps.guards == "skipped once warm"
+    with steps.steady():
+        assert _skips_guards()
+    assert not _skips_guards()
+    steps.settle(lambda: double(torch.ones(4)))  # a new shape: dynamo would compile again
+    assert steps.settled is False and steps.guards == "checked"
+    with steps.steady():
+        assert not _skips_guards()
+    steps.settle(lambda: double(torch.ones(3)))  # a later clean round does not undo it
+    assert steps.settled is False
+    eager = compiling.RunSteps(prefill, decode_step)
+    eager.settle(lambda: None)
+    assert eager.guards == "none" and eager.settled is None

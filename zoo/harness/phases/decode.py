@@ -50,7 +50,7 @@ class Decode(Phase):
         for r in range(ctx.config.repeats):
             ctx.progress(f"decode {r + 1}/{ctx.config.repeats}")
             token = run.prefill()
-            with ctx.probe.phase() as phase:
+            with run.steady(), ctx.probe.phase() as phase:
                 clock = StepClock(ctx.device)
                 for _ in range(steps):
                     token = run.step(token)  # (B, 1)

@@ -9,6 +9,8 @@ where a compiled run compiles (``compile_s``) and the SDPA kernels are read off 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 
 from zoo.harness.environment import sdpa_backends_used
@@ -59,16 +61,24 @@ class Generation:
         self.probe.synchronize()
 
     def _warm_up(self, ctx: RunContext) -> None:
-        """``config.warmup`` untimed rounds: the full prompt where the prefill is a graph
-        specialised to its shape or on a GPU, else its first tokens."""
+        """``config.warmup`` untimed rounds (compiled: at least two, the later ones settling
+        the guards): the full prompt where the prefill is a graph specialised to its shape or
+        on a GPU, else its first tokens."""
         full = self.prompt.device.type == "cuda" or ctx.config.compile
         prompt = self.prompt if full else self.prompt[:, :HOST_WARMUP_PROMPT]
         steps = min(WARMUP_DECODE_STEPS, self.decode_steps)
         ctx.progress("warm-up")
         ctx.note(sdpa_backend=sdpa_backends_used(lambda: self._warm_round(prompt, steps)))
-        for _ in range(1, ctx.config.warmup):
+        rounds = ctx.config.warmup if self.steps.mode == "none" else max(ctx.config.warmup, 2)
+        for _ in range(1, rounds):  # compiled: at least one round after the graphs were made
             ctx.progress("warm-up")
-            self._warm_round(prompt, steps)
+            self.steps.settle(lambda: self._warm_round(prompt, steps))
+        ctx.note(compile_guards=self.steps.guards)
+
+    def steady(self) -> AbstractContextManager[object]:
+        """Where the phases time their calls: compiled graphs run without dynamo's guards
+        once the warm-up showed that nothing recompiles (``RunSteps.steady``)."""
+        return self.steps.steady()
 
     @property
     def compile_s(self) -> float | None:

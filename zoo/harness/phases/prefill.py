@@ -48,7 +48,7 @@ class Prefill(Phase):
         timed = []
         for r in range(ctx.config.repeats):
             ctx.progress(f"prefill {r + 1}/{ctx.config.repeats}")
-            with ctx.probe.phase() as phase:
+            with run.steady(), ctx.probe.phase() as phase:
                 run.prefill()
             timed.append(phase)
         seconds = [p.seconds for p in timed]
