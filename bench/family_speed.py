@@ -9,9 +9,11 @@ the pure-PyTorch maths, ``auto`` the fastest that runs here) and each step of ``
 compiled whole), the table gives decode tokens/s,
 the bytes one decode step moves (``decode_bytes_per_step`` at the decode midpoint), the
 bandwidth that achieves, its fraction of the host's read bandwidth measured in the same round
-(``of round's roofline``: the median over rounds of each round's figure; on this project's
-shared 2-core VM the probe read 28 to 42 GB/s in three runs a minute apart, so only a probe
-taken under the rounds' own load makes a fraction that means something) and of the cached
+(``host_probe.stream_bytes_per_s``, as a ``zoo bench`` run samples it: the faster of a sum and
+zoo's row kernel over one buffer; ``of round's roofline``: the median over rounds of each
+round's figure; on this project's shared 2-core VM the probe read 28 to 42 GB/s in three runs
+a minute apart, so only a probe taken under the rounds' own load makes a fraction that means
+something) and of the cached
 probe (``zoo hardware``), prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
 under a load that changes from round to round): ``vs gpt2``, decode tokens/s over gpt2's (same
 dtype, implementation and step), and ``vs first``, over the same family's first variant in
@@ -49,7 +51,7 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
 from zoo.analysis.devices import device_peaks
-from zoo.analysis.host_probe import cpu_description, host_peaks, probe_buffer, probe_bytes, read_bytes_per_s
+from zoo.analysis.host_probe import cpu_description, host_peaks, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.files.host_memory import rehome
@@ -216,7 +218,7 @@ def main() -> None:
             case.run.settle(functools.partial(one_round, case, ids, 3, max_len))  # compiled: recompiles nothing?
             case.prefill.clear(), case.decode.clear()
         for index in range(args.rounds):
-            bandwidths.append(read_bytes_per_s(buffer))  # this round's load, as its models see it
+            bandwidths.append(stream_bytes_per_s(buffer))  # this round's load, as `zoo bench` samples it
             # a family's variants back to back, their order flipped every round: the second of a pair
             # ran up to 20% faster whatever it was (gpt2 against itself), so none always goes second
             for case in sorted(cases, key=lambda c: (c.family, cases.index(c) * (-1) ** index)):

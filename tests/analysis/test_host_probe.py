@@ -77,3 +77,16 @@ def test_the_cpu_peaks_are_the_measured_host():
     assert peaks.source.startswith(f"measured host ({host.fingerprint}, ") and peaks.bandwidth == 20e9
     assert peaks.peak_flops(torch.bfloat16) == 200e9 and peaks.peak_flops(torch.float32) == 100e9
     assert peaks.peak_flops(torch.int8) == 100e9  # any other dtype: the float32 rate
+
+
+def test_a_stream_read_is_the_faster_of_a_sum_and_the_row_kernel(monkeypatch):
+    """The in-run roofline sample reads as fast as zoo can: where the row kernel out-reads a
+    sum (four streams a thread against one), the kernel's figure is the sample's."""
+    from zoo.components import row_product
+
+    buffer = host_probe.probe_buffer(1 << 20)  # (R, 4096) float32
+    monkeypatch.setattr(host_probe, "read_bytes_per_s", lambda buffer, runs: 1.0)  # a sum slower than any kernel
+    kernel_rate = host_probe.stream_bytes_per_s(buffer, 2)
+    assert kernel_rate > 1.0 if row_product.available() else kernel_rate == 1.0
+    monkeypatch.setattr(host_probe, "read_bytes_per_s", lambda buffer, runs: 1e15)  # faster than any kernel
+    assert host_probe.stream_bytes_per_s(buffer, 2) == 1e15

@@ -47,14 +47,14 @@ from zoo.components import row_product
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
-PROBE_FORMAT = 4  # 2: one-row paths (row_kernel_faster); 3: the row kernel in C++; 4: a read stream, re-homed buffers
+PROBE_FORMAT = 5  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 MATMUL_SIZES = (512, 1024)  # the larger when a product of the smaller takes under MATMUL_QUICK_S
 MATMUL_QUICK_S = 0.02
 RUNS = 5
-SAMPLE_RUNS = 3  # timed sums of an in-run sample (``read_sample``): ~0.2 s on a 256 MiB buffer
+SAMPLE_RUNS = 3  # timed reads of each way in an in-run sample (``read_sample``): ~0.4 s on a 256 MiB buffer
 ROW_WIDTH = 1024  # the one-row paths' weight: rows as long as a small model's width
 
 
@@ -183,13 +183,28 @@ def read_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
     return buffer.numel() * buffer.element_size() / _median_seconds(buffer.sum, runs)
 
 
+def stream_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
+    """The fastest read of ``buffer`` (R, C) float32 zoo has now: a sum, or where zoo's row
+    kernel builds, its one-row product over the buffer's rows, which reads four streams a
+    thread (``zoo/components/row_product_source.py``) and out-read the sum's one by 1.25x on
+    this project's Zen 4 VM. The roofline is the fastest read, as ``HostPeaks.bandwidth`` is:
+    a sum alone would let a decode step built of those products read above 100% of it."""
+    rate = read_bytes_per_s(buffer, runs)
+    if row_product.available():
+        row = torch.full((buffer.shape[1],), 0.25)  # (C,)
+        kernel = buffer.numel() * 4 / _median_seconds(lambda: row_product.row_product(buffer, row, None), runs)
+        rate = max(rate, kernel)
+    return rate
+
+
 def read_sample() -> float:
-    """The read bandwidth now, over a fresh buffer of the size the cached probe streamed
-    (``HostPeaks.probe_bytes``), freed on return: a run on a shared machine samples it around
-    its timed phases (``zoo.harness.run``), so that its roofline fractions divide by what the
-    memory gave under the run's own load, not by the cached probe's moment."""
+    """The read bandwidth now (``stream_bytes_per_s``), over a fresh buffer of the size the
+    cached probe streamed (``HostPeaks.probe_bytes``), freed on return: a run on a shared
+    machine samples it around its timed phases (``zoo.harness.run``), so that its roofline
+    fractions divide by what the memory gave under the run's own load, not by the cached
+    probe's moment."""
     with torch.inference_mode():
-        return read_bytes_per_s(probe_buffer(host_peaks().probe_bytes), SAMPLE_RUNS)
+        return stream_bytes_per_s(probe_buffer(host_peaks().probe_bytes), SAMPLE_RUNS)
 
 
 def _bandwidths(nbytes: int) -> tuple[float, float, dict[str, float]]:
