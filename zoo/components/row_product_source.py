@@ -15,7 +15,8 @@ float32 matrix streamed 24.2 -> 34.9 GB/s at two threads (torch.sum 27.8) and 16
 at one (20.0), 151936 x 1024 38.9 -> 54.8, 50257 x 768 25.4 -> 31.3, and matrices in the
 cache ran as before. Four adjacent rows at once, by contrast, read slower than one (17.4 GB/s):
 each is a stream of 2 KB that the prefetchers never learn. A share's last rows, fewer than
-four, go one at a time in four accumulators.
+four, go one at a time through the same loop, so every row is summed alike whatever the thread
+count (a row's sum does not depend on where the threads split the rows).
 
 A bfloat16 row times a bfloat16 matrix, where the compiler targets AVX512_BF16 (Zen 4,
 Cooper Lake, Sapphire Rapids), takes ``vdpbf16ps`` instead (``bf16_rows_times``): 32 exact
@@ -34,10 +35,11 @@ float32, and the row's sum by the weight row's scale. Widening every int8 weight
 and multiplying left the loop compute-bound: a 49152 x 576 head streamed 9.8 GB/s where a
 float32 matrix of the same shape streamed 17-19 GB/s (one thread, this project's Zen 4).
 The integer loop reads it at 18-19 GB/s, and matrices that stay in the L3 cache at 30-48
-GB/s (1.4-2.9x the widening loop in one process, one and two threads). Rows go one at a
-time in memory order (four rows interleaved, as the int4 kernel does for its long rows,
-read 576-byte rows at 8 GB/s), with two named accumulators: an array indexed by the
-block's parity was kept on the stack and held the loop to ~17 GB/s even in cache. The sign
+GB/s (1.4-2.9x the widening loop in one process, one and two threads). Rows are read four
+streams at once as above (four adjacent rows interleaved read 576-byte rows at 8 GB/s), with
+two named accumulators a row: an array indexed by the block's parity was kept on the stack
+and held the loop to ~17 GB/s even in cache. The streams took qwen3-0.6b's int8 decode 1.13x
+(two threads, interleaved workers, same tokens: each row's arithmetic is unchanged). The sign
 trick needs weights in [-127, 127], which ``quantize_int8`` gives.
 """
 
@@ -87,107 +89,84 @@ static inline void widen(const int8_t* p, fVec& a, fVec& b) {
 }
 
 // Rows of one thread's share read at once, each from its own quarter of the share: four long
-// streams in memory, where one row after another is one stream (module doc).
+// streams in memory, where one row after another is one stream (module doc). A share's last rows,
+// fewer than four, go through the same loop one at a time, so that every row is summed alike
+// whatever the thread count.
 constexpr int64_t STREAMS = 4;
 
-// sum_k row[k] * x[k] for one row of n, x float32: four accumulators, then the scalar tail.
-template <typename T>
-static inline float row_times(const T* row, const float* x, int64_t n) {
-  const int64_t full = n - n % (4 * S);
-  fVec a0(0.f), a1(0.f), a2(0.f), a3(0.f);
-  int64_t k = 0;
-  for (; k < full; k += 4 * S) {
-    fVec w0, w1, w2, w3;
-    widen(row + k, w0, w1);
-    widen(row + k + 2 * S, w2, w3);
-    a0 = at::vec::fmadd(w0, fVec::loadu(x + k), a0);
-    a1 = at::vec::fmadd(w1, fVec::loadu(x + k + S), a1);
-    a2 = at::vec::fmadd(w2, fVec::loadu(x + k + 2 * S), a2);
-    a3 = at::vec::fmadd(w3, fVec::loadu(x + k + 3 * S), a3);
+// out[r] = sum_k w[r, k] * x[k] (+ bias[r]) for the NS rows r = first + s * stride: x read once for all of them,
+// two accumulators a row, then the scalar tail.
+template <int64_t NS, typename T>
+static inline void rows_at(const T* w, const float* x, float* out, int64_t first, int64_t stride, int64_t n,
+                           const float* bias) {
+  const int64_t full = n - n % (2 * S);
+  const T* row[NS];
+  fVec lo[NS], hi[NS];
+  for (int64_t s = 0; s < NS; ++s) {
+    row[s] = w + (first + s * stride) * n;
+    lo[s] = fVec(0.f);
+    hi[s] = fVec(0.f);
   }
-  float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, (a0 + a1) + (a2 + a3));
-  for (; k < n; ++k) sum += static_cast<float>(row[k]) * x[k];
-  return sum;
+  for (int64_t k = 0; k < full; k += 2 * S) {
+    const fVec x0 = fVec::loadu(x + k), x1 = fVec::loadu(x + k + S);
+    for (int64_t s = 0; s < NS; ++s) {
+      fVec w0, w1;
+      widen(row[s] + k, w0, w1);
+      lo[s] = at::vec::fmadd(w0, x0, lo[s]);
+      hi[s] = at::vec::fmadd(w1, x1, hi[s]);
+    }
+  }
+  for (int64_t s = 0; s < NS; ++s) {
+    const int64_t r = first + s * stride;
+    float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, lo[s] + hi[s]);
+    for (int64_t k = full; k < n; ++k) sum += static_cast<float>(row[s][k]) * x[k];
+    out[r] = bias == nullptr ? sum : sum + bias[r];
+  }
 }
 
 // out[r] = sum_k w[r, k] * x[k] (+ bias[r] where given) for rows r of w (rows, n); x float32.
 template <typename T>
 static void rows_times(const T* w, const float* x, float* out, int64_t rows, int64_t n, const float* bias = nullptr) {
-  const int64_t full = n - n % (2 * S);
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     const int64_t part = (end - begin) / STREAMS;  // rows of each stream
-    for (int64_t j = 0; j < part; ++j) {
-      const T* row[STREAMS];
-      fVec lo[STREAMS], hi[STREAMS];
-      for (int64_t s = 0; s < STREAMS; ++s) {
-        row[s] = w + (begin + s * part + j) * n;
-        lo[s] = fVec(0.f);
-        hi[s] = fVec(0.f);
-      }
-      for (int64_t k = 0; k < full; k += 2 * S) {
-        const fVec x0 = fVec::loadu(x + k), x1 = fVec::loadu(x + k + S);  // read once for the four rows
-        for (int64_t s = 0; s < STREAMS; ++s) {
-          fVec w0, w1;
-          widen(row[s] + k, w0, w1);
-          lo[s] = at::vec::fmadd(w0, x0, lo[s]);
-          hi[s] = at::vec::fmadd(w1, x1, hi[s]);
-        }
-      }
-      for (int64_t s = 0; s < STREAMS; ++s) {
-        const int64_t r = begin + s * part + j;
-        float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, lo[s] + hi[s]);
-        for (int64_t k = full; k < n; ++k) sum += static_cast<float>(row[s][k]) * x[k];
-        out[r] = bias == nullptr ? sum : sum + bias[r];
-      }
-    }
-    for (int64_t r = begin + STREAMS * part; r < end; ++r) {  // the share's last rows, fewer than STREAMS
-      const float sum = row_times(w + r * n, x, n);
-      out[r] = bias == nullptr ? sum : sum + bias[r];
-    }
+    for (int64_t j = 0; j < part; ++j) rows_at<STREAMS>(w, x, out, begin + j, part, n, bias);
+    for (int64_t r = begin + STREAMS * part; r < end; ++r) rows_at<1>(w, x, out, r, 0, n, bias);
   });
 }
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-// out[r] = sum_k w[r, k] * x[k], both bfloat16: vdpbf16ps multiplies 32 pairs exactly (a bfloat16 product fits a
-// float32) and adds them to 16 float32 lanes, where widening each weight and an FMA took three instructions per 16.
-// The sum plus bias[r] (where given), rounded once to bfloat16 into out, as ``F.linear`` rounds it.
+// out[r] = sum_k w[r, k] * x[k], both bfloat16, for the NS rows r = first + s * stride: vdpbf16ps multiplies 32
+// pairs exactly (a bfloat16 product fits a float32) and adds them to 16 float32 lanes, where widening each weight
+// and an FMA took three instructions per 16. The sum plus bias[r] (where given), rounded once to bfloat16 into
+// out, as ``F.linear`` rounds it.
+template <int64_t NS>
+static inline void bf16_rows_at(const at::BFloat16* w, const at::BFloat16* x, const at::BFloat16* bias,
+                                at::BFloat16* out, int64_t first, int64_t stride, int64_t n) {
+  const int64_t full = n - n % 32;
+  const at::BFloat16* row[NS];
+  __m512 a[NS];
+  for (int64_t s = 0; s < NS; ++s) {
+    row[s] = w + (first + s * stride) * n;
+    a[s] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < full; k += 32) {
+    const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
+    for (int64_t s = 0; s < NS; ++s) a[s] = _mm512_dpbf16_ps(a[s], (__m512bh)_mm512_loadu_si512(row[s] + k), xv);
+  }
+  for (int64_t s = 0; s < NS; ++s) {
+    const int64_t r = first + s * stride;
+    float sum = _mm512_reduce_add_ps(a[s]);
+    for (int64_t k = full; k < n; ++k) sum += static_cast<float>(row[s][k]) * static_cast<float>(x[k]);
+    out[r] = static_cast<at::BFloat16>(bias ? sum + static_cast<float>(bias[r]) : sum);
+  }
+}
+
 static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, const at::BFloat16* bias, at::BFloat16* out,
                             int64_t rows, int64_t n) {
-  const int64_t full = n - n % 32;
-  auto store = [&](int64_t r, float sum, const at::BFloat16* row) {
-    for (int64_t k = full; k < n; ++k) sum += static_cast<float>(row[k]) * static_cast<float>(x[k]);
-    out[r] = static_cast<at::BFloat16>(bias ? sum + static_cast<float>(bias[r]) : sum);
-  };
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     const int64_t part = (end - begin) / STREAMS;  // four streams, as rows_times reads them
-    for (int64_t j = 0; j < part; ++j) {
-      const at::BFloat16* row[STREAMS];
-      __m512 a[STREAMS];
-      for (int64_t s = 0; s < STREAMS; ++s) {
-        row[s] = w + (begin + s * part + j) * n;
-        a[s] = _mm512_setzero_ps();
-      }
-      for (int64_t k = 0; k < full; k += 32) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
-        for (int64_t s = 0; s < STREAMS; ++s) {
-          a[s] = _mm512_dpbf16_ps(a[s], (__m512bh)_mm512_loadu_si512(row[s] + k), xv);
-        }
-      }
-      for (int64_t s = 0; s < STREAMS; ++s) store(begin + s * part + j, _mm512_reduce_add_ps(a[s]), row[s]);
-    }
-    for (int64_t r = begin + STREAMS * part; r < end; ++r) {  // the share's last rows, one at a time
-      const at::BFloat16* row = w + r * n;
-      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();  // two chains: consecutive adds do not wait
-      int64_t k = 0;
-      for (; k + 64 <= full; k += 64) {
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(row + k), (__m512bh)_mm512_loadu_si512(x + k));
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(row + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
-      }
-      if (k < full) {  // a last 32
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(row + k), (__m512bh)_mm512_loadu_si512(x + k));
-      }
-      store(r, _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)), row);
-    }
+    for (int64_t j = 0; j < part; ++j) bf16_rows_at<STREAMS>(w, x, bias, out, begin + j, part, n);
+    for (int64_t r = begin + STREAMS * part; r < end; ++r) bf16_rows_at<1>(w, x, bias, out, r, 0, n);
   });
 }
 #endif
@@ -275,54 +254,47 @@ static inline float hsum(__m256 t) {
 }
 #endif
 
-// out[r] = scales[r] * sum over blocks of d_block * (w_block . xq_block). One row at a time, read in order, two
-// accumulators (even and odd blocks) so consecutive blocks do not wait on each other's add.
-static void row_q8(const int8_t* row, const int8_t* xq, const float* xd, float scale, float* out, int64_t n) {
-  const int64_t blocks = n / QBLOCK;
 #if defined(__AVX2__)
-  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();  // named, not indexed: they stay in registers
+// out[r] = scales[r] * sum over blocks of d_block * (w_block . xq_block) for the NS rows r = first + s * stride,
+// each activation block read once for all of them; two accumulators a row (even and odd blocks) so consecutive
+// blocks do not wait on each other's add, named, not indexed by parity (kept in registers).
+template <int64_t NS>
+static inline void rows_q8(const int8_t* w, const int8_t* xq, const float* xd, const float* scales, float* out,
+                           int64_t first, int64_t stride, int64_t n) {
+  const int64_t blocks = n / QBLOCK;
+  const int8_t* row[NS];
+  __m256 even[NS], odd[NS];
+  for (int64_t s = 0; s < NS; ++s) {
+    row[s] = w + (first + s * stride) * n;
+    even[s] = odd[s] = _mm256_setzero_ps();
+  }
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    even = _mm256_fmadd_ps(block_q8(row, xq, b), _mm256_set1_ps(xd[b]), even);
-    odd = _mm256_fmadd_ps(block_q8(row, xq, b + 1), _mm256_set1_ps(xd[b + 1]), odd);
+    const __m256 d0 = _mm256_set1_ps(xd[b]), d1 = _mm256_set1_ps(xd[b + 1]);
+    for (int64_t s = 0; s < NS; ++s) {
+      even[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b), d0, even[s]);
+      odd[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b + 1), d1, odd[s]);
+    }
   }
-  if (b < blocks) even = _mm256_fmadd_ps(block_q8(row, xq, b), _mm256_set1_ps(xd[b]), even);
-  *out = hsum(_mm256_add_ps(even, odd)) * scale;
+  if (b < blocks) {
+    const __m256 d = _mm256_set1_ps(xd[b]);
+    for (int64_t s = 0; s < NS; ++s) even[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b), d, even[s]);
+  }
+  for (int64_t s = 0; s < NS; ++s) {
+    const int64_t r = first + s * stride;
+    out[r] = hsum(_mm256_add_ps(even[s], odd[s])) * scales[r];
+  }
+}
 #else
+// The same sums in portable C++, one row.
+static void row_q8(const int8_t* row, const int8_t* xq, const float* xd, float scale, float* out, int64_t n) {
   float sum = 0.f;
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < n / QBLOCK; ++b) {
     int32_t dot = 0;
     for (int64_t j = 0; j < QBLOCK; ++j) dot += int32_t(row[b * QBLOCK + j]) * xq[b * QBLOCK + j];
     sum += float(dot) * xd[b];
   }
   *out = sum * scale;
-#endif
-}
-
-#if defined(__AVX2__)
-// Rows begin + s * part + j (s < STREAMS) of w at once, as rows_times reads: each activation block read once for
-// the four; one accumulator a row.
-static void streams_q8(const int8_t* w, const int8_t* xq, const float* xd, const float* scales, float* out,
-                       int64_t begin, int64_t part, int64_t j, int64_t n) {
-  const int8_t* row[STREAMS];
-  __m256 acc[STREAMS];
-  for (int64_t s = 0; s < STREAMS; ++s) {
-    row[s] = w + (begin + s * part + j) * n;
-    acc[s] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < n / QBLOCK; ++b) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * QBLOCK));
-    const __m256i ax = _mm256_sign_epi8(x, x);
-    const __m256 d = _mm256_set1_ps(xd[b]);
-    for (int64_t s = 0; s < STREAMS; ++s) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[s] + b * QBLOCK));
-      acc[s] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_q8(wv, ax, x)), d, acc[s]);
-    }
-  }
-  for (int64_t s = 0; s < STREAMS; ++s) {
-    const int64_t r = begin + s * part + j;
-    out[r] = hsum(acc[s]) * scales[r];
-  }
 }
 #endif
 
@@ -333,13 +305,13 @@ static void int8_q8(const int8_t* w, const float* x, const float* scales, float*
   std::vector<float> xd(n / QBLOCK);
   quantize_q8(x, xq.data(), xd.data(), n);
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    int64_t first = begin;
 #if defined(__AVX2__)
     const int64_t part = (end - begin) / STREAMS;
-    for (int64_t j = 0; j < part; ++j) streams_q8(w, xq.data(), xd.data(), scales, out, begin, part, j, n);
-    first = begin + STREAMS * part;
+    for (int64_t j = 0; j < part; ++j) rows_q8<STREAMS>(w, xq.data(), xd.data(), scales, out, begin + j, part, n);
+    for (int64_t r = begin + STREAMS * part; r < end; ++r) rows_q8<1>(w, xq.data(), xd.data(), scales, out, r, 0, n);
+#else
+    for (int64_t r = begin; r < end; ++r) row_q8(w + r * n, xq.data(), xd.data(), scales[r], out + r, n);
 #endif
-    for (int64_t r = first; r < end; ++r) row_q8(w + r * n, xq.data(), xd.data(), scales[r], out + r, n);
   });
 }
 
