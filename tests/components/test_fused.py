@@ -12,17 +12,30 @@ from zoo.model.generation import decode_step, prefill
 from zoo.quant import quantize
 
 
-def _pair(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, torch.nn.Module]:
+def _pair(name: str, dtype: str = "float32", mixer: str | None = None) -> tuple[torch.nn.Module, torch.nn.Module]:
     spec = tiny_spec(name)
+    if mixer is not None:
+        spec = spec.override({"attention.kind": mixer})
     return (zoo.build(spec, dtype=dtype, seed=3).eval(), zoo.build(spec, dtype=dtype, seed=3).eval())
 
 
-@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen3-0.6b", "gpt-oss-20b", "qwen3-next-80b-a3b"])
-def test_fused_logits_equal_unfused(name):
-    plain, fused = _pair(name)
+@pytest.mark.parametrize(
+    ("name", "mixer"),
+    [
+        ("llama-3.2-1b", None),
+        ("qwen3-0.6b", None),
+        ("gpt-oss-20b", None),
+        ("qwen3-next-80b-a3b", None),
+        ("gpt2", "linear"),  # the kernel-attention kinds fuse q|k|v too
+        ("gpt2", "infini"),
+    ],
+)
+def test_fused_logits_equal_unfused(name, mixer):
+    plain, fused = _pair(name, mixer=mixer)
     count = zoo.fuse_projections(fused)
     assert count > 0
     assert not any(n.endswith((".q_proj.weight", ".gate_proj.weight")) for n, _ in fused.named_parameters())
+    assert mixer is None or any(n.endswith(".attention.qkv_proj.weight") for n, _ in fused.named_parameters())
     ids = torch.randint(0, 97, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(fused(ids), plain(ids), atol=1e-5, rtol=0)

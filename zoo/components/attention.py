@@ -19,7 +19,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components import cpu_attention
-from zoo.components.fused import project
+from zoo.components.fused import QKV, project
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
@@ -118,9 +118,6 @@ class MQAOptions(AttentionOptions):
         if self.n_kv_heads != 1:
             raise ValueError(f"n_kv_heads: mqa needs n_kv_heads == 1, got {self.n_kv_heads}")
         return self
-
-
-QKV = ("q_proj", "k_proj", "v_proj")
 
 
 class Attention(TokenMixer):

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 
+from zoo.components import fused
 from zoo.components.linear import Linear
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
 from zoo.specs.options import Options
@@ -89,13 +90,18 @@ class FeatureStateMixer(TokenMixer):
         self.v_proj = Linear(ctx.d_model, inner, bias=bias)
         self.o_proj = Linear(inner, ctx.d_model, bias=bias)
 
+    def fusable_projections(self) -> dict[str, tuple[str, ...]]:
+        """q, k and v read the same input (``zoo.fuse_projections``), as attention's do."""
+        return {"qkv_proj": fused.QKV}
+
     def project(self, x: torch.Tensor, positions: Positions | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, T, d) -> q, k, v (B, H, T, D) each; RoPE, when the layer has it, rotates q and k."""
+        """x (B, T, d) -> q, k, v (B, H, T, D) each (one product when fused); RoPE, when the
+        layer has it, rotates q and k."""
         B, T, _ = x.shape
         H, D = self.n_heads, self.head_dim
-        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, H, D).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, H, D).transpose(1, 2)
+        q, k, v = (
+            p.view(B, T, H, D).transpose(1, 2) for p in fused.project(self, "qkv_proj", fused.QKV, x)
+        )  # (B, H, T, D)
         if positions is not None:
             q, k = positions.rotate(q, k)
         return q, k, v

@@ -1,9 +1,10 @@
 """Fused projections: several Linears that read the same input run as one product.
 
-Attention's q, k and v projections and a gated FFN's gate and up projections all multiply
-the same activations. As one Linear whose weight is the parts' weights stacked by rows,
-they cost one kernel launch and one pass over the input instead of three (or two), which
-is what a launch-bound GPU decode step and inductor's generated code gain from. The outputs
+Attention's q, k and v projections (softmax attention's, and the kernel-attention kinds':
+linear and Infini) and a gated FFN's gate and up projections all multiply the same
+activations. As one Linear whose weight is the parts' weights stacked by rows, they cost one
+kernel launch and one pass over the input instead of three (or two), which is what a
+launch-bound GPU decode step and inductor's generated code gain from. The outputs
 are the parts' outputs side by side, split back by width, so the result is the same
 product, row for row (exact in float32: each output element is the same dot product).
 
@@ -30,6 +31,7 @@ from zoo.files.host_memory import rehome, return_freed_memory
 from zoo.specs.interfaces import FeedForward, TokenMixer
 
 FUSED_SIZES = "_zoo_fused_sizes"  # per module: {fused name: (part names, output widths)}
+QKV = ("q_proj", "k_proj", "v_proj")  # the query, key and value projections a mixer fuses as "qkv_proj"
 
 
 def project(module: nn.Module, fused: str, parts: Sequence[str], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
