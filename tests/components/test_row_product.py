@@ -187,3 +187,25 @@ def test_without_the_switch_a_run_takes_the_kernel_for_the_dtypes_measured_faste
             assert not uses_row_kernel(x, layer.weight)
         monkeypatch.setattr(rows, "FORCED", None)
         assert not uses_row_kernel(x, layer.weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_rows_sum_does_not_depend_on_how_the_threads_split_the_rows(dtype):
+    """Each thread reads four rows at once and its last ones alone: 1027 rows split over one
+    and over two threads give the same outputs, bit for bit, and the reference's within
+    tolerance (a width that is no multiple of the vector, for the scalar tail)."""
+    if not rows.available():
+        pytest.skip("the row kernel does not build here")
+    weight = torch.randn(1027, 300, generator=torch.Generator().manual_seed(0)).to(dtype)
+    x = torch.randn(1, 300, generator=torch.Generator().manual_seed(1)).to(dtype)
+    bias = torch.randn(1027, generator=torch.Generator().manual_seed(2)).to(dtype)
+    threads = torch.get_num_threads()
+    try:
+        outputs = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            outputs.append(rows.row_product(weight, x, bias))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outputs[0], outputs[1])
+    torch.testing.assert_close(outputs[0], rows.reference(weight, x, bias), **TOLERANCE[dtype])

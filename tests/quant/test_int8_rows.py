@@ -109,6 +109,23 @@ def test_the_kernel_equals_its_reference_at_any_row_length(threads: int) -> None
         torch.set_num_threads(previous)
 
 
+def test_a_rows_sum_does_not_depend_on_how_the_threads_split_the_rows() -> None:
+    """Each thread reads four rows at once and its last ones alone, with the same arithmetic:
+    1027 rows over one and over two threads give the same outputs, bit for bit."""
+    generator = torch.Generator().manual_seed(4)
+    q = torch.randint(-127, 128, (1027, 576), dtype=torch.int8, generator=generator)
+    scales, x = torch.rand(1027, generator=generator) / 100, torch.randn(576, generator=generator)
+    previous, outputs = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                outputs.append(int8_rows.int8_rows(q, scales, x))
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(outputs[0], outputs[1])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [int8_rows.TILES_FROM, 130])
 def test_many_rows_go_through_widened_tiles_equal_to_the_weight_in_their_dtype(dtype: torch.dtype, rows: int) -> None:
