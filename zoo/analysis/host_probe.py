@@ -192,7 +192,8 @@ def stream_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
     rate = read_bytes_per_s(buffer, runs)
     if row_product.available():
         row = torch.full((buffer.shape[1],), 0.25)  # (C,)
-        kernel = buffer.numel() * 4 / _median_seconds(lambda: row_product.row_product(buffer, row, None), runs)
+        seconds = _median_seconds(lambda: row_product.row_product(buffer, row, None), runs)
+        kernel = buffer.numel() * buffer.element_size() / seconds
         rate = max(rate, kernel)
     return rate
 
