@@ -97,6 +97,19 @@ def test_an_additive_mask_is_added_to_the_scores_as_torch_adds_it(batch, heads):
         torch.testing.assert_close(got.float(), expected, atol=8e-3, rtol=8e-3)
 
 
+def test_scores_far_below_the_rows_top_weigh_what_torchs_do():
+    """A finite bias reaching far below the row's top (-80 to -300: the exponentials' range
+    ends, e^-87 on AVX2, e^-100 on AVX-512) leaves torch's softmax, and a row of equal
+    scores weighs every key alike."""
+    q, k, v, _, _ = _inputs(4, 4, 64, slots=48)
+    bias = torch.zeros(1, 4, 1, 48)
+    bias[..., 1::2] = -torch.linspace(80, 300, 24)  # every other key far below the top
+    with torch.no_grad():
+        for options in ({"attn_mask": bias}, {"attn_mask": torch.zeros(1, 4, 1, 48)}):
+            assert cpu_attention.applies(q, k, v, options)
+            torch.testing.assert_close(sdpa(q, k, v, **options), _torch(q, k, v, **options))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_is_the_float32_result_to_its_rounding(dtype):
     q, cache_k, cache_v, mask, _ = _inputs(9, 3, 64, dtype, slots=160)

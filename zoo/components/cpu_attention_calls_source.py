@@ -96,7 +96,7 @@ torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tenso
     scalar_t* op = out.data_ptr<scalar_t>();
     const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
     const float* ap = add.defined() ? add.data_ptr<float>() : nullptr;
-    const int64_t parts = key_parts(B * Hkv, S, attends16<scalar_t>(D));
+    const int64_t parts = key_parts(B * Hkv, S, attends_blocked<scalar_t>(D));
     if (parts > 1) {
       attend_in_parts<scalar_t>(qp, kp, vp, mp, ap, op, q, k, v, B, H, Hkv, S, D, parts, static_cast<float>(scale));
       return;
