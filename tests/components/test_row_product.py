@@ -58,6 +58,21 @@ def test_the_kernel_equals_its_reference_for_any_shape(dtype):
                 assert rows_kept.shape == (1, 1, out_features) and torch.equal(rows_kept.view(-1), got)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_strided_row_and_a_float32_bias_are_read_as_they_are(dtype):
+    """The call widens x and the bias itself: a row that is a strided view, and a bias kept in
+    float32 beside half-precision weights, give F.linear's float32 sum rounded once."""
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(300, 100, generator=generator).to(dtype)
+    x = torch.randn(100, 2, generator=generator).to(dtype)[:, 0]  # (100,) with stride 2
+    bias = torch.randn(300, generator=generator)  # float32
+    with torch.inference_mode():
+        got = rows.row_product(weight, x, bias)
+        expected = F.linear(x.float(), weight.float(), bias).to(dtype)
+    assert not x.is_contiguous() and got.dtype == dtype
+    torch.testing.assert_close(got, expected, atol=torch.finfo(dtype).eps * 4, rtol=torch.finfo(dtype).eps)
+
+
 @pytest.mark.parametrize(
     ("x_shape", "weight_shape", "grad"),
     [

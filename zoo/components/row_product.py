@@ -47,6 +47,7 @@ from zoo.components.cpu_attention_calls_source import SOURCE as ATTENTION_CALLS_
 from zoo.components.cpu_attention_source import SOURCE as ATTENTION_SOURCE
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
+from zoo.components.int8_rows_source import SOURCE as INT8_SOURCE
 from zoo.components.row_product_source import SOURCE
 
 ENV_SWITCH = "ZOO_ROW_KERNEL"
@@ -58,7 +59,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu_attention, cpu_token_ops)
     "zoo_row_product",
-    SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE + ATTENTION_CALLS_SOURCE,
+    SOURCE + INT8_SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE + ATTENTION_CALLS_SOURCE,
     [
         CppFunction(
             "row_product",

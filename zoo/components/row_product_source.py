@@ -26,21 +26,19 @@ threads while a plain sum read 24-32; the instruction read it at 23-26 GB/s, and
 gpt2 (4 layers, bfloat16) 1.15x and t5-small 1.17x as fast at two threads, 1.03x at one
 (interleaved workers, same greedy tokens).
 
-``int8_rows`` over rows whose length is a multiple of 32 takes llama.cpp's numerics instead
-(``int8_q8``): the row ``x`` quantized to int8 per block of 32 (scale absmax / 127, rounded
-to nearest even), per block the integer dot product of those bytes with the weight's
-(``vpdpbusd`` on AVX512-VNNI, ``vpmaddubsw`` on AVX2, scalar C++ elsewhere; the weight byte
-takes the activation's sign so the unsigned operand is |x|), scaled by the block's scale in
-float32, and the row's sum by the weight row's scale. Widening every int8 weight to float32
-and multiplying left the loop compute-bound: a 49152 x 576 head streamed 9.8 GB/s where a
-float32 matrix of the same shape streamed 17-19 GB/s (one thread, this project's Zen 4).
-The integer loop reads it at 18-19 GB/s, and matrices that stay in the L3 cache at 30-48
-GB/s (1.4-2.9x the widening loop in one process, one and two threads). Rows are read four
-streams at once as above (four adjacent rows interleaved read 576-byte rows at 8 GB/s), with
-two named accumulators a row: an array indexed by the block's parity was kept on the stack
-and held the loop to ~17 GB/s even in cache. The streams took qwen3-0.6b's int8 decode 1.13x
-(two threads, interleaved workers, same tokens: each row's arithmetic is unchanged). The sign
-trick needs weights in [-127, 127], which ``quantize_int8`` gives.
+Elsewhere a bfloat16 weight is widened in registers, two operations for a register's pairs
+of weights: shifted up 16 bits (the even weights) and masked (the odd ones), so a block of
+2 * S weights widens to its even weights then its odd ones, and ``even_odd`` lays the row x
+out in that order once per call. ATen's widening (a cross-lane extract, two zero-extensions
+and two shifts) left the loop compute-bound on an AVX2-only AMD EPYC: 9.9 G weights/s at one
+thread in cache, 19 GB/s from memory (32128 x 512) where float32 read 29; the two operations
+read 15.2 G weights/s and 26.0 GB/s at one thread, 45.7 GB/s at two (float32 41.0), and
+decoded gpt2 and t5-small in bfloat16 (4 layers, two threads) 1.11x and 1.11x as fast
+(interleaved workers, same greedy tokens, with the casts below). The row x is widened and
+the sums are rounded to x's dtype in the call itself, not by tensor casts around it (three
+a biased bfloat16 product, 10 µs of a 768 x 768 product's 57 at two threads).
+
+The int8 rows (``int8_rows_source.py``) are appended after this source and use its loops.
 """
 
 SOURCE = r"""
@@ -65,11 +63,28 @@ SOURCE = r"""
 using fVec = at::vec::Vectorized<float>;
 constexpr int64_t S = fVec::size();  // floats a register holds
 
-// 2 * S weights of row p widened to float32 into a (first S) and b (next S).
+// 2 * S weights of row p widened to float32 into a (first S) and b (next S); for bfloat16 where BF16_EVEN_ODD, into
+// a the block's even weights and into b its odd ones, in the order of the row x that even_odd lays out.
 static inline void widen(const float* p, fVec& a, fVec& b) { a = fVec::loadu(p); b = fVec::loadu(p + S); }
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+constexpr bool BF16_EVEN_ODD = true;
+static inline void widen(const at::BFloat16* p, fVec& a, fVec& b) {  // bfloat16 is float32's top half
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512i v = _mm512_loadu_si512(p);  // pairs (even, odd) in 32-bit lanes, the even weight low
+  a = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  b = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+#else
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  a = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+#endif
+}
+#else
+constexpr bool BF16_EVEN_ODD = false;
 static inline void widen(const at::BFloat16* p, fVec& a, fVec& b) {
   std::tie(a, b) = at::vec::convert_to_float<at::BFloat16>(at::vec::Vectorized<at::BFloat16>::loadu(p));
 }
+#endif
 static inline void widen(const at::Half* p, fVec& a, fVec& b) {
   std::tie(a, b) = at::vec::convert_to_float<at::Half>(at::vec::Vectorized<at::Half>::loadu(p));
 }
@@ -95,9 +110,9 @@ static inline void widen(const int8_t* p, fVec& a, fVec& b) {
 constexpr int64_t STREAMS = 4;
 
 // out[r] = sum_k w[r, k] * x[k] (+ bias[r]) for the NS rows r = first + s * stride: x read once for all of them,
-// two accumulators a row, then the scalar tail.
-template <int64_t NS, typename T>
-static inline void rows_at(const T* w, const float* x, float* out, int64_t first, int64_t stride, int64_t n,
+// two accumulators a row, then the scalar tail; the sum (plus the bias) rounded once to out's dtype O.
+template <int64_t NS, typename T, typename O>
+static inline void rows_at(const T* w, const float* x, O* out, int64_t first, int64_t stride, int64_t n,
                            const float* bias) {
   const int64_t full = n - n % (2 * S);
   const T* row[NS];
@@ -120,13 +135,27 @@ static inline void rows_at(const T* w, const float* x, float* out, int64_t first
     const int64_t r = first + s * stride;
     float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, lo[s] + hi[s]);
     for (int64_t k = full; k < n; ++k) sum += static_cast<float>(row[s][k]) * x[k];
-    out[r] = bias == nullptr ? sum : sum + bias[r];
+    out[r] = static_cast<O>(bias == nullptr ? sum : sum + bias[r]);
   }
 }
 
-// out[r] = sum_k w[r, k] * x[k] (+ bias[r] where given) for rows r of w (rows, n); x float32.
-template <typename T>
-static void rows_times(const T* w, const float* x, float* out, int64_t rows, int64_t n, const float* bias = nullptr) {
+// x (n) with each whole block of 2 * S laid out as widen gives a bfloat16 block: its S even values, then its S odd
+// ones (the tail past the last whole block in place) -> into `laid`.
+static const float* even_odd(const float* x, int64_t n, std::vector<float>& laid) {
+  laid.assign(x, x + n);
+  for (int64_t k = 0; k + 2 * S <= n; k += 2 * S)
+    for (int64_t j = 0; j < S; ++j) {
+      laid[k + j] = x[k + 2 * j];
+      laid[k + S + j] = x[k + 2 * j + 1];
+    }
+  return laid.data();
+}
+
+// out[r] = sum_k w[r, k] * x[k] (+ bias[r] where given) for rows r of w (rows, n); x and bias float32, out in O.
+template <typename T, typename O>
+static void rows_times(const T* w, const float* x, O* out, int64_t rows, int64_t n, const float* bias = nullptr) {
+  std::vector<float> laid;
+  if constexpr (std::is_same_v<T, at::BFloat16> && BF16_EVEN_ODD) x = even_odd(x, n, laid);
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     const int64_t part = (end - begin) / STREAMS;  // rows of each stream
     for (int64_t j = 0; j < part; ++j) rows_at<STREAMS>(w, x, out, begin + j, part, n, bias);
@@ -171,12 +200,41 @@ static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, const 
 }
 #endif
 
+template <typename T>
+static void widen_into(const T* p, float* out, int64_t size) {
+  for (int64_t i = 0; i < size; ++i) out[i] = static_cast<float>(p[i]);
+}
+
+// t's values as float32: t's own data where it is contiguous float32, else widened into `wide`.
+static const float* widened(const torch::Tensor& t, std::vector<float>& wide) {
+  if (t.scalar_type() == torch::kFloat && t.is_contiguous()) return t.data_ptr<float>();
+  const auto tc = t.contiguous();
+  wide.resize(tc.numel());
+  const int64_t size = tc.numel();
+  if (tc.scalar_type() == torch::kBFloat16)
+    widen_into(tc.data_ptr<at::BFloat16>(), wide.data(), size);
+  else if (tc.scalar_type() == torch::kHalf)
+    widen_into(tc.data_ptr<at::Half>(), wide.data(), size);
+  else  // float32 not contiguous, or another dtype: through aten
+    std::memcpy(wide.data(), tc.to(torch::kFloat).data_ptr<float>(), size * sizeof(float));
+  return wide.data();
+}
+
 // x's shape with its last size `rows`: a one-row product's output keeps x's leading dims (all 1), so a layer's
 // forward reshapes nothing.
 static std::vector<int64_t> rows_shape(const torch::Tensor& x, int64_t rows) {
   auto shape = x.sizes().vec();
   shape.back() = rows;
   return shape;
+}
+
+// rows_times for weight's dtype, into out of O.
+template <typename O>
+static void rows_of(const torch::Tensor& weight, const float* x, O* out, int64_t rows, int64_t n, const float* bias) {
+  if (weight.scalar_type() == torch::kFloat) rows_times(weight.data_ptr<float>(), x, out, rows, n, bias);
+  else if (weight.scalar_type() == torch::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), x, out, rows, n, bias);
+  else if (weight.scalar_type() == torch::kHalf) rows_times(weight.data_ptr<at::Half>(), x, out, rows, n, bias);
+  else TORCH_CHECK(false, "row_product: weight dtype ", weight.scalar_type(), "; allowed: float32, bfloat16, float16");
 }
 
 // weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype.
@@ -197,174 +255,21 @@ torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<t
     return result;
   }
 #endif
-  auto out = torch::empty(shape, x.options().dtype(torch::kFloat));
-  auto xf = x.to(torch::kFloat).contiguous();
-  const float* xp = xf.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  torch::Tensor bf;  // the bias in float32 (a float32 bias as it is: no copy), added as each row's sum is stored
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->numel() == rows, "row_product: bias of ", bias->numel(), " values for ", rows, " rows");
-    bf = bias->to(torch::kFloat).contiguous();
-  }
-  const float* bp = bias.has_value() ? bf.data_ptr<float>() : nullptr;
-  if (weight.scalar_type() == torch::kFloat) rows_times(weight.data_ptr<float>(), xp, op, rows, n, bp);
-  else if (weight.scalar_type() == torch::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), xp, op, rows, n, bp);
-  else if (weight.scalar_type() == torch::kHalf) rows_times(weight.data_ptr<at::Half>(), xp, op, rows, n, bp);
-  else TORCH_CHECK(false, "row_product: weight dtype ", weight.scalar_type(), "; allowed: float32, bfloat16, float16");
-  return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
-}
-
-constexpr int64_t QBLOCK = 32;       // inputs per activation block (llama.cpp's Q8)
-
-// x (n) as int8 blocks of 32: xq = round(x / d), d = absmax / 127 per block (llama.cpp's Q8 numerics).
-static void quantize_q8(const float* x, int8_t* xq, float* xd, int64_t n) {
-  for (int64_t b = 0; b < n / QBLOCK; ++b) {
-    const float* v = x + b * QBLOCK;
-    float amax = 0.f;
-    for (int64_t j = 0; j < QBLOCK; ++j) amax = std::max(amax, std::fabs(v[j]));
-    const float d = amax / 127.f, inverse = d > 0.f ? 1.f / d : 0.f;
-    for (int64_t j = 0; j < QBLOCK; ++j) xq[b * QBLOCK + j] = static_cast<int8_t>(std::nearbyint(v[j] * inverse));
-    xd[b] = d;
-  }
-}
-
-#if defined(__AVX2__)
-// The integer dot of 32 weight bytes with 32 activation bytes as int32 lanes: |x| (unsigned) times w with x's sign.
-static inline __m256i dot_q8(__m256i w, __m256i ax, __m256i x) {
-  const __m256i signed_w = _mm256_sign_epi8(w, x);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, signed_w);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, signed_w), _mm256_set1_epi16(1));
-#endif
-}
-
-// Block b of a row: its integer dot with the activation block, as 8 float32 lanes.
-static inline __m256 block_q8(const int8_t* row, const int8_t* xq, int64_t b) {
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * QBLOCK));
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * QBLOCK));
-  return _mm256_cvtepi32_ps(dot_q8(w, _mm256_sign_epi8(x, x), x));
-}
-
-static inline float hsum(__m256 t) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
-#endif
-
-#if defined(__AVX2__)
-// out[r] = scales[r] * sum over blocks of d_block * (w_block . xq_block) for the NS rows r = first + s * stride,
-// each activation block read once for all of them; two accumulators a row (even and odd blocks) so consecutive
-// blocks do not wait on each other's add, named, not indexed by parity (kept in registers).
-template <int64_t NS>
-static inline void rows_q8(const int8_t* w, const int8_t* xq, const float* xd, const float* scales, float* out,
-                           int64_t first, int64_t stride, int64_t n) {
-  const int64_t blocks = n / QBLOCK;
-  const int8_t* row[NS];
-  __m256 even[NS], odd[NS];
-  for (int64_t s = 0; s < NS; ++s) {
-    row[s] = w + (first + s * stride) * n;
-    even[s] = odd[s] = _mm256_setzero_ps();
-  }
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    const __m256 d0 = _mm256_set1_ps(xd[b]), d1 = _mm256_set1_ps(xd[b + 1]);
-    for (int64_t s = 0; s < NS; ++s) {
-      even[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b), d0, even[s]);
-      odd[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b + 1), d1, odd[s]);
-    }
-  }
-  if (b < blocks) {
-    const __m256 d = _mm256_set1_ps(xd[b]);
-    for (int64_t s = 0; s < NS; ++s) even[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b), d, even[s]);
-  }
-  for (int64_t s = 0; s < NS; ++s) {
-    const int64_t r = first + s * stride;
-    out[r] = hsum(_mm256_add_ps(even[s], odd[s])) * scales[r];
-  }
-}
-#else
-// The same sums in portable C++, one row.
-static void row_q8(const int8_t* row, const int8_t* xq, const float* xd, float scale, float* out, int64_t n) {
-  float sum = 0.f;
-  for (int64_t b = 0; b < n / QBLOCK; ++b) {
-    int32_t dot = 0;
-    for (int64_t j = 0; j < QBLOCK; ++j) dot += int32_t(row[b * QBLOCK + j]) * xq[b * QBLOCK + j];
-    sum += float(dot) * xd[b];
-  }
-  *out = sum * scale;
-}
-#endif
-
-// qweight (rows, n) int8 in [-127, 127], n a multiple of 32: llama.cpp's numerics, rows split over threads, each
-// thread's share read four streams at once (``STREAMS``) where AVX2 is there, its last rows one at a time.
-static void int8_q8(const int8_t* w, const float* x, const float* scales, float* out, int64_t rows, int64_t n) {
-  std::vector<int8_t> xq(n);
-  std::vector<float> xd(n / QBLOCK);
-  quantize_q8(x, xq.data(), xd.data(), n);
-  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-#if defined(__AVX2__)
-    const int64_t part = (end - begin) / STREAMS;
-    for (int64_t j = 0; j < part; ++j) rows_q8<STREAMS>(w, xq.data(), xd.data(), scales, out, begin + j, part, n);
-    for (int64_t r = begin + STREAMS * part; r < end; ++r) rows_q8<1>(w, xq.data(), xd.data(), scales, out, r, 0, n);
-#else
-    for (int64_t r = begin; r < end; ++r) row_q8(w + r * n, xq.data(), xd.data(), scales[r], out + r, n);
-#endif
-  });
+  TORCH_CHECK(!bias.has_value() || bias->numel() == rows, "row_product: bias of ", bias->numel(), " values for ", rows,
+              " rows");
+  // x widened here and the sums rounded to x's dtype as they are stored: no tensors cast around the call (module doc)
+  std::vector<float> wide, wide_bias;
+  const float* xp = widened(x, wide);
+  const float* bp = bias.has_value() ? widened(*bias, wide_bias) : nullptr;
+  auto out = torch::empty(shape, x.options());
+  if (x.scalar_type() == torch::kFloat) rows_of(weight, xp, out.data_ptr<float>(), rows, n, bp);
+  else if (x.scalar_type() == torch::kBFloat16) rows_of(weight, xp, out.data_ptr<at::BFloat16>(), rows, n, bp);
+  else if (x.scalar_type() == torch::kHalf) rows_of(weight, xp, out.data_ptr<at::Half>(), rows, n, bp);
+  else TORCH_CHECK(false, "row_product: x dtype ", x.scalar_type(), "; allowed: float32, bfloat16, float16");
+  return out;
 }
 
 static inline float widen1(float v) { return v; }
 static inline float widen1(at::BFloat16 v) { return static_cast<float>(v); }
 static inline float widen1(at::Half v) { return static_cast<float>(v); }
-
-// qweight (out, in) int8, scales (out), one row x (..., in) -> (qweight * scales[:, None]) @ x (..., out) in x's
-// dtype: in a multiple of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
-torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tensor x) {
-  TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() >= 1 && qweight.size(1) == x.numel(),
-              "int8_rows: shapes");
-  TORCH_CHECK(qweight.scalar_type() == torch::kChar, "int8_rows: qweight must be int8");
-  const int64_t rows = qweight.size(0), n = qweight.size(1);
-  auto xf = x.to(torch::kFloat).contiguous();
-  auto sf = scales.to(torch::kFloat).contiguous();
-  auto out = torch::empty(rows_shape(x, rows), x.options().dtype(torch::kFloat));
-  if (n % QBLOCK == 0) {
-    int8_q8(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), sf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
-  } else {
-    rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
-    out.mul_(sf);
-  }
-  return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
-}
-
-// Many token rows: x (M, K) float32 or bfloat16, qweight (N, K) int8, scales (N) -> (M, N) in x's dtype. Tiles of
-// `tile` weight rows are widened to x's dtype once (qweight * scale in float32, rounded: a bfloat16 model's weights
-// for bfloat16 rows) and multiplied with every token row by at::mm, single-threaded inside the tiles' threads.
-torch::Tensor int8_tiles(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, int64_t tile) {
-  TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() == 2 && qweight.size(1) == x.size(1),
-              "int8_tiles: shapes");
-  x = x.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
-  auto sf = scales.to(torch::kFloat).contiguous();
-  auto out = torch::empty({M, N}, x.options());
-  const int8_t* wq = qweight.data_ptr<int8_t>();
-  const float* sp = sf.data_ptr<float>();
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "int8_tiles", [&] {
-    at::parallel_for(0, (N + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
-      auto w = torch::empty({tile, K}, x.options());
-      auto part = torch::empty({M, tile}, x.options());
-      scalar_t* wp = w.data_ptr<scalar_t>();
-      for (int64_t t = b; t < e; ++t) {
-        const int64_t n0 = t * tile, n1 = std::min(n0 + tile, N);
-        for (int64_t n = n0; n < n1; ++n)
-          for (int64_t k = 0; k < K; ++k) wp[(n - n0) * K + k] = static_cast<scalar_t>(float(wq[n * K + k]) * sp[n]);
-        auto o = part.narrow(1, 0, n1 - n0);
-        at::mm_out(o, x, w.narrow(0, 0, n1 - n0).t());
-        out.narrow(1, n0, n1 - n0).copy_(o);
-      }
-    });
-  });
-  return out;
-}
 """

@@ -2,7 +2,7 @@
 
 A decode step multiplies one row by every int8 matrix; the largest is a tied head (49152 x
 576 for SmolLM2-135M, 28 MB int8), read once per token. zoo's loop (``int8_rows`` of
-zoo/components/row_product_source.py) streams them faster than ``aten._weight_int8pack_mm``:
+zoo/components/int8_rows_source.py) streams them faster than ``aten._weight_int8pack_mm``:
 ``python bench/int8_rows.py --rounds 7`` on this project's AMD EPYC (Zen 4), one bfloat16
 row, median per-round time ratio aten / kernel at one thread: the head 2.93x (6.5 against
 19.3 GB/s), a 1536 x 576 matrix 1.53x, 8192 x 2048 2.83x, 2048 x 8192 2.41x; at two threads
