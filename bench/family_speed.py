@@ -54,6 +54,7 @@ from zoo.analysis.devices import device_peaks
 from zoo.analysis.host_probe import cpu_description, host_peaks, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
+from zoo.components.linear import widened_products
 from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps
 from zoo.model.cache import KVCache
@@ -211,8 +212,9 @@ def main() -> None:
     max_len = args.prompt_len + args.decode
     buffer, bandwidths = probe_buffer(probe_bytes()), []  # (R, 4096) float32: the rounds' roofline probe
     faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
+    widened = [getattr(torch, name) for name in host_peaks().widened_matmul_dtypes]
     # no_grad, not inference_mode: a compiled step that writes the cache in place cannot be traced under it
-    with torch.no_grad(), row_product.measured_faster(faster):  # as a `zoo bench` run on this host
+    with torch.no_grad(), row_product.measured_faster(faster), widened_products(widened):  # as a `zoo bench` run
         for case in cases:  # warm-up: kernels built, graphs compiled (for the full prompt), pages touched
             one_round(case, ids, 3, max_len)
             case.run.settle(functools.partial(one_round, case, ids, 3, max_len))  # compiled: recompiles nothing?

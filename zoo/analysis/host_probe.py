@@ -78,6 +78,15 @@ class HostPeaks:
         """The fastest of the bandwidths measured (the roofline is an upper bound)."""
         return max(self.copy_bytes_per_s, self.read_bytes_per_s, *self.gemv_bytes_per_s.values())
 
+    @property
+    def widened_matmul_dtypes(self) -> list[str]:
+        """The half-precision dtypes whose matmul ran at under half float32's FLOP/s here (no
+        native GEMM for them: an AVX2-only CPU's bfloat16 1.2 against float32's 120 GFLOP/s),
+        whose several-row products a run computes widened to float32
+        (``zoo.components.linear.widened_products``)."""
+        wide = self.matmul_flops.get("float32", 0.0)
+        return [name for name, flops in self.matmul_flops.items() if name != "float32" and flops < wide / 2]
+
     def to_json(self) -> dict[str, Any]:
         return {"format": PROBE_FORMAT, **asdict(self)}
 

@@ -67,6 +67,10 @@ def _host_table(host: Any, description: str) -> TableData:
             for dtype, faster in host.row_kernel_faster.items()
         ],
         *[[f"matmul {dtype}", rate / 1e9, "GFLOP/s", "square GEMM"] for dtype, rate in host.matmul_flops.items()],
+        *[
+            [f"several-row path {dtype}", None, "", "widened to float32: its matmul under half float32's, runs take it"]
+            for dtype in host.widened_matmul_dtypes
+        ],
     ]
     title = (
         f"{description}; torch {host.machine['torch']}, {host.machine['threads']} threads; "

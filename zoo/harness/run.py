@@ -22,6 +22,7 @@ from zoo.analysis.host_probe import host_peaks
 from zoo.analysis.memory_check import check_fits
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
+from zoo.components.linear import widened_products
 from zoo.errors import BenchError
 from zoo.harness.analysis_columns import analysis_columns
 from zoo.harness.child_run import child_main, run_child
@@ -158,11 +159,12 @@ def _run_phases(phases: list[Phase], ctx: RunContext) -> tuple[dict[str, Any], f
     """Each phase's fields, and the bandwidth its roofline fractions divide by: the median of
     the device's read bandwidth sampled just before and just after each phase with a rate
     (``Probe.read_bandwidth``; None where it has no sample, a GPU's spec sheet). One-row CPU
-    products go through whichever path this host measured faster."""
+    products go through whichever path this host measured faster, and several-row ones in a
+    half precision this host multiplies slowly run widened to float32."""
     measured: dict[str, Any] = {}
     samples: list[float | None] = []
     sampled_last = False  # the phase just run was rated and sampled after: its sample opens the next
-    with row_product.measured_faster(_row_kernel_dtypes(ctx.device)):
+    with row_product.measured_faster(_row_kernel_dtypes(ctx.device)), widened_products(_widened_dtypes(ctx.device)):
         for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
             rated = phase.rate_field is not None
             if rated and not sampled_last:
@@ -181,6 +183,14 @@ def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
     if device.type != "cpu":
         return []
     return [getattr(torch, name) for name, faster in host_peaks().row_kernel_faster.items() if faster]
+
+
+def _widened_dtypes(device: torch.device) -> list[torch.dtype]:
+    """The dtypes whose several-row CPU products run widened to float32, their matmul measured
+    slow on this host (``zoo.components.linear``); none off the CPU."""
+    if device.type != "cpu":
+        return []
+    return [getattr(torch, name) for name in host_peaks().widened_matmul_dtypes]
 
 
 def _held(model: torch.nn.Module) -> torch.nn.Module | None:
