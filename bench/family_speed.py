@@ -54,7 +54,7 @@ from zoo.analysis.devices import device_peaks
 from zoo.analysis.host_probe import cpu_description, host_peaks, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
-from zoo.components.linear import widened_products
+from zoo.components.widened import widened_products
 from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps
 from zoo.model.cache import KVCache

@@ -83,7 +83,7 @@ class HostPeaks:
         """The half-precision dtypes whose matmul ran at under half float32's FLOP/s here (no
         native GEMM for them: an AVX2-only CPU's bfloat16 1.2 against float32's 120 GFLOP/s),
         whose several-row products a run computes widened to float32
-        (``zoo.components.linear.widened_products``)."""
+        (``zoo.components.widened``)."""
         wide = self.matmul_flops.get("float32", 0.0)
         return [name for name, flops in self.matmul_flops.items() if name != "float32" and flops < wide / 2]
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from zoo.components import widened
+
 
 def causal_conv(
     x: torch.Tensor,
@@ -39,5 +41,7 @@ def causal_conv(
     if x.shape[-1] == 1:  # one token: a dot product per channel (F.conv1d: 0.4-0.6 ms a call, profiled)
         out = (full * weight[:, 0].to(x.dtype)).sum(-1, keepdim=True)  # (B, C, 1)
         return F.silu(out if bias is None else out + bias.to(x.dtype)[:, None])
-    out = F.conv1d(full, weight.to(x.dtype), None if bias is None else bias.to(x.dtype), groups=x.shape[1])  # (B, C, T)
-    return F.silu(out)
+    weight, bias = weight.to(x.dtype), None if bias is None else bias.to(x.dtype)
+    if widened.widens(full):  # no half-precision convolution kernel on this CPU (zoo/components/widened.py)
+        return F.silu(widened.depthwise_conv(full, weight, bias))  # (B, C, T)
+    return F.silu(F.conv1d(full, weight, bias, groups=x.shape[1]))  # (B, C, T)

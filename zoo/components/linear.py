@@ -25,63 +25,25 @@ doc has the measurements), which a compiled graph calls as the custom op
 ``torch.ops.zoo.row_product_row_product``. Everything else — several rows, other devices, compiled
 graphs without the kernel (which keep the ``F.linear`` their backend lowers) — is plain
 ``F.linear``, except half-precision products of several rows on a CPU without a native
-half-precision GEMM, which run widened to float32 (``widened_products``). Parameter names and
-shapes are nn.Linear's, so checkpoints map unchanged.
-
-Widened products: where the host probe's bfloat16 (float16) matmul ran at under half float32's
-(an AVX2-only CPU: torch's bfloat16 GEMM 1.2 against float32's 120 GFLOP/s on a square
-product, ``zoo hardware``), a ``zoo bench``/``compare`` run computes several-row products of
-that dtype as float32 ``F.linear`` on the row block and the weight widened per call (in
-chunks of ``WIDEN_CHUNK_BYTES``, so no float32 copy of a large head is held at once), rounded
-once to the dtype: the same float32 accumulation ``F.linear`` does in half precision, in
-another order. On an AVX2-only AMD EPYC (two threads) a 128 x 768 by 3072 x 768 bfloat16
-product took 53.7 ms through ``F.linear`` and 10.6 widened (float32: 8.4).
+half-precision GEMM, which run widened to float32 (``zoo/components/widened.py``). Parameter
+names and shapes are nn.Linear's, so checkpoints map unchanged.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.components import row_product as rows
+from zoo.components import widened
 
 
 def uses_row_kernel(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """True when ``x @ weight.T`` is a one-row CPU product the opt-in fused kernel takes."""
     return rows.enabled(x.dtype) and rows.applies(x, weight)
-
-
-WIDEN_CHUNK_BYTES = 64 << 20  # float32 weight rows widened at once by a widened product
-_widened: frozenset[torch.dtype] = frozenset()  # the dtypes whose several-row products run widened
-
-
-@contextlib.contextmanager
-def widened_products(dtypes: Iterable[torch.dtype]) -> Iterator[None]:
-    """Compute several-row CPU products in ``dtypes`` widened to float32 while the block runs
-    (module doc): a harness run on the CPU wraps its phases in it with the dtypes whose matmul
-    the host probe measured slow."""
-    global _widened
-    previous, _widened = _widened, frozenset(dtypes)
-    try:
-        yield
-    finally:
-        _widened = previous
-
-
-def widened_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` in float32, the weight widened a chunk of rows at a time,
-    rounded once to x's dtype -> (..., out)."""
-    xf = x.float()  # (..., in)
-    step = max(1, WIDEN_CHUNK_BYTES // (4 * weight.shape[1]))
-    parts = [
-        F.linear(xf, weight[r : r + step].float(), None if bias is None else bias[r : r + step].float())
-        for r in range(0, weight.shape[0], step)
-    ]  # each (..., rows of the chunk)
-    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)).to(x.dtype)  # (..., out)
 
 
 # dtypes whose one-row CPU product is torch.mv (module doc: measured per dtype)
@@ -159,6 +121,6 @@ class Linear(nn.Linear, RowStackable):
             if bias is not None:
                 out = out + bias
             return out.view(*x.shape[:-1], out.shape[0])  # (..., out)
-        if x.dtype in _widened and weight.dtype == x.dtype and x.numel() > x.shape[-1]:
-            return widened_linear(x, weight, bias)  # several rows, no native half-precision GEMM here
+        if widened.widens(x) and weight.dtype == x.dtype and x.numel() > x.shape[-1]:
+            return widened.linear(x, weight, bias)  # several rows, no native half-precision GEMM here
         return F.linear(x, weight, bias)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from zoo.components import widened
+
 CHUNK_ELEMENTS = 1 << 17  # elements of one (B, L, d, N) chunk tensor on a CPU: 512 KiB in float32
 MAX_CHUNK = 64
 GPU_CHUNK_ELEMENTS = 1 << 24  # on a GPU: 64 MiB in float32, six such tensors live at once
@@ -72,6 +74,8 @@ def causal_conv(
     if T == 1:  # one token: a dot product per channel, no convolution kernel
         out = (padded * weight).sum(-1, keepdim=True)  # (B, d, 1)
         return out if bias is None else out + bias[:, None]
+    if widened.widens(padded):  # no half-precision convolution kernel on this CPU (zoo/components/widened.py)
+        return widened.depthwise_conv(padded, weight[:, None, :], bias)  # (B, d, T)
     return F.conv1d(padded, weight[:, None, :], bias, groups=d)  # (B, d, T)
 
 

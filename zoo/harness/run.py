@@ -22,7 +22,7 @@ from zoo.analysis.host_probe import host_peaks
 from zoo.analysis.memory_check import check_fits
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
-from zoo.components.linear import widened_products
+from zoo.components.widened import widened_products
 from zoo.errors import BenchError
 from zoo.harness.analysis_columns import analysis_columns
 from zoo.harness.child_run import child_main, run_child
@@ -187,7 +187,7 @@ def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
 
 def _widened_dtypes(device: torch.device) -> list[torch.dtype]:
     """The dtypes whose several-row CPU products run widened to float32, their matmul measured
-    slow on this host (``zoo.components.linear``); none off the CPU."""
+    slow on this host (``zoo.components.widened``); none off the CPU."""
     if device.type != "cpu":
         return []
     return [getattr(torch, name) for name in host_peaks().widened_matmul_dtypes]

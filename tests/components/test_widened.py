@@ -1,6 +1,8 @@
-"""zoo.components.linear: several-row half-precision products widened to float32 where a run
-asks for it (``widened_products``) equal ``F.linear``'s float32 accumulation rounded once,
-chunked or not, with gradients; a run widens the dtypes the host probe measured slow."""
+"""zoo.components.widened: several-row half-precision products and the mixers' short
+convolutions widened to float32 where a run asks for it (``widened_products``) equal torch's
+float32 accumulation rounded once, chunked or not, with gradients, and a recurrent model's
+prefill and decode still equal its full forward; a run widens the dtypes the host probe
+measured slow."""
 
 from __future__ import annotations
 
@@ -8,11 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import tiny_spec
+import zoo
+from tests.conftest import TINY_VOCAB, tiny_spec
 from zoo.analysis import host_probe
-from zoo.components import linear
-from zoo.components.linear import Linear, widened_products
+from zoo.components import widened
+from zoo.components.linear import Linear
+from zoo.components.widened import widened_products
 from zoo.harness import run
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -21,7 +27,7 @@ def test_a_widened_product_is_f_linears_float32_sum_rounded_once(monkeypatch, dt
     layer = Linear(96, 50).to(dtype)
     x = torch.randn(2, 9, 96).to(dtype)
     if chunk_rows is not None:  # the weight widened 7 rows at a time: 8 chunks, the last short
-        monkeypatch.setattr(linear, "WIDEN_CHUNK_BYTES", 4 * 96 * chunk_rows)
+        monkeypatch.setattr(widened, "WIDEN_CHUNK_BYTES", 4 * 96 * chunk_rows)
     with torch.no_grad(), widened_products([dtype]):
         got = layer(x)
     expected = F.linear(x.float(), layer.weight.float(), layer.bias.float()).to(dtype)
@@ -31,8 +37,8 @@ def test_a_widened_product_is_f_linears_float32_sum_rounded_once(monkeypatch, dt
 
 def test_only_the_named_dtypes_and_several_rows_widen(monkeypatch):
     calls: list[tuple[int, ...]] = []
-    widen = linear.widened_linear
-    monkeypatch.setattr(linear, "widened_linear", lambda x, w, b: calls.append(tuple(x.shape)) or widen(x, w, b))
+    widen = widened.linear
+    monkeypatch.setattr(widened, "linear", lambda x, w, b: calls.append(tuple(x.shape)) or widen(x, w, b))
     layer = Linear(64, 32).bfloat16()
     with torch.no_grad():
         layer(torch.randn(1, 5, 64).bfloat16())  # not asked for: F.linear
@@ -41,6 +47,39 @@ def test_only_the_named_dtypes_and_several_rows_widen(monkeypatch):
             layer(torch.randn(1, 1, 64).bfloat16())  # one row: the one-row paths
             Linear(64, 32)(torch.randn(1, 5, 64))  # float32: F.linear
     assert calls == [(1, 5, 64)]
+
+
+SMALL_MAMBA2 = {  # tiny_spec keeps attention's heads; Mamba2's are its own
+    "d_model": 64,
+    "n_layers": 2,
+    "vocab_size": TINY_VOCAB,
+    "attention.n_heads": 4,
+    "attention.head_dim": 32,
+    "attention.n_groups": 2,
+    "attention.state_size": 8,
+    "attention.chunk_size": 4,
+}
+
+
+@pytest.mark.parametrize("arch", ["mamba-130m", "mamba2-130m"])
+def test_a_widened_prefill_of_a_recurrent_model_continues_as_its_full_forward(monkeypatch, arch):
+    """The short convolution over a prompt runs widened (torch's half-precision convolution is
+    its slow reference here) and the products too: the prompt's logits are the full forward's
+    to bfloat16's rounding, and decode steps continue it."""
+    calls: list[tuple[int, ...]] = []
+    widen = widened.depthwise_conv
+    monkeypatch.setattr(widened, "depthwise_conv", lambda x, w, b: calls.append(tuple(x.shape)) or widen(x, w, b))
+    spec = tiny_spec(arch) if arch == "mamba-130m" else zoo.spec(arch).override(SMALL_MAMBA2)
+    model = zoo.build(spec, dtype="bfloat16", seed=0).eval()
+    ids = torch.randint(0, TINY_VOCAB, (1, 12))
+    with torch.no_grad():
+        full = model(ids).float()  # (1, 12, vocab): the unwidened forward
+        with widened_products([torch.bfloat16]):
+            cache = KVCache(model, batch_size=1, max_len=12)
+            steps = [prefill(model, ids[:, :8], cache)]
+            steps += [decode_step(model, ids[:, t : t + 1], cache) for t in range(8, 12)]
+    assert calls  # the prompt's convolution took the widened path
+    torch.testing.assert_close(torch.stack(steps, dim=1).float(), full[:, 7:], atol=0.1, rtol=0.05)
 
 
 def test_gradients_flow_through_a_widened_product():
@@ -64,8 +103,8 @@ def test_a_cpu_run_widens_the_dtypes_the_probe_measured_slow(monkeypatch):
     assert run._widened_dtypes(torch.device("cpu")) == [torch.bfloat16]
     assert run._widened_dtypes(torch.device("cuda")) == []
     calls: list[torch.dtype] = []
-    widen = linear.widened_linear
-    monkeypatch.setattr(linear, "widened_linear", lambda x, w, b: calls.append(x.dtype) or widen(x, w, b))
+    widen = widened.linear
+    monkeypatch.setattr(widened, "linear", lambda x, w, b: calls.append(x.dtype) or widen(x, w, b))
     run.bench(tiny_spec("qwen3-0.6b"), prompt_len=8, gen_len=2, repeats=1, device="cpu", dtype="bfloat16")
     assert calls and set(calls) == {torch.bfloat16}  # the prefill's products
-    assert linear._widened == frozenset()  # and only while the run's phases ran
+    assert widened._dtypes == frozenset()  # and only while the run's phases ran
