@@ -79,6 +79,17 @@ def test_the_cpu_peaks_are_the_measured_host():
     assert peaks.peak_flops(torch.int8) == 100e9  # any other dtype: the float32 rate
 
 
+def test_a_half_precision_run_widened_to_float32_multiplies_at_float32s_rate():
+    """An AVX2-only host: bfloat16's native GEMM at 1.2 GFLOP/s, so a run widens its products to
+    float32 and its roofline counts float32's 120; float16, within half of float32's, keeps its own."""
+    host = host_probe.HostPeaks(
+        "avx2", {"threads": 2}, 30e9, {"float32": 30e9}, {"float32": 120e9, "bfloat16": 1.2e9, "float16": 70e9}, 0, 0.0
+    )
+    peaks = measured_host_peaks(host)
+    assert host.widened_matmul_dtypes == ["bfloat16"]
+    assert peaks.peak_flops(torch.bfloat16) == 120e9 and peaks.peak_flops(torch.float16) == 70e9
+
+
 def test_a_stream_read_is_the_faster_of_a_sum_and_the_row_kernel(monkeypatch):
     """The in-run roofline sample reads as fast as zoo can: where the row kernel out-reads a
     sum (four streams a thread against one), the kernel's figure is the sample's."""

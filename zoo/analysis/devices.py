@@ -158,8 +158,13 @@ def gpu_peaks(key: str) -> DevicePeaks:
 
 def measured_host_peaks(host: HostPeaks) -> DevicePeaks:
     """The peaks of a measured host (``zoo.analysis.host_probe``): its fastest bandwidth and the
-    matmul FLOP/s of each dtype probed (float32 is the fallback for any other)."""
-    flops = {getattr(torch, name): rate for name, rate in host.matmul_flops.items()}
+    matmul FLOP/s of each dtype probed (float32 is the fallback for any other). A half
+    precision whose products a run widens to float32 (``HostPeaks.widened_matmul_dtypes``)
+    multiplies at float32's rate: what runs, not the slow native GEMM it avoids (an AVX2-only
+    host's 1.2 GFLOP/s in bfloat16 had put a gpt2 decode at 1594% of its "roofline")."""
+    widened = set(host.widened_matmul_dtypes)
+    wide = host.matmul_flops["float32"]
+    flops = {getattr(torch, name): wide if name in widened else rate for name, rate in host.matmul_flops.items()}
     threads = host.machine.get("threads")
     return DevicePeaks(
         source=f"measured host ({host.fingerprint}, {threads} thread{'s' if threads != 1 else ''})",
