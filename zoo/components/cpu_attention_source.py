@@ -110,23 +110,15 @@ static inline void vstore(float* p, vfloat a) { _mm512_storeu_ps(p, a); }
 static inline float vsum(vfloat a) { return _mm512_reduce_add_ps(a); }
 static inline float vtop(vfloat a) { return _mm512_reduce_max_ps(a); }
 
-// e^x for 16 floats: x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' expf polynomial, times 2^n (scalef). Below
-// -100 (a masked key's -inf less the row's top, or NaN) exactly 0.
-static inline vfloat vexp(vfloat x) {
-  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-100.f), _CMP_GE_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-100.f)), _mm512_set1_ps(88.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 e = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(e, n));
+// vexp's own steps: e^x is exactly 0 below EXP_LOW (a masked key's -inf less the row's top, or NaN); vtimes2n
+// multiplies by 2^n (scalef).
+constexpr float EXP_LOW = -100.f;
+static inline vfloat vmin(vfloat a, vfloat b) { return _mm512_min_ps(a, b); }
+static inline vfloat vround(vfloat a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline vfloat vfnma(vfloat a, vfloat b, vfloat c) { return _mm512_fnmadd_ps(a, b, c); }
+static inline vfloat vtimes2n(vfloat e, vfloat n) { return _mm512_scalef_ps(e, n); }
+static inline vfloat vzero_below(vfloat x, vfloat low, vfloat e) {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, low, _CMP_GE_OQ), e);
 }
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define ZOO_ATTEND_BLOCKED
@@ -159,28 +151,39 @@ static inline float vtop(vfloat a) {
   return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
 }
 
-// e^x for 8 floats, as the AVX-512 one but 2^n built in the exponent's bits (no scalef), so x is held to [-87, 88]
-// (n in [-126, 127]): below -87 (e^-87 < 2e-38 of the row's top; a masked key's -inf, or NaN) exactly 0.
-static inline vfloat vexp(vfloat x) {
-  const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_GE_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 e = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+// As the AVX-512 ones, but 2^n built in the exponent's bits (no scalef), so x is held to [-87, 88] (n in [-126,
+// 127]): below -87 (e^-87 < 2e-38 of the row's top) exactly 0.
+constexpr float EXP_LOW = -87.f;
+static inline vfloat vmin(vfloat a, vfloat b) { return _mm256_min_ps(a, b); }
+static inline vfloat vround(vfloat a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline vfloat vfnma(vfloat a, vfloat b, vfloat c) { return _mm256_fnmadd_ps(a, b, c); }
+static inline vfloat vtimes2n(vfloat e, vfloat n) {
   const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(e, _mm256_castsi256_ps(two_n)), live);
+  return _mm256_mul_ps(e, _mm256_castsi256_ps(two_n));
+}
+static inline vfloat vzero_below(vfloat x, vfloat low, vfloat e) {
+  return _mm256_and_ps(e, _mm256_cmp_ps(x, low, _CMP_GE_OQ));
 }
 #endif
 
 #if defined(ZOO_ATTEND_BLOCKED)
+// e^x a register at a time: x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' expf polynomial, times 2^n; exactly 0
+// below EXP_LOW.
+static inline vfloat vexp(vfloat x) {
+  const vfloat low = vset(EXP_LOW), held = vmin(vmax(x, low), vset(88.f));
+  const vfloat n = vround(vmul(held, vset(1.44269504088896341f)));
+  vfloat r = vfnma(n, vset(0.693359375f), held);
+  r = vfnma(n, vset(-2.12194440e-4f), r);
+  vfloat p = vset(1.9875691500e-4f);
+  p = vfma(p, r, vset(1.3981999507e-3f));
+  p = vfma(p, r, vset(8.3334519073e-3f));
+  p = vfma(p, r, vset(4.1665795894e-2f));
+  p = vfma(p, r, vset(1.6666665459e-1f));
+  p = vfma(p, r, vset(5.0000001201e-1f));
+  const vfloat e = vfma(p, vmul(r, r), vadd(r, vset(1.f)));
+  return vzero_below(x, low, vtimes2n(e, n));
+}
+
 // A row of Sp scores (Sp a multiple of 16) into its softmax numerators e^(s - max); returns their sum, the max in *top.
 static inline float exp_row(float* row, int64_t Sp, float* top) {
   vfloat most = vset(-INFINITY), sum = vset(0.f);
