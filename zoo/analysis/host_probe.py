@@ -17,7 +17,11 @@ board, the memory channels, the VM and the thread count), so the peaks are measu
   (``zoo/components/row_product.py``), per dtype: ``row_kernel_faster`` says where the kernel
   won, and a run on this CPU takes it there; its bandwidth joins the roofline's candidates.
 - **FLOP/s**: a square matmul per dtype (float32, bfloat16, float16), cache-resident as a
-  GEMM's blocking makes it.
+  GEMM's blocking makes it, the size doubled (up to 2048) while a product takes under
+  ``MATMUL_QUICK_S``: a 1024 product took 12-18 ms at two threads on an AVX2 EPYC and its
+  median read 120-170 GFLOP/s between runs, which put float32 prefills at up to 127% of the
+  roof; 2048 read 172. A half precision measured under half float32's is widened by runs
+  (``widened_matmul_dtypes``).
 
 Each is timed at the thread count torch uses now (``torch.get_num_threads()``), the median of
 a few runs after a warm-up. The result is cached as JSON in zoo's cache folder
@@ -48,11 +52,11 @@ from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
 PROBE_FORMAT = 6  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows;
-# 6: bfloat16 rows widened in even/odd order
+# 6: bfloat16 rows widened in even/odd order, matmuls up to 2048
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
-MATMUL_SIZES = (512, 1024)  # the larger when a product of the smaller takes under MATMUL_QUICK_S
+MATMUL_SIZES = (512, 1024, 2048)  # the next when a product of the one before takes under MATMUL_QUICK_S
 MATMUL_QUICK_S = 0.02
 RUNS = 5
 SAMPLE_RUNS = 3  # timed reads of each way in an in-run sample (``read_sample``): ~0.4 s on a 256 MiB buffer
@@ -81,7 +85,7 @@ class HostPeaks:
     @property
     def widened_matmul_dtypes(self) -> list[str]:
         """The half-precision dtypes whose matmul ran at under half float32's FLOP/s here (no
-        native GEMM for them: an AVX2-only CPU's bfloat16 1.2 against float32's 120 GFLOP/s),
+        native GEMM for them: an AVX2-only CPU's bfloat16 1.2 against float32's 120-172 GFLOP/s),
         whose several-row products a run computes widened to float32
         (``zoo.components.widened``)."""
         wide = self.matmul_flops.get("float32", 0.0)

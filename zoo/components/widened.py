@@ -1,7 +1,7 @@
 """Half-precision products and convolutions computed in float32 on a CPU without native kernels.
 
 Where the host probe's bfloat16 (float16) matmul ran at under half float32's (an AVX2-only
-CPU: torch's bfloat16 GEMM 1.2 against float32's 120 GFLOP/s on a square product, ``zoo
+CPU: torch's bfloat16 GEMM 1.2 against float32's 120-172 GFLOP/s on a square product, ``zoo
 hardware``), a ``zoo bench``/``compare`` run (``widened_products``, around its phases)
 computes that dtype's several-row work in float32 and rounds each result once to the dtype:
 the same float32 accumulation torch's half-precision kernels do, in another order.
