@@ -35,8 +35,8 @@ thread in cache, 19 GB/s from memory (32128 x 512) where float32 read 29; the tw
 read 15.2 G weights/s and 26.0 GB/s at one thread, 45.7 GB/s at two (float32 41.0), and
 decoded gpt2 and t5-small in bfloat16 (4 layers, two threads) 1.11x and 1.11x as fast
 (interleaved workers, same greedy tokens, with the casts below). The row x is widened and
-the sums are rounded to x's dtype in the call itself, not by tensor casts around it (three
-a biased bfloat16 product, 10 µs of a 768 x 768 product's 57 at two threads).
+the sums are rounded to x's dtype in the call itself, not by tensor casts around it (a
+biased bfloat16 product made three: 10 µs of a 768 x 768 product's 57 at two threads).
 
 The int8 rows (``int8_rows_source.py``) are appended after this source and use its loops.
 """
