@@ -33,10 +33,9 @@ from pathlib import Path
 import torch
 
 import zoo
-from zoo.analysis.host_probe import host_peaks
-from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
 from zoo.files.atomic import write_text_atomic
+from zoo.harness.run import host_paths
 from zoo.model.build import ZooModel
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, decoder_start, prefill
@@ -149,8 +148,7 @@ def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides,
     ids = torch.randint(1, ours.spec.vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
     runners = {"zoo": zoo_runner(ours, kind, args.batch, args.prompt, args.decode), "hf": hf_runner(theirs, kind)}
     sides = Sides()
-    faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
-    with torch.inference_mode(), row_product.measured_faster(faster):  # zoo's one-row path as a run here takes it
+    with torch.inference_mode(), host_paths(torch.device("cpu")):  # zoo's product paths as a run here takes them
         for run in runners.values():  # warm-up: allocator, kernels, the C++ extensions' first load
             run(ids, 2)
         for round_index in range(args.rounds):

@@ -51,12 +51,11 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
 from zoo.analysis.devices import device_peaks
-from zoo.analysis.host_probe import cpu_description, host_peaks, probe_buffer, probe_bytes, stream_bytes_per_s
-from zoo.components import row_product
+from zoo.analysis.host_probe import cpu_description, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components.kernels import implementations, preferring
-from zoo.components.widened import widened_products
 from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps
+from zoo.harness.run import host_paths
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, decoder_start, prefill
 from zoo.model.sampling import greedy
@@ -211,10 +210,8 @@ def main() -> None:
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     max_len = args.prompt_len + args.decode
     buffer, bandwidths = probe_buffer(probe_bytes()), []  # (R, 4096) float32: the rounds' roofline probe
-    faster = [getattr(torch, name) for name, wins in host_peaks().row_kernel_faster.items() if wins]
-    widened = [getattr(torch, name) for name in host_peaks().widened_matmul_dtypes]
     # no_grad, not inference_mode: a compiled step that writes the cache in place cannot be traced under it
-    with torch.no_grad(), row_product.measured_faster(faster), widened_products(widened):  # as a `zoo bench` run
+    with torch.no_grad(), host_paths(torch.device("cpu")):  # the products' paths as a `zoo bench` run here takes them
         for case in cases:  # warm-up: kernels built, graphs compiled (for the full prompt), pages touched
             one_round(case, ids, 3, max_len)
             case.run.settle(functools.partial(one_round, case, ids, 3, max_len))  # compiled: recompiles nothing?

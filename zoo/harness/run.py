@@ -9,9 +9,10 @@ given for a model it means nothing to (``gen_len`` of an encoder), is one BenchE
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ def _run_phases(phases: list[Phase], ctx: RunContext) -> tuple[dict[str, Any], f
     measured: dict[str, Any] = {}
     samples: list[float | None] = []
     sampled_last = False  # the phase just run was rated and sampled after: its sample opens the next
-    with row_product.measured_faster(_row_kernel_dtypes(ctx.device)), widened_products(_widened_dtypes(ctx.device)):
+    with host_paths(ctx.device):
         for phase in phases:  # each phase sets its own grad mode: inference under no_grad, a training step not
             rated = phase.rate_field is not None
             if rated and not sampled_last:
@@ -175,6 +176,15 @@ def _run_phases(phases: list[Phase], ctx: RunContext) -> tuple[dict[str, Any], f
             sampled_last = rated
     taken = [s for s in samples if s is not None]
     return measured, statistics.median(taken) if taken else None
+
+
+@contextlib.contextmanager
+def host_paths(device: torch.device) -> Iterator[None]:
+    """The CPU paths this host's probe chose, taken while the block runs as a run's phases take
+    them: one-row products through zoo's row kernel in the dtypes it measured faster, several-row
+    half precision widened to float32 where its matmul measured slow; none off the CPU."""
+    with row_product.measured_faster(_row_kernel_dtypes(device)), widened_products(_widened_dtypes(device)):
+        yield
 
 
 def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
