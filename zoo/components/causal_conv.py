@@ -1,9 +1,9 @@
 """Depthwise causal convolution with a carried window, shared by the recurrent mixers.
 
-Mamba2 and Gated DeltaNet run a short (kernel 4) depthwise convolution over their projected
-channels before the scan. Across calls the last ``kernel`` inputs are the convolution's
-state, laid out ``(B, C, kernel)`` as transformers' caches keep it, so state bytes match
-theirs. A prefill and a one-token step are the same code: the new inputs are appended to the
+Mamba, Mamba2 and Gated DeltaNet run a short (kernel 4) depthwise convolution over their
+projected channels, SiLU'd, before the scan. Across calls the last ``kernel`` inputs are the
+convolution's state, laid out ``(B, C, kernel)`` as transformers' caches keep it, so state
+bytes match theirs. A prefill and a one-token step are the same code: the new inputs are appended to the
 window, convolved without padding, and the window's tail is written back in place (one token's
 convolution is a dot product per channel, without F.conv1d). The fused decode steps
 (``cpu_steps``, ``cpu-step``) do the same in C++, shifting each channel's window in place

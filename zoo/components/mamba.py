@@ -25,11 +25,12 @@ from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components import cpu_mamba_step, cpu_scan
+from zoo.components.causal_conv import causal_conv
 from zoo.components.cpu_steps import conv_step_ready
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
-from zoo.components.mamba_scan import causal_conv, selective_scan, selective_step
+from zoo.components.mamba_scan import selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
 from zoo.specs.options import Options
@@ -181,13 +182,13 @@ class MambaMixer(TokenMixer, KernelChoice):
         if valid is not None:
             xs = xs * valid[..., None].to(xs.dtype)  # padding enters the convolution as zeros
         window = None if tensors is None else tensors["conv"]
-        weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
         stateful = state is not None
         library = self.uses(MAMBA_SSM, x.device, stateful)
         if library and causal_conv1d.fits(self.d_conv):
+            weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
             xs = causal_conv1d.causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
         else:
-            xs = F.silu(causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window))
+            xs = causal_conv(xs.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)  # SiLU'd
         xs = xs.transpose(1, 2)  # (B, T, d_inner)
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         if self.norm_eps is not None:

@@ -1,4 +1,5 @@
-"""Mamba (v1) maths as pure functions: the causal depthwise convolution and the selective scan.
+"""Mamba (v1) maths as pure functions: the selective scan (its short convolution is
+``causal_conv``'s, shared with Mamba2 and Gated DeltaNet).
 
 The recurrence per channel d and state dimension n is
 
@@ -20,9 +21,6 @@ place, so a compiled step mutates the cache and holds no Python state.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-
-from zoo.components import widened
 
 CHUNK_ELEMENTS = 1 << 17  # elements of one (B, L, d, N) chunk tensor on a CPU: 512 KiB in float32
 MAX_CHUNK = 64
@@ -53,30 +51,6 @@ def chunk_length(batch: int, d_inner: int, d_state: int, device: torch.device | 
     while length < cap and 2 * length * batch * d_inner * d_state <= limit:
         length *= 2
     return length
-
-
-def causal_conv(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, window: torch.Tensor | None
-) -> torch.Tensor:
-    """Depthwise causal convolution of x (B, d, T) with weight (d, K); returns (B, d, T).
-
-    ``window`` (B, d, K), when given, holds the last K inputs before this call (zeros at the
-    start of a sequence); it is read as the left context and then overwritten, in place,
-    with the last K inputs including this call's, as a decode step needs.
-    """
-    d, K = weight.shape
-    T = x.shape[-1]
-    if window is None:
-        padded = F.pad(x, (K - 1, 0))  # (B, d, T+K-1)
-    else:
-        padded = torch.cat((window[..., 1:].to(x.dtype), x), dim=-1)  # (B, d, K-1+T)
-        window.copy_(torch.cat((window.to(x.dtype), x), dim=-1)[..., -K:])
-    if T == 1:  # one token: a dot product per channel, no convolution kernel
-        out = (padded * weight).sum(-1, keepdim=True)  # (B, d, 1)
-        return out if bias is None else out + bias[:, None]
-    if widened.widens(padded):  # no half-precision convolution kernel on this CPU (zoo/components/widened.py)
-        return widened.depthwise_conv(padded, weight[:, None, :], bias)  # (B, d, T)
-    return F.conv1d(padded, weight[:, None, :], bias, groups=d)  # (B, d, T)
 
 
 def selective_scan(
