@@ -10,8 +10,11 @@ board, the memory channels, the VM and the thread count), so the peaks are measu
   ``zoo/components/linear.py``), each over a buffer several times the last-level cache, so
   every byte comes from memory. The roofline takes the fastest: it is an upper bound, and a
   bound set by the slower kernel would let a model read above 100% of it. The buffers are
-  copied once before they are timed, as ``zoo.build`` copies a CPU model's weights
-  (``host_memory.rehome``): a buffer as first allocated read 12-20% slower here than a copy of it.
+  allocated as ``zoo.build`` re-homes a CPU model's weights (``host_memory.huge_buffer``: huge
+  pages where the system gives them), so they read as the weights do: a buffer as first
+  allocated in ordinary pages read 12-20% slower on this project's Zen 4 VM than a copy of it,
+  and the copy itself cost a 256 MiB in-run sample 0.2 s of its 0.3 (AVX2 EPYC: 219 ms to
+  make the copied buffer, 21 ms the huge-page one, which read the same 33-34 GB/s).
 - **one-row paths**: on a decode-shaped weight (rows of ``ROW_WIDTH``, where torch's paths
   stream slowest on some CPUs) torch's default one-row product against zoo's fused row kernel
   (``zoo/components/row_product.py``), per dtype: ``row_kernel_faster`` says where the kernel
@@ -48,11 +51,12 @@ import torch
 import torch.nn.functional as F
 
 from zoo.components import row_product
+from zoo.files import host_memory
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
-PROBE_FORMAT = 6  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows;
-# 6: bfloat16 rows widened in even/odd order, matmuls up to 2048
+PROBE_FORMAT = 7  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows;
+# 6: bfloat16 rows widened in even/odd order, matmuls up to 2048; 7: buffers in the weights' huge pages
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
@@ -177,17 +181,17 @@ def _median_seconds(work: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
-def _rehomed(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy of ``tensor`` in memory allocated now (module doc); the original is freed."""
-    return tensor.clone()
+def _weights_buffer(rows: int, cols: int) -> torch.Tensor:
+    """A float32 (rows, cols) of 0.5 (a bfloat16 view: 0x0000 and 0x3F00, no NaN) in memory
+    allocated now as a model's weights are (module doc)."""
+    return host_memory.huge_buffer(rows * cols * 4).view(torch.float32).view(rows, cols).fill_(0.5)  # (R, C)
 
 
 def probe_buffer(nbytes: int) -> torch.Tensor:
     """The bandwidth probes' float32 buffer (R, 4096) of about ``nbytes``, R even, in memory
-    allocated now."""
+    allocated now as a model's weights are."""
     cols = 4096
-    rows = max(nbytes // (4 * cols), 2) // 2 * 2
-    return _rehomed(torch.full((rows, cols), 0.5))  # (R, C) float32; bf16 view: 0x0000 and 0x3F00, no NaN
+    return _weights_buffer(max(nbytes // (4 * cols), 2) // 2 * 2, cols)  # (R, C)
 
 
 def read_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
@@ -242,7 +246,7 @@ def _row_paths(nbytes: int) -> tuple[dict[str, float], dict[str, bool]]:
     """Bytes/s of zoo's row kernel by dtype (named ``"<dtype> row kernel"``) and whether it beat
     torch's one-row path (``torch.mv`` in float32, ``F.linear`` in bfloat16) on a weight of
     ``nbytes`` in rows of ``ROW_WIDTH``, timed in turn on the same bytes."""
-    weight = _rehomed(torch.full((max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH), 0.5))  # (R, W) float32
+    weight = _weights_buffer(max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH)  # (R, W) float32
     halves = weight.view(torch.bfloat16)  # (R, 2W), the same bytes
     x, x_half = torch.full((ROW_WIDTH,), 0.25), torch.full((2 * ROW_WIDTH,), 0.25, dtype=torch.bfloat16)
     paths = {

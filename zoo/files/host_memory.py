@@ -111,7 +111,7 @@ def _aligned(nbytes: int) -> int:
 
 def _into_arena(tensors: list[torch.Tensor], size: int, keep_values: bool) -> None:
     """Copy ``tensors`` into one new arena of ``size`` bytes, each becoming a view of it."""
-    arena = _huge_buffer(size)
+    arena = huge_buffer(size)
     offset = 0
     with torch.no_grad():
         for tensor in tensors:
@@ -123,9 +123,10 @@ def _into_arena(tensors: list[torch.Tensor], size: int, keep_values: bool) -> No
             offset += _aligned(nbytes)
 
 
-def _huge_buffer(size: int) -> torch.Tensor:
-    """``size`` bytes (uint8) starting on a huge page boundary, advised into huge pages on
-    Linux before any page is touched (elsewhere, or refused: ordinary pages)."""
+def huge_buffer(size: int) -> torch.Tensor:
+    """``size`` bytes (uint8, values undefined) starting on a huge page boundary, advised into
+    huge pages on Linux before any page is touched (elsewhere, or refused: ordinary pages): the
+    memory ``rehome`` gives weights, and the host probe the buffers it reads as weights."""
     raw = torch.empty(size + HUGE_PAGE + mmap.PAGESIZE, dtype=torch.uint8)
     start = -raw.data_ptr() % HUGE_PAGE
     buffer = raw[start : start + size]
