@@ -27,7 +27,7 @@ static int64_t key_parts(int64_t pairs, int64_t S, bool blocked) {
 // top) sums_c. The same softmax, its sums added in another order.
 template <typename T>
 static void attend_in_parts(const T* qp, const T* kp, const T* vp, const bool* mp, const float* ap, T* op,
-                            const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t B,
+                            const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t B,
                             int64_t H, int64_t Hkv, int64_t S, int64_t D, int64_t parts, float scale) {
   const int64_t G = H / Hkv, span = (S + parts - 1) / parts, stride = G * (D + 2);  // per part: acc, sums, tops
   std::vector<float> results(B * Hkv * parts * stride);
@@ -74,20 +74,20 @@ static void attend_in_parts(const T* qp, const T* kp, const T* vp, const bool* m
 // q (B, H, 1, D), k and v (B, Hkv, S, D), each row contiguous; mask (B or 1, 1, 1, S) bool (True: attend), or
 // (B or 1, H or 1, 1, S) floating (added to the scores: a position bias, -inf where masked), or absent ->
 // (B, H, 1, D) in q's dtype, k and v in q's dtype. Sequences and key/value heads split over threads.
-torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> mask,
-                                  double scale) {
+at::Tensor one_query_attention(at::Tensor q, at::Tensor k, at::Tensor v, c10::optional<at::Tensor> mask,
+                               double scale) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), Hkv = k.size(1), S = k.size(2), G = H / Hkv;
   TORCH_CHECK(q.size(2) == 1 && H % Hkv == 0 && k.sizes() == v.sizes() && k.size(3) == D,
               "one_query_attention: shapes");
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "one_query_attention: dtypes");
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "one_query_attention: rows not contiguous");
-  auto out = torch::empty({B, H, 1, D}, q.options());
-  torch::Tensor m, add;  // the boolean mask (B, S) or the additive one (B, H, S) in float32
-  if (mask.has_value() && mask->scalar_type() == torch::kBool) {
+  auto out = at::empty({B, H, 1, D}, q.options());
+  at::Tensor m, add;  // the boolean mask (B, S) or the additive one (B, H, S) in float32
+  if (mask.has_value() && mask->scalar_type() == at::kBool) {
     m = mask->expand({B, 1, 1, S}).reshape({B, S}).contiguous();
   } else if (mask.has_value()) {
     TORCH_CHECK(mask->size(2) == 1 && mask->size(3) == S, "one_query_attention: mask shape");
-    add = mask->expand({B, H, 1, S}).reshape({B, H, S}).to(torch::kFloat).contiguous();
+    add = mask->expand({B, H, 1, S}).reshape({B, H, S}).to(at::kFloat).contiguous();
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "one_query_attention", [&] {
     const scalar_t* qp = q.data_ptr<scalar_t>();
@@ -120,9 +120,9 @@ torch::Tensor one_query_attention(torch::Tensor q, torch::Tensor k, torch::Tenso
 // caches (B, Hkv, L, D), then q (B, H, 1, D) attends over their first n slots (one_query_attention), in one call.
 // With cos and signed_sin (B or 1, 1, 1, R), the step's rotary tables in k's dtype, q and k are rotated first
 // (rotate_half_row, rope()'s arithmetic): k straight into its cache slot, q into a buffer of its own.
-torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
-                               torch::Tensor v_cache, int64_t n, c10::optional<torch::Tensor> cos,
-                               c10::optional<torch::Tensor> sin, c10::optional<torch::Tensor> mask, double scale) {
+at::Tensor append_attention(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor k_cache,
+                            at::Tensor v_cache, int64_t n, c10::optional<at::Tensor> cos,
+                            c10::optional<at::Tensor> sin, c10::optional<at::Tensor> mask, double scale) {
   const int64_t B = k.size(0), Hkv = k.size(1), D = k.size(3);
   TORCH_CHECK(k.sizes() == v.sizes() && k.size(2) == 1 && k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == B &&
                   k_cache.size(1) == Hkv && k_cache.size(3) == D && n >= 1 && n <= k_cache.size(2),
@@ -136,7 +136,7 @@ torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
               "append_attention: tensors not on the CPU");
   TORCH_CHECK(cos.has_value() == sin.has_value(), "append_attention: cos and sin go together");
   const bool rotates = cos.has_value();
-  torch::Tensor cc, sc;
+  at::Tensor cc, sc;
   int64_t R = 0, table_batch = 0;
   if (rotates) {
     cc = cos->contiguous();
@@ -152,7 +152,7 @@ torch::Tensor append_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
     table_batch = cc.size(0) == 1 ? 0 : R;
   }
   const int64_t H = q.size(1);
-  auto rotated = rotates ? torch::empty({B, H, 1, D}, q.options()) : q;
+  auto rotated = rotates ? at::empty({B, H, 1, D}, q.options()) : q;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k.scalar_type(), "append_attention", [&] {
     using T_ = scalar_t;
     T_* kc = k_cache.data_ptr<T_>();

@@ -11,7 +11,7 @@ inside on the float32 activations with the weights in their own dtype, and the s
 and written once. Only in_proj and out_proj, the layer's big products, stay torch's (the
 part a roofline counts).
 
-The maths is the reference's (``MambaMixer.forward`` with ``causal_conv`` and
+The maths is the reference's (``MambaMixer.forward`` with ``causal_conv.causal_conv`` and
 ``selective_step``) operation for operation, in float32 (Falcon-Mamba's weightless RMS norms
 on dt, B and C included); in a half-precision model the reference rounds the activations
 between its ops to that dtype and this kernel does not. Built with zoo's flags
@@ -59,12 +59,12 @@ static void weightless_rms(float* v, int64_t n, float eps) {
 // window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place;
 // x_proj (R + 2N, D) and dt_w (D, R) in one dtype; conv_b, dt_b empty when absent; eps <= 0: no
 // norms on dt, B, C.
-torch::Tensor mamba_step(torch::Tensor xz, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
-                         torch::Tensor x_proj, torch::Tensor dt_w, torch::Tensor dt_b, torch::Tensor A_log,
-                         torch::Tensor Dskip, torch::Tensor ssm, double eps) {
+at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::Tensor window,
+                      at::Tensor x_proj, at::Tensor dt_w, at::Tensor dt_b, at::Tensor A_log,
+                      at::Tensor Dskip, at::Tensor ssm, double eps) {
   TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
   const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), K = window.size(2), R = dt_w.size(1);
-  auto y = torch::empty({batch, D}, xz.options());
+  auto y = at::empty({batch, D}, xz.options());
   std::vector<float> xs(D), dbc(R + 2 * N), dt(D);
   const float *cw = conv_w.data_ptr<float>(), *cb = conv_b.numel() ? conv_b.data_ptr<float>() : nullptr;
   const float *db = dt_b.numel() ? dt_b.data_ptr<float>() : nullptr, *al = A_log.data_ptr<float>();

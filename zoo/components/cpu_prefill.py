@@ -27,7 +27,7 @@ from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.kernels import Kernel, KernelChoice
 
 SOURCE = r"""
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <vector>
@@ -56,11 +56,11 @@ static inline void ssd_columns(float *St, int64_t N, int64_t P, int64_t p0, cons
 // Mamba2's SSD recurrence, one (batch, head) per job: S (P, N) <- exp(dt A) S + dt x B^T; y = S C. The job's
 // state is held transposed (N, P) while it runs, so each step runs along P with one accumulator per channel.
 // x (Bt, T, H, P), dt (Bt, T, H), A (H), Bm, Cm (Bt, T, G, N), state (Bt, H, P, N) in place -> y (Bt, T, H, P).
-torch::Tensor ssd_scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch::Tensor Bm, torch::Tensor Cm,
-                       torch::Tensor state) {
+at::Tensor ssd_scan(at::Tensor x, at::Tensor dt, at::Tensor A, at::Tensor Bm, at::Tensor Cm,
+                    at::Tensor state) {
   const int64_t batch = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), G = Bm.size(2), N = Bm.size(3);
   const int64_t per_group = H / G;
-  auto y = torch::empty_like(x);
+  auto y = at::empty_like(x);
   const float *xp = x.data_ptr<float>(), *dtp = dt.data_ptr<float>(), *Ap = A.data_ptr<float>();
   const float *Bp = Bm.data_ptr<float>(), *Cp = Cm.data_ptr<float>();
   float *sp = state.data_ptr<float>(), *yp = y.data_ptr<float>();
@@ -122,11 +122,11 @@ static inline void delta_columns(float *S, int64_t K, int64_t V, int64_t j0, con
 // The gated delta rule, one (batch, value head) per job: S <- exp(g) S; S <- S + k (beta (v - k^T S))^T; o = S^T q.
 // q, k (Bt, T, Hk, K) shared by H / Hk consecutive value heads each, v (Bt, T, H, V), g, beta (Bt, T, H),
 // state (Bt, H, K, V) in place -> o (Bt, T, H, V).
-torch::Tensor gated_delta_scan(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor beta,
-                               torch::Tensor state) {
+at::Tensor gated_delta_scan(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor g, at::Tensor beta,
+                            at::Tensor state) {
   const int64_t batch = q.size(0), T = q.size(1), Hk = q.size(2), K = q.size(3), H = v.size(2), V = v.size(3);
   const int64_t per_key = H / Hk;
-  auto o = torch::empty_like(v);
+  auto o = at::empty_like(v);
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   const float *gp = g.data_ptr<float>(), *bp = beta.data_ptr<float>();
   float *sp = state.data_ptr<float>(), *op = o.data_ptr<float>();

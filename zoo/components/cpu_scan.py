@@ -22,16 +22,16 @@ import torch
 from zoo.components.cpu_ops import CppExtension, CppFunction
 
 SOURCE = r"""
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 
 // y (B, T, D) = C_t . h_t for h_t = exp(dt_t A) * h_{t-1} + dt_t x_t B_t; h (B, D, N) updated in place.
-torch::Tensor scan(torch::Tensor x, torch::Tensor dt, torch::Tensor A, torch::Tensor Bm, torch::Tensor Cm,
-                   torch::Tensor h) {
+at::Tensor scan(at::Tensor x, at::Tensor dt, at::Tensor A, at::Tensor Bm, at::Tensor Cm,
+                at::Tensor h) {
   const int64_t batch = x.size(0), T = x.size(1), D = x.size(2), N = A.size(1);
   const int64_t block = 16, blocks = (D + block - 1) / block;
-  auto y = torch::empty_like(x);
+  auto y = at::empty_like(x);
   const float *xp = x.data_ptr<float>(), *dtp = dt.data_ptr<float>(), *Ap = A.data_ptr<float>();
   const float *Bp = Bm.data_ptr<float>(), *Cp = Cm.data_ptr<float>();
   float *hp = h.data_ptr<float>(), *yp = y.data_ptr<float>();

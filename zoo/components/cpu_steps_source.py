@@ -14,7 +14,7 @@ concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` d
 """
 
 PRELUDE = r"""
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <algorithm>
@@ -24,7 +24,7 @@ static inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 static inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 static inline float feature(float x) { return x > 0.f ? x + 1.f : std::exp(x); }  // elu(x) + 1
-static inline const float* maybe(const torch::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
+static inline const float* maybe(const at::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
 """
 
 # The convolution window of a one-token step, shared with Mamba-1's step (cpu_mamba_step.py).
@@ -48,13 +48,13 @@ static void conv_row(const float* x, const float* w, const float* bias, W* win, 
 }
 
 // conv_row on batch row b of a window (B, C, K) in float32, bfloat16 or float16.
-static void conv_window_row(const float* x, const float* w, const float* bias, torch::Tensor& window, int64_t b,
+static void conv_window_row(const float* x, const float* w, const float* bias, at::Tensor& window, int64_t b,
                             float* out) {
   const int64_t C = window.size(1), K = window.size(2), offset = b * C * K;
   switch (window.scalar_type()) {
-    case torch::kFloat: conv_row(x, w, bias, window.data_ptr<float>() + offset, out, C, K); break;
-    case torch::kBFloat16: conv_row(x, w, bias, window.data_ptr<at::BFloat16>() + offset, out, C, K); break;
-    case torch::kHalf: conv_row(x, w, bias, window.data_ptr<at::Half>() + offset, out, C, K); break;
+    case at::kFloat: conv_row(x, w, bias, window.data_ptr<float>() + offset, out, C, K); break;
+    case at::kBFloat16: conv_row(x, w, bias, window.data_ptr<at::BFloat16>() + offset, out, C, K); break;
+    case at::kHalf: conv_row(x, w, bias, window.data_ptr<at::Half>() + offset, out, C, K); break;
     default: TORCH_CHECK(false, "conv window dtype ", window.scalar_type(), "; allowed: float32, bfloat16, float16");
   }
 }
@@ -65,13 +65,13 @@ SOURCE = (
     + CONV_ROW
     + r"""
 // Mamba2: proj (B, d_inner + conv_dim + H) = [z, xBC, dt] -> gated, group-RMS-normed y (B, d_inner).
-torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tensor conv_b, torch::Tensor window,
-                          torch::Tensor dt_bias, torch::Tensor A_log, torch::Tensor Dskip, torch::Tensor norm_w,
-                          torch::Tensor state, int64_t groups, double eps, double dt_min, double dt_max) {
+at::Tensor mamba2_step(at::Tensor proj, at::Tensor conv_w, at::Tensor conv_b, at::Tensor window,
+                       at::Tensor dt_bias, at::Tensor A_log, at::Tensor Dskip, at::Tensor norm_w,
+                       at::Tensor state, int64_t groups, double eps, double dt_min, double dt_max) {
   const int64_t batch = state.size(0), H = state.size(1), P = state.size(2), N = state.size(3);
   const int64_t inner = H * P, C = window.size(1), K = window.size(2), width = proj.size(1), per = H / groups;
-  auto xbc = torch::empty({batch, C}, proj.options());
-  auto y = torch::empty({batch, inner}, proj.options());
+  auto xbc = at::empty({batch, C}, proj.options());
+  auto y = at::empty({batch, inner}, proj.options());
   const float *pp = proj.data_ptr<float>(), *db = dt_bias.data_ptr<float>(), *al = A_log.data_ptr<float>();
   const float *dp = Dskip.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
   float *xp = xbc.data_ptr<float>(), *yp = y.data_ptr<float>(), *sp = state.data_ptr<float>();
@@ -116,15 +116,15 @@ torch::Tensor mamba2_step(torch::Tensor proj, torch::Tensor conv_w, torch::Tenso
 // Gated DeltaNet: the projections in the checkpoint's grouped layout, qkvz (B, Hk (2 dk + 2 r dv)) with
 // per key head [q, k, its r value heads' v, their z] and ba (B, Hk 2 r) with per key head [b (r), a (r)] ->
 // RMS-normed, SiLU(z)-gated output (B, Hv dv); state (B, Hv, dk, dv), r = Hv / Hk.
-torch::Tensor gdn_step(torch::Tensor qkvz, torch::Tensor ba, torch::Tensor conv_w, torch::Tensor window,
-                       torch::Tensor dt_bias, torch::Tensor A_log, torch::Tensor norm_w, torch::Tensor state,
-                       int64_t k_heads, double eps) {
+at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tensor window,
+                    at::Tensor dt_bias, at::Tensor A_log, at::Tensor norm_w, at::Tensor state,
+                    int64_t k_heads, double eps) {
   const int64_t batch = state.size(0), H = state.size(1), dk = state.size(2), dv = state.size(3);
   const int64_t C = window.size(1), K = window.size(2), key = k_heads * dk, per = H / k_heads;
   const int64_t W = 2 * dk + 2 * per * dv;  // one key head's slice of qkvz
-  auto qkv = torch::empty({batch, C}, qkvz.options());
-  auto act = torch::empty({batch, C}, qkvz.options());
-  auto out = torch::empty({batch, H * dv}, qkvz.options());
+  auto qkv = at::empty({batch, C}, qkvz.options());
+  auto act = at::empty({batch, C}, qkvz.options());
+  auto out = at::empty({batch, H * dv}, qkvz.options());
   float *qp = qkv.data_ptr<float>(), *ap = act.data_ptr<float>(), *op = out.data_ptr<float>();
   float* sp = state.data_ptr<float>();
   const float *src = qkvz.data_ptr<float>(), *bap = ba.data_ptr<float>();
@@ -182,10 +182,10 @@ torch::Tensor gdn_step(torch::Tensor qkvz, torch::Tensor ba, torch::Tensor conv_
 }
 
 // Linear attention: q, k, v (B, H, D) -> phi(q) S / (phi(q) z + eps) after S += phi(k) v^T, z += phi(k).
-torch::Tensor linear_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor kv, torch::Tensor z,
-                          double eps) {
+at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, at::Tensor z,
+                       double eps) {
   const int64_t batch = kv.size(0), H = kv.size(1), D = kv.size(2), E = kv.size(3);
-  auto y = torch::empty({batch, H, E}, q.options());
+  auto y = at::empty({batch, H, E}, q.options());
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   float *sp = kv.data_ptr<float>(), *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
@@ -237,9 +237,9 @@ static inline const float* widen_row(const RT* row, float* buf, int64_t D) {
 // The ring is float32 or the model's dtype (whose values k and v, widened, hold exactly): its rows are read
 // into float32 and the token written back in the ring's dtype.
 template <typename RT>
-static void infini_rows(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v, RT* rk, RT* rv,
-                        torch::Tensor& mem, torch::Tensor& z, torch::Tensor& gate, torch::Tensor& key_valid,
-                        int64_t t0, int64_t R, int64_t S, bool delta, double eps, torch::Tensor& y) {
+static void infini_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, RT* rk, RT* rv,
+                        at::Tensor& mem, at::Tensor& z, at::Tensor& gate, at::Tensor& key_valid,
+                        int64_t t0, int64_t R, int64_t S, bool delta, double eps, at::Tensor& y) {
   const int64_t batch = q.size(0), H = q.size(1), D = q.size(2);
   const int64_t slots = key_valid.numel() ? key_valid.size(1) : 0;
   const bool* kv = key_valid.numel() ? key_valid.data_ptr<bool>() : nullptr;
@@ -311,22 +311,22 @@ static void infini_rows(torch::Tensor& q, torch::Tensor& k, torch::Tensor& v, RT
     });
 }
 
-torch::Tensor infini_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor ring_k,
-                          torch::Tensor ring_v, torch::Tensor mem, torch::Tensor z, torch::Tensor gate,
-                          torch::Tensor key_valid, torch::Tensor time, int64_t S, bool delta, double eps) {
+at::Tensor infini_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ring_k,
+                       at::Tensor ring_v, at::Tensor mem, at::Tensor z, at::Tensor gate,
+                       at::Tensor key_valid, at::Tensor time, int64_t S, bool delta, double eps) {
   const int64_t t0 = time.data_ptr<int64_t>()[0], R = ring_k.size(2);
   TORCH_CHECK(ring_k.scalar_type() == ring_v.scalar_type(), "infini_step: ring_k and ring_v differ in dtype");
-  auto y = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  auto y = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
   switch (ring_k.scalar_type()) {
-    case torch::kFloat:
+    case at::kFloat:
       infini_rows(q, k, v, ring_k.data_ptr<float>(), ring_v.data_ptr<float>(), mem, z, gate, key_valid, t0, R, S, delta,
                   eps, y);
       break;
-    case torch::kBFloat16:
+    case at::kBFloat16:
       infini_rows(q, k, v, ring_k.data_ptr<at::BFloat16>(), ring_v.data_ptr<at::BFloat16>(), mem, z, gate,
                   key_valid, t0, R, S, delta, eps, y);
       break;
-    case torch::kHalf:
+    case at::kHalf:
       infini_rows(q, k, v, ring_k.data_ptr<at::Half>(), ring_v.data_ptr<at::Half>(), mem, z, gate, key_valid, t0, R, S,
                   delta, eps, y);
       break;

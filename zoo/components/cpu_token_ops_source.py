@@ -37,12 +37,12 @@ static void rms_rows(const T* x, const T* w, T* out, int64_t rows, int64_t n, fl
   });
 }
 
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps, bool unit_offset) {
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps, bool unit_offset) {
   const int64_t n = x.size(-1);
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == n && weight.scalar_type() == x.scalar_type(), "rms_norm: weight");
   auto xc = x.contiguous();
   auto wc = weight.contiguous();
-  auto out = torch::empty_like(xc);
+  auto out = at::empty_like(xc);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
     rms_rows<scalar_t>(xc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), xc.numel() / n, n,
                        static_cast<float>(eps), unit_offset);
@@ -66,7 +66,7 @@ static inline void rotate_half_row(const T_* row, const T_* c, const T_* s, T_* 
 // x (B, H, T, D) with rows of D contiguous; cos and signed_sin (B or 1, 1, T, R) in x's dtype, R <= D even ->
 // (B, H, T, D) contiguous: the first R channels rotated half against half (x * cos + roll(x, R/2) * signed_sin,
 // each product and the sum rounded to x's dtype), the rest copied.
-torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
+at::Tensor rope(at::Tensor x, at::Tensor cos, at::Tensor sin) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), R = cos.size(3);
   TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && R % 2 == 0 && R <= D && cos.sizes() == sin.sizes() &&
                   cos.size(1) == 1 && cos.size(2) == T && (cos.size(0) == 1 || cos.size(0) == B),
@@ -74,7 +74,7 @@ torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
   TORCH_CHECK(cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type(), "rope: dtypes");
   auto cc = cos.contiguous();
   auto sc = sin.contiguous();
-  auto out = torch::empty({B, H, T, D}, x.options());
+  auto out = at::empty({B, H, T, D}, x.options());
   const int64_t table_batch = cc.size(0) == 1 ? 0 : T * R;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rope", [&] {
     using T_ = scalar_t;
@@ -95,13 +95,13 @@ torch::Tensor rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
 
 // joint (..., 2F) with rows contiguous, [gate | up] (a fused gate and up projection's output) -> (..., F):
 // silu(gate) * up with torch's roundings (silu in float32 rounded to the dtype, the product rounded again).
-torch::Tensor silu_and_mul(torch::Tensor joint) {
+at::Tensor silu_and_mul(at::Tensor joint) {
   const int64_t width = joint.size(-1), F = width / 2;
   TORCH_CHECK(width % 2 == 0 && joint.stride(-1) == 1, "silu_and_mul: rows of [gate | up]");
   auto rows = joint.reshape({-1, width});
   auto shape = joint.sizes().vec();
   shape.back() = F;
-  auto out = torch::empty({rows.size(0), F}, joint.options());
+  auto out = at::empty({rows.size(0), F}, joint.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, joint.scalar_type(), "silu_and_mul", [&] {
     using T_ = scalar_t;
     const T_* xp = rows.data_ptr<T_>();

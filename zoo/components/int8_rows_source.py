@@ -125,39 +125,39 @@ static void int8_q8(const int8_t* w, const float* x, const float* scales, float*
 
 // qweight (out, in) int8, scales (out), one row x (..., in) -> (qweight * scales[:, None]) @ x (..., out) in x's
 // dtype: in a multiple of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
-torch::Tensor int8_rows(torch::Tensor qweight, torch::Tensor scales, torch::Tensor x) {
+at::Tensor int8_rows(at::Tensor qweight, at::Tensor scales, at::Tensor x) {
   TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() >= 1 && qweight.size(1) == x.numel(),
               "int8_rows: shapes");
-  TORCH_CHECK(qweight.scalar_type() == torch::kChar, "int8_rows: qweight must be int8");
+  TORCH_CHECK(qweight.scalar_type() == at::kChar, "int8_rows: qweight must be int8");
   const int64_t rows = qweight.size(0), n = qweight.size(1);
-  auto xf = x.to(torch::kFloat).contiguous();
-  auto sf = scales.to(torch::kFloat).contiguous();
-  auto out = torch::empty(rows_shape(x, rows), x.options().dtype(torch::kFloat));
+  auto xf = x.to(at::kFloat).contiguous();
+  auto sf = scales.to(at::kFloat).contiguous();
+  auto out = at::empty(rows_shape(x, rows), x.options().dtype(at::kFloat));
   if (n % QBLOCK == 0) {
     int8_q8(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), sf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
   } else {
     rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
     out.mul_(sf);
   }
-  return x.scalar_type() == torch::kFloat ? out : out.to(x.scalar_type());
+  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
 }
 
 // Many token rows: x (M, K) float32 or bfloat16, qweight (N, K) int8, scales (N) -> (M, N) in x's dtype. Tiles of
 // `tile` weight rows are widened to x's dtype once (qweight * scale in float32, rounded: a bfloat16 model's weights
 // for bfloat16 rows) and multiplied with every token row by at::mm, single-threaded inside the tiles' threads.
-torch::Tensor int8_tiles(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, int64_t tile) {
+at::Tensor int8_tiles(at::Tensor x, at::Tensor qweight, at::Tensor scales, int64_t tile) {
   TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() == 2 && qweight.size(1) == x.size(1),
               "int8_tiles: shapes");
   x = x.contiguous();
   const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
-  auto sf = scales.to(torch::kFloat).contiguous();
-  auto out = torch::empty({M, N}, x.options());
+  auto sf = scales.to(at::kFloat).contiguous();
+  auto out = at::empty({M, N}, x.options());
   const int8_t* wq = qweight.data_ptr<int8_t>();
   const float* sp = sf.data_ptr<float>();
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "int8_tiles", [&] {
     at::parallel_for(0, (N + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
-      auto w = torch::empty({tile, K}, x.options());
-      auto part = torch::empty({M, tile}, x.options());
+      auto w = at::empty({tile, K}, x.options());
+      auto part = at::empty({M, tile}, x.options());
       scalar_t* wp = w.data_ptr<scalar_t>();
       for (int64_t t = b; t < e; ++t) {
         const int64_t n0 = t * tile, n1 = std::min(n0 + tile, N);

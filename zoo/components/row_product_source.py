@@ -47,7 +47,7 @@ SOURCE = r"""
 #elif defined(__AVX2__) && defined(__FMA__)
 #define CPU_CAPABILITY_AVX2
 #endif
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
@@ -206,23 +206,23 @@ static void widen_into(const T* p, float* out, int64_t size) {
 }
 
 // t's values as float32: t's own data where it is contiguous float32, else widened into `wide`.
-static const float* widened(const torch::Tensor& t, std::vector<float>& wide) {
-  if (t.scalar_type() == torch::kFloat && t.is_contiguous()) return t.data_ptr<float>();
+static const float* widened(const at::Tensor& t, std::vector<float>& wide) {
+  if (t.scalar_type() == at::kFloat && t.is_contiguous()) return t.data_ptr<float>();
   const auto tc = t.contiguous();
   wide.resize(tc.numel());
   const int64_t size = tc.numel();
-  if (tc.scalar_type() == torch::kBFloat16)
+  if (tc.scalar_type() == at::kBFloat16)
     widen_into(tc.data_ptr<at::BFloat16>(), wide.data(), size);
-  else if (tc.scalar_type() == torch::kHalf)
+  else if (tc.scalar_type() == at::kHalf)
     widen_into(tc.data_ptr<at::Half>(), wide.data(), size);
   else  // float32 not contiguous, or another dtype: through aten
-    std::memcpy(wide.data(), tc.to(torch::kFloat).data_ptr<float>(), size * sizeof(float));
+    std::memcpy(wide.data(), tc.to(at::kFloat).data_ptr<float>(), size * sizeof(float));
   return wide.data();
 }
 
 // x's shape with its last size `rows`: a one-row product's output keeps x's leading dims (all 1), so a layer's
 // forward reshapes nothing.
-static std::vector<int64_t> rows_shape(const torch::Tensor& x, int64_t rows) {
+static std::vector<int64_t> rows_shape(const at::Tensor& x, int64_t rows) {
   auto shape = x.sizes().vec();
   shape.back() = rows;
   return shape;
@@ -230,25 +230,25 @@ static std::vector<int64_t> rows_shape(const torch::Tensor& x, int64_t rows) {
 
 // rows_times for weight's dtype, into out of O.
 template <typename O>
-static void rows_of(const torch::Tensor& weight, const float* x, O* out, int64_t rows, int64_t n, const float* bias) {
-  if (weight.scalar_type() == torch::kFloat) rows_times(weight.data_ptr<float>(), x, out, rows, n, bias);
-  else if (weight.scalar_type() == torch::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), x, out, rows, n, bias);
-  else if (weight.scalar_type() == torch::kHalf) rows_times(weight.data_ptr<at::Half>(), x, out, rows, n, bias);
+static void rows_of(const at::Tensor& weight, const float* x, O* out, int64_t rows, int64_t n, const float* bias) {
+  if (weight.scalar_type() == at::kFloat) rows_times(weight.data_ptr<float>(), x, out, rows, n, bias);
+  else if (weight.scalar_type() == at::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), x, out, rows, n, bias);
+  else if (weight.scalar_type() == at::kHalf) rows_times(weight.data_ptr<at::Half>(), x, out, rows, n, bias);
   else TORCH_CHECK(false, "row_product: weight dtype ", weight.scalar_type(), "; allowed: float32, bfloat16, float16");
 }
 
 // weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype.
-torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<torch::Tensor> bias) {
+at::Tensor row_product(at::Tensor weight, at::Tensor x, c10::optional<at::Tensor> bias) {
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && x.dim() >= 1 && weight.size(1) == x.numel(),
               "row_product: shapes");
   const int64_t rows = weight.size(0), n = weight.size(1);
   const auto shape = rows_shape(x, rows);
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-  const bool bf16_bias = !bias.has_value() || (bias->scalar_type() == torch::kBFloat16 && bias->is_contiguous() &&
+  const bool bf16_bias = !bias.has_value() || (bias->scalar_type() == at::kBFloat16 && bias->is_contiguous() &&
                                                bias->numel() == rows);
-  if (weight.scalar_type() == torch::kBFloat16 && x.scalar_type() == torch::kBFloat16 && bf16_bias) {
+  if (weight.scalar_type() == at::kBFloat16 && x.scalar_type() == at::kBFloat16 && bf16_bias) {
     auto xc = x.contiguous();
-    auto result = torch::empty(shape, x.options());  // written in bfloat16: no float32 copy to convert after
+    auto result = at::empty(shape, x.options());  // written in bfloat16: no float32 copy to convert after
     const at::BFloat16* b = bias.has_value() ? bias->data_ptr<at::BFloat16>() : nullptr;
     bf16_rows_times(weight.data_ptr<at::BFloat16>(), xc.data_ptr<at::BFloat16>(), b, result.data_ptr<at::BFloat16>(),
                     rows, n);
@@ -261,10 +261,10 @@ torch::Tensor row_product(torch::Tensor weight, torch::Tensor x, c10::optional<t
   std::vector<float> wide, wide_bias;
   const float* xp = widened(x, wide);
   const float* bp = bias.has_value() ? widened(*bias, wide_bias) : nullptr;
-  auto out = torch::empty(shape, x.options());
-  if (x.scalar_type() == torch::kFloat) rows_of(weight, xp, out.data_ptr<float>(), rows, n, bp);
-  else if (x.scalar_type() == torch::kBFloat16) rows_of(weight, xp, out.data_ptr<at::BFloat16>(), rows, n, bp);
-  else if (x.scalar_type() == torch::kHalf) rows_of(weight, xp, out.data_ptr<at::Half>(), rows, n, bp);
+  auto out = at::empty(shape, x.options());
+  if (x.scalar_type() == at::kFloat) rows_of(weight, xp, out.data_ptr<float>(), rows, n, bp);
+  else if (x.scalar_type() == at::kBFloat16) rows_of(weight, xp, out.data_ptr<at::BFloat16>(), rows, n, bp);
+  else if (x.scalar_type() == at::kHalf) rows_of(weight, xp, out.data_ptr<at::Half>(), rows, n, bp);
   else TORCH_CHECK(false, "row_product: x dtype ", x.scalar_type(), "; allowed: float32, bfloat16, float16");
   return out;
 }

@@ -30,7 +30,8 @@ C++; ``-march=native`` picks what the host has.
 """
 
 SOURCE = r"""
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -217,10 +218,10 @@ static void quantize_rows(const T* x, int8_t* xq, float* xd, float* xg, int64_t 
 }
 
 // int4_q8 of x's M rows of K (contiguous, any leading dims) into a new tensor of `shape` (x's dims, the last N).
-static torch::Tensor q8_product(const torch::Tensor& x, int64_t M, int64_t K, const torch::Tensor& packed,
-                                const torch::Tensor& so, int64_t grain, at::IntArrayRef shape) {
+static at::Tensor q8_product(const at::Tensor& x, int64_t M, int64_t K, const at::Tensor& packed,
+                             const at::Tensor& so, int64_t grain, at::IntArrayRef shape) {
   const int64_t N = packed.size(0), gs = K / so.size(1);
-  auto out = torch::empty(shape, x.options());
+  auto out = at::empty(shape, x.options());
   const uint8_t* wq = packed.data_ptr<uint8_t>();
   std::vector<int8_t> xq(M * K);
   std::vector<float> xd(M * K / 32), xg(M * (K / gs));
@@ -243,7 +244,7 @@ static torch::Tensor q8_product(const torch::Tensor& x, int64_t M, int64_t K, co
 
 // x (M, K) float32 / bfloat16 / float16, packed (N, K / 2) uint8, so (N, G, 2) -> (M, N) in x's dtype, with
 // llama.cpp's numerics. Each thread takes whole panels, at least `grain` of them.
-torch::Tensor int4_q8(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t grain) {
+at::Tensor int4_q8(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t grain) {
   return q8_product(x.contiguous(), x.size(0), x.size(1), packed, so, grain, {x.size(0), packed.size(0)});
 }
 
@@ -307,17 +308,17 @@ static void widen(const uint8_t* wq, const S* so, D* dst, int64_t ld, int64_t n0
 }
 
 // Many token rows: x (M, K) float32 or bfloat16 -> (M, N) in x's dtype, the tiles in x's dtype.
-torch::Tensor int4_tiles(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t tile) {
+at::Tensor int4_tiles(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t tile) {
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0), gs = K / so.size(1);
   TORCH_CHECK(tile % PANEL == 0, "int4_tiles: tile must hold whole panels of ", PANEL, " rows, got ", tile);
   const bool half = x.scalar_type() == at::kBFloat16;
-  auto out = torch::empty({M, N}, x.options());
+  auto out = at::empty({M, N}, x.options());
   const uint8_t* wq = packed.data_ptr<uint8_t>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, so.scalar_type(), "int4_tiles", [&] {
     const scalar_t* s = so.data_ptr<scalar_t>();
     at::parallel_for(0, (N + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
-      auto w = torch::empty({K, tile}, x.options());  // the tile transposed: (in, rows)
-      auto part = torch::empty({M, tile}, x.options());
+      auto w = at::empty({K, tile}, x.options());  // the tile transposed: (in, rows)
+      auto part = at::empty({M, tile}, x.options());
       for (int64_t t = b; t < e; ++t) {
         const int64_t n0 = t * tile, n1 = std::min(n0 + tile, N);
         if (half) {
@@ -337,8 +338,8 @@ torch::Tensor int4_tiles(torch::Tensor x, torch::Tensor packed, torch::Tensor so
 // The product for any number of token rows: x (..., K) in its dtype -> (..., N) in x's dtype (the leading dims kept,
 // so a layer's forward reshapes nothing); the int8 rows below `tile_from` token rows, else the widened tiles, at
 // most `tile` rows each and one tile per thread at least.
-torch::Tensor int4_mm(torch::Tensor x, torch::Tensor packed, torch::Tensor so, int64_t tile_from, int64_t tile,
-                      int64_t grain) {
+at::Tensor int4_mm(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t tile_from, int64_t tile,
+                   int64_t grain) {
   auto shape = x.sizes().vec();
   shape.back() = packed.size(0);
   const int64_t K = x.size(-1), M = K > 0 ? x.numel() / K : 0;

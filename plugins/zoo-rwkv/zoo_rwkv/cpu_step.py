@@ -22,7 +22,7 @@ import torch
 from zoo.parts import CppExtension, CppFunction, Kernel
 
 SOURCE = r"""
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <vector>
@@ -43,9 +43,9 @@ static void shift_rows(const float* xp, L* lp, const std::vector<const float*>& 
 // x (B, d) this token; last (B, d) the previous one, overwritten with x; ratios R tensors of d each ->
 // (R, B, d): x * ratio + last * (1 - ratio) for each ratio (time mixing: key, value, receptance;
 // channel mixing: key, receptance).
-torch::Tensor shift_mix(torch::Tensor x, torch::Tensor last, std::vector<torch::Tensor> ratios) {
+at::Tensor shift_mix(at::Tensor x, at::Tensor last, std::vector<at::Tensor> ratios) {
   const int64_t batch = x.size(0), d = x.size(1), R = ratios.size();
-  auto out = torch::empty({R, batch, d}, x.options());
+  auto out = at::empty({R, batch, d}, x.options());
   std::vector<const float*> ratio(R);
   for (int64_t j = 0; j < R; ++j) {
     TORCH_CHECK(ratios[j].numel() == d, "shift_mix: a ratio of ", ratios[j].numel(), " entries for width ", d);
@@ -59,10 +59,10 @@ torch::Tensor shift_mix(torch::Tensor x, torch::Tensor last, std::vector<torch::
 
 // decay, u (C): w = -exp(decay); k, v, r (B, C) -> sigmoid(r) * wkv (B, C); num, den, top (B, C) the
 // state, in place (den == 0: empty, its top ignored).
-torch::Tensor wkv_step(torch::Tensor decay, torch::Tensor u, torch::Tensor k, torch::Tensor v, torch::Tensor r,
-                       torch::Tensor num, torch::Tensor den, torch::Tensor top) {
+at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, at::Tensor r,
+                    at::Tensor num, at::Tensor den, at::Tensor top) {
   const int64_t batch = k.size(0), C = k.size(1);
-  auto out = torch::empty({batch, C}, k.options());
+  auto out = at::empty({batch, C}, k.options());
   const float *dcp = decay.data_ptr<float>(), *up = u.data_ptr<float>(), *kp = k.data_ptr<float>();
   const float *vp = v.data_ptr<float>(), *rp = r.data_ptr<float>();
   float *np = num.data_ptr<float>(), *dp = den.data_ptr<float>(), *tp = top.data_ptr<float>();

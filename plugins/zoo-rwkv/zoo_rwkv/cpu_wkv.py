@@ -22,18 +22,18 @@ import torch
 from zoo.parts import CppExtension, CppFunction, Kernel, KernelChoice
 
 SOURCE = r"""
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
 
 // k, v (B, T, C); w, u (C); valid (B, T) float 0/1 or empty (all real); num, den, top (B, C) in place -> (B, T, C).
-torch::Tensor wkv_scan(torch::Tensor w, torch::Tensor u, torch::Tensor k, torch::Tensor v, torch::Tensor valid,
-                       torch::Tensor num, torch::Tensor den, torch::Tensor top) {
+at::Tensor wkv_scan(at::Tensor w, at::Tensor u, at::Tensor k, at::Tensor v, at::Tensor valid,
+                    at::Tensor num, at::Tensor den, at::Tensor top) {
   const int64_t batch = k.size(0), T = k.size(1), C = k.size(2);
   const int64_t block = 64, blocks = (C + block - 1) / block;
   const bool masked = valid.numel() > 0;
-  auto out = torch::empty_like(k);
+  auto out = at::empty_like(k);
   const float *wp = w.data_ptr<float>(), *up = u.data_ptr<float>(), *kp = k.data_ptr<float>();
   const float *vp = v.data_ptr<float>(), *okp = masked ? valid.data_ptr<float>() : nullptr;
   float *np = num.data_ptr<float>(), *dp = den.data_ptr<float>(), *tp = top.data_ptr<float>();
