@@ -5,12 +5,14 @@ AOTAutograd with dynamic shapes. Every zoo op has a case here, so a new kernel n
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from zoo.components import cpu_mamba_step, cpu_prefill, cpu_scan, cpu_steps
+from zoo.components import cpu_mamba_step, cpu_ops, cpu_prefill, cpu_scan, cpu_steps
 from zoo.components.cpu_ops import registered_ops
 
 B, T, H, P, N, G, K = 2, 5, 4, 8, 8, 2, 4  # batch, tokens, heads, head width, state size, groups, conv taps
@@ -123,3 +125,26 @@ def test_every_zoo_op_has_a_case():
 def test_the_op_passes_opcheck(name):
     namespace, op = name.split("::")
     torch.library.opcheck(getattr(getattr(torch.ops, namespace), op).default, CASES[name]())
+
+
+def test_the_build_check_carries_the_mark_dynamo_keeps_as_a_constant():
+    """``_built`` is marked by hand, as ``torch.compiler.assume_constant_result`` marks a function
+    (the decorator imports the compiler stack): the mark must be the decorator's own."""
+
+    def marked() -> bool:
+        return True
+
+    torch.compiler.assume_constant_result(marked)
+    assert vars(marked) == {cpu_ops.CONSTANT_MARK: True}
+    assert getattr(cpu_ops._built, cpu_ops.CONSTANT_MARK) is True
+
+
+def test_a_command_that_never_compiles_does_not_import_the_compiler_stack():
+    """``zoo show`` and ``import zoo`` users load the kernels' declarations, not torch._dynamo
+    (about 1.5 s of every command)."""
+    code = (
+        "import sys\nfrom zoo.cli import main\ntry:\n    main(['show', 'gpt2'])\nexcept SystemExit:\n    pass\n"
+        "print('torch._dynamo' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "gpt2" in done.stdout and done.stderr.strip().splitlines()[-1] == "False"
