@@ -107,4 +107,4 @@ def test_a_cpu_run_widens_the_dtypes_the_probe_measured_slow(monkeypatch):
     monkeypatch.setattr(widened, "linear", lambda x, w, b: calls.append(x.dtype) or widen(x, w, b))
     run.bench(tiny_spec("qwen3-0.6b"), prompt_len=8, gen_len=2, repeats=1, device="cpu", dtype="bfloat16")
     assert calls and set(calls) == {torch.bfloat16}  # the prefill's products
-    assert widened._dtypes == frozenset()  # and only while the run's phases ran
+    assert widened._WIDENED.dtypes == frozenset()  # and only while the run's phases ran

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +49,7 @@ from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
 from zoo.components.int8_rows_source import SOURCE as INT8_SOURCE
 from zoo.components.row_product_source import SOURCE
+from zoo.components.run_dtypes import RunDtypes
 
 ENV_SWITCH = "ZOO_ROW_KERNEL"
 # the switch: True (1), False (0) or None (unset: the run's measurement decides), read once when
@@ -106,7 +107,7 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
     ],
 )
 
-_faster: frozenset[torch.dtype] = frozenset()  # dtypes the host probe measured the kernel faster in
+_FASTER = RunDtypes()  # the dtypes the host probe measured the kernel faster in, during a run
 
 
 def reference(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -127,20 +128,14 @@ def enabled(dtype: torch.dtype) -> bool:
     """Whether one-row products in ``dtype`` take the kernel: ``ZOO_ROW_KERNEL`` decides where it
     is 1 or 0, else whether the run measured it faster here (``measured_faster``); never where
     it cannot be built."""
-    wanted = dtype in _faster if FORCED is None else FORCED
+    wanted = dtype in _FASTER.dtypes if FORCED is None else FORCED
     return wanted and available()
 
 
-@contextlib.contextmanager
-def measured_faster(dtypes: Iterable[torch.dtype]) -> Iterator[None]:
+def measured_faster(dtypes: Iterable[torch.dtype]) -> contextlib.AbstractContextManager[None]:
     """Take the kernel for ``dtypes`` (those the host probe measured it faster in) while the
     block runs: a harness run on the CPU wraps its phases in it."""
-    global _faster
-    previous, _faster = _faster, frozenset(dtypes)
-    try:
-        yield
-    finally:
-        _faster = previous
+    return _FASTER.during(dtypes)
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -23,30 +23,26 @@ off the CPU nothing is widened.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
 
+from zoo.components.run_dtypes import RunDtypes
+
 WIDEN_CHUNK_BYTES = 64 << 20  # float32 weight rows widened at once by a widened product
-_dtypes: frozenset[torch.dtype] = frozenset()  # the dtypes whose several-row work runs widened
+_WIDENED = RunDtypes()  # the dtypes whose several-row work runs widened, during a run
 
 
-@contextlib.contextmanager
-def widened_products(dtypes: Iterable[torch.dtype]) -> Iterator[None]:
+def widened_products(dtypes: Iterable[torch.dtype]) -> contextlib.AbstractContextManager[None]:
     """Widen the CPU work of ``dtypes`` while the block runs (module doc): a harness run on the
     CPU wraps its phases in it with the dtypes whose matmul the host probe measured slow."""
-    global _dtypes
-    previous, _dtypes = _dtypes, frozenset(dtypes)
-    try:
-        yield
-    finally:
-        _dtypes = previous
+    return _WIDENED.during(dtypes)
 
 
 def widens(x: torch.Tensor) -> bool:
     """Whether work on ``x`` runs widened: x on the CPU in a dtype of the current run's set."""
-    return x.dtype in _dtypes and x.device.type == "cpu"
+    return x.dtype in _WIDENED.dtypes and x.device.type == "cpu"
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
