@@ -86,11 +86,12 @@ class ZooSide:
 
     def generate(self, ids: list[int], new: int) -> tuple[float, float, list[int]]:
         """Seconds of the prefill, seconds of ``new`` decode steps, and the greedy tokens."""
+        from zoo.harness.run import host_paths
         from zoo.model.generation import prefill
         from zoo.model.sampling import greedy
 
         torch = self.torch
-        with torch.no_grad():
+        with torch.no_grad(), host_paths(torch.device("cpu")):  # the CPU paths a `zoo bench` run takes here
             self.cache.reset()
             start = time.perf_counter()
             token = greedy(prefill(self.model, torch.tensor([ids]), self.cache))[:, None]  # (1, 1)

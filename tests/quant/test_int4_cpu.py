@@ -175,3 +175,21 @@ def test_layers_stack_where_every_part_but_the_last_fills_whole_panels() -> None
     x = torch.randn(1, 64)
     assert torch.equal(joint(x), torch.cat([p(x) for p in parts], -1))
     assert Int4Linear.stack_rows([layer(24, 0), layer(8, 1)]) is None  # a split inside a panel
+
+
+def test_a_prompts_rows_in_a_widened_dtype_run_in_float32_rounded_once() -> None:
+    """Where the run widens bfloat16, a prompt's rows (``TILE_FROM`` or more) take the float32
+    tiles and are rounded once; fewer rows keep their int8-activation path unchanged."""
+    from zoo.components.widened import widened_products
+
+    _, packed, so = _weights(64, 128, 32, torch.bfloat16)
+    x = torch.randn(int4_cpu.TILE_FROM + 5, 128).bfloat16()
+    few = x[: int4_cpu.TILE_FROM - 1]
+    with torch.no_grad():
+        native, native_few = int4_cpu.matmul(x, packed, so), int4_cpu.matmul(few, packed, so)
+        with widened_products([torch.bfloat16]):
+            got, got_few = int4_cpu.matmul(x, packed, so), int4_cpu.matmul(few, packed, so)
+        expected = int4_cpu.matmul(x.float(), packed, so).bfloat16()
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected)
+    assert torch.equal(got_few, native_few)
+    assert _relative(got, native) < 2e-2

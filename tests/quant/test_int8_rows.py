@@ -183,3 +183,23 @@ def test_decode_through_the_kernel_gives_the_logits_of_torchs_kernel(monkeypatch
         torch.testing.assert_close(logits(decode_step, True), reference, rtol=2e-2, atol=2e-2)
         assert int8_rows.applies(torch.ones(1, spec.d_model, dtype=torch.bfloat16), model.lm_head.qweight)
         torch.testing.assert_close(logits(compile_decode_step(), True), reference, rtol=2e-2, atol=2e-2)
+
+
+def test_a_prompts_rows_in_a_widened_dtype_run_the_tiles_in_float32_rounded_once() -> None:
+    """Where the run widens bfloat16 (no native half-precision GEMM on the host), a prompt's rows
+    go through the float32 tiles and are rounded once; a decode row keeps its own kernel."""
+    from zoo.components.widened import widened_products
+
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randint(-127, 128, (300, 96), dtype=torch.int8, generator=generator)
+    scales = (torch.rand(300, generator=generator) / 100).bfloat16()
+    x = torch.randn(int8_rows.TILES_FROM + 3, 96, generator=generator).bfloat16()
+    with torch.no_grad():
+        native = kernels.int8_matmul(x, q, scales)
+        with widened_products([torch.bfloat16]):
+            got = kernels.int8_matmul(x, q, scales)
+            one = kernels.int8_matmul(x[:1], q, scales)
+        expected = int8_rows.int8_tiles(x.float(), q, scales).bfloat16()
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected)
+    assert torch.equal(one, kernels.int8_matmul(x[:1], q, scales))
+    assert (got.float() - native.float()).abs().max() <= 2e-2 * native.float().abs().max()

@@ -15,6 +15,11 @@ the same float32 accumulation torch's half-precision kernels do, in another orde
   runs in half precision channel by channel through its slow reference convolution there
   (18,432 calls of ``_slow_conv2d_forward`` in three prefills of a 4-layer Mamba, 97 ms a
   prefill).
+- the quantized layers' prompt rows (``zoo.quant``: int4 from ``TILE_FROM`` rows, int8 tiles):
+  their weight tiles widened to float32 instead of to the dtype, the GEMM in float32. A packed
+  SmolLM2-135M GGUF (int4 layers, bfloat16 activations) prefilled 128 tokens at 8.0 tokens/s
+  there at two threads (5.3 at one), 403-428 widened: 0.03x llama.cpp's to 1.49-1.51x
+  (``bench/vs_llamacpp.py``).
 
 One-row products keep their own paths (zoo's row kernel reads half precision as it is), and
 off the CPU nothing is widened.

@@ -47,6 +47,7 @@ import types
 
 import torch
 
+from zoo.components import widened
 from zoo.components.cpu_extension import cpu_extension
 from zoo.quant import q8
 from zoo.quant.int4_cpu_source import SOURCE
@@ -157,6 +158,8 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -
     module = load()
     if module is None:
         return reference(x, packed, scale_offsets).to(x.dtype)
+    if widened.widens(x) and x.numel() >= TILE_FROM * x.shape[-1]:  # a prompt's tiles, GEMM slow in x's dtype here
+        return matmul(x.float(), packed, scale_offsets).to(x.dtype)  # (..., out), rounded once (widened.py)
     if torch.compiler.is_compiling():
         return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)
     return module.int4_mm(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from zoo.components import widened
 from zoo.errors import BenchError
 from zoo.quant import int8_rows
 
@@ -39,7 +40,9 @@ def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     if int8_rows.applies(x, qweight):
         return int8_rows.int8_rows(qweight, scales, x)  # (..., out)
     rows = x.reshape(-1, x.shape[-1])  # (M, in)
-    if int8_rows.tiles_apply(rows, qweight):
+    if widened.widens(rows) and int8_rows.tiles_apply(rows, qweight):  # a prompt's rows, GEMM slow in x's dtype here
+        out = int8_rows.int8_tiles(rows.float(), qweight, scales).to(x.dtype)  # (M, out), rounded once (widened.py)
+    elif int8_rows.tiles_apply(rows, qweight):
         out = int8_rows.int8_tiles(rows, qweight, scales)  # (M, out)
     elif x.device.type == "cpu":
         out = torch.ops.aten._weight_int8pack_mm(rows, qweight, scales.to(x.dtype))  # (M, out)
