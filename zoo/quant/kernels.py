@@ -40,10 +40,9 @@ def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     if int8_rows.applies(x, qweight):
         return int8_rows.int8_rows(qweight, scales, x)  # (..., out)
     rows = x.reshape(-1, x.shape[-1])  # (M, in)
-    if widened.widens(rows) and int8_rows.tiles_apply(rows, qweight):  # a prompt's rows, GEMM slow in x's dtype here
-        out = int8_rows.int8_tiles(rows.float(), qweight, scales).to(x.dtype)  # (M, out), rounded once (widened.py)
-    elif int8_rows.tiles_apply(rows, qweight):
-        out = int8_rows.int8_tiles(rows, qweight, scales)  # (M, out)
+    if int8_rows.tiles_apply(rows, qweight):  # a prompt's rows; in float32 where x's dtype has no fast GEMM here
+        tiled = rows.float() if widened.widens(rows) else rows  # (M, in)
+        out = int8_rows.int8_tiles(tiled, qweight, scales).to(x.dtype)  # (M, out), rounded once (widened.py)
     elif x.device.type == "cpu":
         out = torch.ops.aten._weight_int8pack_mm(rows, qweight, scales.to(x.dtype))  # (M, out)
     else:
