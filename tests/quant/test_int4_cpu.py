@@ -69,7 +69,7 @@ def test_activation_blocks_are_llama_cpps_q8_0_values() -> None:
 
 @pytest.mark.parametrize("rows", [1, 5, int4_cpu.TILE_FROM - 1, int4_cpu.TILE_FROM, 40])
 @pytest.mark.parametrize("group", [32, 64, 128, 256])
-@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_kernel_equals_its_numerics_in_pytorch(rows: int, group: int, scale_dtype: torch.dtype) -> None:
     assert int4_cpu.load() is not None
     _, packed, so = _weights(37, 512, group, scale_dtype)  # odd out_features: a 4-row group and a tail
@@ -86,6 +86,18 @@ def test_kernel_equals_its_numerics_in_pytorch(rows: int, group: int, scale_dtyp
     reference = (int4_cpu.reference_q8 if few else int4_cpu.reference_tiles)(rows_bf16, packed, so)
     assert half.dtype == torch.bfloat16
     assert _relative(half, reference) <= 2**-8
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_largest_integer_sums_are_exact(sign: float) -> None:
+    """Every nibble 15 and every activation byte +-127: a block's eight byte-pair products summed
+    (30480 in magnitude) at the edge of the int16 sums some instruction sets keep them in."""
+    values = torch.full((48, 256), 15)  # (out, in): three whole panels
+    so = torch.stack([torch.full((48, 8), 0.5), torch.zeros(48, 8)], -1)  # (out, G, 2): scale 0.5, offset 0
+    packed, so = int4_cpu.pack(values, so)
+    x = torch.full((1, 256), sign)  # (1, in): each block's bytes all +-127
+    got = int4_cpu.matmul(x, packed, so)
+    assert torch.equal(got, torch.full((1, 48), sign * 15 * 0.5 * 256))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 256), (2, 3, 256), (256,)])
