@@ -1,4 +1,4 @@
-"""Build zoo's CPU int4 kernel (zoo/quant/int4_cpu_source.py) for instruction sets below the
+"""Build zoo's CPU int4 kernel (``zoo.quant.int4_cpu.SOURCE``) for instruction sets below the
 host's and check each against the PyTorch references of its numerics: the AVX2 path
 (``vpmaddubsw``, as on CPUs without AVX-512) and the portable scalar path. The build the
 library uses takes ``-march=native``; these take ``-mavx2 -mfma -mf16c`` and no flag at all
@@ -13,7 +13,7 @@ import torch
 from torch.utils import cpp_extension
 
 from zoo.quant import int4_cpu
-from zoo.quant.int4_cpu_source import SOURCE
+from zoo.quant.int4_cpu import SOURCE
 
 BUILDS = {"avx2": ["-mavx2", "-mfma", "-mf16c"], "scalar": []}
 CASES = [(37, 512, 32, 1), (37, 512, 64, 5), (101, 256, 256, 3), (40, 128, 32, 30)]  # (out, in, group, rows)

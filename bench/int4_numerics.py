@@ -31,7 +31,7 @@ import torch
 
 from zoo.components.cpu_extension import cpu_extension
 from zoo.quant import int4_cpu
-from zoo.quant.int4_cpu_source import SOURCE
+from zoo.quant.int4_cpu import SOURCE
 
 QUANTIZE_FROM, QUANTIZE_TO = "// Token rows quantized", "// x (M, K) float32"  # the library's quantize_rows
 

@@ -143,8 +143,9 @@ at::Tensor int8_rows(at::Tensor qweight, at::Tensor scales, at::Tensor x) {
 }
 
 // Many token rows: x (M, K) float32 or bfloat16, qweight (N, K) int8, scales (N) -> (M, N) in x's dtype. Tiles of
-// `tile` weight rows are widened to x's dtype once (qweight * scale in float32, rounded: a bfloat16 model's weights
-// for bfloat16 rows) and multiplied with every token row by at::mm, single-threaded inside the tiles' threads.
+// at most `tile` weight rows, the same work for every thread (balanced_tile, tiles_source.py), are widened to x's
+// dtype once (qweight * scale in float32, rounded: a bfloat16 model's weights for bfloat16 rows) and multiplied
+// with every token row by at::mm, single-threaded inside the tiles' threads.
 at::Tensor int8_tiles(at::Tensor x, at::Tensor qweight, at::Tensor scales, int64_t tile) {
   TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() == 2 && qweight.size(1) == x.size(1),
               "int8_tiles: shapes");
@@ -154,6 +155,7 @@ at::Tensor int8_tiles(at::Tensor x, at::Tensor qweight, at::Tensor scales, int64
   auto out = at::empty({M, N}, x.options());
   const int8_t* wq = qweight.data_ptr<int8_t>();
   const float* sp = sf.data_ptr<float>();
+  tile = balanced_tile(N, tile, 16);
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "int8_tiles", [&] {
     at::parallel_for(0, (N + tile - 1) / tile, 1, [&](int64_t b, int64_t e) {
       auto w = at::empty({tile, K}, x.options());

@@ -50,6 +50,7 @@ from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
 from zoo.components.int8_rows_source import SOURCE as INT8_SOURCE
 from zoo.components.row_product_source import SOURCE
 from zoo.components.run_dtypes import RunDtypes
+from zoo.components.tiles_source import SOURCE as TILES_SOURCE
 
 ENV_SWITCH = "ZOO_ROW_KERNEL"
 # the switch: True (1), False (0) or None (unset: the run's measurement decides), read once when
@@ -60,7 +61,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu_attention, cpu_token_ops)
     "zoo_row_product",
-    SOURCE + INT8_SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE + ATTENTION_CALLS_SOURCE,
+    SOURCE + TILES_SOURCE + INT8_SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE + ATTENTION_CALLS_SOURCE,
     [
         CppFunction(
             "row_product",

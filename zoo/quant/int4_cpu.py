@@ -13,7 +13,7 @@ stack and split by rows (``stack_rows``, the fused state's hooks). Measured agai
 row-major blocks it replaced (GGUF's Q4 block bytes, four rows at a time; ``bench/int4_numerics.py``,
 one decode token, bfloat16, this project's Zen 4): 1.53x on SmolLM2-135M's 210 matrices
 (group 32) and 1.98x on 12 layers of Qwen3-0.6B's (group 128) at one thread, 1.26x and
-1.75x at two. One copy of the weight, read by both paths below (zoo/quant/int4_cpu_source.py):
+1.75x at two. One copy of the weight, read by both paths below (zoo/quant/int4_rows_source.py, int4_cpu_source.py):
 
 - **Few token rows** (decode; ``M < TILE_FROM``): llama.cpp's numerics. Each token row is
   quantized to int8 per block of 32 inputs (scale = absmax / 127, round to nearest even), the
@@ -49,8 +49,10 @@ import torch
 
 from zoo.components import widened
 from zoo.components.cpu_extension import cpu_extension
+from zoo.components.tiles_source import SOURCE as TILES_SOURCE
 from zoo.quant import q8
-from zoo.quant.int4_cpu_source import SOURCE
+from zoo.quant.int4_cpu_source import SOURCE as TILES_AND_OP_SOURCE
+from zoo.quant.int4_rows_source import SOURCE as ROWS_SOURCE
 
 BLOCK = 32  # inputs per block: a row's 16 bytes, four of its dwords a chunk (module doc)
 PANEL = 16  # weight rows interleaved per panel: one 512-bit load holds 4 bytes of each
@@ -60,6 +62,8 @@ TILE = 256  # weight rows widened at once for many token rows (measured: 32 0.74
 TILE_FROM = (
     24  # token rows from which the tiles run: int8 rows / tiles time 0.22 (2 rows) 0.88 (16) 1.06 (24) 1.61 (32)
 )
+
+SOURCE = ROWS_SOURCE + TILES_SOURCE + TILES_AND_OP_SOURCE  # the extension's C++: includes, rows, tile sizes, tiles, op
 
 _module: list[types.ModuleType | None] = []
 

@@ -2,7 +2,7 @@
 
 A token row is cut into blocks of 32 inputs; each block is ``round(x / d)`` in int8 with
 ``d = absmax / 127`` (float32 here; llama.cpp rounds d to float16), rounded half to even as the
-C++ ``std::nearbyint`` does. The kernels (zoo/quant/int4_cpu_source.py,
+C++ ``std::nearbyint`` does. The kernels (zoo/quant/int4_rows_source.py,
 zoo/components/int8_rows_source.py) then take integer dot products with the weight's bytes
 per block; this is their one definition in PyTorch, which their references use.
 """
