@@ -163,11 +163,15 @@ static void panel_row_full(const uint8_t* w, const S* s, const int32_t* x4, cons
   _mm256_storeu_ps(dst + 8, _mm256_add_ps(acc[1], off[1]));
 }
 
-// The last, shorter panel (R < 16 rows): eight lanes a vector (``vpmaddubsw`` pairs, ``vpmaddwd`` to int32), its
-// halves in turn, the missing lanes masked.
+// A whole panel through panel_row_full; the last, shorter one (R < 16 rows) eight lanes a vector (``vpmaddubsw``
+// pairs, ``vpmaddwd`` to int32), its halves in turn, the missing lanes masked.
 template <bool FULL, typename S>
 static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
                       int64_t R, int64_t K, int64_t gs) {
+  if constexpr (FULL) {
+    panel_row_full<S>(w, s, x4, xd, xg, dst, K, gs);
+    return;
+  }
   const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int64_t h = 0; h * 8 < R; ++h) {
@@ -182,8 +186,7 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
         const int32_t* xb = x4 + blk * 8;
         __m256i dot = _mm256_setzero_si256();
         for (int c = 0; c < 4; ++c) {
-          const __m256i p = FULL ? _mm256_loadu_si256((const __m256i*)(wb + c * chunk))
-                                 : _mm256_maskload_epi32((const int*)(wb + c * chunk), mask);
+          const __m256i p = _mm256_maskload_epi32((const int*)(wb + c * chunk), mask);
           const __m256i ql = _mm256_and_si256(p, low), qh = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
           const __m256i lo = _mm256_maddubs_epi16(ql, _mm256_set1_epi32(xb[2 * c]));
           const __m256i hi = _mm256_maddubs_epi16(qh, _mm256_set1_epi32(xb[2 * c + 1]));
@@ -248,11 +251,7 @@ static void panel_q8(const uint8_t* wq, const S* so, const int8_t* xq, const flo
   for (int64_t m = 0; m < M; ++m) {
     const int32_t* x4 = reinterpret_cast<const int32_t*>(xq + m * K);
     if (R == PANEL) {
-#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__))
-      panel_row_full<S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, K, gs);
-#else
       panel_row<true, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs);
-#endif
     } else {
       panel_row<false, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs);
     }
