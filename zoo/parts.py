@@ -2,7 +2,8 @@
 
 The slot bases and the types they share (``zoo.specs.interfaces``, which defines them) and a
 few reusable concrete parts; ``Kernel``, ``KernelChoice``, ``cpu_extension``, ``CppExtension``,
-``CppFunction`` and ``step_ready`` give a plugin's mixer fast implementations beside its
+``CppFunction``, ``step_ready`` and ``CPP_FLOATS`` (C++: a kernel's inputs in the model's dtype
+read as float32) give a plugin's mixer fast implementations beside its
 reference (``zoo.components.kernels``; C++ CPU kernels as custom ops that compiled graphs call
 too: ``zoo.components.cpu_ops``). Plugins import from here, ``zoo``, ``zoo.errors`` and
 ``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
@@ -16,6 +17,7 @@ from zoo.components.attention import Attention, AttentionOptions
 from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps import step_ready
+from zoo.components.cpu_steps_source import FLOATS as CPP_FLOATS
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear
@@ -41,6 +43,7 @@ from zoo.specs.state import NO_STATE, BlockState, HoldsState, LayerState, Memory
 
 __all__ = [
     "ACTIVATIONS",
+    "CPP_FLOATS",
     "MLP",
     "NO_STATE",
     "Attention",

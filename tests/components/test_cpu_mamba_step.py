@@ -5,6 +5,8 @@ PyTorch step; a padded decode token and a half-precision state run the reference
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -166,3 +168,31 @@ def test_the_reference_runs_under_autograd():
     out = mixer(torch.randn(1, 1, 32, generator=torch.Generator().manual_seed(6)), None, state)  # (B, 1, d)
     assert out.grad_fn is not None
     assert mixer.impl is None  # no kernel resolved: the call could not use one
+
+
+def test_half_precision_inputs_and_parameters_are_widened_inside():
+    """in_proj's bfloat16 output and the mixer's bfloat16 parameters go to the kernel as they are:
+    the step equals the step on the same values in float32: the state bit for bit, the output
+    once rounded to bfloat16."""
+    g = torch.Generator().manual_seed(3)
+    D, N, K, R = 16, 4, 4, 3
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).bfloat16()
+
+    conv = torch.nn.Conv1d(D, D, K, groups=D).bfloat16()
+    xz, x_proj, dt_proj = rand(1, 2 * D), rand(R + 2 * N, D), (rand(D, R), rand(D))
+    params = (rand(D, N), rand(D))  # A_log, D
+    states = {"conv": rand(1, D, K), "ssm": rand(1, D, N).float()}
+    outputs = []
+    with torch.no_grad():
+        for widen in (False, True):
+            cast = (lambda t: t.float()) if widen else (lambda t: t)
+            state = {name: t.clone() for name, t in states.items()}
+            layer = copy.deepcopy(conv).float() if widen else conv  # Module.float() converts in place
+            dt = tuple(map(cast, dt_proj))
+            y = cpu_mamba_step.mamba_step(cast(xz), layer, x_proj, dt, tuple(map(cast, params)), state, None)
+            outputs.append((y, *state.values()))
+    assert outputs[0][0].dtype == torch.bfloat16  # rounded once, for out_proj
+    for fast, widened in zip(*outputs, strict=True):
+        torch.testing.assert_close(fast, widened.to(fast.dtype), atol=0, rtol=0)

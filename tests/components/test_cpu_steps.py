@@ -4,6 +4,8 @@ equal the reference steps: a prefill then decode steps gives the reference model
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -190,3 +192,35 @@ def test_a_bfloat16_infini_model_on_its_bfloat16_ring_runs_the_fused_step(monkey
     assert KVCache(models[1], batch_size=1, max_len=4).layers[0]["k"].dtype == torch.bfloat16
     assert len(calls) == 2 * (14 - 3)
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs_and_parameters_are_widened_inside(dtype: torch.dtype):
+    """A half-precision model hands the kernels its projections' outputs and its parameters as
+    they are (no cast per tensor in Python): the step equals the step on the same values in
+    float32, the updated states bit for bit and the outputs once rounded to the model's dtype."""
+    g = torch.Generator().manual_seed(7)
+    H, P, N, K = 2, 4, 4, 4
+    inner, conv_dim = H * P, H * P + 2 * N
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(dtype)  # values a half precision holds
+
+    conv = torch.nn.Conv1d(conv_dim, conv_dim, K, groups=conv_dim).to(dtype)
+    params = (rand(H), rand(H), rand(H), rand(inner))  # dt_bias, A_log, D, norm weight
+    proj, q, k, v = rand(1, inner + conv_dim + H), rand(1, H, 1, P), rand(1, H, 1, P), rand(1, H, 1, P)
+    states = {"conv": rand(1, conv_dim, K).float(), "ssm": rand(1, H, P, N).float()}
+    linear_state = (rand(1, H, P, P).float(), rand(1, H, P).abs().float())
+    outputs = []
+    with torch.no_grad():
+        for widen in (False, True):
+            cast = (lambda t: t.float()) if widen else (lambda t: t)
+            conv_f = copy.deepcopy(conv).float() if widen else conv  # Module.float() converts in place
+            state = {name: t.clone() for name, t in states.items()}
+            kv, z = (t.clone() for t in linear_state)
+            y = cpu_steps.mamba2_step(cast(proj), conv_f, tuple(map(cast, params)), state, 1, 1e-5, (0.0, 1e4))
+            o = cpu_steps.linear_step(cast(q), cast(k), cast(v), kv, z)
+            outputs.append((y, o, *state.values(), kv, z))
+    assert [t.dtype for t in outputs[0][:2]] == [dtype, dtype]  # rounded once, for the output projection
+    for fast, widened in zip(*outputs, strict=True):
+        torch.testing.assert_close(fast, widened.to(fast.dtype), atol=0, rtol=0)

@@ -27,11 +27,12 @@ from __future__ import annotations
 import torch
 
 from zoo.components.cpu_ops import CppExtension, CppFunction
-from zoo.components.cpu_steps_source import CONV_ROW, PRELUDE
+from zoo.components.cpu_steps_source import CONV_ROW, FLOATS, PRELUDE
 from zoo.components.kernels import Kernel
 
 SOURCE = (
     PRELUDE
+    + FLOATS
     + CONV_ROW
     + r"""
 // out (rows) = W (rows, cols) . x (cols) (+ bias), W in its own dtype, accumulated in float32.
@@ -55,25 +56,21 @@ static void weightless_rms(float* v, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) v[i] *= scale;
 }
 
-// xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z), the input of out_proj.
-// window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place;
-// x_proj (R + 2N, D) and dt_w (D, R) in one dtype; conv_b, dt_b empty when absent; eps <= 0: no
-// norms on dt, B, C.
+// xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z) in xz's dtype, out_proj's input.
+// window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place; x_proj
+// (R + 2N, D) and dt_w (D, R) in one dtype; xz and the other parameters in any floating dtype (Floats);
+// conv_b, dt_b empty when absent; eps <= 0: no norms on dt, B, C.
 at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::Tensor window,
                       at::Tensor x_proj, at::Tensor dt_w, at::Tensor dt_b, at::Tensor A_log,
                       at::Tensor Dskip, at::Tensor ssm, double eps) {
   TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
-  const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), K = window.size(2), R = dt_w.size(1);
-  auto y = at::empty({batch, D}, xz.options());
-  std::vector<float> xs(D), dbc(R + 2 * N), dt(D);
-  const float *cw = conv_w.data_ptr<float>(), *cb = conv_b.numel() ? conv_b.data_ptr<float>() : nullptr;
-  const float *db = dt_b.numel() ? dt_b.data_ptr<float>() : nullptr, *al = A_log.data_ptr<float>();
-  const float* dp = Dskip.data_ptr<float>();
+  const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), R = dt_w.size(1);
+  auto y = at::empty({batch, D}, xz.options().dtype(at::kFloat));
+  const Floats xzf(xz), cw(conv_w), cb(conv_b), db(dt_b), al(A_log), dp(Dskip);
+  std::vector<float> xs(D), dbc(R + 2 * N), dt(D), gate(D);
   for (int64_t b = 0; b < batch; ++b) {
-    const float *x = xz.data_ptr<float>() + b * 2 * D, *z = x + D;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, window.scalar_type(), "mamba_conv", [&] {
-      conv_row(x, cw, cb, window.data_ptr<scalar_t>() + b * D * K, xs.data(), D, K);
-    });
+    const float *x = xzf.p + b * 2 * D, *z = x + D;
+    conv_window_row(x, cw.p, cb.p, window, b, xs.data());
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x_proj.scalar_type(), "mamba_step", [&] {
       gemv(x_proj.data_ptr<scalar_t>(), xs.data(), nullptr, dbc.data(), R + 2 * N, D);
       if (eps > 0) {
@@ -81,26 +78,29 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
         weightless_rms(dbc.data() + R, N, (float)eps);
         weightless_rms(dbc.data() + R + N, N, (float)eps);
       }
-      gemv(dt_w.data_ptr<scalar_t>(), dbc.data(), db, dt.data(), D, R);
+      gemv(dt_w.data_ptr<scalar_t>(), dbc.data(), db.p, dt.data(), D, R);
     });
-    const float *Bv = dbc.data() + R, *Cv = Bv + N;
+    for (int64_t d = 0; d < D; ++d) {  // per channel, in loops of their own: vectorised
+      dt[d] = softplus(dt[d]);
+      gate[d] = silu(z[d]);
+    }
+    const float *Bv = dbc.data() + R, *Cv = Bv + N, *a = al.p, *skip = dp.p;
     float *h = ssm.data_ptr<float>() + b * D * N, *out = y.data_ptr<float>() + b * D;
     at::parallel_for(0, D, 64, [&](int64_t begin, int64_t end) {
       for (int64_t d = begin; d < end; ++d) {
-        const float step = softplus(dt[d]), input = step * xs[d];
-        const float* a = al + d * N;
+        const float step = dt[d], input = step * xs[d];
         float* state = h + d * N;
         float acc = 0.f;
         for (int64_t n = 0; n < N; ++n) {
-          const float value = std::exp(step * -std::exp(a[n])) * state[n] + input * Bv[n];
+          const float value = std::exp(step * -std::exp(a[d * N + n])) * state[n] + input * Bv[n];
           state[n] = value;
           acc += Cv[n] * value;
         }
-        out[d] = (acc + xs[d] * dp[d]) * silu(z[d]);
+        out[d] = (acc + xs[d] * skip[d]) * gate[d];
       }
     });
   }
-  return y;
+  return y.to(xz.scalar_type());  // in the model's dtype, for out_proj
 }
 """
 )
@@ -114,17 +114,13 @@ EXTENSION = CppExtension(
             "mamba_step",
             "(Tensor xz, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, "
             "Tensor A_log, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
-            lambda xz, ssm, **_: xz.new_empty(ssm.shape[0], ssm.shape[1]),  # (B, d_inner) float32
+            lambda xz, ssm, **_: xz.new_empty(ssm.shape[0], ssm.shape[1]),  # (B, d_inner)
         )
     ],
 )
 
 
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
-
-
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.float().contiguous()
 
 
 def mamba_step(
@@ -140,20 +136,20 @@ def mamba_step(
     output; x_proj's weight (dt_rank + 2N, d_inner); dt_proj's weight (d_inner, dt_rank) and
     bias; ``params`` A_log (d_inner, N) and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
     d_conv), float32 or ``xz``'s dtype, and ``ssm`` (B, d_inner, N) float32, updated in place; ``eps`` the weightless
-    norms' (None: none) -> the gated y (B, d_inner) float32."""
-    conv_bias = torch.empty(0) if conv.bias is None else _f32(conv.bias)
+    norms' (None: none) -> the gated y (B, d_inner) in xz's dtype (computed in float32)."""
+    conv_bias = torch.empty(0) if conv.bias is None else conv.bias
     dt_weight, dt_bias = dt_proj
     A_log, D = params
     return EXTENSION.op("mamba_step")(
-        _f32(xz),
-        _f32(conv.weight[:, 0]),
+        xz,
+        conv.weight[:, 0],
         conv_bias,
         state["conv"],
         x_proj.contiguous(),
         dt_weight.to(x_proj.dtype).contiguous(),
-        _f32(dt_bias),
-        _f32(A_log),
-        _f32(D),
+        dt_bias,
+        A_log,
+        D,
         state["ssm"],
         -1.0 if eps is None else eps,
     )

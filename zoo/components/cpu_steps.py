@@ -31,8 +31,8 @@ from zoo.components.feature_state import EPS
 from zoo.components.kernels import Kernel, KernelChoice
 
 
-def _heads_out(state: torch.Tensor, per_head: int) -> torch.Tensor:
-    return state.new_empty(state.shape[0], state.shape[1] * state.shape[per_head])  # (B, H * width)
+def _heads_out(state: torch.Tensor, per_head: int, like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty(state.shape[0], state.shape[1] * state.shape[per_head])  # (B, H * width)
 
 
 EXTENSION = CppExtension(
@@ -43,13 +43,13 @@ EXTENSION = CppExtension(
             "mamba2_step",
             "(Tensor proj, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor dt_bias, Tensor A_log, "
             "Tensor D, Tensor norm_w, Tensor(b!) state, int groups, float eps, float dt_min, float dt_max) -> Tensor",
-            lambda state, **_: _heads_out(state, 2),  # (B, H P)
+            lambda proj, state, **_: _heads_out(state, 2, proj),  # (B, H P)
         ),
         CppFunction(
             "gdn_step",
             "(Tensor qkvz, Tensor ba, Tensor conv_w, Tensor(a!) window, Tensor dt_bias, Tensor A_log, "
             "Tensor norm_w, Tensor(b!) state, int k_heads, float eps) -> Tensor",
-            lambda state, **_: _heads_out(state, 3),  # (B, H d_v)
+            lambda qkvz, state, **_: _heads_out(state, 3, qkvz),  # (B, H d_v)
         ),
         CppFunction(
             "linear_step",
@@ -107,14 +107,9 @@ def conv_step_ready(
     return window_fits(state["conv"], x) and step_ready(mixer, x, (state[recurrent],), token_valid, kernel)
 
 
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.float().contiguous()
-
-
 def _taps(conv: torch.nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
-    """A depthwise Conv1d's weight (C, K) and bias (C,) (empty when it has none), float32."""
-    bias = torch.empty(0) if conv.bias is None else _f32(conv.bias)
-    return _f32(conv.weight[:, 0]), bias
+    """A depthwise Conv1d's weight (C, K) and bias (C,) (empty when it has none), in their dtype."""
+    return conv.weight[:, 0], torch.empty(0) if conv.bias is None else conv.bias
 
 
 def mamba2_step(
@@ -131,9 +126,8 @@ def mamba2_step(
     weight; ``state``'s conv window and ssm are updated in place."""
     low, high = dt_limit
     high = min(high, torch.finfo(torch.float32).max)  # fast maths assumes no infinities
-    params = tuple(_f32(p) for p in params)
     step = EXTENSION.op("mamba2_step")
-    return step(_f32(proj), *_taps(conv), state["conv"], *params, state["ssm"], n_groups, eps, low, high)
+    return step(proj, *_taps(conv), state["conv"], *params, state["ssm"], n_groups, eps, low, high)
 
 
 def gdn_step(
@@ -150,16 +144,16 @@ def gdn_step(
     norm's weight -> the gated, normed heads (B, H_v d_v); ``state``'s conv window and
     recurrent state updated in place."""
     weight, _ = _taps(conv)
-    dt_bias, A_log, norm = (_f32(p) for p in params)
+    dt_bias, A_log, norm = params
     recurrent = state["recurrent"]
     return EXTENSION.op("gdn_step")(
-        _f32(qkvz[:, 0]), _f32(ba[:, 0]), weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps
+        qkvz.squeeze(1), ba.squeeze(1), weight, state["conv"], dt_bias, A_log, norm, recurrent, n_k_heads, eps
     )
 
 
 def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Linear attention for one token: q, k, v (B, H, 1, D) before φ -> (B, H, 1, D); kv, z in place."""
-    return EXTENSION.op("linear_step")(*(_f32(t[:, :, 0]) for t in (q, k, v)), kv, z, EPS)[:, :, None]
+    return EXTENSION.op("linear_step")(q.squeeze(2), k.squeeze(2), v.squeeze(2), kv, z, EPS).unsqueeze(2)
 
 
 def infini_step(
@@ -177,7 +171,7 @@ def infini_step(
     no host sync, and a graph keeps it a tensor): q, k, v (B, H, 1, D) -> the gated mix of memory
     read and local softmax (B, H, 1, D); the ring, ``mem`` and ``z`` in place."""
     valid = torch.empty(0, dtype=torch.bool) if key_valid is None else key_valid.contiguous()
-    q, k, v = (_f32(t[:, :, 0]) for t in (q, k, v))
     ring = (tensors[name] for name in ("k", "v", "mem", "z"))
     slot = time.to(torch.int64).contiguous()  # (1,)
-    return EXTENSION.op("infini_step")(q, k, v, *ring, _f32(gate), valid, slot, segment, delta, EPS)[:, :, None]
+    step = EXTENSION.op("infini_step")
+    return step(q.squeeze(2), k.squeeze(2), v.squeeze(2), *ring, gate, valid, slot, segment, delta, EPS).unsqueeze(2)

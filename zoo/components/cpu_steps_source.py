@@ -1,8 +1,9 @@
 """The C++ of ``cpu_steps``: one-token decode steps of the recurrent mixers, one call each.
 
-Each function takes what the mixer's input projection(s) gave for one token (float32,
-contiguous) and its state tensors (float32, contiguous, updated in place), and returns what
-goes into the output projection. Per (row, head) the state is read once and written once;
+Each function takes what the mixer's input projection(s) gave for one token and the mixer's
+parameters, in the model's dtype (widened to float32 inside: ``Floats``), and its state tensors
+(float32, contiguous, updated in place), and returns what goes into the output projection, in
+the dtype of its input (computed in float32, rounded once). Per (row, head) the state is read once and written once;
 the loops run over torch's threads with ``at::parallel_for``. The maths is the reference's
 (``ssd.ssd_step``, ``delta_rule.gated_delta_step``, ``linear_attention``,
 ``infini_attention``), operation for operation, in float32.
@@ -11,6 +12,20 @@ The causal convolution's window keeps transformers' layout (B, C, K), oldest inp
 its step shifts each channel's K - 1 older inputs down in place while it reads them for the
 dot product, so the window is read and written once in the same cache lines, with no copy or
 concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` does.
+"""
+
+# A step kernel's inputs as float32, shared with plugins (``zoo.parts.CPP_FLOATS``; after ATen's header).
+FLOATS = r"""
+// A tensor's values as float32 (null when it is empty): its own data when it is float32 and contiguous, else
+// widened once here. The inputs and parameters come in the model's dtype; a cast of each in Python was a
+// dispatched op of several microseconds, the most of a half-precision step's time outside its kernels.
+struct Floats {
+  at::Tensor held;
+  const float* p = nullptr;
+  explicit Floats(const at::Tensor& t) : held(t.numel() ? t.to(at::kFloat).contiguous() : t) {
+    if (held.numel()) p = held.data_ptr<float>();
+  }
+};
 """
 
 PRELUDE = r"""
@@ -22,10 +37,11 @@ PRELUDE = r"""
 
 static inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 static inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
-static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+// the exponential clamped so that a vectorised loop, which computes both sides, never overflows
+static inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(std::min(x, 20.f))); }
 static inline float feature(float x) { return x > 0.f ? x + 1.f : std::exp(x); }  // elu(x) + 1
-static inline const float* maybe(const at::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
 """
+
 
 # The convolution window of a one-token step, shared with Mamba-1's step (cpu_mamba_step.py).
 CONV_ROW = r"""
@@ -42,9 +58,9 @@ static void conv_row(const float* x, const float* w, const float* bias, W* win, 
       acc += kc[j] * static_cast<float>(wc[j]);
     }
     wc[K - 1] = static_cast<W>(x[c]);
-    acc += kc[K - 1] * x[c];
-    out[c] = silu(acc);
+    out[c] = acc + kc[K - 1] * x[c];
   }
+  for (int64_t c = 0; c < C; ++c) out[c] = silu(out[c]);  // its own loop: vectorised, exponentials included
 }
 
 // conv_row on batch row b of a window (B, C, K) in float32, bfloat16 or float16.
@@ -62,6 +78,7 @@ static void conv_window_row(const float* x, const float* w, const float* bias, a
 
 SOURCE = (
     PRELUDE
+    + FLOATS
     + CONV_ROW
     + r"""
 // Mamba2: proj (B, d_inner + conv_dim + H) = [z, xBC, dt] -> gated, group-RMS-normed y (B, d_inner).
@@ -70,13 +87,12 @@ at::Tensor mamba2_step(at::Tensor proj, at::Tensor conv_w, at::Tensor conv_b, at
                        at::Tensor state, int64_t groups, double eps, double dt_min, double dt_max) {
   const int64_t batch = state.size(0), H = state.size(1), P = state.size(2), N = state.size(3);
   const int64_t inner = H * P, C = window.size(1), K = window.size(2), width = proj.size(1), per = H / groups;
-  auto xbc = at::empty({batch, C}, proj.options());
-  auto y = at::empty({batch, inner}, proj.options());
-  const float *pp = proj.data_ptr<float>(), *db = dt_bias.data_ptr<float>(), *al = A_log.data_ptr<float>();
-  const float *dp = Dskip.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
+  auto xbc = at::empty({batch, C}, state.options());
+  auto y = at::empty({batch, inner}, state.options());
+  const Floats projf(proj), cw(conv_w), cb(conv_b), dbf(dt_bias), alf(A_log), dpf(Dskip), nwf(norm_w);
+  const float *pp = projf.p, *db = dbf.p, *al = alf.p, *dp = dpf.p, *nw = nwf.p;
   float *xp = xbc.data_ptr<float>(), *yp = y.data_ptr<float>(), *sp = state.data_ptr<float>();
-  for (int64_t b = 0; b < batch; ++b)
-    conv_window_row(pp + b * width + inner, conv_w.data_ptr<float>(), maybe(conv_b), window, b, xp + b * C);
+  for (int64_t b = 0; b < batch; ++b) conv_window_row(pp + b * width + inner, cw.p, cb.p, window, b, xp + b * C);
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H, g = h / per;
@@ -110,7 +126,7 @@ at::Tensor mamba2_step(at::Tensor proj, at::Tensor conv_w, at::Tensor conv_b, at
       const float scale = 1.f / std::sqrt(ms / span + (float)eps);
       for (int64_t i = 0; i < span; ++i) v[i] = nw[g * span + i] * (v[i] * scale);
     }
-  return y;
+  return y.to(proj.scalar_type());  // in the model's dtype, for the output projection
 }
 
 // Gated DeltaNet: the projections in the checkpoint's grouped layout, qkvz (B, Hk (2 dk + 2 r dv)) with
@@ -122,13 +138,13 @@ at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tenso
   const int64_t batch = state.size(0), H = state.size(1), dk = state.size(2), dv = state.size(3);
   const int64_t C = window.size(1), K = window.size(2), key = k_heads * dk, per = H / k_heads;
   const int64_t W = 2 * dk + 2 * per * dv;  // one key head's slice of qkvz
-  auto qkv = at::empty({batch, C}, qkvz.options());
-  auto act = at::empty({batch, C}, qkvz.options());
-  auto out = at::empty({batch, H * dv}, qkvz.options());
+  auto qkv = at::empty({batch, C}, state.options());
+  auto act = at::empty({batch, C}, state.options());
+  auto out = at::empty({batch, H * dv}, state.options());
   float *qp = qkv.data_ptr<float>(), *ap = act.data_ptr<float>(), *op = out.data_ptr<float>();
   float* sp = state.data_ptr<float>();
-  const float *src = qkvz.data_ptr<float>(), *bap = ba.data_ptr<float>();
-  const float *db = dt_bias.data_ptr<float>(), *al = A_log.data_ptr<float>(), *nw = norm_w.data_ptr<float>();
+  const Floats qkvzf(qkvz), baf(ba), cw(conv_w), dbf(dt_bias), alf(A_log), nwf(norm_w);
+  const float *src = qkvzf.p, *bap = baf.p, *db = dbf.p, *al = alf.p, *nw = nwf.p;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t kh = 0; kh < k_heads; ++kh) {  // the convolution's channel order: all q, all k, all v
       const float* head = src + (b * k_heads + kh) * W;
@@ -137,7 +153,7 @@ at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tenso
       std::copy(head + dk, head + 2 * dk, row + key + kh * dk);
       std::copy(head + 2 * dk, head + 2 * dk + per * dv, row + 2 * key + kh * per * dv);
     }
-    conv_window_row(qp + b * C, conv_w.data_ptr<float>(), nullptr, window, b, ap + b * C);
+    conv_window_row(qp + b * C, cw.p, nullptr, window, b, ap + b * C);
     for (int64_t head = 0; head < 2 * k_heads; ++head) {  // L2-normalise q and k heads; q also by dk^-1/2
       float* v = ap + b * C + head * dk;
       float ss = 0.f;
@@ -178,15 +194,16 @@ at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tenso
       for (int64_t j = 0; j < dv; ++j) o[j] = nw[j] * (o[j] * scale) * silu(gate[j]);
     }
   });
-  return out;
+  return out.to(qkvz.scalar_type());  // in the model's dtype, for the output projection
 }
 
 // Linear attention: q, k, v (B, H, D) -> phi(q) S / (phi(q) z + eps) after S += phi(k) v^T, z += phi(k).
 at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, at::Tensor z,
                        double eps) {
   const int64_t batch = kv.size(0), H = kv.size(1), D = kv.size(2), E = kv.size(3);
-  auto y = at::empty({batch, H, E}, q.options());
-  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  auto y = at::empty({batch, H, E}, kv.options());
+  const Floats qf(q), kf(k), vf(v);
+  const float *qp = qf.p, *kp = kf.p, *vp = vf.p;
   float *sp = kv.data_ptr<float>(), *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t job = begin; job < end; ++job) {
@@ -206,7 +223,7 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
       for (int64_t j = 0; j < E; ++j) o[j] /= den + (float)eps;
     }
   });
-  return y;
+  return y.to(q.scalar_type());  // in the model's dtype, for the output projection
 }
 static inline int64_t floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -243,10 +260,11 @@ static void infini_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, RT* rk, RT*
   const int64_t batch = q.size(0), H = q.size(1), D = q.size(2);
   const int64_t slots = key_valid.numel() ? key_valid.size(1) : 0;
   const bool* kv = key_valid.numel() ? key_valid.data_ptr<bool>() : nullptr;
-  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  const Floats qf(q), kf(k), vf(v), gf(gate);
+  const float *qp = qf.p, *kp = kf.p, *vp = vf.p;
   float* mp = mem.data_ptr<float>();
   float *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
-  const float *gp = gate.data_ptr<float>(), scale = 1.f / std::sqrt((float)D);
+  const float *gp = gf.p, scale = 1.f / std::sqrt((float)D);
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> w(R + 1), read(D), seg(S * D), val(S * D), kbuf(D), vbuf(D);
     std::vector<int64_t> lag_of(R + 1);
@@ -316,7 +334,7 @@ at::Tensor infini_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ring
                        at::Tensor key_valid, at::Tensor time, int64_t S, bool delta, double eps) {
   const int64_t t0 = time.data_ptr<int64_t>()[0], R = ring_k.size(2);
   TORCH_CHECK(ring_k.scalar_type() == ring_v.scalar_type(), "infini_step: ring_k and ring_v differ in dtype");
-  auto y = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  auto y = at::empty({q.size(0), q.size(1), q.size(2)}, mem.options());
   switch (ring_k.scalar_type()) {
     case at::kFloat:
       infini_rows(q, k, v, ring_k.data_ptr<float>(), ring_v.data_ptr<float>(), mem, z, gate, key_valid, t0, R, S, delta,
@@ -333,7 +351,7 @@ at::Tensor infini_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ring
     default:
       TORCH_CHECK(false, "infini_step: ring dtype ", ring_k.scalar_type(), "; allowed: float32, bfloat16, float16");
   }
-  return y;
+  return y.to(q.scalar_type());  // in the model's dtype, for the output projection
 }
 """
 )

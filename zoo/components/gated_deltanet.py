@@ -189,7 +189,7 @@ class GatedDeltaNet(KernelChoice):
             params = (self.dt_bias, self.A_log, self.norm.weight)
             qkvz, ba = self.in_proj_qkvz(x), self.in_proj_ba(x)  # (B, 1, .): the grouped layout, split in C++
             out = cpu_steps.gdn_step(qkvz, ba, self.conv1d, params, state, self.n_k_heads, self.norm.eps)
-            return self.out_proj(out.to(x.dtype)[:, None])  # (B, 1, d)
+            return self.out_proj(out.unsqueeze(1))  # (B, 1, d)
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         qkv, z, b, a = self._split(x)

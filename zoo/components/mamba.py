@@ -215,12 +215,12 @@ class MambaMixer(TokenMixer, KernelChoice):
 
     def _step(self, x: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """One token (B, 1, d) on the fused kernel: the conv window and the state updated in place."""
-        xz = self.in_proj(x[:, 0])  # (B, 2 d_inner)
+        xz = self.in_proj(x.squeeze(1))  # (B, 2 d_inner)
         dt_proj = (self.dt_proj.weight, self.dt_proj.bias)
         y = cpu_mamba_step.mamba_step(
             xz, self.conv1d, self.x_proj.weight, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
-        )  # (B, d_inner) float32
-        return self.out_proj(y.to(x.dtype))[:, None]  # (B, 1, d)
+        )  # (B, d_inner)
+        return self.out_proj(y).unsqueeze(1)  # (B, 1, d)
 
     def extra_repr(self) -> str:
         return f"d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, dt_rank={self.dt_rank}"

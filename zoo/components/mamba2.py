@@ -158,9 +158,9 @@ class Mamba2Mixer(KernelChoice):
         if T == 1 and state is not None and cpu_steps.conv_step_ready(self, x, state, "ssm", token_valid):
             params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
             y = cpu_steps.mamba2_step(
-                self.in_proj(x)[:, 0], self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
+                self.in_proj(x).squeeze(1), self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
             )  # (B, d_inner)
-            return self.out_proj(y.to(x.dtype)[:, None])
+            return self.out_proj(y.unsqueeze(1))
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)

@@ -106,10 +106,10 @@ class ChannelMix(FeedForward, KernelChoice):
         """One token (B, 1, d) on the fused shift: ``last`` (B, d) set to x in place. The
         activations run in place on the products' fresh outputs (inference only)."""
         ratios = (self.time_mix_key, self.time_mix_receptance)
-        mixed = cpu_step.shift_mix(x[:, 0], last, ratios).to(x.dtype)  # (2, B, d)
+        mixed = cpu_step.shift_mix(x.squeeze(1), last, ratios)  # (2, B, d)
         k = torch.relu_(self.key(mixed[0])).square_()  # (B, H)
         r = torch.sigmoid_(self.receptance(mixed[1]))  # (B, d)
-        return (r * self.value(k))[:, None]  # (B, 1, d)
+        return (r * self.value(k)).unsqueeze(1)  # (B, 1, d)
 
 
 def build_channel_mix(options: ChannelMixOptions, ctx: BuildContext) -> ChannelMix:

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import torch
 
-from zoo.parts import CppExtension, CppFunction, Kernel
+from zoo.parts import CPP_FLOATS, CppExtension, CppFunction, Kernel
 
-SOURCE = r"""
+SOURCE = (
+    r"""
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <vector>
+"""
+    + CPP_FLOATS
+    + r"""
 
 // The rows of shift_mix: last in float32 or the model's dtype, whose values x (widened) holds exactly.
 template <typename L>
@@ -41,30 +45,33 @@ static void shift_rows(const float* xp, L* lp, const std::vector<const float*>& 
 }
 
 // x (B, d) this token; last (B, d) the previous one, overwritten with x; ratios R tensors of d each ->
-// (R, B, d): x * ratio + last * (1 - ratio) for each ratio (time mixing: key, value, receptance;
-// channel mixing: key, receptance).
+// (R, B, d) in x's dtype: x * ratio + last * (1 - ratio) for each ratio, in float32 (time mixing: key,
+// value, receptance; channel mixing: key, receptance). x and the ratios in the model's dtype (Floats).
 at::Tensor shift_mix(at::Tensor x, at::Tensor last, std::vector<at::Tensor> ratios) {
   const int64_t batch = x.size(0), d = x.size(1), R = ratios.size();
-  auto out = at::empty({R, batch, d}, x.options());
+  auto out = at::empty({R, batch, d}, x.options().dtype(at::kFloat));
+  const Floats xf(x);
+  std::vector<Floats> widened;
   std::vector<const float*> ratio(R);
+  widened.reserve(R);
   for (int64_t j = 0; j < R; ++j) {
     TORCH_CHECK(ratios[j].numel() == d, "shift_mix: a ratio of ", ratios[j].numel(), " entries for width ", d);
-    ratio[j] = ratios[j].data_ptr<float>();
+    ratio[j] = widened.emplace_back(ratios[j]).p;
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, last.scalar_type(), "shift_mix", [&] {
-    shift_rows(x.data_ptr<float>(), last.data_ptr<scalar_t>(), ratio, out.data_ptr<float>(), batch, d);
+    shift_rows(xf.p, last.data_ptr<scalar_t>(), ratio, out.data_ptr<float>(), batch, d);
   });
-  return out;
+  return out.to(x.scalar_type());  // rounded once, for the projections
 }
 
-// decay, u (C): w = -exp(decay); k, v, r (B, C) -> sigmoid(r) * wkv (B, C); num, den, top (B, C) the
-// state, in place (den == 0: empty, its top ignored).
+// decay, u (C): w = -exp(decay); k, v, r (B, C) -> sigmoid(r) * wkv (B, C) in k's dtype; num, den, top
+// (B, C) the state, float32, in place (den == 0: empty, its top ignored). The rest in the model's dtype.
 at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, at::Tensor r,
                     at::Tensor num, at::Tensor den, at::Tensor top) {
   const int64_t batch = k.size(0), C = k.size(1);
-  auto out = at::empty({batch, C}, k.options());
-  const float *dcp = decay.data_ptr<float>(), *up = u.data_ptr<float>(), *kp = k.data_ptr<float>();
-  const float *vp = v.data_ptr<float>(), *rp = r.data_ptr<float>();
+  auto out = at::empty({batch, C}, num.options());
+  const Floats decayf(decay), uf(u), kf(k), vf(v), rf(r);
+  const float *dcp = decayf.p, *up = uf.p, *kp = kf.p, *vp = vf.p, *rp = rf.p;
   float *np = num.data_ptr<float>(), *dp = den.data_ptr<float>(), *tp = top.data_ptr<float>();
   float *op = out.data_ptr<float>();
   at::parallel_for(0, batch * C, 256, [&](int64_t begin, int64_t end) {
@@ -84,9 +91,10 @@ at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, 
       tp[i] = m;
     }
   });
-  return out;
+  return out.to(k.scalar_type());  // rounded once, for the output projection
 }
 """
+)
 
 
 EXTENSION = CppExtension(
@@ -111,10 +119,6 @@ EXTENSION = CppExtension(
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
 
 
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.float().contiguous()
-
-
 def shift_fits(last: torch.Tensor, x: torch.Tensor) -> bool:
     """Whether ``shift_mix`` takes this token-shift state for input ``x``: contiguous, float32
     or ``x``'s dtype (a bfloat16 cache's state holds bfloat16 inputs, which it stores exactly;
@@ -124,9 +128,9 @@ def shift_fits(last: torch.Tensor, x: torch.Tensor) -> bool:
 
 def shift_mix(x: torch.Tensor, last: torch.Tensor, ratios: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """x (B, d) one token, ``last`` (B, d) the previous token's input (set to x in place) ->
-    one mix per ratio (1, 1, d) (R, B, d): time mixing's key, value and receptance mixes,
-    channel mixing's key and receptance mixes."""
-    return EXTENSION.op("shift_mix")(_f32(x), last, [_f32(r) for r in ratios])
+    one mix per ratio (1, 1, d) (R, B, d) in x's dtype: time mixing's key, value and receptance
+    mixes, channel mixing's key and receptance mixes."""
+    return EXTENSION.op("shift_mix")(x, last, list(ratios))
 
 
 def wkv_step(
@@ -134,5 +138,5 @@ def wkv_step(
 ) -> torch.Tensor:
     """sigmoid(r) · wkv for one token: ``decay`` (time_decay, w = -exp(decay) taken inside),
     u (C,); k, v, r (B, C) the projections' outputs; ``state`` num, den, max (B, C) float32,
-    updated in place -> (B, C) float32."""
-    return EXTENSION.op("wkv_step")(_f32(decay), _f32(u), *(_f32(t) for t in (k, v, r)), *state)
+    updated in place -> (B, C) in k's dtype."""
+    return EXTENSION.op("wkv_step")(decay, u, k, v, r, *state)

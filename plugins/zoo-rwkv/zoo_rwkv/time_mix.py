@@ -153,10 +153,10 @@ class TimeMix(TokenMixer, KernelChoice):
     def _step(self, x: torch.Tensor, tensors: list[torch.Tensor]) -> torch.Tensor:
         """One token (B, 1, d) on the fused kernel: att_x, num, den, max updated in place."""
         ratios = (self.time_mix_key, self.time_mix_value, self.time_mix_receptance)
-        mixed = cpu_step.shift_mix(x[:, 0], tensors[0], ratios).to(x.dtype)  # (3, B, d)
+        mixed = cpu_step.shift_mix(x.squeeze(1), tensors[0], ratios)  # (3, B, d)
         k, v, r = self.key(mixed[0]), self.value(mixed[1]), self.receptance(mixed[2])  # (B, C) each
         out = cpu_step.wkv_step(self.time_decay, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
-        return self.output(out.to(x.dtype))[:, None]  # (B, 1, d)
+        return self.output(out).unsqueeze(1)  # (B, 1, d)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, attention_hidden={self.channels}"
