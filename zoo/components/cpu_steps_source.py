@@ -17,13 +17,28 @@ concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` d
 # A step kernel's inputs as float32, shared with plugins (``zoo.parts.CPP_FLOATS``; after ATen's header).
 FLOATS = r"""
 // A tensor's values as float32 (null when it is empty): its own data when it is float32 and contiguous, else
-// widened once here. The inputs and parameters come in the model's dtype; a cast of each in Python was a
-// dispatched op of several microseconds, the most of a half-precision step's time outside its kernels.
+// widened here, in a loop (a cast through ATen, allocation and dispatch, cost 2-3 us a tensor on a cold cache).
+// The inputs and parameters come in the model's dtype; a cast of each in Python was a dispatched op of several
+// microseconds, the most of a half-precision step's time outside its kernels.
 struct Floats {
-  at::Tensor held;
+  std::vector<float> own;
+  at::Tensor held;  // a contiguous copy of a strided tensor, or another dtype cast
   const float* p = nullptr;
-  explicit Floats(const at::Tensor& t) : held(t.numel() ? t.to(at::kFloat).contiguous() : t) {
-    if (held.numel()) p = held.data_ptr<float>();
+  explicit Floats(const at::Tensor& t) {
+    if (!t.numel()) return;
+    const at::Tensor& c = t.is_contiguous() ? t : (held = t.contiguous());
+    switch (c.scalar_type()) {
+      case at::kFloat: p = c.data_ptr<float>(); break;
+      case at::kBFloat16: widen(c.data_ptr<at::BFloat16>(), c.numel()); break;
+      case at::kHalf: widen(c.data_ptr<at::Half>(), c.numel()); break;
+      default: held = c.to(at::kFloat), p = held.data_ptr<float>();
+    }
+  }
+  template <typename T>
+  void widen(const T* v, int64_t n) {
+    own.resize(n);
+    for (int64_t i = 0; i < n; ++i) own[i] = static_cast<float>(v[i]);
+    p = own.data();
   }
 };
 """

@@ -25,6 +25,7 @@ SOURCE = (
     r"""
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 """
@@ -64,6 +65,28 @@ at::Tensor shift_mix(at::Tensor x, at::Tensor last, std::vector<at::Tensor> rati
   return out.to(x.scalar_type());  // rounded once, for the projections
 }
 
+// Channels [first, last) of one row: out = sigmoid(r) * wkv, and the state num, den, top updated. Branch-free
+// and on unaliased pointers, so that the loop vectorises with its exponentials: an empty state's top is taken
+// as -1e38, whose exponentials against the finite max are exactly 0.
+static void wkv_rows(const float* __restrict__ decay, const float* __restrict__ u, const float* __restrict__ k,
+                     const float* __restrict__ v, const float* __restrict__ r, float* __restrict__ num,
+                     float* __restrict__ den, float* __restrict__ top, float* __restrict__ out, int64_t first,
+                     int64_t last) {
+  for (int64_t c = first; c < last; ++c) {
+    const float t = den[c] > 0.f ? top[c] : -1e38f, kk = k[c], vv = v[c], bonus = u[c] + kk;
+    float m = std::max(t, bonus);
+    float e1 = std::exp(t - m), e2 = std::exp(bonus - m);
+    const float wkv = (e1 * num[c] + e2 * vv) / (e1 * den[c] + e2);
+    out[c] = wkv / (1.f + std::exp(-r[c]));
+    const float w = -std::exp(decay[c]);
+    m = std::max(t + w, kk);
+    e1 = std::exp(t + w - m), e2 = std::exp(kk - m);
+    num[c] = e1 * num[c] + e2 * vv;
+    den[c] = e1 * den[c] + e2;
+    top[c] = m;
+  }
+}
+
 // decay, u (C): w = -exp(decay); k, v, r (B, C) -> sigmoid(r) * wkv (B, C) in k's dtype; num, den, top
 // (B, C) the state, float32, in place (den == 0: empty, its top ignored). The rest in the model's dtype.
 at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, at::Tensor r,
@@ -75,20 +98,9 @@ at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, 
   float *np = num.data_ptr<float>(), *dp = den.data_ptr<float>(), *tp = top.data_ptr<float>();
   float *op = out.data_ptr<float>();
   at::parallel_for(0, batch * C, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t c = i % C;
-      const bool has = dp[i] > 0.f;
-      const float t = has ? tp[i] : -1e38f, kk = kp[i], vv = vp[i], bonus = up[c] + kk;
-      float m = std::max(t, bonus);
-      float e1 = has ? std::exp(t - m) : 0.f, e2 = std::exp(bonus - m);
-      const float wkv = (e1 * np[i] + e2 * vv) / (e1 * dp[i] + e2);
-      op[i] = wkv / (1.f + std::exp(-rp[i]));
-      const float w = -std::exp(dcp[c]);
-      m = std::max(t + w, kk);
-      e1 = has ? std::exp(t + w - m) : 0.f, e2 = std::exp(kk - m);
-      np[i] = e1 * np[i] + e2 * vv;
-      dp[i] = e1 * dp[i] + e2;
-      tp[i] = m;
+    for (int64_t b = begin / C; b * C < end; ++b) {
+      const int64_t first = std::max(begin - b * C, (int64_t)0), last = std::min(end - b * C, C), o = b * C;
+      wkv_rows(dcp, up, kp + o, vp + o, rp + o, np + o, dp + o, tp + o, op + o, first, last);
     }
   });
   return out.to(k.scalar_type());  // rounded once, for the output projection
