@@ -14,7 +14,7 @@ dot product, so the window is read and written once in the same cache lines, wit
 concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` does.
 """
 
-# A step kernel's inputs as float32, shared with plugins (``zoo.parts.CPP_FLOATS``; after ATen's header).
+# A step kernel's inputs as float32, shared with plugins (``zoo.parts.CPP_FLOATS``; after <ATen/ATen.h> and <vector>).
 FLOATS = r"""
 // A tensor's values as float32 (null when it is empty): its own data when it is float32 and contiguous, else
 // widened here, in a loop (a cast through ATen, allocation and dispatch, cost 2-3 us a tensor on a cold cache).
