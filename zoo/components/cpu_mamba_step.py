@@ -100,7 +100,7 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
       }
     });
   }
-  return y.to(xz.scalar_type());  // in the model's dtype, for out_proj
+  return narrowed(y, xz.scalar_type());  // in the model's dtype, for out_proj
 }
 """
 )

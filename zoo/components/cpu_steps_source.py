@@ -14,7 +14,8 @@ dot product, so the window is read and written once in the same cache lines, wit
 concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` does.
 """
 
-# A step kernel's inputs as float32, shared with plugins (``zoo.parts.CPP_FLOATS``; after <ATen/ATen.h> and <vector>).
+# A step kernel's inputs as float32 and its result back in the model's dtype, shared with plugins
+# (``zoo.parts.CPP_FLOATS``; after <ATen/ATen.h> and <vector>).
 FLOATS = r"""
 // A tensor's values as float32 (null when it is empty): its own data when it is float32 and contiguous, else
 // widened here, in a loop (a cast through ATen, allocation and dispatch, cost 2-3 us a tensor on a cold cache).
@@ -41,6 +42,22 @@ struct Floats {
     p = own.data();
   }
 };
+
+// A float32 result in the model's dtype: itself when that is float32, else rounded here, in a loop (an ATen
+// cast cost ~10 us a call on a cold cache, as much as some steps' maths).
+template <typename T>
+static void narrow_into(const float* v, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(v[i]);
+}
+static at::Tensor narrowed(const at::Tensor& y, at::ScalarType dtype) {
+  if (dtype == at::kFloat) return y;
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return y.to(dtype);
+  auto out = at::empty(y.sizes(), y.options().dtype(dtype));
+  const float* v = y.data_ptr<float>();
+  if (dtype == at::kBFloat16) narrow_into(v, out.data_ptr<at::BFloat16>(), y.numel());
+  else narrow_into(v, out.data_ptr<at::Half>(), y.numel());
+  return out;
+}
 """
 
 PRELUDE = r"""
@@ -141,7 +158,7 @@ at::Tensor mamba2_step(at::Tensor proj, at::Tensor conv_w, at::Tensor conv_b, at
       const float scale = 1.f / std::sqrt(ms / span + (float)eps);
       for (int64_t i = 0; i < span; ++i) v[i] = nw[g * span + i] * (v[i] * scale);
     }
-  return y.to(proj.scalar_type());  // in the model's dtype, for the output projection
+  return narrowed(y, proj.scalar_type());  // in the model's dtype, for the output projection
 }
 
 // Gated DeltaNet: the projections in the checkpoint's grouped layout, qkvz (B, Hk (2 dk + 2 r dv)) with
@@ -209,7 +226,7 @@ at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tenso
       for (int64_t j = 0; j < dv; ++j) o[j] = nw[j] * (o[j] * scale) * silu(gate[j]);
     }
   });
-  return out.to(qkvz.scalar_type());  // in the model's dtype, for the output projection
+  return narrowed(out, qkvz.scalar_type());  // in the model's dtype, for the output projection
 }
 
 // Linear attention: q, k, v (B, H, D) -> phi(q) S / (phi(q) z + eps) after S += phi(k) v^T, z += phi(k).
@@ -238,7 +255,7 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
       for (int64_t j = 0; j < E; ++j) o[j] /= den + (float)eps;
     }
   });
-  return y.to(q.scalar_type());  // in the model's dtype, for the output projection
+  return narrowed(y, q.scalar_type());  // in the model's dtype, for the output projection
 }
 static inline int64_t floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -366,7 +383,7 @@ at::Tensor infini_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ring
     default:
       TORCH_CHECK(false, "infini_step: ring dtype ", ring_k.scalar_type(), "; allowed: float32, bfloat16, float16");
   }
-  return y.to(q.scalar_type());  // in the model's dtype, for the output projection
+  return narrowed(y, q.scalar_type());  // in the model's dtype, for the output projection
 }
 """
 )

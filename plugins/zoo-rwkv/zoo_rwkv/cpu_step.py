@@ -62,7 +62,7 @@ at::Tensor shift_mix(at::Tensor x, at::Tensor last, std::vector<at::Tensor> rati
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, last.scalar_type(), "shift_mix", [&] {
     shift_rows(xf.p, last.data_ptr<scalar_t>(), ratio, out.data_ptr<float>(), batch, d);
   });
-  return out.to(x.scalar_type());  // rounded once, for the projections
+  return narrowed(out, x.scalar_type());  // rounded once, for the projections
 }
 
 // Channels [first, last) of one row: out = sigmoid(r) * wkv, and the state num, den, top updated. Branch-free
@@ -103,7 +103,7 @@ at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, 
       wkv_rows(dcp, up, kp + o, vp + o, rp + o, np + o, dp + o, tp + o, op + o, first, last);
     }
   });
-  return out.to(k.scalar_type());  // rounded once, for the output projection
+  return narrowed(out, k.scalar_type());  // rounded once, for the output projection
 }
 """
 )
