@@ -151,3 +151,27 @@ def test_the_scan_trains_gradients_equal_the_recurrence():
     y_ref.square().sum().backward()
     for a, b in zip(ours, loop):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_the_decay_is_kept_between_tokens_and_follows_every_change_of_a_log():
+    """``decay`` (-exp(A_log), which each decode step reads) is made once, and made anew after an
+    in-place write, a ``load_state_dict``, a new parameter or a dtype move; under autograd it is
+    made each call, so gradients reach A_log."""
+    _, mixer = _hf_pair()
+    expected = lambda: -torch.exp(mixer.A_log.detach().float())
+    with torch.no_grad():
+        first = mixer.decay()
+        assert mixer.decay() is first and torch.equal(first, expected())
+        mixer.A_log.add_(0.5)
+        assert torch.equal(mixer.decay(), expected())
+        state = {k: v.clone() for k, v in mixer.state_dict().items()}
+        state["A_log"] = state["A_log"] - 1.0
+        mixer.load_state_dict(state)
+        assert torch.equal(mixer.decay(), expected())
+        mixer.A_log = torch.nn.Parameter(torch.zeros_like(mixer.A_log))
+        assert torch.equal(mixer.decay(), -torch.ones_like(mixer.A_log))
+        mixer.to(torch.float64)
+        assert mixer.decay().dtype == torch.float32 and torch.equal(mixer.decay(), expected())
+    mixer.to(torch.float32)
+    mixer.decay().sum().backward()
+    assert mixer.A_log.grad is not None and torch.equal(mixer.A_log.grad, expected())

@@ -4,7 +4,9 @@ Between in_proj and out_proj a PyTorch decode step of Mamba-1 is some thirty dis
 the convolution window's concatenation and copy, its dot product and SiLU, x_proj, the split
 into dt, B and C, dt_proj, softplus, ``-exp(A_log)`` over the whole (d_inner, N) matrix, the
 state update (``cpu_scan`` or ``selective_step``), the D skip and the SiLU gate, each a
-dispatch of microseconds over a few kilobytes. Here they are one call: the window is shifted
+dispatch of microseconds over a few kilobytes. The decay ``A = -exp(A_log)`` comes in made
+(``MambaMixer.decay``, kept between tokens): it changes with the weights, not the token, and
+computed here it was half the exponentials of every step. Here they are one call: the window is shifted
 in place while it is read (as ``cpu_steps``' ``conv_row``), x_proj (d_inner -> dt_rank + 2N)
 and dt_proj (dt_rank -> d_inner), two small products (about 1% of a layer's weights), run
 inside on the float32 activations with the weights in their own dtype, and the state is read
@@ -58,15 +60,16 @@ static void weightless_rms(float* v, int64_t n, float eps) {
 
 // xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z) in xz's dtype, out_proj's input.
 // window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place; x_proj
-// (R + 2N, D) and dt_w (D, R) in one dtype; xz and the other parameters in any floating dtype (Floats);
+// (R + 2N, D) and dt_w (D, R) in one dtype; A (D, N) the decay -exp(A_log); xz and the other parameters
+// in any floating dtype (Floats);
 // conv_b, dt_b empty when absent; eps <= 0: no norms on dt, B, C.
 at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::Tensor window,
-                      at::Tensor x_proj, at::Tensor dt_w, at::Tensor dt_b, at::Tensor A_log,
+                      at::Tensor x_proj, at::Tensor dt_w, at::Tensor dt_b, at::Tensor A,
                       at::Tensor Dskip, at::Tensor ssm, double eps) {
   TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
   const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), R = dt_w.size(1);
   auto y = at::empty({batch, D}, xz.options().dtype(at::kFloat));
-  const Floats xzf(xz), cw(conv_w), cb(conv_b), db(dt_b), al(A_log), dp(Dskip);
+  const Floats xzf(xz), cw(conv_w), cb(conv_b), db(dt_b), decay(A), dp(Dskip);
   std::vector<float> xs(D), dbc(R + 2 * N), dt(D), gate(D);
   for (int64_t b = 0; b < batch; ++b) {
     const float *x = xzf.p + b * 2 * D, *z = x + D;
@@ -84,7 +87,7 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
       dt[d] = softplus(dt[d]);
       gate[d] = silu(z[d]);
     }
-    const float *Bv = dbc.data() + R, *Cv = Bv + N, *a = al.p, *skip = dp.p;
+    const float *Bv = dbc.data() + R, *Cv = Bv + N, *a = decay.p, *skip = dp.p;
     float *h = ssm.data_ptr<float>() + b * D * N, *out = y.data_ptr<float>() + b * D;
     at::parallel_for(0, D, 64, [&](int64_t begin, int64_t end) {
       for (int64_t d = begin; d < end; ++d) {
@@ -92,7 +95,7 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
         float* state = h + d * N;
         float acc = 0.f;
         for (int64_t n = 0; n < N; ++n) {
-          const float value = std::exp(step * -std::exp(a[d * N + n])) * state[n] + input * Bv[n];
+          const float value = std::exp(step * a[d * N + n]) * state[n] + input * Bv[n];
           state[n] = value;
           acc += Cv[n] * value;
         }
@@ -113,7 +116,7 @@ EXTENSION = CppExtension(
         CppFunction(
             "mamba_step",
             "(Tensor xz, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, "
-            "Tensor A_log, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
+            "Tensor A, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
             lambda xz, ssm, **_: xz.new_empty(ssm.shape[0], ssm.shape[1]),  # (B, d_inner)
         )
     ],
@@ -134,12 +137,12 @@ def mamba_step(
 ) -> torch.Tensor:
     """Mamba-1 between in_proj and out_proj for one token: ``xz`` (B, 2 d_inner), in_proj's
     output; x_proj's weight (dt_rank + 2N, d_inner); dt_proj's weight (d_inner, dt_rank) and
-    bias; ``params`` A_log (d_inner, N) and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
+    bias; ``params`` the decay A = -exp(A_log) (d_inner, N) and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
     d_conv), float32 or ``xz``'s dtype, and ``ssm`` (B, d_inner, N) float32, updated in place; ``eps`` the weightless
     norms' (None: none) -> the gated y (B, d_inner) in xz's dtype (computed in float32)."""
     conv_bias = torch.empty(0) if conv.bias is None else conv.bias
     dt_weight, dt_bias = dt_proj
-    A_log, D = params
+    A, D = params
     return EXTENSION.op("mamba_step")(
         xz,
         conv.weight[:, 0],
@@ -148,7 +151,7 @@ def mamba_step(
         x_proj.contiguous(),
         dt_weight.to(x_proj.dtype).contiguous(),
         dt_bias,
-        A_log,
+        A,
         D,
         state["ssm"],
         -1.0 if eps is None else eps,

@@ -129,6 +129,7 @@ class MambaMixer(TokenMixer, KernelChoice):
         self.A_log = nn.Parameter(torch.empty(self.d_inner, self.d_state))
         self.D = nn.Parameter(torch.empty(self.d_inner))
         self.out_proj = Linear(self.d_inner, d, bias=options.bias)
+        self._decay: tuple[nn.Parameter, tuple[object, ...], torch.Tensor] | None = None  # see ``decay``
         self.choose_kernel()
         self.reset_parameters()
 
@@ -196,7 +197,7 @@ class MambaMixer(TokenMixer, KernelChoice):
         dt = F.softplus(self.dt_proj(dt).float())  # (B, T, d_inner)
         if valid is not None:
             dt = dt * valid[..., None]  # a zero step leaves the state as it was
-        A = -torch.exp(self.A_log.float())  # (d_inner, N)
+        A = self.decay()  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
         if library:
             fresh = state is None or state.filled == T  # this call's tokens are the first: the state is zeros
@@ -218,9 +219,24 @@ class MambaMixer(TokenMixer, KernelChoice):
         xz = self.in_proj(x.squeeze(1))  # (B, 2 d_inner)
         dt_proj = (self.dt_proj.weight, self.dt_proj.bias)
         y = cpu_mamba_step.mamba_step(
-            xz, self.conv1d, self.x_proj.weight, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
+            xz, self.conv1d, self.x_proj.weight, dt_proj, (self.decay(), self.D), tensors, self.norm_eps
         )  # (B, d_inner)
         return self.out_proj(y).unsqueeze(1)  # (B, 1, d)
+
+    def decay(self) -> torch.Tensor:
+        """A = -exp(A_log) (d_inner, N) in float32. Every decode step needs it and it changes only
+        with the weights, so outside autograd and tracing it is kept, tagged with the parameter it
+        came from: the same tensor at the same storage and version (an in-place write, a
+        ``load_state_dict`` or an optimiser step bumps the version; ``.to`` moves the storage)
+        reuses it, anything else makes it anew (an inference tensor, which keeps no version,
+        every time). Made each token, it was half a Mamba-1 step's exponentials."""
+        param = self.A_log
+        if torch.compiler.is_compiling() or torch.is_grad_enabled() or param.is_inference():
+            return -torch.exp(param.float())
+        tag = (param.data_ptr(), param._version, param.device, param.dtype)
+        if self._decay is None or self._decay[0] is not param or self._decay[1] != tag:
+            self._decay = (param, tag, -torch.exp(param.float()))
+        return self._decay[2]
 
     def extra_repr(self) -> str:
         return f"d_inner={self.d_inner}, d_state={self.d_state}, d_conv={self.d_conv}, dt_rank={self.dt_rank}"
