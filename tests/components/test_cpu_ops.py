@@ -148,3 +148,22 @@ def test_a_command_that_never_compiles_does_not_import_the_compiler_stack():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "gpt2" in done.stdout and done.stderr.strip().splitlines()[-1] == "False"
+
+
+def test_an_op_called_before_its_extension_loads_loads_it_and_runs_in_cpp():
+    """A graph exported or cached and run in a fresh process calls the op before any layer
+    loaded the kernel: the call loads it, and the CPU kernel from then on is the C++ function
+    the extension registered with the dispatcher, not a Python function."""
+    code = (
+        "import torch\nimport torch.nn.functional as F\nfrom zoo.components import row_product\n"
+        "name = 'zoo::row_product_row_product'\n"
+        "before = torch._C._dispatch_has_kernel_for_dispatch_key(name, 'CPU')\n"
+        "w, x, b = torch.randn(24, 40), torch.randn(1, 40), torch.randn(24)\n"
+        "out = torch.ops.zoo.row_product_row_product.default(w, x, b)\n"
+        "torch.testing.assert_close(out, F.linear(x, w, b))\n"
+        "after = torch._C._dispatch_has_kernel_for_dispatch_key(name, 'CPU')\n"
+        "cpu = torch._C._dispatch_dump(name).split('CPU:')[1].splitlines()[0]\n"
+        "print(before, after, 'unboxed' in cpu)"  # a C++ kernel: callable unboxed; a Python one is boxed only
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True", "True"]

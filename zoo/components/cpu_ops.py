@@ -7,9 +7,12 @@ such a call only as an operator whose output shape is known without running it. 
 torch's syntax, where ``Tensor(a!) state`` marks a tensor the function writes in place (what
 functionalisation must know: inductor then writes the state where it lives, no copy), and a
 shape function that gives the output as an empty tensor from the arguments (run on fake
-tensors while a graph is traced). Each becomes ``torch.ops.zoo.<extension>_<function>``, whose
-implementation loads the extension when it runs: a mixer traces the op only where it resolved
-the kernel beforehand (``KernelChoice.uses``), so by then the extension is built.
+tensors while a graph is traced). Each becomes ``torch.ops.zoo.<extension>_<function>``: the
+schema and shape function defined here when the module imports, the CPU kernel the C++ function
+itself, registered with torch's dispatcher by the extension as it loads (a ``TORCH_LIBRARY_IMPL``
+block appended to its source), so a compiled graph's call reaches the C++ without passing
+through Python. A mixer traces the op only where it resolved the kernel beforehand
+(``KernelChoice.uses``), so by then the extension is loaded and its kernels registered.
 
 ``extension.op(name)`` is what a mixer calls: the op inside a graph, and outside one the pybind
 function itself (the same C++ without the dispatcher's hop into Python, a few µs a call). A
@@ -53,13 +56,14 @@ class CppExtension:
     def __init__(self, name: str, source: str, functions: Sequence[CppFunction]) -> None:
         self.name, self.source = name, source
         self.functions = [function.name for function in functions]
+        self._registration = _registration(name, self.functions)
         _extensions[name] = self  # a re-imported module's extension replaces the old one
         self._calls = {function.name: _call(name, function) for function in functions}
         self._available: bool | None = None  # the answer of ``available``, once asked
 
     def load(self) -> types.ModuleType | None:
         """The built extension, or None where it cannot be built (``cpu_extension``)."""
-        return cpu_extension(self.name, self.source, self.functions)
+        return cpu_extension(self.name, self.source + self._registration, self.functions)
 
     def available(self) -> bool:
         """Whether the extension builds here: a ``Kernel``'s ``loads``. Asked while a graph is
@@ -121,14 +125,23 @@ def _function(extension: str, name: str) -> Callable[..., torch.Tensor]:
     return _functions[key]
 
 
-def _register(extension: str, function: CppFunction) -> Callable[..., torch.Tensor]:
-    """The op of ``function`` (registered once per process; a re-imported module reuses it).
+def _registration(extension: str, functions: Sequence[str]) -> str:
+    """The C++ that registers each function as its op's CPU kernel when the extension loads."""
+    ops = {name: _qualified(extension, name).split("::")[1] for name in functions}
+    impls = "".join(f'  m.impl("{op}", TORCH_FN({name}));\n' for name, op in ops.items())
+    return f"\n#include <torch/library.h>\nTORCH_LIBRARY_IMPL({NAMESPACE}, CPU, m) {{\n{impls}}}\n"
 
-    Defined with ``torch.library.Library`` and its CPU kernel registered directly rather than
-    through ``torch.library.custom_op``, whose Python autograd and version-counter layers cost
-    80-120 µs a call here (a Mamba2 step's 13 arguments: 47 µs through this op against 134-165
-    through custom_op's, 42-55 µs for the pybind function itself); the kernels have no
-    backward and run without autograd, and ``opcheck`` finds the registration sound."""
+
+def _register(extension: str, function: CppFunction) -> Callable[..., torch.Tensor]:
+    """The op of ``function`` (defined once per process; a re-imported module reuses it).
+
+    Defined with ``torch.library.Library``, its CPU kernel registered by the extension's C++
+    (``_registration``) rather than as a Python function (``torch.library.custom_op``, or
+    ``Library.impl`` of one): inside a compiled graph each call then stays in C++, where a
+    Python kernel converted the arguments to Python objects and back through pybind (a small
+    product through the op: 5.9 µs a call against 2.6 through its pybind function, hot), and
+    custom_op's autograd and version-counter layers cost 80-120 µs more. The kernels have no
+    backward and run without autograd; ``opcheck`` finds the registration sound."""
     qualified = _qualified(extension, function.name)
     if qualified in _ops:
         return _ops[qualified]
@@ -136,14 +149,22 @@ def _register(extension: str, function: CppFunction) -> Callable[..., torch.Tens
     parsed = torch._C.parse_schema(f"{op_name}{function.schema}")
     names = [argument.name for argument in parsed.arguments]
 
-    def run(*args: object) -> torch.Tensor:
-        return _function(extension, function.name)(*args)
-
     def fake(*args: object) -> torch.Tensor:
         return function.shape(**dict(zip(names, args, strict=True)))
 
+    def load_then_call(*args: object) -> torch.Tensor:
+        """The op called before its extension loaded (a graph exported or cached, run in a fresh
+        process): loaded now, the C++ kernel it registers for the CPU takes this call and every
+        later one. A tensor elsewhere would find this again: an error instead."""
+        devices = {arg.device.type for arg in args if isinstance(arg, torch.Tensor)}
+        if devices - {"cpu"}:
+            raise NotImplementedError(f"{qualified} is a CPU kernel; got tensors on {sorted(devices)}")
+        if _extensions[extension].load() is None:
+            raise RuntimeError(f"{qualified}: its C++ extension {extension} could not be built here (logged)")
+        return _ops[qualified](*args)
+
     _LIBRARY.define(f"{op_name}{function.schema}")
-    _LIBRARY.impl(op_name, run, "CPU")
+    _LIBRARY.impl(op_name, load_then_call, "CompositeExplicitAutograd")  # the CPU kernel, once loaded, comes first
     torch.library.register_fake(qualified, fake, lib=_LIBRARY)
     _ops[qualified] = getattr(getattr(torch.ops, NAMESPACE), op_name).default
     return _ops[qualified]
