@@ -15,7 +15,8 @@ what compiling this model's step holds (its graphs, guards and generated code) s
 zoo's resident memory.
 
 zoo loads the file packed (4-bit blocks as int4, 8-bit as int8, the rest in ``--dtype``)
-and decodes with its compiled decode step (``--zoo-step eager`` for the eager one),
+and decodes with its compiled decode step, compiled as ``zoo bench --compile`` compiles it
+(``compiling.compile_options``: on the CPU, inductor's C++ wrapper; ``--zoo-step eager`` for the eager one),
 projections fused first as ``zoo bench`` does; the compile time is reported apart, not
 timed. llama.cpp runs through llama-cpp-python, from ``--llama-python`` (an interpreter
 with ``llama_cpp`` installed; it is no dependency of zoo).
@@ -69,6 +70,7 @@ class ZooSide:
         import torch
 
         import zoo
+        from zoo.harness.phases.compiling import compile_options
         from zoo.model.cache import KVCache
         from zoo.model.generation import compile_decode_step, decode_step
         from zoo.quant import stored_bytes
@@ -88,7 +90,8 @@ class ZooSide:
         self.vocab = self.model.spec.vocab_size
         self.cache = KVCache(self.model, 1, args.prompt + args.new + 1, dtype=torch.bfloat16, device="cpu")
         zoo.fuse_projections(self.model)  # as `zoo bench` runs it: q|k|v and gate|up stacked first
-        self.step = compile_decode_step() if args.zoo_step == "compiled" else decode_step
+        options, _ = compile_options(torch.device("cpu"))  # as `zoo bench --compile` compiles it
+        self.step = compile_decode_step(**options) if args.zoo_step == "compiled" else decode_step
         start = time.perf_counter()
         self.generate(prompt_ids(args.prompt, self.vocab, args.seed), 2)  # compiles; first touch
         self.warmup_s = time.perf_counter() - start

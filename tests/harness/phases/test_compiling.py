@@ -25,14 +25,17 @@ def aot_eager(monkeypatch):
     torch._dynamo.reset()
 
 
-def test_cuda_options_are_cuda_graphs_with_coordinate_descent_tuning():
+def test_cuda_options_are_cuda_graphs_with_coordinate_descent_tuning_and_the_cpu_a_cpp_wrapper():
     options, mode = compiling.compile_options(torch.device("cuda"))
     assert options == {"options": {"triton.cudagraphs": True, "coordinate_descent_tuning": True}}
     assert "coordinate_descent_tuning" in mode
     assert isinstance(inductor_config.coordinate_descent_tuning, bool)  # a real inductor setting
     assert isinstance(inductor_config.triton.cudagraphs, bool)
     torch.compile(lambda x: x, **options)  # inductor checks option names when the wrapper is made
-    assert compiling.compile_options(torch.device("cpu")) == ({"mode": "default"}, "default")
+    cpu, mode = compiling.compile_options(torch.device("cpu"))
+    assert cpu == {"options": {"cpp_wrapper": True}} and mode == "default + cpp_wrapper"
+    assert isinstance(inductor_config.cpp_wrapper, bool)
+    torch.compile(lambda x: x, **cpu)
 
 
 def test_eager_steps_are_the_plain_functions_over_fused_projections():
