@@ -15,7 +15,7 @@ through Python. A mixer traces the op only where it resolved the kernel beforeha
 (``KernelChoice.uses``), so by then the extension is loaded and its kernels registered.
 
 ``extension.op(name)`` is what a mixer calls: the op inside a graph, and outside one the pybind
-function itself (the same C++ without the dispatcher's hop into Python, a few µs a call). A
+function itself (the same C++ without the dispatcher: 2.4 against 3.9 µs a small product, hot). A
 ``Kernel`` whose calls all go through these ops declares ``compiles=True``. Plugins reach
 ``CppExtension`` and ``CppFunction`` through ``zoo.parts``; their ops share the ``zoo`` namespace
 under their extension's name.
