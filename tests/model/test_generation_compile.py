@@ -9,6 +9,7 @@ import torch._dynamo
 from tests.generation_checks import _one_thread, check_compiled_decode  # noqa: F401 (autouse fixture)
 from tests.model.test_generation import VOCAB, grid_model, mixer_model
 from zoo.errors import GenerationError
+from zoo.harness.phases.compiling import compile_options
 from zoo.model.cache import KVCache
 from zoo.model.generation import compile_decode_step, decode_step, left_pad, prefill
 
@@ -25,12 +26,15 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 )
 def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
     """aot_eager checks capture and functionalised cache writes in seconds; inductor (the
-    real backend, 20-80 s of C++ compilation on a cold CPU cache) checks the kernels too."""
+    real backend, 20-80 s of C++ compilation on a cold CPU cache) checks the kernels too,
+    on the CPU with the options ``zoo bench --compile`` gives it there (its C++ wrapper)."""
     # window, sinks, QK-norm, RoPE and a MoE whose 3 rows x top-2 > 4 experts (dense path)
     model = grid_model("gqa", 4, True, True, "rope", "moe").to(device)
     prompts = [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]]
+    cpu_inductor = backend == "inductor" and device == "cpu"
+    options = compile_options(torch.device("cpu"))[0]["options"] if cpu_inductor else None
     step, token, eager_cache, compiled_cache = check_compiled_decode(
-        model, prompts, 8, backend=backend, device=device
+        model, prompts, 8, backend=backend, device=device, options=options
     )  # past the window of 4
     assert compiled_cache.length == eager_cache.length == 6 + 8
     assert int(compiled_cache.position) == 14
