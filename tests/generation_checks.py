@@ -31,12 +31,12 @@ def check_compiled_decode(
     max_len: int = 16,
     backend: str = "aot_eager",
     device: str = "cpu",
-    options: dict[str, object] | None = None,
+    compile_options: dict[str, object] | None = None,
 ) -> tuple[Callable[..., torch.Tensor], torch.Tensor, KVCache, KVCache]:
     """Prefill the left-padded ``prompts`` into two caches, then decode ``steps`` greedy tokens
     eagerly and through ``compile_decode_step``: the logits agree (1e-5) and the step never
     recompiles after the first. Returns the compiled step, the next token (B, 1) and the
-    eager and compiled caches, for the caller's further checks. ``options`` go to inductor."""
+    eager and compiled caches, for the caller's further checks. ``compile_options`` go to torch.compile."""
     import torch._dynamo
 
     from zoo.model.generation import compile_decode_step
@@ -47,7 +47,7 @@ def check_compiled_decode(
     eager = prefill(model, ids, eager_cache, attention_mask=mask)
     prefill(model, ids, compiled_cache, attention_mask=mask)
     torch._dynamo.reset()
-    step = compile_decode_step(backend=backend, **({"options": options} if options else {}))
+    step = compile_decode_step(backend=backend, **(compile_options or {}))
     token = eager.argmax(-1, keepdim=True)  # (B, 1)
     for i in range(steps):
         eager = decode_step(model, token, eager_cache)

@@ -31,10 +31,9 @@ def test_compiled_decode_step_equals_eager_without_recompiling(backend, device):
     # window, sinks, QK-norm, RoPE and a MoE whose 3 rows x top-2 > 4 experts (dense path)
     model = grid_model("gqa", 4, True, True, "rope", "moe").to(device)
     prompts = [[5, 9, 2, 7, 7, 1], [11, 4], [8, 8, 20, 3]]
-    cpu_inductor = backend == "inductor" and device == "cpu"
-    options = compile_options(torch.device("cpu"))[0]["options"] if cpu_inductor else None
+    options = compile_options(torch.device("cpu"))[0] if backend == "inductor" and device == "cpu" else None
     step, token, eager_cache, compiled_cache = check_compiled_decode(
-        model, prompts, 8, backend=backend, device=device, options=options
+        model, prompts, 8, backend=backend, device=device, compile_options=options
     )  # past the window of 4
     assert compiled_cache.length == eager_cache.length == 6 + 8
     assert int(compiled_cache.position) == 14

@@ -4,14 +4,14 @@ Between in_proj and out_proj a PyTorch decode step of Mamba-1 is some thirty dis
 the convolution window's concatenation and copy, its dot product and SiLU, x_proj, the split
 into dt, B and C, dt_proj, softplus, ``-exp(A_log)`` over the whole (d_inner, N) matrix, the
 state update (``cpu_scan`` or ``selective_step``), the D skip and the SiLU gate, each a
-dispatch of microseconds over a few kilobytes. The decay ``A = -exp(A_log)`` comes in made
-(``MambaMixer.decay``, kept between tokens): it changes with the weights, not the token, and
-computed here it was half the exponentials of every step. Here they are one call: the window is shifted
+dispatch of microseconds over a few kilobytes. Here they are one call: the window is shifted
 in place while it is read (as ``cpu_steps``' ``conv_row``), x_proj (d_inner -> dt_rank + 2N)
 and dt_proj (dt_rank -> d_inner), two small products (about 1% of a layer's weights), run
 inside on the float32 activations with the weights in their own dtype, and the state is read
 and written once. Only in_proj and out_proj, the layer's big products, stay torch's (the
-part a roofline counts).
+part a roofline counts). The decay ``A = -exp(A_log)`` comes in made (``MambaMixer.decay``,
+kept between tokens): it changes with the weights, not the token, and made here it was half
+the exponentials of every step.
 
 The maths is the reference's (``MambaMixer.forward`` with ``causal_conv.causal_conv`` and
 ``selective_step``) operation for operation, in float32 (Falcon-Mamba's weightless RMS norms

@@ -111,8 +111,13 @@ def registered_ops() -> list[str]:
     return sorted(_ops)
 
 
+def _op_name(extension: str, function: str) -> str:
+    """The op's name inside the ``zoo`` namespace: ``<extension>_<function>``."""
+    return f"{extension.removeprefix(NAMESPACE + '_')}_{function}"
+
+
 def _qualified(extension: str, function: str) -> str:
-    return f"{NAMESPACE}::{extension.removeprefix(NAMESPACE + '_')}_{function}"
+    return f"{NAMESPACE}::{_op_name(extension, function)}"
 
 
 def _function(extension: str, name: str) -> Callable[..., torch.Tensor]:
@@ -127,8 +132,7 @@ def _function(extension: str, name: str) -> Callable[..., torch.Tensor]:
 
 def _registration(extension: str, functions: Sequence[str]) -> str:
     """The C++ that registers each function as its op's CPU kernel when the extension loads."""
-    ops = {name: _qualified(extension, name).split("::")[1] for name in functions}
-    impls = "".join(f'  m.impl("{op}", TORCH_FN({name}));\n' for name, op in ops.items())
+    impls = "".join(f'  m.impl("{_op_name(extension, name)}", TORCH_FN({name}));\n' for name in functions)
     return f"\n#include <torch/library.h>\nTORCH_LIBRARY_IMPL({NAMESPACE}, CPU, m) {{\n{impls}}}\n"
 
 
@@ -145,7 +149,7 @@ def _register(extension: str, function: CppFunction) -> Callable[..., torch.Tens
     qualified = _qualified(extension, function.name)
     if qualified in _ops:
         return _ops[qualified]
-    op_name = qualified.split("::")[1]
+    op_name = _op_name(extension, function.name)
     parsed = torch._C.parse_schema(f"{op_name}{function.schema}")
     names = [argument.name for argument in parsed.arguments]
 
