@@ -60,3 +60,32 @@ def test_help_does_not_run_the_table(capsys):  # type: ignore[no-untyped-def]
     except SystemExit as exc:
         assert exc.code == 0
     assert "--budget-s" in capsys.readouterr().out
+
+
+def test_resume_keeps_what_an_earlier_run_on_the_device_measured(tmp_path):  # type: ignore[no-untyped-def]
+    """A lent GPU's sessions are short: the next one measures what the last did not."""
+    table = _load()
+    log = tmp_path / "gpu-cpu-tiny.jsonl"
+    table.main(["--cpu", "--out", str(tmp_path), "--only", "qwen3-0.6b decode b1 eager"])
+    first = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["status"] for x in first] == ["ok"]
+    table.main(["--cpu", "--out", str(tmp_path), "--resume", "--budget-s", "0", "--only", "qwen3-0.6b"])
+    after = [json.loads(x) for x in log.read_text().splitlines()]
+    assert after[0] == first[0]  # kept, not measured again
+    rest = after[1:]
+    assert rest and all(x["status"].startswith("skipped: needs ~") for x in rest)
+    assert ("qwen3-0.6b", "decode b1 eager") not in {(x["model"], x["mode"]) for x in rest}
+    md = (tmp_path / "gpu-cpu-tiny.md").read_text()
+    kept = next(row for row in md.splitlines() if row.startswith("| qwen3-0.6b | decode b1 eager |"))
+    assert "| ok |" in kept and first[0]["timestamp"][:10] in kept
+
+
+def test_a_case_that_needs_a_plugin_names_a_plugin_of_this_repository():  # type: ignore[no-untyped-def]
+    """The registry knows a plugin by its entry point's name (``[project.entry-points.zoo]``)."""
+    import tomllib
+
+    declared = set()
+    for project in (BENCH.parent / "plugins").glob("*/pyproject.toml"):
+        declared |= set(tomllib.loads(project.read_text())["project"]["entry-points"]["zoo"])
+    needed = {c.plugin for c in _load().cases() if c.plugin}
+    assert needed and needed <= declared, needed - declared
