@@ -64,3 +64,27 @@ def test_bytes_come_from_the_layout(weight):
     assert int4.stored_bytes() == 40 * 64 // 2 + (64 // 32) * 40 * 2 * 2  # nibbles, bf16 scale + offset; no padding
     meta = Int4Linear(weight.to("meta", torch.bfloat16), None, torch.bfloat16, 32)
     assert meta.stored_bytes() == int4.stored_bytes()
+
+
+def _in_tinygemm_layout(out_features: int, in_features: int, group_size: int) -> Int4Linear:
+    """A layer holding the buffers a CUDA-made layer holds (tinygemm's ``packed`` tiles and
+    ``scale_zeros`` (G, out, 2), no ``scale_offsets``), built without CUDA."""
+    layer = Int4Linear(torch.empty(out_features, in_features, device="meta"), None, torch.bfloat16, group_size)
+    layer.cuda_layout = True
+    layer._buffers.clear()
+    layer.register_buffer("packed", torch.zeros(out_features // 8, in_features // 64, 32, 2, dtype=torch.int32))
+    layer.register_buffer("scale_zeros", torch.zeros(in_features // group_size, out_features, 2))
+    return layer
+
+
+def test_layers_in_tinygemm_layout_stay_unstacked():
+    """zoo bench fuses q|k|v and gate|up before every run; on CUDA the int4 layers keep
+    tinygemm's tiles, which do not stack, and the run goes on with the parts (the H200
+    showed ``stack_rows`` asking them for the CPU layout's ``scale_offsets`` instead)."""
+    from zoo.components.fused import fuse_group
+
+    parts = [_in_tinygemm_layout(64, 128, 32), _in_tinygemm_layout(32, 128, 32)]
+    assert Int4Linear.stack_rows(parts) is None
+    holder = torch.nn.Module()
+    holder.up, holder.gate = parts
+    assert not fuse_group(holder, "gate_up", ("gate", "up")) and holder.up is parts[0]

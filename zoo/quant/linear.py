@@ -211,9 +211,12 @@ class Int4Linear(QuantizedLinear):
     @classmethod
     def stack_rows(cls, parts: Sequence[nn.Module]) -> Int4Linear | None:
         """The CPU layout's panels stack (tinygemm's tiles do not) where every part but the last
-        fills whole panels: the stack's state then splits back into the parts' own bytes."""
+        fills whole panels: the stack's state then splits back into the parts' own bytes.
+        Asked first whether a part holds tinygemm's layout, which has no ``scale_offsets``."""
+        if any(isinstance(p, Int4Linear) and p.cuda_layout for p in parts):
+            return None
         ours = cls._stackable(parts, "packed", "scale_offsets")
-        if ours is None or any(p.cuda_layout for p in ours) or any(p.out_features % int4_cpu.PANEL for p in ours[:-1]):
+        if ours is None or any(p.out_features % int4_cpu.PANEL for p in ours[:-1]):
             return None
         rows = [int4_cpu.unpack(p.packed, p.scale_offsets) for p in ours]  # per part (values, so) by row
         values = torch.cat([v for v, _ in rows])  # (sum out, in) in 0..15
