@@ -24,7 +24,6 @@ sessions complete the table in turns.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -342,11 +341,12 @@ def fits_memory(case: Case, device: Any, tiny: bool) -> str | None:
 def measured_before(jsonl: Path, device_name: str) -> dict[tuple[str, str], dict[str, Any]]:
     """The newest measured ("ok") line of each case an earlier run on ``device_name`` saved in
     ``jsonl``: what ``--resume`` keeps instead of measuring again."""
+    from zoo.harness.sweep.results_log import parse_rows
+
     kept: dict[tuple[str, str], dict[str, Any]] = {}
     if not jsonl.exists():
         return kept
-    for text in jsonl.read_text().splitlines():
-        line = json.loads(text)
+    for line in parse_rows(jsonl.read_bytes(), jsonl):  # a torn last line (a run cut off) is skipped
         if line.get("status") == "ok" and line.get("device") == device_name:
             kept[line["model"], line["mode"]] = line
     return kept

@@ -69,6 +69,8 @@ def test_resume_keeps_what_an_earlier_run_on_the_device_measured(tmp_path):  # t
     table.main(["--cpu", "--out", str(tmp_path), "--only", "qwen3-0.6b decode b1 eager"])
     first = [json.loads(x) for x in log.read_text().splitlines()]
     assert [x["status"] for x in first] == ["ok"]
+    with log.open("a") as torn:  # a run cut off mid-line
+        torn.write('{"model": "qwen3-0.6b", "mo')
     table.main(["--cpu", "--out", str(tmp_path), "--resume", "--budget-s", "0", "--only", "qwen3-0.6b"])
     after = [json.loads(x) for x in log.read_text().splitlines()]
     assert after[0] == first[0]  # kept, not measured again

@@ -79,8 +79,9 @@ def _in_tinygemm_layout(out_features: int, in_features: int, group_size: int) ->
 
 def test_layers_in_tinygemm_layout_stay_unstacked():
     """zoo bench fuses q|k|v and gate|up before every run; on CUDA the int4 layers keep
-    tinygemm's tiles, which do not stack, and the run goes on with the parts (the H200
-    showed ``stack_rows`` asking them for the CPU layout's ``scale_offsets`` instead)."""
+    tinygemm's tiles, which do not stack, and the run goes on with the parts. Found reading
+    why the gpu-marked int4 run failed on an H200: ``stack_rows`` asked them for the CPU
+    layout's ``scale_offsets``."""
     from zoo.components.fused import fuse_group
 
     parts = [_in_tinygemm_layout(64, 128, 32), _in_tinygemm_layout(32, 128, 32)]
