@@ -20,10 +20,9 @@ CASES = [(37, 512, 32, 1), (37, 512, 64, 5), (101, 256, 256, 3), (40, 128, 32, 3
 
 
 def build(tag: str, flags: list[str]):  # type: ignore[no-untyped-def]
-    source = SOURCE.replace("(zoo_int4,", f"(zoo_int4_{tag},")  # its own op namespace beside the library's
-    return cpp_extension.load_inline(
+    return cpp_extension.load_inline(  # SOURCE alone: pybind functions, none of the library's ops
         name=f"zoo_int4_check_{tag}",
-        cpp_sources=[source],
+        cpp_sources=[SOURCE],
         functions=["int4_q8", "int4_tiles"],
         extra_cflags=["-O3", "-fopenmp", *flags],
         extra_ldflags=["-fopenmp"],

@@ -14,6 +14,7 @@ import torch
 
 from zoo.components import cpu_mamba_step, cpu_ops, cpu_prefill, cpu_scan, cpu_steps
 from zoo.components.cpu_ops import registered_ops
+from zoo.quant import int4_cpu
 
 B, T, H, P, N, G, K = 2, 5, 4, 8, 8, 2, 4  # batch, tokens, heads, head width, state size, groups, conv taps
 
@@ -46,6 +47,12 @@ def _mamba_step() -> tuple[object, ...]:
     xz, taps, bias, window = _r(B, 2 * inner), _r(inner, K), _r(inner), _r(B, inner, K)
     x_proj, dt_w, dt_b = _r(rank + 2 * N, inner), _r(inner, rank), _r(inner)
     return xz, taps, bias, window, x_proj, dt_w, dt_b, _r(inner, N), _r(inner), _r(B, inner, N), 1e-6
+
+
+def _int4_weight() -> tuple[torch.Tensor, torch.Tensor]:
+    """zoo's int4 panel layout of 40 rows (two panels and a tail) of 64 inputs in groups of 32."""
+    values = torch.randint(0, 16, (40, 64))
+    return int4_cpu.pack(values, torch.rand(40, 2, 2))  # packed (40, 32) uint8, scale_offsets (40, 2, 2)
 
 
 CASES: dict[str, Callable[[], tuple[object, ...]]] = {
@@ -100,6 +107,9 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::row_product_rms_norm": lambda: (_r(2, 3, 24), _r(24), 1e-6, False),
     "zoo::row_product_silu_and_mul": lambda: (_r(2, 3, 40),),
     "zoo::row_product_rope": lambda: (_r(2, 5, 3, 8).transpose(1, 2), _r(1, 1, 5, 6), _r(1, 1, 5, 6)),
+    "zoo::int4_cpu_int4_q8": lambda: (_r(3, 64), *_int4_weight(), 1),
+    "zoo::int4_cpu_int4_tiles": lambda: (_r(30, 64), *_int4_weight(), 16),
+    "zoo::int4_cpu_int4_mm": lambda: (_r(2, 3, 64), *_int4_weight(), 4, 16, 1),  # the tiles: 6 rows from 4
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),
         _r(B, T, 16).abs(),
@@ -117,6 +127,7 @@ def test_every_zoo_op_has_a_case():
         cpu_prefill.EXTENSION.name,
         cpu_scan.EXTENSION.name,
         cpu_mamba_step.EXTENSION.name,
+        int4_cpu.EXTENSION.name,
     }  # imported: registered
     assert {name for name in registered_ops() if not name.startswith("zoo::rwkv_")} == set(CASES)
 

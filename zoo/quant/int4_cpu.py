@@ -37,8 +37,10 @@ one decode token, bfloat16, this project's Zen 4): 1.53x on SmolLM2-135M's 210 m
   int4 model is mostly at bfloat16 GEMM speed. The per-token int8 kernel ran at 0.57x torch's kernel on a
   128-token prompt, the tiles at 0.98x.
 
-Where the extension cannot be built, ``reference`` (the exact float product) runs. In a
-``torch.compile`` graph the product is the opaque op ``torch.ops.zoo_int4.mm``.
+Where the extension cannot be built, ``reference`` (the exact float product) runs. Its three
+functions are custom ops of ``zoo.components.cpu_ops`` (``EXTENSION``): in a ``torch.compile``
+graph the product is the opaque op ``torch.ops.zoo.int4_cpu_int4_mm``, whose CPU kernel is the
+C++ function itself.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import types
 import torch
 
 from zoo.components import widened
-from zoo.components.cpu_extension import cpu_extension
+from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.tiles_source import SOURCE as TILES_SOURCE
 from zoo.quant import q8
 from zoo.quant.int4_cpu_source import SOURCE as TILES_AND_OP_SOURCE
@@ -56,7 +58,6 @@ from zoo.quant.int4_rows_source import SOURCE as ROWS_SOURCE
 
 BLOCK = 32  # inputs per block: a row's 16 bytes, four of its dwords a chunk (module doc)
 PANEL = 16  # weight rows interleaved per panel: one 512-bit load holds 4 bytes of each
-FUNCTIONS = ["int4_q8", "int4_tiles", "int4_mm"]
 PANEL_GRAIN = 16  # a thread's share is at least 16 panels (256 weight rows): smaller splits lost at 2 threads
 TILE = 256  # weight rows widened at once for many token rows (measured: 32 0.74x, 64 0.86x, 256 0.98x aten)
 TILE_FROM = (
@@ -65,24 +66,34 @@ TILE_FROM = (
 
 SOURCE = ROWS_SOURCE + TILES_SOURCE + TILES_AND_OP_SOURCE  # the extension's C++: includes, rows, tile sizes, tiles, op
 
-_module: list[types.ModuleType | None] = []
+
+def _rows_shape(x: torch.Tensor, packed: torch.Tensor, **_: object) -> torch.Tensor:
+    return x.new_empty(x.shape[0], packed.shape[0])  # (M, out)
+
+
+def _product_shape(x: torch.Tensor, packed: torch.Tensor, **_: object) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], packed.shape[0])  # (..., out)
+
+
+EXTENSION = CppExtension(
+    "zoo_int4_cpu",
+    SOURCE,
+    [
+        CppFunction("int4_q8", "(Tensor x, Tensor packed, Tensor scale_offsets, int grain) -> Tensor", _rows_shape),
+        CppFunction("int4_tiles", "(Tensor x, Tensor packed, Tensor scale_offsets, int tile) -> Tensor", _rows_shape),
+        CppFunction(
+            "int4_mm",
+            "(Tensor x, Tensor packed, Tensor scale_offsets, int tile_from, int tile, int grain) -> Tensor",
+            _product_shape,
+        ),
+    ],
+)
 
 
 def load() -> types.ModuleType | None:
     """The compiled kernels (built once per machine), or None where they cannot be built.
-    Loading registers the op ``torch.ops.zoo_int4.mm`` and its shape function."""
-    if not _module:
-        module = cpu_extension("zoo_int4_cpu", SOURCE, FUNCTIONS)
-        if module is not None:
-            torch.library.register_fake("zoo_int4::mm")(_int4_mm_shape)
-        _module.append(module)
-    return _module[0]
-
-
-def _int4_mm_shape(
-    x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor, tile_from: int, tile: int, grain: int
-) -> torch.Tensor:
-    return x.new_empty(*x.shape[:-1], packed.shape[0])  # (..., out)
+    Loading registers the ops' CPU kernels (their schemas and shapes are registered on import)."""
+    return EXTENSION.load()
 
 
 def pack(values: torch.Tensor, scale_offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,11 +170,8 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -
     dispatcher op, opaque to ``torch.compile`` (the layer loads it when it is made, before any
     tracing); eager, the same C++ as a pybind call, without the dispatcher's 2 µs a call (of
     7.5 on a 192 x 576 layer; a 30-layer llama makes 210 of them a token)."""
-    module = load()
-    if module is None:
+    if not EXTENSION.available():  # built here (a trace reads the answer, cpu_ops.CppExtension.available)
         return reference(x, packed, scale_offsets).to(x.dtype)
     if widened.widens(x) and x.numel() >= TILE_FROM * x.shape[-1]:  # a prompt's tiles, GEMM slow in x's dtype here
         return matmul(x.float(), packed, scale_offsets).to(x.dtype)  # (..., out), rounded once (widened.py)
-    if torch.compiler.is_compiling():
-        return torch.ops.zoo_int4.mm.default(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)
-    return module.int4_mm(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)
+    return EXTENSION.op("int4_mm")(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)  # (..., out)

@@ -1,4 +1,4 @@
-"""The C++ of ``int4_cpu``'s many-row product (prefill) and its op: ``int4_tiles`` and ``int4_mm``,
+"""The C++ of ``int4_cpu``'s many-row product (prefill) and of its product for any rows: ``int4_tiles`` and ``int4_mm``,
 after ``int4_rows_source.py`` (its includes, ``PANEL``, ``f32`` and ``q8_product``).
 
 ``int4_tiles`` (prefill, many token rows): a tile of ``TILE`` weight rows (whole panels) is widened once,
@@ -132,9 +132,4 @@ at::Tensor int4_mm(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t tile_
   return int4_tiles(rows.to(at::kFloat), packed, so, tile).to(rows.scalar_type()).view(shape);
 }
 
-// A dispatcher op, so a compiled graph calls it without Python (a Python custom op cost 9 us a call).
-TORCH_LIBRARY(zoo_int4, m) {
-  m.def("mm(Tensor x, Tensor packed, Tensor scale_offsets, int tile_from, int tile, int grain) -> Tensor");
-}
-TORCH_LIBRARY_IMPL(zoo_int4, CPU, m) { m.impl("mm", &int4_mm); }
 """
