@@ -176,10 +176,13 @@ def _register(extension: str, function: CppFunction) -> Callable[..., torch.Tens
 
 def _call(extension: str, function: CppFunction) -> Callable[..., torch.Tensor]:
     op = _register(extension, function)
+    pybind: list[Callable[..., torch.Tensor]] = []  # the function once looked up: a decode step calls hundreds
 
     def call(*args: object) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return op(*args)  # opaque in the graph: the same C++ through the dispatcher
-        return _function(extension, function.name)(*args)
+        if not pybind:
+            pybind.append(_function(extension, function.name))
+        return pybind[0](*args)
 
     return call

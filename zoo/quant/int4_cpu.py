@@ -90,6 +90,9 @@ EXTENSION = CppExtension(
 )
 
 
+_MM = EXTENSION.op("int4_mm")  # bound once: a SmolLM2-135M decode step makes 210 products
+
+
 def load() -> types.ModuleType | None:
     """The compiled kernels (built once per machine), or None where they cannot be built.
     Loading registers the ops' CPU kernels (their schemas and shapes are registered on import)."""
@@ -174,4 +177,4 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -
         return reference(x, packed, scale_offsets).to(x.dtype)
     if widened.widens(x) and x.numel() >= TILE_FROM * x.shape[-1]:  # a prompt's tiles, GEMM slow in x's dtype here
         return matmul(x.float(), packed, scale_offsets).to(x.dtype)  # (..., out), rounded once (widened.py)
-    return EXTENSION.op("int4_mm")(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)  # (..., out)
+    return _MM(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)  # (..., out)
