@@ -21,7 +21,7 @@ from torch import nn
 from zoo.components import cpu_attention
 from zoo.components.fused import QKV, project
 from zoo.components.linear import Linear
-from zoo.components.sdpa_kernels import sdpa, varying_shape_kernels
+from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, causal_keys_seen, visible_keys
 from zoo.specs.options import Options
@@ -218,8 +218,8 @@ class Attention(TokenMixer):
         k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (B, Hkv, L, D)
         length = k_cache.shape[2]
         if self.window is None or length >= cache.max_len:
-            k_cache.index_copy_(2, time, k.to(k_cache.dtype))
-            v_cache.index_copy_(2, time, v.to(v_cache.dtype))
+            k_cache.index_copy_(2, time, in_dtype(k, k_cache.dtype))
+            v_cache.index_copy_(2, time, in_dtype(v, v_cache.dtype))
             key_valid = cache.key_valid
             if cache.filled is None:  # compiled: static shapes, the whole cache, masked by time
                 key_time = torch.arange(length, device=q.device)
@@ -303,7 +303,7 @@ class Attention(TokenMixer):
         ``queries_last``: the keys are times 0..S-1 and the queries the last T of them, so
         plain causal attention needs no mask: none for one query, ``is_causal`` for S == T.
         """
-        k, v = k.to(q.dtype), v.to(q.dtype)
+        k, v = in_dtype(k, q.dtype), in_dtype(v, q.dtype)
         T, S = q.shape[2], k.shape[2]
         bias = None
         if queries_last and self.sinks is None and key_valid is None and self.window is None:

@@ -18,7 +18,7 @@ import torch
 
 from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.linear import Linear
-from zoo.components.sdpa_kernels import sdpa
+from zoo.components.sdpa_kernels import in_dtype, sdpa
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, CrossMixer
@@ -81,8 +81,8 @@ class CrossAttention(CrossMixer):
         mask = None if valid is None else valid[:, None, None, :]  # (B, 1, 1, S)
         out = sdpa(
             q,
-            k.to(q.dtype),
-            v.to(q.dtype),
+            in_dtype(k, q.dtype),
+            in_dtype(v, q.dtype),
             attn_mask=mask,
             scale=self.scale,
             enable_gqa=self.n_kv_heads != self.n_heads,
