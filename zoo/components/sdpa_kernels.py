@@ -17,9 +17,10 @@ math kernel build no plan, so calls of varying shape go to them. Static-shape ca
 plan is built once and reused.
 
 ``in_dtype`` puts keys and values in the queries' (or the cache's) dtype without an operator
-call where they already are in it: ``.to`` to a tensor's own dtype is still a call, which an
-eager GPU decode step paid four times a layer, at 15-25 µs each on an H200 VM's host, where
-such a step is bound by the host (its kernels 1.6 of 16 ms: results/README.md).
+call where they already are in it: ``.to`` to a tensor's own dtype launches nothing but is
+still a dispatched call, which an eager GPU decode step paid four times a layer; on an H200
+VM's host such a step is bound by the host (its kernels 1.6 of 16 ms, a view's dispatch
+1.7-3.5 µs there: results/README.md).
 """
 
 from __future__ import annotations
