@@ -235,8 +235,8 @@ class Attention(TokenMixer):
         slots = torch.arange(length, device=q.device)
         if q.shape[2] == 1:
             # one token: writing first only evicts the key that just left the window
-            k_cache.index_copy_(2, time % length, k.to(k_cache.dtype))
-            v_cache.index_copy_(2, time % length, v.to(v_cache.dtype))
+            k_cache.index_copy_(2, time % length, in_dtype(k, k_cache.dtype))
+            v_cache.index_copy_(2, time % length, in_dtype(v, v_cache.dtype))
             newest = time[-1]
             key_time = newest - (newest - slots) % length  # (W,) time held by each slot
             return self._attend(
@@ -245,13 +245,13 @@ class Attention(TokenMixer):
         # a chunk: attend over the ring as it was plus the new keys, then keep the last W
         before = time[0] - 1
         old_time = before - (before - slots) % length  # (W,)
-        keys = torch.cat((k_cache, k.to(k_cache.dtype)), dim=2)  # (B, Hkv, W+T, D)
-        values = torch.cat((v_cache, v.to(v_cache.dtype)), dim=2)
+        keys = torch.cat((k_cache, in_dtype(k, k_cache.dtype)), dim=2)  # (B, Hkv, W+T, D)
+        values = torch.cat((v_cache, in_dtype(v, v_cache.dtype)), dim=2)
         key_time = torch.cat((old_time, time))
         out = self._attend(q, keys, values, positions, time, key_time, _gather_valid(cache.key_valid, key_time))
         keep = time[-length:]
-        k_cache.index_copy_(2, keep % length, k[:, :, -length:].to(k_cache.dtype))
-        v_cache.index_copy_(2, keep % length, v[:, :, -length:].to(v_cache.dtype))
+        k_cache.index_copy_(2, keep % length, in_dtype(k[:, :, -length:], k_cache.dtype))
+        v_cache.index_copy_(2, keep % length, in_dtype(v[:, :, -length:], v_cache.dtype))
         return out
 
     def _append_and_attend(
