@@ -1,6 +1,7 @@
 """zoo.components.cpu_token_ops: the C++ RMS norm and rotary rotation equal the PyTorch
 expressions they replace, for one row and many, Llama's and Gemma's norm, partial and batched
-rotary tables; autograd, compiled graphs and the switch keep PyTorch's.
+rotary tables; autograd, compiled graphs and the switch keep PyTorch's. The greedy pick is
+``argmax`` exactly: ties, NaNs, infinities and signed zeros included.
 
 The rotation in half precision is exact (each product of two half-precision numbers is exact
 in float32, then rounded as PyTorch rounds it); in float32 it may differ by a fused
@@ -126,3 +127,60 @@ def test_a_fused_swiglu_ffn_takes_one_call_between_its_products_and_equals_the_u
     assert calls == [torch.Size((2, 3, 160))]  # unfused: PyTorch's expression
     fused(x)  # gradients on: PyTorch's expression
     assert len(calls) == 1
+
+
+def _logits_with_edges(dtype: torch.dtype, vocab: int, case: str) -> torch.Tensor:
+    """(4, vocab) logits: random, tied, with NaNs, with infinities, or all of one edge value."""
+    g = torch.Generator().manual_seed(vocab)
+    x = torch.randn(4, vocab, generator=g)
+    picks = lambda n: torch.randint(vocab, (n,), generator=g)
+    if case == "ties":
+        x = x.round()  # many equal maxima: the first wins
+    elif case == "nan":
+        x[0, picks(3)] = float("nan")  # the first NaN wins, whatever its sign
+        x[1, picks(2)] = -float("nan")
+    elif case == "inf":
+        x[:, picks(2)] = float("inf")
+        x[:, picks(2)] = -float("inf")
+    elif case == "all -inf":
+        x.fill_(-float("inf"))
+    elif case == "signed zeros":
+        x = torch.zeros(4, vocab)
+        x[:, vocab // 2 :] = -0.0  # -0 ties +0: the first of either wins
+        x[1] = -x[1]
+    elif case == "negative":
+        x = -x.abs() - 1
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("vocab", [1, 255, 256, 257, 1000, 49152])
+@pytest.mark.parametrize("case", ["random", "ties", "nan", "inf", "all -inf", "signed zeros", "negative"])
+def test_the_greedy_pick_is_argmax(dtype, vocab, case):
+    """Block boundaries (256), a vocabulary's size, and every value argmax orders its own way."""
+    logits = _logits_with_edges(dtype, vocab, case)
+    assert cpu_token_ops.greedy_applies(logits)
+    got = cpu_token_ops.greedy(logits)
+    assert got.dtype == torch.long and torch.equal(got, logits.argmax(-1))
+
+
+def test_the_greedy_pick_reads_strided_rows_and_keeps_leading_dims():
+    steps = torch.randn(3, 5, 700)  # (B, T, V): a prefill's logits
+    last = steps[:, -1]  # (B, V), rows 5 * 700 apart
+    assert torch.equal(cpu_token_ops.greedy(last), last.argmax(-1))
+    assert torch.equal(cpu_token_ops.greedy(steps), steps.argmax(-1))
+    assert not cpu_token_ops.greedy_applies(steps.transpose(1, 2))  # the vocabulary strided
+    assert not cpu_token_ops.greedy_applies(torch.zeros(2, 0))
+    assert not cpu_token_ops.greedy_applies(torch.zeros(2, 5, dtype=torch.float64))
+
+
+def test_sampling_takes_the_supplied_pick_on_the_cpu_and_pytorch_without_it(monkeypatch):
+    from zoo.model.sampling import greedy
+
+    logits = torch.randn(2, 3000).bfloat16()
+    calls = []
+    real = cpu_token_ops.greedy
+    monkeypatch.setattr(cpu_token_ops, "greedy", lambda x: calls.append(x.shape) or real(x))
+    assert torch.equal(greedy(logits), logits.argmax(-1)) and calls == [logits.shape]
+    monkeypatch.setattr(cpu_token_ops, "ENABLED", False)
+    assert torch.equal(greedy(logits), logits.argmax(-1)) and len(calls) == 1

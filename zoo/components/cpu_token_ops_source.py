@@ -1,10 +1,11 @@
-"""The C++ of a token's RMS norm, rotary rotation and SwiGLU on the CPU (``zoo/components/cpu_token_ops.py``).
+"""The C++ of a token's RMS norm, rotary rotation, SwiGLU and greedy pick (``zoo/components/cpu_token_ops.py``).
 
 Appended to the one-row products' source (``row_product_source.py``: its headers and
 ``widen1``), so that it is one more function of that extension and costs no build of its own.
-Both loops are over rows of the last dimension, in the tensor's own dtype, with the float32
-arithmetic and the roundings of the PyTorch expressions they replace (``norms.RMSNorm``,
-``rope.RopeRotation``), rows split over torch's threads where there are enough of them.
+The norm, rotation and SwiGLU loops are over rows of the last dimension, in the tensor's own
+dtype, with the float32 arithmetic and the roundings of the PyTorch expressions they replace
+(``norms.RMSNorm``, ``rope.RopeRotation``), rows split over torch's threads where there are
+enough of them; the greedy pick compares the logits' bits as ordered integers (``order_key``).
 """
 
 from __future__ import annotations
@@ -120,6 +121,81 @@ at::Tensor silu_and_mul(at::Tensor joint) {
       }
     });
   });
+  return out.view(shape);
+}
+
+// Greedy pick. A float's bits (read as a signed integer of its width) as an ordered integer key: ±0 one key,
+// every NaN above +inf (torch.argmax answers a row's first NaN), the rest ordered as the values. Integer keys
+// keep the NaN and infinity cases under this extension's -ffast-math, and the block maxima below vectorise.
+template <typename Key>
+static inline Key order_key(Key bits, Key inf_bits) {
+  constexpr int sign_shift = sizeof(Key) * 8 - 1;
+  constexpr Key magnitude_mask = std::numeric_limits<Key>::max();
+  const Key magnitude = bits & magnitude_mask;
+  Key key = bits ^ ((bits >> sign_shift) & magnitude_mask);  // negative values: larger magnitude, smaller key
+  key = magnitude == 0 ? Key(0) : key;
+  return magnitude > inf_bits ? magnitude_mask : key;
+}
+
+// Logits a thread's share of rows holds at least: a smaller share is less work than a thread's wake-up.
+static constexpr int64_t PICK_GRAIN_LOGITS = 1 << 16;
+// Logits per block maximum: the first block that holds the row's maximum is the one scanned.
+static constexpr int64_t PICK_BLOCK = 256;
+
+// Each row's first index of its largest key: block maxima first (vectorised), then a scan of the first block
+// that reaches the row's maximum.
+template <typename Key>
+static void pick_rows(const Key* x, int64_t rows, int64_t n, int64_t stride, Key inf_bits, int64_t* out) {
+  const int64_t grain = std::max<int64_t>(1, PICK_GRAIN_LOGITS / n);
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const Key* row = x + r * stride;
+      Key best = std::numeric_limits<Key>::min();
+      int64_t best_block = 0;
+      for (int64_t start = 0; start < n; start += PICK_BLOCK) {
+        const int64_t stop = std::min(n, start + PICK_BLOCK);
+        Key block_max = std::numeric_limits<Key>::min();
+#pragma omp simd reduction(max : block_max)
+        for (int64_t i = start; i < stop; ++i) {
+          const Key key = order_key(row[i], inf_bits);
+          block_max = block_max > key ? block_max : key;
+        }
+        if (block_max > best || start == 0) {
+          best = block_max;
+          best_block = start;
+        }
+      }
+      int64_t index = best_block;
+      while (order_key(row[index], inf_bits) != best) ++index;
+      out[r] = index;
+    }
+  });
+}
+
+// logits (..., V) with rows of V contiguous -> (...) int64: torch.argmax(logits, -1), the greedy token.
+at::Tensor greedy(at::Tensor logits) {
+  TORCH_CHECK(logits.dim() >= 1 && logits.size(-1) > 0 && logits.stride(-1) == 1, "greedy: rows of logits");
+  const int64_t V = logits.size(-1);
+  auto rows = logits.reshape({-1, V});  // a view wherever the leading dimensions collapse
+  auto shape = logits.sizes().vec();
+  shape.pop_back();
+  auto out = at::empty({rows.size(0)}, logits.options().dtype(at::kLong));
+  const int64_t stride = rows.size(0) > 1 ? rows.stride(0) : V;
+  const void* data = rows.data_ptr();
+  int64_t* picked = out.data_ptr<int64_t>();
+  switch (logits.scalar_type()) {
+    case at::kFloat:
+      pick_rows<int32_t>(static_cast<const int32_t*>(data), rows.size(0), V, stride, 0x7f800000, picked);
+      break;
+    case at::kBFloat16:
+      pick_rows<int16_t>(static_cast<const int16_t*>(data), rows.size(0), V, stride, 0x7f80, picked);
+      break;
+    case at::kHalf:
+      pick_rows<int16_t>(static_cast<const int16_t*>(data), rows.size(0), V, stride, 0x7c00, picked);
+      break;
+    default:
+      TORCH_CHECK(false, "greedy: logits in float32, bfloat16 or float16, got ", logits.scalar_type());
+  }
   return out.view(shape);
 }
 """

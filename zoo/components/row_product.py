@@ -105,6 +105,11 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
             lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (B, H, T, D)
         ),
+        CppFunction(
+            "greedy",
+            "(Tensor logits) -> Tensor",
+            lambda logits, **_: logits.new_empty(logits.shape[:-1], dtype=torch.long),  # (...)
+        ),
     ],
 )
 

@@ -54,6 +54,7 @@ SOURCE = r"""
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 #if defined(__AVX2__)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from zoo.errors import GenerationError
+from zoo.specs import host_functions
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,15 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """The index of the largest logit (..., V) -> (...), the first where several tie (as
-    ``argmax``). In half precision through ``max``: ATen's CPU argmax does not vectorise them,
-    and a bfloat16 row of 49,152 (151,936) logits took 180 (559) µs against max's 84 (134), a
-    step's tenth of SmolLM2-135M's int4 decode; in float32 argmax is as fast or faster."""
+    ``argmax``). On the CPU one C++ call where a component supplies it (``host_functions``:
+    ``zoo.components.cpu_token_ops.greedy``): ATen's CPU argmax does not vectorise, and a
+    151,936-logit row (qwen3's vocabulary) took 150-175 µs of a decode step against the loop's
+    16-24. Elsewhere, in half precision through ``max``, which a CPU without the extension
+    also vectorises better (a bfloat16 row of 49,152 logits: 84 µs against argmax's 180); in
+    float32 ``argmax``."""
+    picked = host_functions.greedy(logits)
+    if picked is not None:
+        return picked
     if logits.dtype in (torch.bfloat16, torch.float16):
         return logits.max(dim=-1).indices
     return logits.argmax(dim=-1)
