@@ -227,7 +227,7 @@ class Attention(TokenMixer):
             # eager: only the slots written so far (this chunk's are the last of them), a new
             # key length every call, so no kernel that builds a plan per shape
             n = cache.filled
-            key_time = torch.arange(n, device=q.device)
+            key_time = positions.memo(("key_time", n, q.device), lambda: torch.arange(n, device=q.device))  # (n,)
             key_valid = None if key_valid is None else key_valid[:, :n]
             with varying_shape_kernels(q.device):
                 return self._attend(q, k_cache[:, :, :n], v_cache[:, :, :n], positions, time, key_time, key_valid, True)
