@@ -251,8 +251,8 @@ def test_a_cached_step_builds_the_biased_mask_once_for_every_layer(monkeypatch: 
     model = zoo.build(spec, seed=0).eval()
     source, target = torch.randint(97, (1, 5)), torch.randint(97, (1, 4))
     calls = []
-    original = RelativeBuckets.score_bias
-    monkeypatch.setattr(RelativeBuckets, "score_bias", lambda self, *a: calls.append(1) or original(self, *a))
+    original = RelativeBuckets.last_query_bias
+    monkeypatch.setattr(RelativeBuckets, "last_query_bias", lambda self, *a: calls.append(1) or original(self, *a))
     with torch.no_grad():
         memory = model.encode(source)
         full = model(target, memory=memory)  # (1, T, V)
@@ -271,3 +271,29 @@ def test_the_lookup_equals_the_formula_past_max_distance_and_on_meta(bidirection
     expected = relative_position_bucket(relative, bidirectional, 16, 40)
     assert torch.equal(table._bucket(relative), expected)
     assert table._bucket(relative.to("meta")).shape == relative.shape  # a table per device
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_decode_steps_bias_from_the_kept_table_is_score_bias(bidirectional: bool, dtype: torch.dtype) -> None:
+    """Steps past the table's first length and past max_distance, a weight changed in place
+    (through ``.data`` too, which no version counter sees), and autograd (score_bias itself)."""
+    table = RelativeBuckets(4, 16, 40, bidirectional=bidirectional)
+
+    def expected(n_keys: int) -> torch.Tensor:
+        keys = torch.arange(n_keys)[None]  # (1, S)
+        return table.score_bias(keys[:, -1:], keys, 4).to(dtype)  # (1, H, 1, S)
+
+    with torch.no_grad():
+        for n_keys in (1, 7, 256, 300, 1000):
+            got = table.last_query_bias(n_keys, 4, dtype, torch.device("cpu"))
+            assert got.is_contiguous() and torch.equal(got, expected(n_keys))
+        table.weight.mul_(3.0)
+        assert torch.equal(table.last_query_bias(50, 4, dtype, torch.device("cpu")), expected(50))
+        table.weight.data.add_(1.0)
+        assert torch.equal(table.last_query_bias(50, 4, dtype, torch.device("cpu")), expected(50))
+    bias = table.last_query_bias(20, 4, torch.float32, torch.device("cpu"))
+    bias.sum().backward()
+    assert table.weight.grad is not None and table.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="4 heads"):
+        table.last_query_bias(20, 8, dtype, torch.device("cpu"))

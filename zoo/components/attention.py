@@ -337,11 +337,11 @@ class Attention(TokenMixer):
     ) -> torch.Tensor | None:
         """The score bias with -inf at hidden keys (B|1, H, T, S) in ``dtype``; None without a bias.
         The queries are the last T keys: one, without a window, hides none (a T5 step's mask ops)."""
+        if query_time.shape[0] == 1 and self.window is None:  # laid out once for every layer
+            return positions.positional.last_query_bias(key_time.shape[0], self.n_heads, dtype, key_time.device)
         bias = self._score_bias(positions, query_time, key_time)
         if bias is None:
             return None
-        if query_time.shape[0] == 1 and self.window is None:
-            return bias.to(dtype).contiguous()  # laid out once for every layer
         mask = visible_keys(query_time, key_time, self.window, None, self.causal)  # (B|1, 1, T, S)
         return bias.to(dtype).masked_fill(~mask, float("-inf"))
 

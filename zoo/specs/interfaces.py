@@ -165,6 +165,17 @@ class Positional(Part):
         """An additive bias on attention scores (ALiBi), or None."""
         return None
 
+    def last_query_bias(
+        self, n_keys: int, n_heads: int, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor | None:
+        """``score_bias`` of one query at time ``n_keys - 1`` over keys at times 0..n_keys-1,
+        (1, H, 1, S) contiguous in ``dtype``, or None without a bias: a cached decode step's,
+        which all its layers share. Made through ``score_bias`` here; an encoding whose bias
+        depends on the distance alone may keep a table across steps (T5's relative buckets)."""
+        keys = torch.arange(n_keys, device=device)  # (S,)
+        bias = self.score_bias(keys[-1:][None], keys[None], n_heads)  # (1, H, 1, S) | None
+        return None if bias is None else bias.to(dtype).contiguous()
+
     def init_buffers(self) -> None:
         """Recompute non-persistent buffers after the module left the meta device."""
 
