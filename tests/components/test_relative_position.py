@@ -286,14 +286,14 @@ def test_a_decode_steps_bias_from_the_kept_table_is_score_bias(bidirectional: bo
 
     with torch.no_grad():
         for n_keys in (1, 7, 256, 300, 1000):
-            got = table.last_query_bias(n_keys, 4, dtype, torch.device("cpu"))
+            got = table.last_query_bias(torch.arange(n_keys), 4, dtype)
             assert got.is_contiguous() and torch.equal(got, expected(n_keys))
         table.weight.mul_(3.0)
-        assert torch.equal(table.last_query_bias(50, 4, dtype, torch.device("cpu")), expected(50))
+        assert torch.equal(table.last_query_bias(torch.arange(50), 4, dtype), expected(50))
         table.weight.data.add_(1.0)
-        assert torch.equal(table.last_query_bias(50, 4, dtype, torch.device("cpu")), expected(50))
-    bias = table.last_query_bias(20, 4, torch.float32, torch.device("cpu"))
+        assert torch.equal(table.last_query_bias(torch.arange(50), 4, dtype), expected(50))
+    bias = table.last_query_bias(torch.arange(20), 4, torch.float32)
     bias.sum().backward()
     assert table.weight.grad is not None and table.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="4 heads"):
-        table.last_query_bias(20, 8, dtype, torch.device("cpu"))
+        table.last_query_bias(torch.arange(20), 8, dtype)

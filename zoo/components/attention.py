@@ -338,7 +338,7 @@ class Attention(TokenMixer):
         """The score bias with -inf at hidden keys (B|1, H, T, S) in ``dtype``; None without a bias.
         The queries are the last T keys: one, without a window, hides none (a T5 step's mask ops)."""
         if query_time.shape[0] == 1 and self.window is None:  # laid out once for every layer
-            return positions.positional.last_query_bias(key_time.shape[0], self.n_heads, dtype, key_time.device)
+            return positions.positional.last_query_bias(key_time, self.n_heads, dtype)
         bias = self._score_bias(positions, query_time, key_time)
         if bias is None:
             return None

@@ -77,8 +77,8 @@ class RelativeBuckets(Positional):
         self.bidirectional = bidirectional
         self.weight = nn.Parameter(torch.empty(num_buckets, n_heads))
         self._buckets: dict[torch.device, torch.Tensor] = {}  # per device: bucket of -M..M (not state)
-        # per (dtype, device): the weight it was made from and the bias (H, L) of distances -(L-1)..0
-        self._by_distance: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        # per dtype, on the CPU: the weight it was made from and the bias (H, L) of distances -(L-1)..0
+        self._by_distance: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self.reset_parameters()
 
     @classmethod
@@ -98,29 +98,25 @@ class RelativeBuckets(Positional):
         relative = key_positions[:, None, :] - query_positions[:, :, None]  # (B, T, S)
         return F.embedding(self._bucket(relative), self.weight).permute(0, 3, 1, 2)  # (B, H, T, S)
 
-    def last_query_bias(
-        self, n_keys: int, n_heads: int, dtype: torch.dtype, device: torch.device
-    ) -> torch.Tensor | None:
+    def last_query_bias(self, key_times: torch.Tensor, n_heads: int, dtype: torch.dtype) -> torch.Tensor | None:
         """A cached decode step's bias (1, H, 1, S): a slice of a table of every distance kept
         across steps, one copy where ``score_bias`` makes eight operator calls (the mask of a
-        4-layer t5-small bfloat16 step: 115 -> 54 µs, about 1.5% of the step). The table is remade when it is too short or the
-        weight it was made from changed (compared whole: 32 x H values, a read the host makes,
-        so on the CPU only: on a GPU it would synchronise every step); autograd, compiled
-        graphs and fake tensors take ``score_bias``."""
+        4-layer t5-small bfloat16 step: 115 -> 54 µs, about 1.5% of the step). The table is
+        remade when it is too short or the weight it was made from changed (compared whole: 32
+        x H values, a read the host makes, so on the CPU only: on a GPU it would synchronise
+        every step); autograd, compiled graphs and fake tensors take ``score_bias``."""
         if n_heads != self.n_heads:
             raise ValueError(f"relative position table has {self.n_heads} heads, attention asked for {n_heads}")
-        weight = self.weight
-        kept = device.type == "cpu" and type(weight.data) is torch.Tensor and weight.device == device
+        weight, n_keys, device = self.weight, key_times.shape[0], key_times.device
+        kept = type(key_times) is torch.Tensor and device.type == "cpu" and weight.device == device
         if not kept or torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return super().last_query_bias(n_keys, n_heads, dtype, device)
-        made = self._by_distance.get((dtype, device))
+            return super().last_query_bias(key_times, n_heads, dtype)
+        made = self._by_distance.get(dtype)
         if made is None or made[1].shape[1] < n_keys or not torch.equal(made[0], weight):
             length = max(n_keys, 2 * made[1].shape[1] if made is not None else 256)
             distances = torch.arange(1 - length, 1, device=device)  # (L,): keys -(L-1)..0 from the query
-            if type(distances) is not torch.Tensor:  # a fake tensor mode: nothing to keep
-                return super().last_query_bias(n_keys, n_heads, dtype, device)
             table = F.embedding(self._bucket(distances), weight).T.to(dtype).contiguous()  # (H, L)
-            made = self._by_distance[(dtype, device)] = (weight.detach().clone(), table)
+            made = self._by_distance[dtype] = (weight.detach().clone(), table)
         table = made[1]
         return table[None, :, None, table.shape[1] - n_keys :].contiguous()  # (1, H, 1, S)
 

@@ -165,15 +165,13 @@ class Positional(Part):
         """An additive bias on attention scores (ALiBi), or None."""
         return None
 
-    def last_query_bias(
-        self, n_keys: int, n_heads: int, dtype: torch.dtype, device: torch.device
-    ) -> torch.Tensor | None:
-        """``score_bias`` of one query at time ``n_keys - 1`` over keys at times 0..n_keys-1,
-        (1, H, 1, S) contiguous in ``dtype``, or None without a bias: a cached decode step's,
-        which all its layers share. Made through ``score_bias`` here; an encoding whose bias
-        depends on the distance alone may keep a table across steps (T5's relative buckets)."""
-        keys = torch.arange(n_keys, device=device)  # (S,)
-        bias = self.score_bias(keys[-1:][None], keys[None], n_heads)  # (1, H, 1, S) | None
+    def last_query_bias(self, key_times: torch.Tensor, n_heads: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """``score_bias`` of one query at the last of ``key_times`` (S,), which are 0..S-1, over
+        all of them: (1, H, 1, S) contiguous in ``dtype``, or None without a bias; a cached
+        decode step's, which all its layers share. Made through ``score_bias`` here; an
+        encoding whose bias depends on the distance alone may keep a table across steps (T5's
+        relative buckets)."""
+        bias = self.score_bias(key_times[-1:][None], key_times[None], n_heads)  # (1, H, 1, S) | None
         return None if bias is None else bias.to(dtype).contiguous()
 
     def init_buffers(self) -> None:
