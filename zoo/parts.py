@@ -1,6 +1,7 @@
 """The plugin-facing API: what out-of-tree parts import and subclass.
 
-The slot bases and the types they share (``zoo.specs.interfaces``, which defines them) and a
+The slot bases and the types they share (``zoo.specs.interfaces``, which defines them; the
+attention masks' ``visible_keys`` and ``causal_keys_seen``: ``zoo.specs.visibility``) and a
 few reusable concrete parts; ``Kernel``, ``KernelChoice``, ``cpu_extension``, ``CppExtension``,
 ``CppFunction``, ``step_ready`` and ``CPP_FLOATS`` (C++: a kernel's inputs in the model's dtype
 read as float32) give a plugin's mixer fast implementations beside its
@@ -35,11 +36,10 @@ from zoo.specs.interfaces import (
     Positions,
     Rotation,
     TokenMixer,
-    causal_keys_seen,
-    visible_keys,
 )
 from zoo.specs.options import Options
 from zoo.specs.state import NO_STATE, BlockState, HoldsState, LayerState, Memory, StatePer, StateTensor
+from zoo.specs.visibility import causal_keys_seen, visible_keys
 
 __all__ = [
     "ACTIVATIONS",

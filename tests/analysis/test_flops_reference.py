@@ -20,7 +20,7 @@ from zoo.components.kernels import preferring
 from zoo.harness.phases.decode import Decode
 from zoo.harness.run_config import make_config
 from zoo.model.build import as_spec, build
-from zoo.specs.interfaces import visible_keys
+from zoo.specs.visibility import visible_keys
 
 MAMBA2 = {
     "name": "tiny-mamba2",

@@ -2,7 +2,7 @@ import torch
 
 import zoo
 from tests.conftest import TINY_VOCAB, tiny_spec
-from zoo.specs.interfaces import visible_keys as visible
+from zoo.specs.visibility import visible_keys as visible
 
 
 def test_window_mask_sees_exactly_window_keys():

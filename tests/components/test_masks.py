@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from zoo.specs.interfaces import visible_keys as visible
+from zoo.specs.visibility import visible_keys as visible
 
 
 def test_bidirectional_sees_every_filled_key() -> None:

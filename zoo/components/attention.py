@@ -23,9 +23,10 @@ from zoo.components.fused import QKV, project
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, causal_keys_seen, visible_keys
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
 from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
+from zoo.specs.visibility import causal_keys_seen, visible_keys
 
 
 class AttentionOptions(Options):

@@ -25,9 +25,10 @@ from zoo.components.disentangled_position import DisentangledPositions
 from zoo.components.linear import Linear
 from zoo.errors import GenerationError, SpecError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, visible_keys
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
 from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
+from zoo.specs.visibility import visible_keys
 
 PositionTerm = Literal["c2p", "p2c"]
 
