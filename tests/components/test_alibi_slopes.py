@@ -1,5 +1,6 @@
 """zoo's ALiBi slopes equal BLOOM's and MPT's, as transformers computes them, for every
-head count from 1 to 40 (powers of two and the extended series in between)."""
+head count from 1 to 40 (powers of two and the extended series in between); a model keeps
+them per device."""
 
 from __future__ import annotations
 
@@ -25,3 +26,23 @@ def test_slopes_match_mpt(heads: int) -> None:
     torch.testing.assert_close(
         torch.tensor(alibi_slopes(heads), dtype=torch.float32), -bias[:, 0, 0], rtol=1e-6, atol=0
     )
+
+
+def test_the_slopes_are_made_once_per_device_and_fake_tensors_get_their_own():
+    """A decode step's bias reads slopes kept on the device (made from a list every step they
+    were a blocking host-to-device copy on a GPU); a fake tensor mode's are not kept."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from zoo.components.positional import Alibi
+
+    alibi = Alibi(8.0)
+    times = torch.arange(6)[None]  # (1, S)
+    expected = torch.tensor(alibi_slopes(4))[None, :, None, None] * (times[:, None, :] - times[:, :, None])[:, None]
+    assert torch.equal(alibi.score_bias(times, times, 4), expected)  # (1, H, T, S)
+    kept = alibi._slopes[(4, torch.device("cpu"))]
+    assert torch.equal(alibi.score_bias(times[:, -1:], times, 4), expected[:, :, -1:])
+    assert alibi._slopes[(4, torch.device("cpu"))] is kept and len(alibi._slopes) == 1
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(times)
+        assert alibi.score_bias(fake, fake, 8).shape == (1, 8, 6, 6)
+    assert len(alibi._slopes) == 1

@@ -22,7 +22,7 @@ from zoo.components.kernels import preferring
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
-FAMILIES = ["llama-3.2-1b", "qwen3-0.6b", "gpt-oss-20b", "qwen3-30b-a3b", "gemma-3-270m", "gpt2"]
+FAMILIES = ["llama-3.2-1b", "qwen3-0.6b", "gpt-oss-20b", "qwen3-30b-a3b", "gemma-3-270m", "gpt2", "mpt-7b"]
 CONVERSIONS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
 
 
@@ -64,7 +64,7 @@ def test_the_guard_catches_the_padding_checks():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("name", ["llama-3.2-1b", "qwen3-30b-a3b", "mpt-7b"])
 def test_cuda_prefill_and_decode_do_not_synchronize(name):
     model = zoo.build(tiny_spec(name), dtype="bfloat16", device="cuda", seed=0).eval()
     cache = KVCache(model, 1, 16)

@@ -147,11 +147,24 @@ class Alibi(StackPositional):
     def __init__(self, max_bias: float) -> None:
         super().__init__()
         self.max_bias = max_bias
+        self._slopes: dict[tuple[int, torch.device], torch.Tensor] = {}  # per head count and device (not state)
 
     def score_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor, n_heads: int) -> torch.Tensor:
-        slopes = torch.tensor(alibi_slopes(n_heads, self.max_bias), device=query_positions.device)  # (H,)
+        slopes = self._slopes_on(n_heads, query_positions)  # (H,)
         distance = key_positions[:, None, :] - query_positions[:, :, None]  # (B, T, S)
         return slopes[None, :, None, None] * distance[:, None].float()  # (B, H, T, S)
+
+    def _slopes_on(self, n_heads: int, like: torch.Tensor) -> torch.Tensor:
+        """The slopes (H,) on ``like``'s device, made once: made from a Python list every step,
+        they were a blocking host-to-device copy of every CUDA decode step (a copy from pageable
+        memory waits for the stream). Traced graphs and fake tensors get a fresh tensor (a kept
+        one would outlive its mode)."""
+        if torch.compiler.is_compiling() or type(like) is not torch.Tensor:
+            return torch.tensor(alibi_slopes(n_heads, self.max_bias), device=like.device)
+        key = (n_heads, like.device)
+        if key not in self._slopes:
+            self._slopes[key] = torch.tensor(alibi_slopes(n_heads, self.max_bias), device=like.device)
+        return self._slopes[key]
 
 
 def _attention_geometry(ctx: BuildContext) -> int:
