@@ -228,7 +228,7 @@ class Attention(TokenMixer):
             # eager: only the slots written so far (this chunk's are the last of them), a new
             # key length every call, so no kernel that builds a plan per shape
             n = cache.filled
-            key_time = positions.memo(("key_time", n, q.device), lambda: torch.arange(n, device=q.device))  # (n,)
+            key_time = positions.key_times(n, q.device)  # (n,)
             key_valid = None if key_valid is None else key_valid[:, :n]
             with varying_shape_kernels(q.device):
                 return self._attend(q, k_cache[:, :, :n], v_cache[:, :, :n], positions, time, key_time, key_valid, True)
@@ -285,7 +285,7 @@ class Attention(TokenMixer):
         None without a score bias: of the sizes alone, so a forward's layers share one (memo)."""
         T = query_time.shape[0]
         key = ("queries_last", id(positions.positional), self.n_heads, self.causal, T, keys, dtype)
-        key_time = lambda: torch.arange(keys, device=query_time.device)  # (S,)
+        key_time = lambda: positions.key_times(keys, query_time.device)  # (S,)
         return positions.memo(key, lambda: self._biased_mask(positions, query_time, key_time(), dtype))
 
     def _attend(

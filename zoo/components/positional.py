@@ -159,12 +159,13 @@ class Alibi(StackPositional):
         they were a blocking host-to-device copy of every CUDA decode step (a copy from pageable
         memory waits for the stream). Traced graphs and fake tensors get a fresh tensor (a kept
         one would outlive its mode)."""
-        if torch.compiler.is_compiling() or type(like) is not torch.Tensor:
-            return torch.tensor(alibi_slopes(n_heads, self.max_bias), device=like.device)
-        key = (n_heads, like.device)
-        if key not in self._slopes:
-            self._slopes[key] = torch.tensor(alibi_slopes(n_heads, self.max_bias), device=like.device)
-        return self._slopes[key]
+        key, kept = (n_heads, like.device), not torch.compiler.is_compiling() and type(like) is torch.Tensor
+        if kept and key in self._slopes:
+            return self._slopes[key]
+        slopes = torch.tensor(alibi_slopes(n_heads, self.max_bias), device=like.device)  # (H,)
+        if kept:
+            self._slopes[key] = slopes
+        return slopes
 
 
 def _attention_geometry(ctx: BuildContext) -> int:

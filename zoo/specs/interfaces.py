@@ -121,6 +121,10 @@ class Positions:
             self._memo[key] = make()
         return self._memo[key]
 
+    def key_times(self, n: int, device: torch.device) -> torch.Tensor:
+        """Times 0..n-1 (n,) of a cached call's keys, made once per forward for every layer."""
+        return self.memo(("key_times", n, device), lambda: torch.arange(n, device=device))
+
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.rotation is None:
             return q, k
