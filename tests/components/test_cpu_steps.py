@@ -30,9 +30,16 @@ MIXERS = {  # case -> (family, positional, attention options)
         NONE,
         {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 6, "chunk_size": 4},
     ),
+    "gated_deltanet-wide": (  # 45 value columns: one chunk of 32, one of 8 and five single columns
+        "gated_deltanet",
+        NONE,
+        {"kind": "gated_deltanet", "n_k_heads": 1, "n_v_heads": 2, "head_k_dim": 12, "head_v_dim": 45},
+    ),
     "linear": ("linear", ROPE, {"kind": "linear", "n_heads": 4, "head_dim": 8}),
+    "linear-wide": ("linear", ROPE, {"kind": "linear", "n_heads": 2, "head_dim": 45}),
     "infini-delta": ("infini", ROPE, {"kind": "infini", "n_heads": 4, "segment": 4, "update": "delta"}),
     "infini-linear": ("infini", {"kind": "learned"}, {"kind": "infini", "n_heads": 2, "segment": 5}),
+    "infini-wide": ("infini", ROPE, {"kind": "infini", "n_heads": 1, "head_dim": 46, "segment": 4, "update": "delta"}),
 }
 
 

@@ -14,6 +14,9 @@ dot product, so the window is read and written once in the same cache lines, wit
 concatenation of the whole window as the reference's ``torch.cat`` + ``copy_`` does.
 """
 
+from zoo.components.cpu_columns_source import COLUMNS
+from zoo.components.cpu_infini_source import INFINI
+
 # A step kernel's inputs as float32 and its result back in the model's dtype, shared with plugins
 # (``zoo.parts.CPP_FLOATS``; after <ATen/ATen.h> and <vector>).
 FLOATS = r"""
@@ -78,20 +81,30 @@ static inline float feature(float x) { return x > 0.f ? x + 1.f : std::exp(x); }
 # The convolution window of a one-token step, shared with Mamba-1's step (cpu_mamba_step.py).
 CONV_ROW = r"""
 // One row: window (C, K) <- [window[1:], x]; out = SiLU(sum_j w_j window_j + bias). The window is float32
-// or the model's dtype, whose values x (the projection's output, widened) holds exactly.
-template <typename W>
-static void conv_row(const float* x, const float* w, const float* bias, W* win, float* out, int64_t C, int64_t K) {
+// or the model's dtype, whose values x (the projection's output, widened) holds exactly. With the width a
+// constant (KF, 4 in every checkpoint zoo loads) GCC vectorises over the channels; with K read at run time
+// (KF = 0) each channel's taps are a scalar loop.
+template <int64_t KF, typename W>
+static void conv_taps(const float* __restrict x, const float* __restrict w, const float* __restrict bias,
+                      W* __restrict win, float* __restrict out, int64_t C, int64_t width) {
+  const int64_t K = KF ? KF : width;
   for (int64_t c = 0; c < C; ++c) {
     W* wc = win + c * K;
     const float* kc = w + c * K;
     float acc = bias ? bias[c] : 0.f;
     for (int64_t j = 0; j + 1 < K; ++j) {
-      wc[j] = wc[j + 1];
-      acc += kc[j] * static_cast<float>(wc[j]);
+      const W older = wc[j + 1];
+      wc[j] = older;
+      acc += kc[j] * static_cast<float>(older);
     }
     wc[K - 1] = static_cast<W>(x[c]);
     out[c] = acc + kc[K - 1] * x[c];
   }
+}
+template <typename W>
+static void conv_row(const float* x, const float* w, const float* bias, W* win, float* out, int64_t C, int64_t K) {
+  if (K == 4) conv_taps<4>(x, w, bias, win, out, C, K);
+  else conv_taps<0>(x, w, bias, win, out, C, K);
   for (int64_t c = 0; c < C; ++c) out[c] = silu(out[c]);  // its own loop: vectorised, exponentials included
 }
 
@@ -110,6 +123,7 @@ static void conv_window_row(const float* x, const float* w, const float* bias, a
 
 SOURCE = (
     PRELUDE
+    + COLUMNS
     + FLOATS
     + CONV_ROW
     + r"""
@@ -161,6 +175,28 @@ at::Tensor mamba2_step(at::Tensor proj, at::Tensor conv_w, at::Tensor conv_b, at
   return narrowed(y, proj.scalar_type());  // in the model's dtype, for the output projection
 }
 
+// One Gated DeltaNet head's step over the columns [j, j + U W) of its state S (dk, dv), in place: S <- S decay +
+// k delta^T with delta = (v - k^T (S decay)) beta, then o = q^T S. Two sweeps over the rows: the first only reads,
+// the second writes each value once; the chunk's sums stay in registers (cpu_columns_source).
+template <typename C>
+static inline void delta_columns(float* S, const float* k, const float* q, const float* v, float decay, float beta,
+                                 float* o, int64_t dk, int64_t dv, int64_t j) {
+  using V = typename C::V;
+  constexpr int U = C::U;
+  V seen[U] = {}, delta[U], out[U] = {};
+  for (int64_t i = 0; i < dk; ++i)
+    for (int u = 0; u < U; ++u) seen[u] += k[i] * (load<V>(S + i * dv + j + u * C::W) * decay);
+  for (int u = 0; u < U; ++u) delta[u] = (load<V>(v + j + u * C::W) - seen[u]) * beta;
+  for (int64_t i = 0; i < dk; ++i)
+    for (int u = 0; u < U; ++u) {
+      float* p = S + i * dv + j + u * C::W;
+      const V s = load<V>(p) * decay + k[i] * delta[u];
+      store(p, s);
+      out[u] += q[i] * s;
+    }
+  for (int u = 0; u < U; ++u) store(o + j + u * C::W, out[u]);
+}
+
 // Gated DeltaNet: the projections in the checkpoint's grouped layout, qkvz (B, Hk (2 dk + 2 r dv)) with
 // per key head [q, k, its r value heads' v, their z] and ba (B, Hk 2 r) with per key head [b (r), a (r)] ->
 // RMS-normed, SiLU(z)-gated output (B, Hv dv); state (B, Hv, dk, dv), r = Hv / Hk.
@@ -195,7 +231,6 @@ at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tenso
     }
   }
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> delta(dv);
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H, kh = h / per;
       const float *q = ap + b * C + kh * dk, *k = ap + b * C + key + kh * dk, *v = ap + b * C + 2 * key + h * dv;
@@ -204,21 +239,9 @@ at::Tensor gdn_step(at::Tensor qkvz, at::Tensor ba, at::Tensor conv_w, at::Tenso
       const float decay = std::exp(-std::exp(al[h]) * softplus(gates[per + h % per] + db[h]));
       float* S = sp + (b * H + h) * dk * dv;
       float* o = op + (b * H + h) * dv;
-      for (int64_t j = 0; j < dv; ++j) delta[j] = 0.f;
-      for (int64_t i = 0; i < dk; ++i)
-        for (int64_t j = 0; j < dv; ++j) {
-          S[i * dv + j] *= decay;
-          delta[j] += k[i] * S[i * dv + j];
-        }
-      for (int64_t j = 0; j < dv; ++j) {
-        delta[j] = (v[j] - delta[j]) * beta;
-        o[j] = 0.f;
-      }
-      for (int64_t i = 0; i < dk; ++i)
-        for (int64_t j = 0; j < dv; ++j) {
-          S[i * dv + j] += k[i] * delta[j];
-          o[j] += q[i] * S[i * dv + j];
-        }
+      by_columns(dv, [&](int64_t j, auto cols) {
+        delta_columns<decltype(cols)>(S, k, q, v, decay, beta, o, dk, dv, j);
+      });
       float ms = 0.f;
       for (int64_t j = 0; j < dv; ++j) ms += o[j] * o[j];
       const float scale = 1.f / std::sqrt(ms / dv + (float)eps);
@@ -238,152 +261,33 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
   const float *qp = qf.p, *kp = kf.p, *vp = vf.p;
   float *sp = kv.data_ptr<float>(), *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> fk(D), fq(D);
     for (int64_t job = begin; job < end; ++job) {
       const float *qh = qp + job * D, *kh = kp + job * D, *vh = vp + job * E;
       float *S = sp + job * D * E, *zh = zp + job * D, *o = yp + job * E;
       float den = 0.f;
-      for (int64_t j = 0; j < E; ++j) o[j] = 0.f;
       for (int64_t i = 0; i < D; ++i) {
-        const float fk = feature(kh[i]), fq = feature(qh[i]);
-        zh[i] += fk;
-        den += fq * zh[i];
-        for (int64_t j = 0; j < E; ++j) {
-          S[i * E + j] += fk * vh[j];
-          o[j] += fq * S[i * E + j];
-        }
+        fk[i] = feature(kh[i]), fq[i] = feature(qh[i]);
+        zh[i] += fk[i];
+        den += fq[i] * zh[i];
       }
-      for (int64_t j = 0; j < E; ++j) o[j] /= den + (float)eps;
+      by_columns(E, [&](int64_t j, auto cols) {  // S += phi(k) v^T, o = phi(q) S: one sweep, sums in registers
+        using C = decltype(cols);
+        typename C::V value[C::U], out[C::U] = {};
+        for (int u = 0; u < C::U; ++u) value[u] = load<typename C::V>(vh + j + u * C::W);
+        for (int64_t i = 0; i < D; ++i)
+          for (int u = 0; u < C::U; ++u) {
+            float* p = S + i * E + j + u * C::W;
+            const auto s = load<typename C::V>(p) + fk[i] * value[u];
+            store(p, s);
+            out[u] += fq[i] * s;
+          }
+        for (int u = 0; u < C::U; ++u) store(o + j + u * C::W, out[u] / (den + (float)eps));
+      });
     }
   });
   return narrowed(y, q.scalar_type());  // in the model's dtype, for the output projection
 }
-static inline int64_t floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// sigma(q) M / (sigma(q) z + eps) for one head: q (D) raw, M (D, D), z (D) -> out (D).
-static void memory_read(const float* q, const float* M, const float* z, float* out, int64_t D, float eps) {
-  float den = 0.f;
-  for (int64_t j = 0; j < D; ++j) out[j] = 0.f;
-  for (int64_t i = 0; i < D; ++i) {
-    const float f = feature(q[i]);
-    den += f * z[i];
-    for (int64_t j = 0; j < D; ++j) out[j] += f * M[i * D + j];
-  }
-  for (int64_t j = 0; j < D; ++j) out[j] /= den + eps;
-}
-
-// Infini-attention at cache slot t0 = time[0] (int64): q, k, v (B, H, D); ring_k, ring_v (B, H, R, D)
-// (slot = time mod R); mem (B, H, D, D), z (B, H, D); key_valid (B, max_len) bool or empty. Returns
-// sigmoid(gate) * memory read + (1 - sigmoid(gate)) * local softmax (B, H, D); writes the token into the
-// ring and, when it ends a segment, the segment (linear or delta rule) into mem and z, after the read.
-// A ring row in float32: the row itself, or widened into buf.
-static inline const float* widen_row(const float* row, float*, int64_t) { return row; }
-template <typename RT>
-static inline const float* widen_row(const RT* row, float* buf, int64_t D) {
-  for (int64_t i = 0; i < D; ++i) buf[i] = static_cast<float>(row[i]);
-  return buf;
-}
-
-// The ring is float32 or the model's dtype (whose values k and v, widened, hold exactly): its rows are read
-// into float32 and the token written back in the ring's dtype.
-template <typename RT>
-static void infini_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, RT* rk, RT* rv,
-                        at::Tensor& mem, at::Tensor& z, at::Tensor& gate, at::Tensor& key_valid,
-                        int64_t t0, int64_t R, int64_t S, bool delta, double eps, at::Tensor& y) {
-  const int64_t batch = q.size(0), H = q.size(1), D = q.size(2);
-  const int64_t slots = key_valid.numel() ? key_valid.size(1) : 0;
-  const bool* kv = key_valid.numel() ? key_valid.data_ptr<bool>() : nullptr;
-  const Floats qf(q), kf(k), vf(v), gf(gate);
-  const float *qp = qf.p, *kp = kf.p, *vp = vf.p;
-  float* mp = mem.data_ptr<float>();
-  float *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
-  const float *gp = gf.p, scale = 1.f / std::sqrt((float)D);
-  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(R + 1), read(D), seg(S * D), val(S * D), kbuf(D), vbuf(D);
-    std::vector<int64_t> lag_of(R + 1);
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t b = job / H, h = job % H;
-      int64_t pads = 0;
-      for (int64_t s = 0; kv && s < slots; ++s) pads += !kv[b * slots + s];
-      const int64_t pos = t0 - pads;
-      auto valid = [&](int64_t time) { return time >= 0 && (!kv || kv[b * slots + time]); };
-      const float *qh = qp + job * D, *kh = kp + job * D, *vh = vp + job * D;
-      RT *RK = rk + job * R * D, *RV = rv + job * R * D;
-      float *M = mp + job * D * D, *Z = zp + job * D;
-      int64_t n = 0;  // local keys: the ring's in this token's segment, then the token itself
-      float top = -INFINITY;
-      for (int64_t lag = R; lag >= 0; --lag) {
-        const int64_t time = t0 - lag;
-        if (lag > 0 && !(valid(time) && floordiv(pos - lag, S) == floordiv(pos, S))) continue;
-        const float* key = lag ? widen_row(RK + (time % R) * D, kbuf.data(), D) : kh;
-        float s = 0.f;
-        for (int64_t i = 0; i < D; ++i) s += qh[i] * key[i];
-        w[n] = s * scale, lag_of[n] = lag, top = std::max(top, w[n]);
-        ++n;
-      }
-      float total = 0.f;
-      for (int64_t m = 0; m < n; ++m) total += (w[m] = std::exp(w[m] - top));
-      const float g = sigmoid(gp[h]);
-      float* o = yp + job * D;
-      memory_read(qh, M, Z, read.data(), D, (float)eps);
-      for (int64_t j = 0; j < D; ++j) o[j] = g * read[j];
-      for (int64_t m = 0; m < n; ++m) {
-        const float* value = lag_of[m] ? widen_row(RV + ((t0 - lag_of[m]) % R) * D, vbuf.data(), D) : vh;
-        const float p = (1.f - g) * w[m] / total;
-        for (int64_t j = 0; j < D; ++j) o[j] += p * value[j];
-      }
-      if (pos >= 0 && pos % S == S - 1) {  // the segment's S tokens: lags S-1 .. 0
-        for (int64_t s = 0; s < S; ++s) {
-          const int64_t lag = S - 1 - s, time = t0 - lag;
-          const float* key = lag ? widen_row(RK + (time % R) * D, kbuf.data(), D) : kh;
-          const float* value = lag ? widen_row(RV + (time % R) * D, vbuf.data(), D) : vh;
-          const float keep = valid(time) ? 1.f : 0.f;
-          for (int64_t i = 0; i < D; ++i) seg[s * D + i] = feature(key[i]) * keep, val[s * D + i] = value[i];
-        }
-        if (delta)  // what M already returns for each key, from M and z before this segment
-          for (int64_t s = 0; s < S; ++s) {
-            float den = 0.f;
-            for (int64_t i = 0; i < D; ++i) den += seg[s * D + i] * Z[i];
-            for (int64_t j = 0; j < D; ++j) {
-              float r = 0.f;
-              for (int64_t i = 0; i < D; ++i) r += seg[s * D + i] * M[i * D + j];
-              val[s * D + j] -= r / (den + (float)eps);
-            }
-          }
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t i = 0; i < D; ++i) {
-            Z[i] += seg[s * D + i];
-            for (int64_t j = 0; j < D; ++j) M[i * D + j] += seg[s * D + i] * val[s * D + j];
-          }
-      }
-      for (int64_t i = 0; i < D; ++i)
-        RK[(t0 % R) * D + i] = static_cast<RT>(kh[i]), RV[(t0 % R) * D + i] = static_cast<RT>(vh[i]);
-    }
-    });
-}
-
-at::Tensor infini_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor ring_k,
-                       at::Tensor ring_v, at::Tensor mem, at::Tensor z, at::Tensor gate,
-                       at::Tensor key_valid, at::Tensor time, int64_t S, bool delta, double eps) {
-  const int64_t t0 = time.data_ptr<int64_t>()[0], R = ring_k.size(2);
-  TORCH_CHECK(ring_k.scalar_type() == ring_v.scalar_type(), "infini_step: ring_k and ring_v differ in dtype");
-  auto y = at::empty({q.size(0), q.size(1), q.size(2)}, mem.options());
-  switch (ring_k.scalar_type()) {
-    case at::kFloat:
-      infini_rows(q, k, v, ring_k.data_ptr<float>(), ring_v.data_ptr<float>(), mem, z, gate, key_valid, t0, R, S, delta,
-                  eps, y);
-      break;
-    case at::kBFloat16:
-      infini_rows(q, k, v, ring_k.data_ptr<at::BFloat16>(), ring_v.data_ptr<at::BFloat16>(), mem, z, gate,
-                  key_valid, t0, R, S, delta, eps, y);
-      break;
-    case at::kHalf:
-      infini_rows(q, k, v, ring_k.data_ptr<at::Half>(), ring_v.data_ptr<at::Half>(), mem, z, gate, key_valid, t0, R, S,
-                  delta, eps, y);
-      break;
-    default:
-      TORCH_CHECK(false, "infini_step: ring dtype ", ring_k.scalar_type(), "; allowed: float32, bfloat16, float16");
-  }
-  return narrowed(y, q.scalar_type());  // in the model's dtype, for the output projection
-}
 """
+    + INFINI
 )

@@ -1,0 +1,46 @@
+"""C++ for the recurrent steps' inner loops (``cpu_steps_source``): a head's state (rows, cols)
+updated and read in one sweep over its rows, with the sums over those rows (one per column)
+kept in registers.
+
+Written as plain loops (``o[j] += q[i] * S[i, j]`` inside the row loop), GCC vectorised the
+column loop but stored every partial sum back to memory at each row, with a check that the
+output and the state did not overlap at each row: two stores per state value where one is
+needed, and a store-bound loop (Gated DeltaNet's step, 12 heads of 128 x 64 on an AVX2 EPYC:
+four 256-bit stores per eight values). Here a head's columns are taken 32 at a time (four
+registers of eight floats, GCC's vector extension: one AVX2 register, two SSE or NEON ones
+elsewhere), then eight at a time, then one at a time; a chunk's sums stay in registers for
+the whole row loop and are stored once.
+"""
+
+COLUMNS = r"""
+#include <cstring>
+
+// Eight floats (GCC/Clang vector extension): one AVX2 register, two SSE or NEON ones elsewhere.
+typedef float f8 __attribute__((vector_size(32)));
+
+template <typename V>
+static inline V load(const float* p) {  // unaligned: a row of the state starts anywhere
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V>
+static inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+
+// A chunk of columns: U values of V (f8 or float), W floats each.
+template <typename V_, int U_>
+struct Cols {
+  using V = V_;
+  static constexpr int U = U_;
+  static constexpr int64_t W = sizeof(V_) / sizeof(float);
+};
+
+// chunk(j, Cols<V, U>{}) over the columns [0, n): 32 at a time, then 8, then one.
+template <typename Chunk>
+static inline void by_columns(int64_t n, Chunk&& chunk) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) chunk(j, Cols<f8, 4>{});
+  for (; j + 8 <= n; j += 8) chunk(j, Cols<f8, 1>{});
+  for (; j < n; ++j) chunk(j, Cols<float, 1>{});
+}
+"""
