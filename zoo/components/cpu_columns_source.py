@@ -1,6 +1,6 @@
-"""C++ for the recurrent steps' inner loops (``cpu_steps_source``): a head's state (rows, cols)
-updated and read in one sweep over its rows, with the sums over those rows (one per column)
-kept in registers.
+"""C++ for the recurrent mixers' inner loops (the decode steps' ``cpu_steps_source``, the
+prompt scans' ``cpu_prefill``): a head's state (rows, cols) updated and read in one sweep over
+its rows, with the sums over those rows (one per column) kept in registers.
 
 Written as plain loops (``o[j] += q[i] * S[i, j]`` inside the row loop), GCC vectorised the
 column loop but stored every partial sum back to memory at each row, with a check that the
@@ -42,5 +42,28 @@ static inline void by_columns(int64_t n, Chunk&& chunk) {
   for (; j + 32 <= n; j += 32) chunk(j, Cols<f8, 4>{});
   for (; j + 8 <= n; j += 8) chunk(j, Cols<f8, 1>{});
   for (; j < n; ++j) chunk(j, Cols<float, 1>{});
+}
+
+// One token of the gated delta rule on one head, over the columns [j, j + U W) of its state S (dk, dv), in
+// place: S <- S decay + k delta^T with delta = (v - k^T (S decay)) beta, then o = q^T S. Two sweeps over the
+// rows: the first only reads, the second writes each value once; the chunk's sums stay in registers. The
+// decode step (cpu_steps) and the prompt's scan (cpu_prefill) both take it.
+template <typename C>
+static inline void delta_columns(float* S, const float* k, const float* q, const float* v, float decay, float beta,
+                                 float* o, int64_t dk, int64_t dv, int64_t j) {
+  using V = typename C::V;
+  constexpr int U = C::U;
+  V seen[U] = {}, delta[U], out[U] = {};
+  for (int64_t i = 0; i < dk; ++i)
+    for (int u = 0; u < U; ++u) seen[u] += k[i] * (load<V>(S + i * dv + j + u * C::W) * decay);
+  for (int u = 0; u < U; ++u) delta[u] = (load<V>(v + j + u * C::W) - seen[u]) * beta;
+  for (int64_t i = 0; i < dk; ++i)
+    for (int u = 0; u < U; ++u) {
+      float* p = S + i * dv + j + u * C::W;
+      const V s = load<V>(p) * decay + k[i] * delta[u];
+      store(p, s);
+      out[u] += q[i] * s;
+    }
+  for (int u = 0; u < U; ++u) store(o + j + u * C::W, out[u]);
 }
 """

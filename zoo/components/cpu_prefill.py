@@ -8,10 +8,11 @@ it reads and writes the (P, N) or (d_k, d_v) state once or twice (32 KiB at Mamb
 head size, 64 KiB at Qwen3-Next's, so it stays in the core's cache) and does the minimum
 arithmetic (``score_flops``), nothing materialised but the output. Here it is one C++ loop
 per (batch, head) job, jobs spread over torch's threads (``at::parallel_for``); each token
-sweeps the state along its contiguous last dimension in blocks of 64 (or 16) columns with
-one accumulator per column held in registers (the SSD state is held transposed, (N, P),
-while its job runs), so the compiler vectorises the sweep and the reductions do not wait
-on each other.
+sweeps the state along its contiguous last dimension in blocks of columns with one
+accumulator per column held in registers (the SSD state is held transposed, (N, P), while
+its job runs; the gated delta rule's token is ``delta_columns`` of ``cpu_columns_source``,
+which the decode step takes too), so the compiler vectorises the sweep and the reductions
+do not wait on each other.
 
 Inference only (no backward): a mixer asks ``scan_ready`` first, which is False under
 autograd, off the CPU, or where the mixer does not run this kernel (``--impl reference``);
@@ -23,14 +24,19 @@ from __future__ import annotations
 
 import torch
 
+from zoo.components.cpu_columns_source import COLUMNS
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.kernels import Kernel, KernelChoice
 
-SOURCE = r"""
+SOURCE = (
+    r"""
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <vector>
+"""
+    + COLUMNS
+    + r"""
 
 // One token of the SSD recurrence on columns p0 .. p0 + W of the transposed state St (N, P):
 // St[n] <- decay St[n] + B_n (dt x), y = sum_n C_n St[n], W accumulators in registers across n.
@@ -88,37 +94,6 @@ at::Tensor ssd_scan(at::Tensor x, at::Tensor dt, at::Tensor A, at::Tensor Bm, at
   return y;
 }
 
-// One token of the gated delta rule on columns j0 .. j0 + W of the state S (K, V): two passes
-// over those columns (decay and read k^T S; write k delta^T and read q^T S), W accumulators
-// held in registers across the K rows.
-template <int W>
-static inline void delta_columns(float *S, int64_t K, int64_t V, int64_t j0, const float *kv, const float *qv,
-                                 const float *vv, float decay, float strength, float *out) {
-  float acc[W], delta[W];
-  for (int w = 0; w < W; ++w) acc[w] = 0.f;
-  for (int64_t i = 0; i < K; ++i) {
-    float *s = S + i * V + j0;
-    const float key = kv[i];
-    for (int w = 0; w < W; ++w) {
-      s[w] *= decay;
-      acc[w] += key * s[w];
-    }
-  }
-  for (int w = 0; w < W; ++w) {
-    delta[w] = strength * (vv[j0 + w] - acc[w]);
-    acc[w] = 0.f;
-  }
-  for (int64_t i = 0; i < K; ++i) {
-    float *s = S + i * V + j0;
-    const float key = kv[i], query = qv[i];
-    for (int w = 0; w < W; ++w) {
-      s[w] += key * delta[w];
-      acc[w] += query * s[w];
-    }
-  }
-  for (int w = 0; w < W; ++w) out[j0 + w] = acc[w];
-}
-
 // The gated delta rule, one (batch, value head) per job: S <- exp(g) S; S <- S + k (beta (v - k^T S))^T; o = S^T q.
 // q, k (Bt, T, Hk, K) shared by H / Hk consecutive value heads each, v (Bt, T, H, V), g, beta (Bt, T, H),
 // state (Bt, H, K, V) in place -> o (Bt, T, H, V).
@@ -139,16 +114,16 @@ at::Tensor gated_delta_scan(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor
         const float decay = std::exp(gp[head]), strength = bp[head];
         const float *qv = qp + key_head * K, *kv = kp + key_head * K, *vv = vp + head * V;
         float *out = op + head * V;
-        int64_t j = 0;
-        for (; j + 64 <= V; j += 64) delta_columns<64>(S, K, V, j, kv, qv, vv, decay, strength, out);
-        for (; j + 16 <= V; j += 16) delta_columns<16>(S, K, V, j, kv, qv, vv, decay, strength, out);
-        for (; j < V; ++j) delta_columns<1>(S, K, V, j, kv, qv, vv, decay, strength, out);
+        by_columns(V, [&](int64_t j, auto cols) {
+          delta_columns<decltype(cols)>(S, kv, qv, vv, decay, strength, out, K, V, j);
+        });
       }
     }
   });
   return o;
 }
 """
+)
 
 EXTENSION = CppExtension(
     "zoo_cpu_prefill",

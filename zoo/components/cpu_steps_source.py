@@ -175,28 +175,6 @@ at::Tensor mamba2_step(at::Tensor proj, at::Tensor conv_w, at::Tensor conv_b, at
   return narrowed(y, proj.scalar_type());  // in the model's dtype, for the output projection
 }
 
-// One Gated DeltaNet head's step over the columns [j, j + U W) of its state S (dk, dv), in place: S <- S decay +
-// k delta^T with delta = (v - k^T (S decay)) beta, then o = q^T S. Two sweeps over the rows: the first only reads,
-// the second writes each value once; the chunk's sums stay in registers (cpu_columns_source).
-template <typename C>
-static inline void delta_columns(float* S, const float* k, const float* q, const float* v, float decay, float beta,
-                                 float* o, int64_t dk, int64_t dv, int64_t j) {
-  using V = typename C::V;
-  constexpr int U = C::U;
-  V seen[U] = {}, delta[U], out[U] = {};
-  for (int64_t i = 0; i < dk; ++i)
-    for (int u = 0; u < U; ++u) seen[u] += k[i] * (load<V>(S + i * dv + j + u * C::W) * decay);
-  for (int u = 0; u < U; ++u) delta[u] = (load<V>(v + j + u * C::W) - seen[u]) * beta;
-  for (int64_t i = 0; i < dk; ++i)
-    for (int u = 0; u < U; ++u) {
-      float* p = S + i * dv + j + u * C::W;
-      const V s = load<V>(p) * decay + k[i] * delta[u];
-      store(p, s);
-      out[u] += q[i] * s;
-    }
-  for (int u = 0; u < U; ++u) store(o + j + u * C::W, out[u]);
-}
-
 // Gated DeltaNet: the projections in the checkpoint's grouped layout, qkvz (B, Hk (2 dk + 2 r dv)) with
 // per key head [q, k, its r value heads' v, their z] and ba (B, Hk 2 r) with per key head [b (r), a (r)] ->
 // RMS-normed, SiLU(z)-gated output (B, Hv dv); state (B, Hv, dk, dv), r = Hv / Hk.
