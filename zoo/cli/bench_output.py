@@ -184,8 +184,11 @@ def _roofline_rows(m) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     if m.roofline_source or m.predicted_gpu:
         text = " / ".join("-" if f is None else f"{f:.1%}" for _, f in fractions)
         rate = "" if m.roofline_bytes_per_s is None else f": {m.roofline_bytes_per_s / 1e9:.1f} GB/s"
-        where = f" ({m.roofline_source}{rate})" if m.roofline_source else " (no peaks known for this device)"
-        rows.append((f"achieved fraction, {' / '.join(label for label, _ in fractions)}{where}", text))
+        rows.append((f"achieved fraction, {' / '.join(label for label, _ in fractions)}", text))
+        # what the fractions divide by, on a row of its own: in the label it set the label column's width
+        rows.append(
+            ("roofline from", f"{m.roofline_source}{rate}" if m.roofline_source else "no peaks known for this device")
+        )
     return rows
 
 
@@ -214,4 +217,6 @@ def row_table(m) -> TableData:  # type: ignore[no-untyped-def]
         ("zoo commit", e.zoo_commit or "-"),
     ]
     title = f"zoo bench: {m.arch}" + ("" if m.topology == "decoder" else f" ({m.topology})")
-    return TableData(title, ["measure", "value"], [[n, v] for n, v in rows], right={"value"})
+    # values left-aligned, beside their labels: text and figures with units share the column, and right-aligned
+    # under its longest value (the memory method's, the roofline's basis) a short one sat 60 characters away
+    return TableData(title, ["measure", "value"], [[n, v] for n, v in rows], right=set())
