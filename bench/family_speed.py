@@ -1,7 +1,8 @@
 """Per-family speed on the host beside its measured roofline: one process, interleaved rounds.
 
 For each family (a preset, or a preset with its mixer swapped, cut to ``--layers`` layers so
-every family has the same depth; gpt2-shaped families share gpt2's width), each dtype of
+every family has the same depth, or at its own depth with ``--layers 0``, as ``zoo bench`` runs
+it; gpt2-shaped families share gpt2's width), each dtype of
 ``--dtypes``, each implementation of ``--impls`` (``zoo.components.kernels``: ``reference`` is
 the pure-PyTorch maths, ``auto`` the fastest that runs here) and each step of ``--steps``
 (projections fused either way, as ``zoo bench`` runs them; ``eager``; ``compiled``: what
@@ -107,7 +108,7 @@ class Case:
 def build(family: str, impl: str, layers: int, dtype: str = "float32", step: str = "eager") -> Case:
     preset, overrides = FAMILIES[family]
     spec = zoo.spec(preset)
-    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if spec.encoder is not None else {})}
+    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if spec.encoder is not None else {})} if layers else {}
     spec = spec.override({**overrides, **depth})
     with preferring(impl):
         model = zoo.build(spec, device="cpu", dtype=dtype, seed=0).eval()
@@ -155,14 +156,15 @@ def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float])
         + " GB/s"
     )
     print(
-        f"batch 1, {args.layers} layers, prompt {args.prompt_len}, {args.decode} decode steps, "
+        f"batch 1, {f'{args.layers} layers' if args.layers else 'each preset at its own depth'}, "
+        f"prompt {args.prompt_len}, {args.decode} decode steps, "
         f"{args.rounds} interleaved rounds (medians)\n"
     )
     print(
-        "| family | dtype | step | impl | decode tok/s | vs gpt2 | vs first | MB per step | achieved GB/s "
+        "| family | layers | dtype | step | impl | decode tok/s | vs gpt2 | vs first | MB per step | achieved GB/s "
         "| of round's roofline | of cached roofline | prefill tok/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
         decode = statistics.median(c.decode)
         context, memory = (1, args.prompt_len) if c.seq2seq else (args.prompt_len, 0)
@@ -175,7 +177,7 @@ def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float])
         first = next(o for o in cases if (o.family, o.dtype) == (c.family, c.dtype))
         impl = implementations(c.model) or f"{c.spec.attention.kind}: only impl"
         print(
-            f"| {c.family} | {c.dtype} | {c.step} | {impl} | {decode:.1f} "
+            f"| {c.family} | {c.spec.n_layers} | {c.dtype} | {c.step} | {impl} | {decode:.1f} "
             f"| {_median_ratio(c.decode, gpt2.decode) if gpt2 else '-'} | {_median_ratio(c.decode, first.decode)} "
             f"| {nbytes / 1e6:.0f} | {achieved / 1e9:.2f} | {fraction:.0%} | {achieved / peaks.bandwidth:.0%} "
             f"| {statistics.median(c.prefill):.0f} |"
@@ -188,7 +190,7 @@ def main() -> None:
     parser.add_argument("--impls", default="reference,auto")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--steps", default="eager", help="eager, compiled or both: eager,compiled")
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=4, help="0: each preset at its own depth")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)

@@ -51,7 +51,7 @@ static void infini_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, RT* rk, RT*
   float *zp = z.data_ptr<float>(), *yp = y.data_ptr<float>();
   const float *gp = gf.p, scale = 1.f / std::sqrt((float)D);
   at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(R + 1), read(D), seg(S * D), val(S * D), kbuf(D), vbuf(D);
+    std::vector<float> w(R + 1), read(D), seg(S * D), val(S * D), kbuf(D), vbuf(D), fq(D);
     std::vector<int64_t> lag_of(R + 1);
     for (int64_t job = begin; job < end; ++job) {
       const int64_t b = job / H, h = job % H;
@@ -77,7 +77,7 @@ static void infini_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, RT* rk, RT*
       for (int64_t m = 0; m < n; ++m) total += (w[m] = std::exp(w[m] - top));
       const float g = sigmoid(gp[h]);
       float* o = yp + job * D;
-      memory_read(qh, M, Z, read.data(), D, (float)eps, kbuf.data());
+      memory_read(qh, M, Z, read.data(), D, (float)eps, fq.data());
       for (int64_t j = 0; j < D; ++j) o[j] = g * read[j];
       for (int64_t m = 0; m < n; ++m) {
         const float* value = lag_of[m] ? widen_row(RV + ((t0 - lag_of[m]) % R) * D, vbuf.data(), D) : vh;
