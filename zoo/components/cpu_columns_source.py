@@ -4,9 +4,9 @@ its rows, with the sums over those rows (one per column) kept in registers.
 
 Written as plain loops (``o[j] += q[i] * S[i, j]`` inside the row loop), GCC vectorised the
 column loop but stored every partial sum back to memory at each row, with a check that the
-output and the state did not overlap at each row: two stores per state value where one is
-needed, and a store-bound loop (Gated DeltaNet's step, 12 heads of 128 x 64 on an AVX2 EPYC:
-four 256-bit stores per eight values). Here a head's columns are taken 32 at a time (four
+output and the state did not overlap at each row: Gated DeltaNet's step (12 heads of 128 x 64
+on an AVX2 EPYC) stored two vectors per eight state values in each of its two sweeps, four
+where one is needed, and was store-bound. Here a head's columns are taken 32 at a time (four
 registers of eight floats, GCC's vector extension: one AVX2 register, two SSE or NEON ones
 elsewhere), then eight at a time, then one at a time; a chunk's sums stay in registers for
 the whole row loop and are stored once.
