@@ -39,7 +39,8 @@ SOURCE = (
     + r"""
 
 // One token of the SSD recurrence on columns p0 .. p0 + W of the transposed state St (N, P):
-// St[n] <- decay St[n] + B_n (dt x), y = sum_n C_n St[n], W accumulators in registers across n.
+// St[n] <- decay St[n] + B_n (dt x), y = sum_n C_n St[n], W accumulators in registers across n. Plain float arrays
+// of 64 columns, not cpu_columns_source's chunks: on those (32 or 64 columns) Mamba2-130m's scan ran 0.62-0.80x.
 template <int W>
 static inline void ssd_columns(float *St, int64_t N, int64_t P, int64_t p0, const float *xv, float step, float decay,
                                const float *bv, const float *cv, float *out) {
