@@ -70,24 +70,26 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
   const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), R = dt_w.size(1);
   auto y = at::empty({batch, D}, xz.options().dtype(at::kFloat));
   const Floats xzf(xz), cw(conv_w), cb(conv_b), db(dt_b), decay(A), dp(Dskip);
-  std::vector<float> xs(D), dbc(R + 2 * N), dt(D), gate(D);
+  // scratch for this token, not zero-filled (each value is written before it is read)
+  std::unique_ptr<float[]> scratch(new float[3 * D + R + 2 * N]);
+  float *xs = scratch.get(), *dt = xs + D, *gate = dt + D, *dbc = gate + D;
   for (int64_t b = 0; b < batch; ++b) {
     const float *x = xzf.p + b * 2 * D, *z = x + D;
-    conv_window_row(x, cw.p, cb.p, window, b, xs.data());
+    conv_window_row(x, cw.p, cb.p, window, b, xs);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x_proj.scalar_type(), "mamba_step", [&] {
-      gemv(x_proj.data_ptr<scalar_t>(), xs.data(), nullptr, dbc.data(), R + 2 * N, D);
+      gemv(x_proj.data_ptr<scalar_t>(), xs, nullptr, dbc, R + 2 * N, D);
       if (eps > 0) {
-        weightless_rms(dbc.data(), R, (float)eps);
-        weightless_rms(dbc.data() + R, N, (float)eps);
-        weightless_rms(dbc.data() + R + N, N, (float)eps);
+        weightless_rms(dbc, R, (float)eps);
+        weightless_rms(dbc + R, N, (float)eps);
+        weightless_rms(dbc + R + N, N, (float)eps);
       }
-      gemv(dt_w.data_ptr<scalar_t>(), dbc.data(), db.p, dt.data(), D, R);
+      gemv(dt_w.data_ptr<scalar_t>(), dbc, db.p, dt, D, R);
     });
     for (int64_t d = 0; d < D; ++d) {  // per channel, in loops of their own: vectorised
       dt[d] = softplus(dt[d]);
       gate[d] = silu(z[d]);
     }
-    const float *Bv = dbc.data() + R, *Cv = Bv + N, *a = decay.p, *skip = dp.p;
+    const float *Bv = dbc + R, *Cv = Bv + N, *a = decay.p, *skip = dp.p;
     float *h = ssm.data_ptr<float>() + b * D * N, *out = y.data_ptr<float>() + b * D;
     at::parallel_for(0, D, 64, [&](int64_t begin, int64_t end) {
       for (int64_t d = begin; d < end; ++d) {

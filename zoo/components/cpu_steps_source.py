@@ -18,14 +18,14 @@ from zoo.components.cpu_columns_source import COLUMNS
 from zoo.components.cpu_infini_source import INFINI
 
 # A step kernel's inputs as float32 and its result back in the model's dtype, shared with plugins
-# (``zoo.parts.CPP_FLOATS``; after <ATen/ATen.h> and <vector>).
+# (``zoo.parts.CPP_FLOATS``; after <ATen/ATen.h> and <memory>).
 FLOATS = r"""
 // A tensor's values as float32 (null when it is empty): its own data when it is float32 and contiguous, else
 // widened here, in a loop (a cast through ATen, allocation and dispatch, cost 2-3 us a tensor on a cold cache).
 // The inputs and parameters come in the model's dtype; a cast of each in Python was a dispatched op of several
 // microseconds, the most of a half-precision step's time outside its kernels.
 struct Floats {
-  std::vector<float> own;
+  std::unique_ptr<float[]> own;  // not a std::vector: its resize zero-filled what the widening overwrites
   at::Tensor held;  // a contiguous copy of a strided tensor, or another dtype cast
   const float* p = nullptr;
   explicit Floats(const at::Tensor& t) {
@@ -40,9 +40,9 @@ struct Floats {
   }
   template <typename T>
   void widen(const T* v, int64_t n) {
-    own.resize(n);
+    own.reset(new float[n]);
     for (int64_t i = 0; i < n; ++i) own[i] = static_cast<float>(v[i]);
-    p = own.data();
+    p = own.get();
   }
 };
 
@@ -68,6 +68,7 @@ PRELUDE = r"""
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 static inline float silu(float x) { return x / (1.f + std::exp(-x)); }

@@ -27,6 +27,7 @@ SOURCE = (
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 """
     + CPP_FLOATS
