@@ -1,0 +1,132 @@
+"""Where an eager CPU decode step's time goes: zoo's one-row products, its attention calls, its
+other C++ ops (the recurrent steps, the greedy pick, fused activations) and the rest (Python
+between the calls and torch's small ops: norms, adds, views), per family, one process.
+
+Each C++ call is timed where the model makes it (``CppExtension.op``, wrapped for the run), so the
+parts add up to the step; the rest is the step less them. A second pass runs the same steps with
+every product's output taken from a cache (no weights read): its rest is the same Python and
+small ops on warm caches, so ``rest`` against ``rest, no weights read`` shows what streaming a
+step's weights through the caches costs the code between the products. Rounds interleave the two
+passes and the families; figures are medians over rounds, milliseconds per decode step.
+
+    python bench/eager_step_split.py --families gpt2,mamba-130m,t5-small --dtype bfloat16 --layers 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import family_speed as fs  # the sibling bench script (run from bench/): its families, builds and prompts
+import torch
+
+from zoo.components.cpu_ops import CppExtension
+from zoo.harness.run import host_paths
+from zoo.model.sampling import greedy
+from zoo.specs.registry import reset_registry
+from zoo.specs.staging import stage_plugin
+
+PARTS = ("products", "attention", "other C++")
+
+
+def _part(function: str) -> str:
+    if function == "row_product":
+        return "products"
+    return "attention" if "attention" in function else "other C++"
+
+
+@contextmanager
+def timed_ops(spent: dict[str, float], cached: bool) -> Iterator[None]:
+    """Every zoo C++ call timed into ``spent`` by part; ``cached``: a product returns its first
+    output for that weight and input shape instead of reading the weight."""
+    original = CppExtension.op
+    outputs: dict[tuple[int, torch.Size], torch.Tensor] = {}
+
+    def op(self: CppExtension, function: str) -> Callable[..., torch.Tensor]:
+        call, part = original(self, function), _part(function)
+
+        def timed(*args: object) -> torch.Tensor:
+            start = time.perf_counter()
+            if cached and part == "products":
+                weight, x = args[0], args[1]
+                key = (weight.data_ptr(), x.shape)  # type: ignore[attr-defined]
+                out = outputs[key] if key in outputs else outputs.setdefault(key, call(*args))
+            else:
+                out = call(*args)
+            spent[part] += time.perf_counter() - start
+            return out
+
+        return timed
+
+    CppExtension.op = op  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CppExtension.op = original  # type: ignore[method-assign]
+
+
+def one_pass(case: fs.Case, ids: torch.Tensor, steps: int, cached: bool) -> dict[str, float]:
+    """Milliseconds per decode step: the whole step and each part (``PARTS``, then ``rest``)."""
+    spent: dict[str, float] = collections.defaultdict(float)
+    cache, logits = fs._prefill(case, ids, ids.shape[1] + steps)
+    token = greedy(logits)[:, None]  # (1, 1)
+    with timed_ops(spent, cached):
+        start = time.perf_counter()
+        for _ in range(steps):
+            token = greedy(case.run.decode(case.model, token, cache))[:, None]
+        step = (time.perf_counter() - start) / steps * 1e3
+    parts = {part: spent[part] / steps * 1e3 for part in PARTS}
+    return {"step": step, **parts, "rest": step - sum(parts.values())}
+
+
+def _median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(row[key] for row in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default="gpt2,mamba-130m,t5-small")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--layers", type=int, default=0, help="0: each preset at its own depth")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--decode", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    families = args.families.split(",")
+    for family in families:
+        if family in fs.PLUGINS:
+            stage_plugin(fs.PLUGINS[family])
+            reset_registry()
+    cases = [fs.build(family, "auto", args.layers, args.dtype, "eager") for family in families]
+    ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
+    runs: dict[tuple[str, bool], list[dict[str, float]]] = collections.defaultdict(list)
+    with torch.no_grad(), host_paths(torch.device("cpu")):
+        for case in cases:  # warm-up: kernels built, pages touched
+            one_pass(case, ids % case.spec.vocab_size, 3, False)
+        for index in range(args.rounds):
+            for case in cases:
+                for cached in (False, True) if index % 2 == 0 else (True, False):
+                    runs[case.family, cached].append(one_pass(case, ids % case.spec.vocab_size, args.decode, cached))
+    header = ["family", "layers", "step ms", *(f"{p} ms" for p in PARTS), "rest ms", "rest share"]
+    header.append("rest, no weights read")
+    print(f"{args.dtype}, batch 1, prompt {args.prompt_len}, {args.decode} steps, {args.threads} threads, ")
+    print(f"{args.rounds} interleaved rounds (medians); rest: Python and torch's small ops between zoo's C++ calls\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for case in cases:
+        real, warm = runs[case.family, False], runs[case.family, True]
+        cells = [_median(real, key) for key in ("step", *PARTS, "rest")]
+        share = f"{_median(real, 'rest') / _median(real, 'step'):.0%}"
+        warm_rest = f"{_median(warm, 'rest'):.2f}"
+        row = [case.family, str(case.spec.n_layers), *(f"{c:.2f}" for c in cells), share, warm_rest]
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
