@@ -25,10 +25,9 @@ import family_speed as fs  # the sibling bench script (run from bench/): its fam
 import torch
 
 from zoo.components.cpu_ops import CppExtension
+from zoo.files.host_memory import rehome
 from zoo.harness.run import host_paths
 from zoo.model.sampling import greedy
-from zoo.specs.registry import reset_registry
-from zoo.specs.staging import stage_plugin
 
 PARTS = ("products", "attention", "other C++")
 
@@ -54,7 +53,9 @@ def timed_ops(spent: dict[str, float], cached: bool) -> Iterator[None]:
             if cached and part == "products":
                 weight, x = args[0], args[1]
                 key = (weight.data_ptr(), x.shape)  # type: ignore[attr-defined]
-                out = outputs[key] if key in outputs else outputs.setdefault(key, call(*args))
+                out = outputs.get(key)
+                if out is None:
+                    out = outputs[key] = call(*args)
             else:
                 out = call(*args)
             spent[part] += time.perf_counter() - start
@@ -99,11 +100,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     families = args.families.split(",")
-    for family in families:
-        if family in fs.PLUGINS:
-            stage_plugin(fs.PLUGINS[family])
-            reset_registry()
+    fs.stage_plugins(families)
     cases = [fs.build(family, "auto", args.layers, args.dtype, "eager") for family in families]
+    for case in cases:  # every model's weights copied after all are built, as family_speed does (its note there)
+        rehome(case.model)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     runs: dict[tuple[str, bool], list[dict[str, float]]] = collections.defaultdict(list)
     with torch.no_grad(), host_paths(torch.device("cpu")):
@@ -115,7 +115,7 @@ def main() -> None:
                     runs[case.family, cached].append(one_pass(case, ids % case.spec.vocab_size, args.decode, cached))
     header = ["family", "layers", "step ms", *(f"{p} ms" for p in PARTS), "rest ms", "rest share"]
     header.append("rest, no weights read")
-    print(f"{args.dtype}, batch 1, prompt {args.prompt_len}, {args.decode} steps, {args.threads} threads, ")
+    print(f"{args.dtype}, batch 1, prompt {args.prompt_len}, {args.decode} steps, {args.threads} threads,")
     print(f"{args.rounds} interleaved rounds (medians); rest: Python and torch's small ops between zoo's C++ calls\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

@@ -127,6 +127,14 @@ def _prefill(case: Case, ids: torch.Tensor, max_len: int) -> tuple[KVCache, torc
     return cache, case.run.prefill(case.model, decoder_start(case.model, 1, ids.device), cache, memory=memory)
 
 
+def stage_plugins(families: list[str]) -> None:
+    """Those of ``families`` that are plugins (``PLUGINS``), staged from the source tree and registered."""
+    for family in families:
+        if family in PLUGINS:
+            stage_plugin(PLUGINS[family])
+            reset_registry()
+
+
 def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
     """A prefill and ``steps`` greedy decode steps on a fresh cache of ``max_len`` slots (one
     size for every round: a compiled step is specialised to the cache's shape)."""
@@ -198,10 +206,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     families = args.families.split(",")
-    for family in families:
-        if family in PLUGINS:
-            stage_plugin(PLUGINS[family])
-            reset_registry()
+    stage_plugins(families)
     variants = [(d, i, s) for d in args.dtypes.split(",") for i in args.impls.split(",") for s in args.steps.split(",")]
     cases = [build(f, i, args.layers, d, s) for f in families for d, i, s in variants]
     # every model's weights copied after all are built (zoo.files.host_memory.rehome): the first

@@ -22,15 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from family_speed import PLUGINS, Case, build
+from family_speed import Case, build, stage_plugins
 
 from zoo.components.kernels import implementations
 from zoo.components.linear import Linear
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.specs.interfaces import TokenMixer
-from zoo.specs.registry import reset_registry
-from zoo.specs.staging import stage_plugin
 
 
 @dataclass
@@ -87,10 +85,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    for family in args.families.split(","):
-        if family in PLUGINS:
-            stage_plugin(PLUGINS[family])
-            reset_registry()
+    stage_plugins(args.families.split(","))
     cases = [build(f, i, args.layers) for f in args.families.split(",") for i in args.impls.split(",")]
     timers = [hooked(case) for case in cases]
     results: list[dict] = [{} for _ in cases]
