@@ -71,6 +71,18 @@ static void attend_in_parts(const T* qp, const T* kp, const T* vp, const bool* m
   }
 }
 
+// A mask (B or 1, H or 1, 1, S) read through its strides into out (B, H, S), contiguous, converted to
+// out's type: no ATen calls (an expand, a reshape and a dtype copy were 2-4 µs of each decode step's
+// masked attention call, dispatch and allocation for a few hundred values).
+template <typename S_T, typename O_T>
+static void broadcast_rows(const S_T* src, const at::Tensor& mask, int64_t B, int64_t H, int64_t S, O_T* out) {
+  const int64_t sb = mask.size(0) == 1 ? 0 : mask.stride(0), sh = mask.size(1) == 1 ? 0 : mask.stride(1);
+  const int64_t ss = mask.stride(3);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s) out[(b * H + h) * S + s] = static_cast<O_T>(src[b * sb + h * sh + s * ss]);
+}
+
 // q (B, H, 1, D), k and v (B, Hkv, S, D), each row contiguous; mask (B or 1, 1, 1, S) bool (True: attend), or
 // (B or 1, H or 1, 1, S) floating (added to the scores: a position bias, -inf where masked), or absent ->
 // (B, H, 1, D) in q's dtype, k and v in q's dtype. Sequences and key/value heads split over threads.
@@ -82,20 +94,30 @@ at::Tensor one_query_attention(at::Tensor q, at::Tensor k, at::Tensor v, c10::op
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "one_query_attention: dtypes");
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "one_query_attention: rows not contiguous");
   auto out = at::empty({B, H, 1, D}, q.options());
-  at::Tensor m, add;  // the boolean mask (B, S) or the additive one (B, H, S) in float32
-  if (mask.has_value() && mask->scalar_type() == at::kBool) {
-    m = mask->expand({B, 1, 1, S}).reshape({B, S}).contiguous();
-  } else if (mask.has_value()) {
-    TORCH_CHECK(mask->size(2) == 1 && mask->size(3) == S, "one_query_attention: mask shape");
-    add = mask->expand({B, H, 1, S}).reshape({B, H, S}).to(at::kFloat).contiguous();
+  std::unique_ptr<bool[]> m;     // the boolean mask as (B, S)
+  std::unique_ptr<float[]> add;  // or the additive one as (B, H, S) in float32
+  if (mask.has_value()) {
+    const bool boolean = mask->scalar_type() == at::kBool;
+    TORCH_CHECK(mask->dim() == 4 && (mask->size(0) == 1 || mask->size(0) == B) && mask->size(2) == 1 &&
+                    mask->size(3) == S && (boolean ? mask->size(1) == 1 : mask->size(1) == 1 || mask->size(1) == H),
+                "one_query_attention: mask shape");
+    if (boolean) {
+      m.reset(new bool[B * S]);
+      broadcast_rows(mask->data_ptr<bool>(), *mask, B, 1, S, m.get());
+    } else {
+      add.reset(new float[B * H * S]);
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, mask->scalar_type(), "attention_mask", [&] {
+        broadcast_rows(mask->data_ptr<scalar_t>(), *mask, B, H, S, add.get());
+      });
+    }
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "one_query_attention", [&] {
     const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = k.data_ptr<scalar_t>();
     const scalar_t* vp = v.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    const bool* mp = m.defined() ? m.data_ptr<bool>() : nullptr;
-    const float* ap = add.defined() ? add.data_ptr<float>() : nullptr;
+    const bool* mp = m.get();
+    const float* ap = add.get();
     const int64_t parts = key_parts(B * Hkv, S, attends_blocked<scalar_t>(D));
     if (parts > 1) {
       attend_in_parts<scalar_t>(qp, kp, vp, mp, ap, op, q, k, v, B, H, Hkv, S, D, parts, static_cast<float>(scale));

@@ -55,6 +55,7 @@ SOURCE = r"""
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <vector>
 #if defined(__AVX2__)
