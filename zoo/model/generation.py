@@ -11,8 +11,6 @@ function, and a submodule of that name would replace it on the package once impo
 
 from __future__ import annotations
 
-import itertools
-import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -24,6 +22,7 @@ from zoo.errors import GenerationError
 from zoo.files.host_memory import freed_after
 from zoo.model.build import ZooModel
 from zoo.model.cache import KVCache
+from zoo.model.compiled import CompiledGraph
 from zoo.model.sampling import SamplingSettings, check_seed, sample
 from zoo.specs.interfaces import ChoosesKernel
 from zoo.specs.state import Memory
@@ -137,25 +136,6 @@ def _decode_graph(model: nn.Module, token: torch.Tensor, cache: KVCache) -> torc
         return model(token, cache=cache)[:, -1]  # (B, vocab)
 
 
-_copies = itertools.count()
-
-
-def _compiled(fn: Callable[..., torch.Tensor], **options: Any) -> Callable[..., torch.Tensor]:
-    """``torch.compile(fn, fullgraph=True, **options)`` on a copy of ``fn`` with its own code object.
-
-    Dynamo keeps a function's graphs (and their guards) on its code object, checks each in turn
-    at every call and gives up after ``recompile_limit`` of them (with ``fullgraph``, an error).
-    Shared, every compiled step of a process would pile onto one list: a decode step would first
-    check the guards of the prefill graph, and a process compiling a dozen models (a benchmark)
-    would hit the limit. A ``torch.no_grad``-decorated function is worse: dynamo enters it through
-    a wrapper whose code every compiled function shares. So the graphs run under a ``with``
-    block, and each compiled function gets a code object of its own.
-    """
-    name = f"{fn.__name__}_{next(_copies)}"
-    code = fn.__code__.replace(co_name=name, co_qualname=name)
-    return torch.compile(types.FunctionType(code, fn.__globals__, name), fullgraph=True, **options)
-
-
 def compile_prefill(**compile_options: Any) -> Prefill:
     """``prefill`` of unpadded prompts compiled whole, one static-shape graph per prompt shape.
 
@@ -170,7 +150,7 @@ def compile_prefill(**compile_options: Any) -> Prefill:
     before the first trace, so the graph calls those that can sit in one (``_KernelsResolved``).
     Options go to ``torch.compile``.
     """
-    compiled = _compiled(_prefill_graph, dynamic=False, **compile_options)
+    compiled = CompiledGraph(_prefill_graph, dynamic=False, **compile_options)
     resolved, shapes = _KernelsResolved(), set[torch.Size]()
 
     def run(
@@ -222,14 +202,14 @@ def compile_decode_step(**compile_options: Any) -> DecodeStep:
     if "mode" not in compile_options:
         options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
         compile_options = {**compile_options, "options": {**options, **compile_options.get("options", {})}}
-    graphs: weakref.WeakKeyDictionary[nn.Module, Callable[..., torch.Tensor]] = weakref.WeakKeyDictionary()
+    graphs: weakref.WeakKeyDictionary[nn.Module, CompiledGraph] = weakref.WeakKeyDictionary()
     resolved = _KernelsResolved()
 
     def step(model: nn.Module, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
         cache.reserve(token.shape[1])
         resolved(model, token.device)
         if model not in graphs:
-            graphs[model] = _compiled(_decode_graph, **compile_options)
+            graphs[model] = CompiledGraph(_decode_graph, **compile_options)
             return freed_after(graphs[model](model, token, cache))  # compiled here: its temporaries back
         return graphs[model](model, token, cache)
 
