@@ -97,6 +97,23 @@ def test_an_additive_mask_is_added_to_the_scores_as_torch_adds_it(batch, heads):
         torch.testing.assert_close(got.float(), expected, atol=8e-3, rtol=8e-3)
 
 
+def test_masks_are_read_through_their_strides():
+    """Masks that are views (a bias sliced from a wider table, keys every other column; a boolean
+    mask expanded over the batch) read as their values, not their storage's order."""
+    q, k, v, mask, _ = _inputs(6, 2, 16)
+    slots = k.shape[2]
+    g = torch.Generator().manual_seed(7)
+    table = torch.randn(2, 6, 1, 2 * slots + 3, generator=g)
+    bias = table[..., 3::2]  # (B, H, 1, S), key stride 2, offset 3
+    shared = mask[:1].expand(2, 1, 1, slots)  # (B, 1, 1, S), batch stride 0
+    with torch.no_grad():
+        for attn_mask in (bias, table.bfloat16()[..., 3::2], shared):
+            options = {"attn_mask": attn_mask, "enable_gqa": True}
+            assert not attn_mask.is_contiguous() and cpu_attention.applies(q, k, v, options)
+            expected = {**options, "attn_mask": attn_mask.float() if attn_mask.is_floating_point() else attn_mask}
+            torch.testing.assert_close(sdpa(q, k, v, **options), _torch(q, k, v, **expected))
+
+
 def test_scores_far_below_the_rows_top_weigh_what_torchs_do():
     """A finite bias reaching far below the row's top (-80 to -300: the exponentials' range
     ends, e^-87 on AVX2, e^-100 on AVX-512) leaves torch's softmax, and a row of equal
