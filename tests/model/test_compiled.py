@@ -10,12 +10,11 @@ import pytest
 import torch
 import torch._dynamo
 
-import zoo
 from tests.generation_checks import _one_thread  # noqa: F401 (autouse fixture)
+from tests.model.test_generation import VOCAB, grid_model
 from zoo.model.cache import KVCache
 from zoo.model.compiled import CompiledGraph
 from zoo.model.generation import compile_decode_step, decode_step, prefill
-from zoo.specs.model import ModelSpec
 
 
 class Box:
@@ -59,24 +58,6 @@ def test_several_graphs_leave_the_choice_to_dynamo():
         assert torch.equal(graph(box, x), x * 2 + 1) and box.last is x
 
 
-def _tiny_decoder() -> torch.nn.Module:
-    spec = ModelSpec.model_validate(
-        {
-            "name": "tiny-compiled",
-            "vocab_size": 61,
-            "d_model": 32,
-            "n_layers": 2,
-            "max_seq_len": 32,
-            "norm": {"kind": "rmsnorm"},
-            "positional": {"kind": "rope"},
-            "block": {"kind": "pre_norm"},
-            "attention": {"kind": "gqa", "n_heads": 4, "n_kv_heads": 2},
-            "ffn": {"kind": "swiglu", "hidden": 48},
-        }
-    )
-    return zoo.build(spec, device="cpu", dtype="float32", seed=0).eval()
-
-
 def test_a_warm_compiled_decode_step_under_the_stance_equals_the_eager_step(monkeypatch: pytest.MonkeyPatch):
     torch._dynamo.reset()
     direct_calls = []
@@ -88,8 +69,8 @@ def test_a_warm_compiled_decode_step_under_the_stance_equals_the_eager_step(monk
         return found
 
     monkeypatch.setattr(CompiledGraph, "warm_graph", counted)
-    model = _tiny_decoder()
-    ids = torch.randint(0, 61, (1, 5))
+    model = grid_model("gqa", None, False, True, "rope", "swiglu")
+    ids = torch.randint(0, VOCAB, (1, 5))
     step = compile_decode_step(backend="aot_eager")
     eager_cache, cache = KVCache(model, 1, 16), KVCache(model, 1, 16)
     expected, got = [prefill(model, ids, eager_cache)], [prefill(model, ids, cache)]
@@ -113,8 +94,8 @@ def test_a_cuda_graph_decode_step_replays_without_dynamo_under_the_stance():
     from zoo.harness.phases.compiling import CUDA_INDUCTOR_OPTIONS
 
     torch._dynamo.reset()
-    model = _tiny_decoder().to("cuda")
-    ids = torch.randint(0, 61, (1, 5), device="cuda")
+    model = grid_model("gqa", None, False, True, "rope", "swiglu").to("cuda")
+    ids = torch.randint(0, VOCAB, (1, 5), device="cuda")
     step = compile_decode_step(options=dict(CUDA_INDUCTOR_OPTIONS))
     eager_cache, cache = KVCache(model, 1, 24), KVCache(model, 1, 24)
     token = prefill(model, ids, eager_cache).argmax(-1, keepdim=True)  # (B, 1)
