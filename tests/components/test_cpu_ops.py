@@ -106,6 +106,8 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     ),
     "zoo::row_product_rms_norm": lambda: (_r(2, 3, 24), _r(24), 1e-6, False),
     "zoo::row_product_silu_and_mul": lambda: (_r(2, 3, 40),),
+    "zoo::row_product_layer_norm": lambda: (_r(2, 3, 24), _r(24), _r(24), 1e-5),
+    "zoo::row_product_gelu": lambda: (_r(2, 3, 40), True),
     "zoo::row_product_rope": lambda: (_r(2, 5, 3, 8).transpose(1, 2), _r(1, 1, 5, 6), _r(1, 1, 5, 6)),
     "zoo::row_product_greedy": lambda: (_r(2, 3, 300),),
     "zoo::int4_cpu_int4_q8": lambda: (_r(3, 64), *_int4_weight(), 1),

@@ -1,6 +1,7 @@
-"""zoo.components.cpu_token_ops: the C++ RMS norm and rotary rotation equal the PyTorch
-expressions they replace, for one row and many, Llama's and Gemma's norm, partial and batched
-rotary tables; autograd, compiled graphs and the switch keep PyTorch's. The greedy pick is
+"""zoo.components.cpu_token_ops: the C++ RMS and layer norms, rotary rotation and GELU equal
+the PyTorch expressions they replace, for one row and many, Llama's and Gemma's norm, partial
+and batched rotary tables, with and without a bias; autograd, compiled graphs and the switch
+keep PyTorch's. The greedy pick is
 ``argmax`` exactly: ties, NaNs, infinities and signed zeros included.
 
 The rotation in half precision is exact (each product of two half-precision numbers is exact
@@ -15,7 +16,8 @@ import pytest
 import torch
 
 from zoo.components import cpu_token_ops
-from zoo.components.norms import RMSNorm
+from zoo.components.activations import ACTIVATIONS
+from zoo.components.norms import LayerNorm, RMSNorm
 from zoo.components.rope import RopeRotation, rope_cos_sin
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -50,6 +52,62 @@ def test_the_norm_is_the_pytorch_norm(monkeypatch, dtype, unit_offset, shape):
         expected = _torch_path(monkeypatch, lambda: norm(x))
     assert got.dtype == expected.dtype == dtype and got.shape == x.shape
     torch.testing.assert_close(got, expected)  # the dtype's own tolerance: one unit of its rounding
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 1, 768), (2, 9, 64), (3, 130)])
+def test_the_layer_norm_is_the_pytorch_layer_norm(monkeypatch, dtype, bias, shape):
+    """Within the dtype's own tolerance: the moments are summed in another order than ATen's
+    (two passes where it runs Welford's), which may move the last float32 bit."""
+    norm = LayerNorm(shape[-1], eps=1e-5, bias=bias).to(dtype)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1], generator=g) * 0.2 + 1)
+        if norm.bias is not None:
+            norm.bias.copy_(torch.randn(shape[-1], generator=g) * 0.1)
+    x = (torch.randn(*shape, generator=g) * 3 + 1.5).to(dtype)  # an offset: the mean matters
+    with torch.no_grad():
+        assert cpu_token_ops.layer_norm_applies(x, norm.weight, norm.bias)
+        got = norm(x)
+        expected = _torch_path(monkeypatch, lambda: norm(x))
+    assert got.dtype == expected.dtype == dtype and got.shape == x.shape
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh"])
+@pytest.mark.parametrize("shape", [(1, 1, 3072), (2, 5, 37)])
+def test_gelu_is_the_pytorch_gelu(monkeypatch, dtype, name, shape):
+    """The exact form within the dtype's tolerance of ``F.gelu``. The tanh form is computed as
+    ``x * sigmoid(2u)``: within the tolerance of the float64 value and of ``F.gelu``'s (whose
+    ``1 + tanh(u)`` cancels for negative x); no overflow where ``exp(-2u)`` would."""
+    x = (torch.randn(*shape, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
+    x.view(-1)[:6] = torch.tensor([-100.0, -20.0, -9.0, 0.0, 20.0, 100.0]).to(dtype)
+    act = ACTIVATIONS[name]
+    approximate = "tanh" if name == "gelu_tanh" else "none"
+    with torch.no_grad():
+        assert cpu_token_ops.gelu_applies(x)
+        got = act(x)
+        expected = _torch_path(monkeypatch, lambda: act(x))
+    assert got.dtype == dtype and got.shape == x.shape and torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected)
+    exact = torch.nn.functional.gelu(x.double(), approximate=approximate)
+    torch.testing.assert_close(got, exact.to(dtype))
+
+
+def test_layer_norm_and_gelu_keep_pytorch_under_autograd(monkeypatch):
+    norm = LayerNorm(16, eps=1e-5, bias=True)
+    x = torch.randn(2, 16)
+    assert not cpu_token_ops.layer_norm_applies(x, norm.weight, norm.bias)  # the weight wants its gradient
+    assert not cpu_token_ops.gelu_applies(x)  # gradients on
+    with torch.no_grad():
+        assert cpu_token_ops.layer_norm_applies(x, norm.weight, norm.bias)
+        assert not cpu_token_ops.layer_norm_applies(x.bfloat16(), norm.weight, norm.bias)  # mixed: PyTorch promotes
+        assert not cpu_token_ops.layer_norm_applies(x[:, :8], norm.weight, norm.bias)  # another width
+        assert cpu_token_ops.gelu_applies(x)
+        monkeypatch.setattr(cpu_token_ops, "ENABLED", False)
+        assert not cpu_token_ops.gelu_applies(x)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

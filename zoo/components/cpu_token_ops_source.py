@@ -1,11 +1,12 @@
-"""The C++ of a token's RMS norm, rotary rotation, SwiGLU and greedy pick (``zoo/components/cpu_token_ops.py``).
+"""The C++ of a token's norms, rotary rotation, GELU, SwiGLU and greedy pick (``cpu_token_ops.py``).
 
 Appended to the one-row products' source (``row_product_source.py``: its headers and
 ``widen1``), so that it is one more function of that extension and costs no build of its own.
-The norm, rotation and SwiGLU loops are over rows of the last dimension, in the tensor's own
-dtype, with the float32 arithmetic and the roundings of the PyTorch expressions they replace
-(``norms.RMSNorm``, ``rope.RopeRotation``), rows split over torch's threads where there are
-enough of them; the greedy pick compares the logits' bits as ordered integers (``order_key``).
+The norm, rotation, GELU and SwiGLU loops are over rows of the last dimension, in the tensor's
+own dtype, with the float32 arithmetic and the roundings of the PyTorch expressions they
+replace (``norms.RMSNorm``, ``norms.LayerNorm``, ``rope.RopeRotation``, ``F.gelu``; GELU's tanh
+form excepted, see ``gelu_one``), rows split over torch's threads where there are enough of
+them; the greedy pick compares the logits' bits as ordered integers (``order_key``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,109 @@ at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps, bool unit_offse
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
     rms_rows<scalar_t>(xc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), xc.numel() / n, n,
                        static_cast<float>(eps), unit_offset);
+  });
+  return out;
+}
+
+// x (..., n) with rows of n contiguous, weight and bias (n) in x's dtype (bias may be absent) -> (..., n): each row's
+// mean and variance in float32, then ATen's expression (x * rstd - mean * rstd) * weight + bias in float32,
+// rounded once to x's dtype, as torch's layer_norm computes it.
+template <typename T>
+static void layer_rows(const T* x, const T* w, const T* bias, T* out, int64_t rows, int64_t n, float eps) {
+  at::parallel_for(0, rows, TOKEN_GRAIN, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * n;
+      T* o = out + r * n;
+      float sum = 0.f;
+      for (int64_t i = 0; i < n; ++i) sum += widen1(row[i]);
+      const float mean = sum / static_cast<float>(n);
+      float squares = 0.f;
+      for (int64_t i = 0; i < n; ++i) squares += (widen1(row[i]) - mean) * (widen1(row[i]) - mean);
+      const float rstd = 1.f / std::sqrt(squares / static_cast<float>(n) + eps), shift = -mean * rstd;
+      for (int64_t i = 0; i < n; ++i) {
+        const float normed = (widen1(row[i]) * rstd + shift) * widen1(w[i]);
+        o[i] = static_cast<T>(bias == nullptr ? normed : normed + widen1(bias[i]));
+      }
+    }
+  });
+}
+
+at::Tensor layer_norm(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> bias, double eps) {
+  const int64_t n = x.size(-1);
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == n && weight.scalar_type() == x.scalar_type(),
+              "layer_norm: weight");
+  TORCH_CHECK(!bias.has_value() || (bias->dim() == 1 && bias->size(0) == n && bias->scalar_type() == x.scalar_type()),
+              "layer_norm: bias");
+  auto xc = x.contiguous();
+  auto wc = weight.contiguous();
+  auto bc = bias.has_value() ? bias->contiguous() : at::Tensor();
+  auto out = at::empty_like(xc);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "layer_norm", [&] {
+    const scalar_t* b = bc.defined() ? bc.data_ptr<scalar_t>() : nullptr;
+    layer_rows<scalar_t>(xc.data_ptr<scalar_t>(), wc.data_ptr<scalar_t>(), b, out.data_ptr<scalar_t>(),
+                         xc.numel() / n, n, static_cast<float>(eps));
+  });
+  return out;
+}
+
+// 2 * S values at p, in order, as two float32 registers (a: the first S), and back, rounded to p's dtype.
+static inline void load_pair(const float* p, fVec& a, fVec& b) { a = fVec::loadu(p); b = fVec::loadu(p + S); }
+static inline void store_pair(float* p, const fVec& a, const fVec& b) { a.store(p); b.store(p + S); }
+static inline void load_pair(const at::BFloat16* p, fVec& a, fVec& b) {
+  std::tie(a, b) = at::vec::convert_to_float<at::BFloat16>(at::vec::Vectorized<at::BFloat16>::loadu(p));
+}
+static inline void load_pair(const at::Half* p, fVec& a, fVec& b) {
+  std::tie(a, b) = at::vec::convert_to_float<at::Half>(at::vec::Vectorized<at::Half>::loadu(p));
+}
+static inline void store_pair(at::BFloat16* p, const fVec& a, const fVec& b) {
+  at::vec::convert_from_float<at::BFloat16>(a, b).store(p);
+}
+static inline void store_pair(at::Half* p, const fVec& a, const fVec& b) {
+  at::vec::convert_from_float<at::Half>(a, b).store(p);
+}
+
+// GELU of one value in float32. Exact: x/2 (1 + erf(x / sqrt 2)). Tanh: x/2 (1 + tanh(u)), u = beta (x + kappa x^3),
+// computed as x * sigmoid(2u) = x / (1 + exp(-2u)), the same function: ATen's vectorised tanh (Sleef's, to 1 ulp)
+// made torch's GELU 4 ns a value here, its arithmetic and not its dispatch, where one exponential is a fraction.
+constexpr float GELU_BETA = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), GELU_KAPPA = 0.044715f;
+constexpr float GELU_EXP_MAX = 88.f;  // exp_u20 has no overflow branch: -2u clamped below float32's largest exponent
+
+static inline fVec gelu_vec(const fVec& v, bool tanh_form) {
+  if (tanh_form) {
+    const fVec u2 = fVec(-2.f * GELU_BETA) * (v + fVec(GELU_KAPPA) * (v * v * v));  // -2u
+    return v / (fVec(1.f) + at::vec::minimum(u2, fVec(GELU_EXP_MAX)).exp_u20());
+  }
+  return v * fVec(0.5f) * (fVec(1.f) + (v * fVec(static_cast<float>(M_SQRT1_2))).erf());
+}
+static inline float gelu_one(float v, bool tanh_form) {
+  if (tanh_form) return v / (1.f + std::exp(std::min(-2.f * GELU_BETA * (v + GELU_KAPPA * v * v * v), GELU_EXP_MAX)));
+  return v * 0.5f * (1.f + std::erf(v * static_cast<float>(M_SQRT1_2)));
+}
+
+// GELU of n values of x's dtype T into out, 2 * S at a time in float32, each rounded once to T.
+template <typename T>
+static void gelu_values(const T* x, T* out, int64_t n, bool tanh_form) {
+  int64_t i = 0;
+  if constexpr (!std::is_same_v<T, double>)  // float64 (a dtype AT_DISPATCH brings) value by value
+    for (; i + 2 * S <= n; i += 2 * S) {
+      fVec a, b;
+      load_pair(x + i, a, b);
+      store_pair(out + i, gelu_vec(a, tanh_form), gelu_vec(b, tanh_form));
+    }
+  for (; i < n; ++i) out[i] = static_cast<T>(gelu_one(widen1(x[i]), tanh_form));
+}
+
+// x (..., n) with rows of n contiguous -> GELU(x) (..., n) in x's dtype: F.gelu's tanh approximation where `tanh`.
+at::Tensor gelu(at::Tensor x, bool tanh_form) {
+  auto xc = x.contiguous();
+  auto out = at::empty_like(xc);
+  const int64_t n = xc.size(-1), rows = n == 0 ? 0 : xc.numel() / n;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "gelu", [&] {
+    const scalar_t* xp = xc.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, TOKEN_GRAIN, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) gelu_values(xp + r * n, op + r * n, n, tanh_form);
+    });
   });
   return out;
 }

@@ -25,10 +25,16 @@ class RMSNormOptions(Options):
 
 
 class LayerNorm(nn.LayerNorm):
-    """torch's LayerNorm, bias optional."""
+    """torch's LayerNorm, bias optional; a token on the CPU in one C++ call (``cpu_token_ops``)."""
 
     def __init__(self, dim: int, eps: float, bias: bool) -> None:
         super().__init__(dim, eps=eps, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias  # read once (nn.Module.__getattr__ calls)
+        if cpu_token_ops.layer_norm_applies(x, weight, bias):  # one C++ call, torch's arithmetic
+            return cpu_token_ops.layer_norm(x, weight, bias, self.eps)  # (..., dim)
+        return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)  # (..., dim)
 
 
 class RMSNorm(nn.Module):

@@ -96,6 +96,16 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (..., n)
         ),
         CppFunction(
+            "layer_norm",
+            "(Tensor x, Tensor weight, Tensor? bias, float eps) -> Tensor",
+            lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (..., n)
+        ),
+        CppFunction(
+            "gelu",
+            "(Tensor x, bool tanh_form) -> Tensor",
+            lambda x, **_: torch.empty_like(x, memory_format=torch.contiguous_format),  # (..., n)
+        ),
+        CppFunction(
             "silu_and_mul",
             "(Tensor joint) -> Tensor",
             lambda joint, **_: joint.new_empty(*joint.shape[:-1], joint.shape[-1] // 2),  # (..., F)
