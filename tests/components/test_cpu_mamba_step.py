@@ -113,6 +113,35 @@ def test_the_fused_step_equals_the_reference_step_and_the_full_forward(
     torch.testing.assert_close(got, full[:, 5:], atol=1e-5, rtol=1e-5)
 
 
+def test_the_kept_decay_follows_a_changed_a_log(kernel_calls: list[int]):
+    """The kernel keeps each layer's decay -exp(A_log) between tokens: an in-place change of
+    A_log (its version), a ``load_state_dict`` and a new parameter in its place each give the
+    decay of the new values, as the reference, which makes it from A_log every step."""
+    spec = _spec("mamba")
+    reference, fast = _built(spec, "reference"), _built(spec, "auto")
+    ids = torch.randint(0, VOCAB, (1, 10), generator=torch.Generator().manual_seed(7))  # (B, T)
+
+    def agree() -> None:
+        with torch.no_grad():
+            torch.testing.assert_close(_stepped(fast, ids, 5), _stepped(reference, ids, 5), atol=1e-5, rtol=1e-5)
+
+    agree()
+    with torch.no_grad():
+        for model in (reference, fast):
+            for mixer in (m for m in model.modules() if isinstance(m, MambaMixer)):
+                mixer.A_log.add_(0.5)  # in place: a new version of the same tensor
+    agree()
+    changed = {name: t + 0.25 if name.endswith("A_log") else t for name, t in reference.state_dict().items()}
+    for model in (reference, fast):
+        model.load_state_dict(changed)
+    agree()
+    for model in (reference, fast):
+        for mixer in (m for m in model.modules() if isinstance(m, MambaMixer)):
+            mixer.A_log = torch.nn.Parameter(mixer.A_log.detach() - 0.75)  # another tensor
+    agree()
+    assert len(kernel_calls) == 4 * 2 * (10 - 5)
+
+
 def test_the_fused_step_after_a_left_padded_prefill():
     """Rows of different prompt lengths: the padding slots left the window and state as they
     were, and every decode token is real, so the fused step runs on what the prefill left."""

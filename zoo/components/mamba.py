@@ -219,12 +219,13 @@ class MambaMixer(TokenMixer, KernelChoice):
         xz = self.in_proj(x.squeeze(1))  # (B, 2 d_inner)
         dt_proj = (self.dt_proj.weight, self.dt_proj.bias)
         y = cpu_mamba_step.mamba_step(
-            xz, self.conv1d, self.x_proj.weight, dt_proj, (self.decay(), self.D), tensors, self.norm_eps
+            xz, self.conv1d, self.x_proj.weight, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
         )  # (B, d_inner)
         return self.out_proj(y).unsqueeze(1)  # (B, 1, d)
 
     def decay(self) -> torch.Tensor:
-        """A = -exp(A_log) (d_inner, N) in float32. Every decode step needs it and it changes only
+        """A = -exp(A_log) (d_inner, N) in float32. Every prefill and reference step needs it (the
+        fused CPU step keeps its own, ``cpu_mamba_step.decay_of``) and it changes only
         with the weights, so outside autograd and tracing it is kept, tagged with the parameter it
         came from: the same tensor at the same storage and version (an in-place write, a
         ``load_state_dict`` or an optimiser step bumps the version; ``.to`` moves the storage)
