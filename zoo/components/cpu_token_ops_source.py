@@ -140,7 +140,7 @@ static void gelu_values(const T* x, T* out, int64_t n, bool tanh_form) {
   for (; i < n; ++i) out[i] = static_cast<T>(gelu_one(widen1(x[i]), tanh_form));
 }
 
-// x (..., n) with rows of n contiguous -> GELU(x) (..., n) in x's dtype: F.gelu's tanh approximation where `tanh`.
+// x (..., n) with rows of n contiguous -> GELU(x) (..., n) in x's dtype: the tanh approximation where tanh_form.
 at::Tensor gelu(at::Tensor x, bool tanh_form) {
   auto xc = x.contiguous();
   auto out = at::empty_like(xc);

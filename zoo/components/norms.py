@@ -32,7 +32,7 @@ class LayerNorm(nn.LayerNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias  # read once (nn.Module.__getattr__ calls)
-        if cpu_token_ops.layer_norm_applies(x, weight, bias):  # one C++ call, torch's arithmetic
+        if weight is not None and cpu_token_ops.layer_norm_applies(x, weight, bias):  # one C++ call, torch's arithmetic
             return cpu_token_ops.layer_norm(x, weight, bias, self.eps)  # (..., dim)
         return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)  # (..., dim)
 
