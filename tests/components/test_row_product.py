@@ -40,10 +40,11 @@ def test_one_row_through_the_kernel_matches_f_linear(dtype, bias):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_kernel_equals_its_reference_for_any_shape(dtype):
     """Float32 accumulation then one rounding (``rows.reference``): rows of any length, a tail
-    shorter than a register, long rows, with and without a bias."""
+    shorter than a register, a tail of one register or more past the last whole block (48, 90),
+    long rows, with and without a bias."""
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        for out_features, in_features in [(1024, 512), (37, 70), (512, 1000), (128, 8192), (3, 5)]:
+        for out_features, in_features in [(1024, 512), (37, 70), (512, 1000), (128, 8192), (3, 5), (96, 48), (19, 90)]:
             weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
             x = torch.randn(in_features, generator=generator).to(dtype)
             for bias in (None, torch.randn(out_features, generator=generator).to(dtype)):

@@ -38,10 +38,12 @@ decoded gpt2 and t5-small in bfloat16 (4 layers, two threads) 1.11x and 1.11x as
 the sums are rounded to x's dtype in the call itself, not by tensor casts around it (a
 biased bfloat16 product made three: 10 µs of a 768 x 768 product's 57 at two threads).
 
-The int8 rows (``int8_rows_source.py``) are appended after this source and use its loops.
+The int8 rows (``int8_rows_source.py``) are appended after this source and use its loops;
+``LOOPS``, the source up to ``rows_times``, is also the head of Mamba-1's fused step
+(``cpu_mamba_step``), whose x_proj and dt_proj are one-row products too.
 """
 
-SOURCE = r"""
+LOOPS = r"""
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #define CPU_CAPABILITY_AVX512
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -90,6 +92,13 @@ static inline void widen(const at::BFloat16* p, fVec& a, fVec& b) {
 static inline void widen(const at::Half* p, fVec& a, fVec& b) {
   std::tie(a, b) = at::vec::convert_to_float<at::Half>(at::vec::Vectorized<at::Half>::loadu(p));
 }
+// float64 weights (Mamba-1's fused step in a float64 model) narrowed to float32, as the float32 sums take them
+static inline void widen(const double* p, fVec& a, fVec& b) {
+  float narrow[2 * S];
+  for (int64_t j = 0; j < 2 * S; ++j) narrow[j] = static_cast<float>(p[j]);
+  a = fVec::loadu(narrow);
+  b = fVec::loadu(narrow + S);
+}
 static inline void widen(const int8_t* p, fVec& a, fVec& b) {
 #if defined(CPU_CAPABILITY_AVX512)
   a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -105,6 +114,27 @@ static inline void widen(const int8_t* p, fVec& a, fVec& b) {
 #endif
 }
 
+// S weights in their order widened to float32: a row's tail past its last whole block of 2 * S (which even_odd
+// leaves in place), where a row of 48 (Mamba-130m's dt_proj) on AVX512 had 16 weights to sum one at a time.
+static inline fVec widen_one(const float* p) { return fVec::loadu(p); }
+#if defined(CPU_CAPABILITY_AVX512)
+static inline fVec widen_one(const at::BFloat16* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+#elif defined(CPU_CAPABILITY_AVX2)
+static inline fVec widen_one(const at::BFloat16* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+#endif
+template <typename T>  // float16, float64, and bfloat16 without AVX2: through a float32 array
+static inline fVec widen_one(const T* p) {
+  float wide[S];
+  for (int64_t j = 0; j < S; ++j) wide[j] = static_cast<float>(p[j]);
+  return fVec::loadu(wide);
+}
+
 // Rows of one thread's share read at once, each from its own quarter of the share: four long
 // streams in memory, where one row after another is one stream (module doc). A share's last rows,
 // fewer than four, go through the same loop one at a time, so that every row is summed alike
@@ -112,7 +142,8 @@ static inline void widen(const int8_t* p, fVec& a, fVec& b) {
 constexpr int64_t STREAMS = 4;
 
 // out[r] = sum_k w[r, k] * x[k] (+ bias[r]) for the NS rows r = first + s * stride: x read once for all of them,
-// two accumulators a row, then the scalar tail; the sum (plus the bias) rounded once to out's dtype O.
+// two accumulators a row, a last register of S weights where S or more remain, then the scalar tail; the sum
+// (plus the bias) rounded once to out's dtype O.
 template <int64_t NS, typename T, typename O>
 static inline void rows_at(const T* w, const float* x, O* out, int64_t first, int64_t stride, int64_t n,
                            const float* bias) {
@@ -133,10 +164,15 @@ static inline void rows_at(const T* w, const float* x, O* out, int64_t first, in
       hi[s] = at::vec::fmadd(w1, x1, hi[s]);
     }
   }
+  const int64_t tail = n - full >= S ? full + S : full;  // one register more: a tail of S or more weights
+  if (tail > full) {
+    const fVec x0 = fVec::loadu(x + full);
+    for (int64_t s = 0; s < NS; ++s) lo[s] = at::vec::fmadd(widen_one(row[s] + full), x0, lo[s]);
+  }
   for (int64_t s = 0; s < NS; ++s) {
     const int64_t r = first + s * stride;
     float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, lo[s] + hi[s]);
-    for (int64_t k = full; k < n; ++k) sum += static_cast<float>(row[s][k]) * x[k];
+    for (int64_t k = tail; k < n; ++k) sum += static_cast<float>(row[s][k]) * x[k];
     out[r] = static_cast<O>(bias == nullptr ? sum : sum + bias[r]);
   }
 }
@@ -165,6 +201,11 @@ static void rows_times(const T* w, const float* x, O* out, int64_t rows, int64_t
   });
 }
 
+"""
+
+SOURCE = (
+    LOOPS
+    + r"""
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 // out[r] = sum_k w[r, k] * x[k], both bfloat16, for the NS rows r = first + s * stride: vdpbf16ps multiplies 32
 // pairs exactly (a bfloat16 product fits a float32) and adds them to 16 float32 lanes, where widening each weight
@@ -275,3 +316,4 @@ static inline float widen1(float v) { return v; }
 static inline float widen1(at::BFloat16 v) { return static_cast<float>(v); }
 static inline float widen1(at::Half v) { return static_cast<float>(v); }
 """
+)
