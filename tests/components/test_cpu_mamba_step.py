@@ -24,6 +24,8 @@ CASES = {  # case -> mamba options beyond the tiny defaults
     "mamba": {},
     "falcon-norms": {"bcdt_norm_eps": 1e-6},
     "no-conv-bias-with-proj-bias": {"conv_bias": False, "bias": True, "d_conv": 3},
+    # Mamba-130m's dt rank, and a state wider than a register: the vector loops and their tails
+    "wide": {"d_state": 24, "dt_rank": 48},
 }
 
 
@@ -170,13 +172,14 @@ def test_a_half_precision_state_runs_the_reference_step(kernel_calls: list[int])
     assert not kernel_calls
 
 
+@pytest.mark.parametrize("case", ["mamba", "wide"])
 @pytest.mark.parametrize("cache_dtype", [torch.float32, None])
-def test_a_bfloat16_model_runs_the_fused_step(cache_dtype: torch.dtype | None, kernel_calls: list[int]):
+def test_a_bfloat16_model_runs_the_fused_step(case: str, cache_dtype: torch.dtype | None, kernel_calls: list[int]):
     """bfloat16 weights (x_proj and dt_proj read in bfloat16 inside the kernel), the state in
     float32 and the window in float32 or (the default cache) bfloat16: the step is the
     kernel's, in float32 where the reference rounds its activations to bfloat16 between ops,
     so the logits agree to bfloat16's precision."""
-    spec = _spec("mamba")
+    spec = _spec(case)
     reference, fast = _built(spec, "reference", "bfloat16"), _built(spec, "auto", "bfloat16")
     ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))  # (B, T)
     with torch.no_grad():
@@ -184,6 +187,24 @@ def test_a_bfloat16_model_runs_the_fused_step(cache_dtype: torch.dtype | None, k
         got = _stepped(fast, ids, 4, cache_dtype=cache_dtype).float()
     assert len(kernel_calls) == 2 * (12 - 4)
     torch.testing.assert_close(got, expected, atol=3e-2, rtol=3e-2)
+
+
+def test_a_float64_model_runs_the_fused_step_on_a_float32_cache(kernel_calls: list[int]):
+    """A model moved to float64 (``Module.double()``; zoo builds float32 and half precisions):
+    with a float32 cache its weights are read by the kernel's one-row products, narrowed to
+    float32, the precision of the kernel's sums, so the logits agree with the float64
+    reference to 1e-5; its own float64 cache, whose window the kernel does not store, runs the
+    reference step (the prefills still differ: the fused scan's order of sums)."""
+    spec = _spec("wide")
+    reference, fast = _built(spec, "reference").double(), _built(spec, "auto").double()
+    ids = torch.randint(0, VOCAB, (2, 10), generator=torch.Generator().manual_seed(8))  # (B, T)
+    with torch.no_grad():
+        expected = _stepped(reference, ids, 4, cache_dtype=torch.float32)
+        got = _stepped(fast, ids, 4, cache_dtype=torch.float32)
+        assert len(kernel_calls) == 2 * (10 - 4)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(_stepped(fast, ids, 4), _stepped(reference, ids, 4), atol=1e-5, rtol=1e-5)
+    assert len(kernel_calls) == 2 * (10 - 4)
 
 
 def test_the_reference_runs_under_autograd():

@@ -67,6 +67,7 @@ EXTENSION = CppExtension(
 
 
 KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
+WINDOW_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what conv_window_row stores
 
 
 def step_ready(
@@ -90,8 +91,10 @@ def step_ready(
 def window_fits(window: torch.Tensor, x: torch.Tensor) -> bool:
     """Whether a fused step takes this convolution window for input ``x``: contiguous, float32 or
     ``x``'s dtype (a bfloat16 cache's window holds the projection's bfloat16 outputs, which the
-    kernels store exactly; ``step_ready`` asks float32 of the recurrent states only)."""
-    return window.is_contiguous() and window.dtype in (torch.float32, x.dtype)
+    kernels store exactly; ``step_ready`` asks float32 of the recurrent states only). A float64
+    window (a model moved to float64 with its cache) runs the reference: the kernels store float32,
+    bfloat16 and float16 windows."""
+    return window.is_contiguous() and window.dtype in (torch.float32, x.dtype) and window.dtype in WINDOW_DTYPES
 
 
 def conv_step_ready(
