@@ -112,6 +112,17 @@ def test_analysis_of_every_preset_allocates_nothing():
     assert grown < 200 * 2**20  # gpt-oss-120b alone would be 230 GB in bf16
 
 
+def test_an_analysis_makes_no_rotary_frequencies_whatever_the_head_dim():
+    """A config's head_dim of 2**31 - 1 (a tampered file) once made 4 GB of frequencies on the
+    CPU for the meta model the memory check counts, 20 s before the check refused it."""
+    import psutil
+
+    spec = zoo.spec("qwen3-0.6b").override({"name": "wide-heads", "attention.head_dim": 2**31 - 1})
+    rss = psutil.Process().memory_info().rss
+    assert zoo.count_params(spec).total > 2**31 * 16 * 28
+    assert psutil.Process().memory_info().rss - rss < 200 * 2**20
+
+
 def test_flops_per_token_is_matmuls_plus_attention_scores():
     spec = zoo.spec("qwen3-0.6b")
     from zoo.analysis.counts import forward_flops, matmul_params

@@ -96,6 +96,17 @@ def test_bad_input_raises_spec_error_naming_the_field(updates, match):
         zoo.spec("qwen3-0.6b").override(updates)
 
 
+@pytest.mark.parametrize(
+    "n_heads,n_kv_heads,allowed", [(16, 3, " (1, 2, 4, 8, 16)"), (2**31 - 1, 2, " (1, 2147483647)"), (720720, 17, "")]
+)
+def test_the_heads_error_lists_the_divisors_of_n_heads_only_where_they_are_few(n_heads, n_kv_heads, allowed):
+    """n_heads from a tampered config.json (2**31 - 1) once took 7 minutes to fail: its divisors
+    were listed one candidate at a time; 720720 has 240 divisors, too many to list."""
+    with pytest.raises(SpecError) as error:
+        zoo.spec("qwen3-0.6b").override({"attention.n_heads": n_heads, "attention.n_kv_heads": n_kv_heads})
+    assert str(error.value).endswith(f"allowed: a divisor of n_heads{allowed}"), str(error.value)
+
+
 def test_direct_construction_raises_spec_error():
     with pytest.raises(SpecError, match="n_layers: required"):
         ModelSpec(

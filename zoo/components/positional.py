@@ -9,7 +9,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from zoo.components.rope import RopeRotation, RopeScaling, rope_cos_sin, rope_frequencies
+from zoo.components.rope import RopeRotation, RopeScaling, rope_attention_factor, rope_cos_sin, rope_frequencies
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positional, Rotation
 from zoo.specs.options import Options
@@ -118,9 +118,13 @@ class Rope(Positional):
         return _attention_geometry(ctx)
 
     def init_buffers(self) -> None:
+        """The frequencies, made on the CPU (float32 always, whatever the model's dtype); on the
+        meta device none are made: an analysis allocates nothing, whatever head_dim a file says."""
+        if self.inv_freq.is_meta:
+            self.attention_factor = rope_attention_factor(self.options.scaling)
+            return
         inv_freq, self.attention_factor = rope_frequencies(self.rot_dim, self.options.theta, self.options.scaling)
-        if not self.inv_freq.is_meta:  # float32 always, whatever the model's dtype
-            self.inv_freq = inv_freq.to(self.inv_freq.device)
+        self.inv_freq = inv_freq.to(self.inv_freq.device)
 
     def rotation(self, positions: torch.Tensor) -> Rotation:
         cos, sin = rope_cos_sin(positions, self.inv_freq, self.attention_factor)

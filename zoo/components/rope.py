@@ -43,6 +43,17 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
+def rope_attention_factor(scaling: RopeScaling | None) -> float:
+    """The factor applied to cos and sin: 1, or YaRN's attention scaling."""
+    if scaling is None or scaling.type != "yarn":
+        return 1.0
+    if scaling.attention_factor is not None:
+        return float(scaling.attention_factor)
+    if scaling.mscale and scaling.mscale_all_dim:
+        return _yarn_mscale(scaling.factor, scaling.mscale) / _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
+    return _yarn_mscale(scaling.factor)
+
+
 def rope_frequencies(dim: int, theta: float, scaling: RopeScaling | None) -> tuple[torch.Tensor, float]:
     """Inverse frequencies (dim/2,) in float32 on the CPU, and the factor applied to cos and sin."""
     exponents = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim  # (dim/2,)
@@ -63,12 +74,6 @@ def rope_frequencies(dim: int, theta: float, scaling: RopeScaling | None) -> tup
         return torch.where(medium, smoothed, scaled), 1.0
     # yarn
     factor = scaling.factor
-    attention_factor = scaling.attention_factor
-    if attention_factor is None:
-        if scaling.mscale and scaling.mscale_all_dim:
-            attention_factor = _yarn_mscale(factor, scaling.mscale) / _yarn_mscale(factor, scaling.mscale_all_dim)
-        else:
-            attention_factor = _yarn_mscale(factor)
     original = float(scaling.original_max_position_embeddings or 0)
 
     def correction_dim(rotations: float) -> float:
@@ -83,7 +88,7 @@ def rope_frequencies(dim: int, theta: float, scaling: RopeScaling | None) -> tup
     ramp = ((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1)
     extrapolation = 1 - ramp  # 1 keeps the original frequency
     inv_interp = inv_freq / factor
-    return inv_interp * (1 - extrapolation) + inv_freq * extrapolation, float(attention_factor)
+    return inv_interp * (1 - extrapolation) + inv_freq * extrapolation, rope_attention_factor(scaling)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
