@@ -1,5 +1,8 @@
 """pytest-benchmark suites: `pytest bench/ --benchmark-only` (not part of the default `pytest`).
 
+They run in one process, whatever the default ``-n auto`` of the tests says: timings taken side by side
+on the same cores measure each other, and pytest-benchmark turns its timers off under pytest-xdist.
+
 Unless --benchmark-json is given, results are saved to a file in the temporary folder (named
 at the end of the run); ``--write-results`` saves them to the tracked results/bench-components.json
 instead, regenerating it. A plain run leaves the tree as it found it.
@@ -22,6 +25,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="save benchmark results to the tracked results/bench-components.json",
     )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` on a benchmark run: no workers (module doc)."""
+    return 0
 
 
 @pytest.hookimpl(tryfirst=True)
