@@ -10,7 +10,6 @@ the cache allocates.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -25,7 +24,7 @@ from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
-from zoo.specs.options import Options
+from zoo.specs.options import Options, divisors_listed
 from zoo.specs.state import LayerState, StateTensor
 from zoo.specs.visibility import causal_keys_seen, visible_keys
 
@@ -81,22 +80,13 @@ class AttentionOptions(Options):
         if self.n_heads % kv:
             raise ValueError(
                 f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={kv}; "
-                f"allowed: a divisor of n_heads{_divisors(self.n_heads)}"
+                f"allowed: a divisor of n_heads{divisors_listed(self.n_heads)}"
             )
         return self
 
     @property
     def kv_heads(self) -> int:
         return int(self.n_kv_heads or self.n_heads)
-
-
-def _divisors(n: int, most: int = 32) -> str:
-    """`` (1, 2, ...)``: n's divisors for an error message, found in sqrt(n) steps (46,341 at the most
-    n_heads allowed) and only where there are at most ``most``; a config's n_heads of 2**31 - 1 once
-    took 7 minutes to fail here, listing them one candidate at a time."""
-    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    found = sorted({*low, *(n // d for d in low)})
-    return f" ({', '.join(map(str, found))})" if len(found) <= most else ""
 
 
 class MHAOptions(AttentionOptions):
