@@ -113,8 +113,9 @@ def test_analysis_of_every_preset_allocates_nothing():
 
 
 def test_an_analysis_makes_no_rotary_frequencies_whatever_the_head_dim():
-    """A config's head_dim of 2**31 - 1 (a tampered file) once made 4 GB of frequencies on the
-    CPU for the meta model the memory check counts, 20 s before the check refused it."""
+    """A config's head_dim of 2**31 - 1 (a tampered file) once made its frequencies on the CPU (an
+    8.6 GB int64 range, then 4.3 GB of float32) for the meta model the memory check counts, 20 s
+    before the check refused it."""
     import psutil
 
     spec = zoo.spec("qwen3-0.6b").override({"name": "wide-heads", "attention.head_dim": 2**31 - 1})
