@@ -148,7 +148,7 @@ def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides,
     ids = torch.randint(1, ours.spec.vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
     runners = {"zoo": zoo_runner(ours, kind, args.batch, args.prompt, args.decode), "hf": hf_runner(theirs, kind)}
     sides = Sides()
-    with torch.inference_mode(), host_paths(torch.device("cpu")):  # zoo's product paths as a run here takes them
+    with torch.inference_mode(), host_paths(torch.device("cpu"), ours):  # zoo's product paths as a run here takes them
         for run in runners.values():  # warm-up: allocator, kernels, the C++ extensions' first load
             run(ids, 2)
         for round_index in range(args.rounds):

@@ -139,7 +139,9 @@ def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
     """A prefill and ``steps`` greedy decode steps on a fresh cache of ``max_len`` slots (one
     size for every round: a compiled step is specialised to the cache's shape)."""
     ids = ids % case.spec.vocab_size  # (1, P): t5-small's vocabulary is smaller than the others'
-    with case.run.steady():  # compiled and settled: the warm graphs run without their guards, as in `zoo bench`
+    # the products' paths as a `zoo bench` run of this model here takes them; compiled and settled: the warm
+    # graphs run without their guards, as in `zoo bench`
+    with host_paths(torch.device("cpu"), case.model), case.run.steady():
         start = time.perf_counter()
         cache, logits = _prefill(case, ids, max_len)  # (1, V)
         case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
@@ -218,7 +220,7 @@ def main() -> None:
     max_len = args.prompt_len + args.decode
     buffer, bandwidths = probe_buffer(probe_bytes()), []  # (R, 4096) float32: the rounds' roofline probe
     # no_grad, not inference_mode: a compiled step that writes the cache in place cannot be traced under it
-    with torch.no_grad(), host_paths(torch.device("cpu")):  # the products' paths as a `zoo bench` run here takes them
+    with torch.no_grad():
         for case in cases:  # warm-up: kernels built, graphs compiled (for the full prompt), pages touched
             one_round(case, ids, 3, max_len)
             case.run.settle(functools.partial(one_round, case, ids, 3, max_len))  # compiled: recompiles nothing?

@@ -103,7 +103,7 @@ class ZooSide:
         from zoo.model.sampling import greedy
 
         torch = self.torch
-        with torch.no_grad(), host_paths(torch.device("cpu")):  # the CPU paths a `zoo bench` run takes here
+        with torch.no_grad(), host_paths(torch.device("cpu"), self.model):  # the CPU paths a `zoo bench` run takes here
             self.cache.reset()
             start = time.perf_counter()
             token = greedy(prefill(self.model, torch.tensor([ids]), self.cache))[:, None]  # (1, 1)

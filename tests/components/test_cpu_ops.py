@@ -77,7 +77,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         _r(B, H, P, 6),
     ),
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
-    "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24)),  # a step's (B, T, in)
+    "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True),  # a step's (B, T, in)
     "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64)),
     "zoo::row_product_int8_tiles": lambda: (
         _r(26, 64),
@@ -173,7 +173,7 @@ def test_an_op_called_before_its_extension_loads_loads_it_and_runs_in_cpp():
         "name = 'zoo::row_product_row_product'\n"
         "before = torch._C._dispatch_has_kernel_for_dispatch_key(name, 'CPU')\n"
         "w, x, b = torch.randn(24, 40), torch.randn(1, 40), torch.randn(24)\n"
-        "out = torch.ops.zoo.row_product_row_product.default(w, x, b)\n"
+        "out = torch.ops.zoo.row_product_row_product.default(w, x, b, False)\n"
         "torch.testing.assert_close(out, F.linear(x, w, b))\n"
         "after = torch._C._dispatch_has_kernel_for_dispatch_key(name, 'CPU')\n"
         "cpu = torch._C._dispatch_dump(name).split('CPU:')[1].splitlines()[0]\n"

@@ -41,7 +41,8 @@ def test_one_row_through_the_kernel_matches_f_linear(dtype, bias):
 def test_the_kernel_equals_its_reference_for_any_shape(dtype):
     """Float32 accumulation then one rounding (``rows.reference``): rows of any length, a tail
     shorter than a register, a tail of one register or more past the last whole block (48, 90),
-    long rows, with and without a bias."""
+    long rows, with and without a bias; the weights fetched ahead past the caches (``past_cache``)
+    give the same sums."""
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for out_features, in_features in [(1024, 512), (37, 70), (512, 1000), (128, 8192), (3, 5), (96, 48), (19, 90)]:
@@ -57,6 +58,8 @@ def test_the_kernel_equals_its_reference_for_any_shape(dtype):
                 torch.testing.assert_close(got.float(), expected.float(), **tolerance)
                 rows_kept = rows.row_product(weight, x.view(1, 1, in_features), bias)  # a decode step's (B, T, in)
                 assert rows_kept.shape == (1, 1, out_features) and torch.equal(rows_kept.view(-1), got)
+                with rows.past_cache(True):  # weights fetched ahead, not kept: the same sums
+                    assert torch.equal(rows.row_product(weight, x, bias), got)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -13,7 +13,10 @@ import torch
 
 import zoo
 from tests.conftest import tiny_spec
+from zoo.analysis.counts import weight_bytes_read
+from zoo.components import row_product
 from zoo.errors import BenchError
+from zoo.harness import run as zoo_run
 from zoo.harness.phases import decode as decode_phase
 from zoo.harness.phases.base import PHASES, Phase
 from zoo.harness.phases.stats import percentile
@@ -194,3 +197,22 @@ def test_cuda_path_times_with_events_and_resets_peaks():
     compiled = bench(spec, device="cuda", prompt_len=16, gen_len=8, compile=True)
     assert compiled.environment.compile_mode == "reduce-overhead + coordinate_descent_tuning"
     assert compiled.decode_tokens_per_s > 0 and compiled.compile_s > 0
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5-small"])
+def test_a_run_fetches_weights_past_the_cache_only_where_a_step_outgrows_it(name, monkeypatch):
+    """``host_paths``: the row kernel fetches weights past the caches while a run's phases run
+    only where the weights a decode step reads are over twice the last-level cache (an
+    encoder-decoder's encoder, never read by a step, not counted), and not off the CPU."""
+    model = zoo.build(tiny_spec(name), device="cpu", dtype="float32", seed=0)
+    step_bytes = weight_bytes_read(model, 1, torch.float32)
+    held = sum(p.nbytes for p in model.parameters())
+    assert held > step_bytes if model.encoder is not None else held == step_bytes  # t5's encoder held, not read
+    cpu = torch.device("cpu")
+    for cache, past in ((step_bytes // 2 - 1, True), (step_bytes // 2 + 1, False)):
+        monkeypatch.setattr(zoo_run, "last_level_cache_bytes", lambda cache=cache: cache)
+        with zoo_run.host_paths(cpu, model):
+            assert row_product.PastCache.on is past
+        with zoo_run.host_paths(torch.device("meta"), model):
+            assert not row_product.PastCache.on
+        assert not row_product.PastCache.on

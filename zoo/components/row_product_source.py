@@ -141,10 +141,23 @@ static inline fVec widen_one(const T* p) {
 // whatever the thread count.
 constexpr int64_t STREAMS = 4;
 
+// Where a step's weights are larger than the last-level cache (the caller says so: ``past_cache``), each product
+// fetches the cache lines `AHEAD` bytes past the block it reads without keeping them (prefetchnta on x86: into L1,
+// not left in L2 and L3 as a plain load's lines are). Read once a step, such a weight can only push out of the
+// caches what the step runs between products (module doc); a weight that fits stays cached from step to step.
+constexpr int64_t AHEAD = 1024;
+template <bool PAST_CACHE>
+static inline void fetch_ahead(const void* p, int64_t bytes) {
+  if constexpr (PAST_CACHE) {
+    const char* c = static_cast<const char*>(p) + AHEAD;
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 0);
+  }
+}
+
 // out[r] = sum_k w[r, k] * x[k] (+ bias[r]) for the NS rows r = first + s * stride: x read once for all of them,
 // two accumulators a row, a last register of S weights where S or more remain, then the scalar tail; the sum
-// (plus the bias) rounded once to out's dtype O.
-template <int64_t NS, typename T, typename O>
+// (plus the bias) rounded once to out's dtype O. PAST_CACHE: fetch_ahead.
+template <int64_t NS, typename T, typename O, bool PAST_CACHE = false>
 static inline void rows_at(const T* w, const float* x, O* out, int64_t first, int64_t stride, int64_t n,
                            const float* bias) {
   const int64_t full = n - n % (2 * S);
@@ -159,6 +172,7 @@ static inline void rows_at(const T* w, const float* x, O* out, int64_t first, in
     const fVec x0 = fVec::loadu(x + k), x1 = fVec::loadu(x + k + S);
     for (int64_t s = 0; s < NS; ++s) {
       fVec w0, w1;
+      fetch_ahead<PAST_CACHE>(row[s] + k, 2 * S * sizeof(T));
       widen(row[s] + k, w0, w1);
       lo[s] = at::vec::fmadd(w0, x0, lo[s]);
       hi[s] = at::vec::fmadd(w1, x1, hi[s]);
@@ -189,15 +203,23 @@ static const float* even_odd(const float* x, int64_t n, std::vector<float>& laid
   return laid.data();
 }
 
+// Rows [begin, end) of one thread's share, in STREAMS streams (rows_at).
+template <bool PAST_CACHE, typename T, typename O>
+static void share_times(const T* w, const float* x, O* out, int64_t begin, int64_t end, int64_t n, const float* bias) {
+  const int64_t part = (end - begin) / STREAMS;  // rows of each stream
+  for (int64_t j = 0; j < part; ++j) rows_at<STREAMS, T, O, PAST_CACHE>(w, x, out, begin + j, part, n, bias);
+  for (int64_t r = begin + STREAMS * part; r < end; ++r) rows_at<1, T, O, PAST_CACHE>(w, x, out, r, 0, n, bias);
+}
+
 // out[r] = sum_k w[r, k] * x[k] (+ bias[r] where given) for rows r of w (rows, n); x and bias float32, out in O.
 template <typename T, typename O>
-static void rows_times(const T* w, const float* x, O* out, int64_t rows, int64_t n, const float* bias = nullptr) {
+static void rows_times(const T* w, const float* x, O* out, int64_t rows, int64_t n, const float* bias = nullptr,
+                       bool past_cache = false) {
   std::vector<float> laid;
   if constexpr (std::is_same_v<T, at::BFloat16> && BF16_EVEN_ODD) x = even_odd(x, n, laid);
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    const int64_t part = (end - begin) / STREAMS;  // rows of each stream
-    for (int64_t j = 0; j < part; ++j) rows_at<STREAMS>(w, x, out, begin + j, part, n, bias);
-    for (int64_t r = begin + STREAMS * part; r < end; ++r) rows_at<1>(w, x, out, r, 0, n, bias);
+    if (past_cache) share_times<true>(w, x, out, begin, end, n, bias);
+    else share_times<false>(w, x, out, begin, end, n, bias);
   });
 }
 
@@ -210,8 +232,8 @@ SOURCE = (
 // out[r] = sum_k w[r, k] * x[k], both bfloat16, for the NS rows r = first + s * stride: vdpbf16ps multiplies 32
 // pairs exactly (a bfloat16 product fits a float32) and adds them to 16 float32 lanes, where widening each weight
 // and an FMA took three instructions per 16. The sum plus bias[r] (where given), rounded once to bfloat16 into
-// out, as ``F.linear`` rounds it.
-template <int64_t NS>
+// out, as ``F.linear`` rounds it. PAST_CACHE: fetch_ahead.
+template <int64_t NS, bool PAST_CACHE>
 static inline void bf16_rows_at(const at::BFloat16* w, const at::BFloat16* x, const at::BFloat16* bias,
                                 at::BFloat16* out, int64_t first, int64_t stride, int64_t n) {
   const int64_t full = n - n % 32;
@@ -223,7 +245,10 @@ static inline void bf16_rows_at(const at::BFloat16* w, const at::BFloat16* x, co
   }
   for (int64_t k = 0; k < full; k += 32) {
     const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
-    for (int64_t s = 0; s < NS; ++s) a[s] = _mm512_dpbf16_ps(a[s], (__m512bh)_mm512_loadu_si512(row[s] + k), xv);
+    for (int64_t s = 0; s < NS; ++s) {
+      fetch_ahead<PAST_CACHE>(row[s] + k, 64);
+      a[s] = _mm512_dpbf16_ps(a[s], (__m512bh)_mm512_loadu_si512(row[s] + k), xv);
+    }
   }
   for (int64_t s = 0; s < NS; ++s) {
     const int64_t r = first + s * stride;
@@ -233,12 +258,19 @@ static inline void bf16_rows_at(const at::BFloat16* w, const at::BFloat16* x, co
   }
 }
 
+template <bool PAST_CACHE>
+static void bf16_share_times(const at::BFloat16* w, const at::BFloat16* x, const at::BFloat16* bias,
+                             at::BFloat16* out, int64_t begin, int64_t end, int64_t n) {
+  const int64_t part = (end - begin) / STREAMS;  // four streams, as rows_times reads them
+  for (int64_t j = 0; j < part; ++j) bf16_rows_at<STREAMS, PAST_CACHE>(w, x, bias, out, begin + j, part, n);
+  for (int64_t r = begin + STREAMS * part; r < end; ++r) bf16_rows_at<1, PAST_CACHE>(w, x, bias, out, r, 0, n);
+}
+
 static void bf16_rows_times(const at::BFloat16* w, const at::BFloat16* x, const at::BFloat16* bias, at::BFloat16* out,
-                            int64_t rows, int64_t n) {
+                            int64_t rows, int64_t n, bool past_cache) {
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    const int64_t part = (end - begin) / STREAMS;  // four streams, as rows_times reads them
-    for (int64_t j = 0; j < part; ++j) bf16_rows_at<STREAMS>(w, x, bias, out, begin + j, part, n);
-    for (int64_t r = begin + STREAMS * part; r < end; ++r) bf16_rows_at<1>(w, x, bias, out, r, 0, n);
+    if (past_cache) bf16_share_times<true>(w, x, bias, out, begin, end, n);
+    else bf16_share_times<false>(w, x, bias, out, begin, end, n);
   });
 }
 #endif
@@ -273,15 +305,19 @@ static std::vector<int64_t> rows_shape(const at::Tensor& x, int64_t rows) {
 
 // rows_times for weight's dtype, into out of O.
 template <typename O>
-static void rows_of(const at::Tensor& weight, const float* x, O* out, int64_t rows, int64_t n, const float* bias) {
-  if (weight.scalar_type() == at::kFloat) rows_times(weight.data_ptr<float>(), x, out, rows, n, bias);
-  else if (weight.scalar_type() == at::kBFloat16) rows_times(weight.data_ptr<at::BFloat16>(), x, out, rows, n, bias);
-  else if (weight.scalar_type() == at::kHalf) rows_times(weight.data_ptr<at::Half>(), x, out, rows, n, bias);
+static void rows_of(const at::Tensor& weight, const float* x, O* out, int64_t rows, int64_t n, const float* bias,
+                    bool past_cache) {
+  if (weight.scalar_type() == at::kFloat) rows_times(weight.data_ptr<float>(), x, out, rows, n, bias, past_cache);
+  else if (weight.scalar_type() == at::kBFloat16)
+    rows_times(weight.data_ptr<at::BFloat16>(), x, out, rows, n, bias, past_cache);
+  else if (weight.scalar_type() == at::kHalf)
+    rows_times(weight.data_ptr<at::Half>(), x, out, rows, n, bias, past_cache);
   else TORCH_CHECK(false, "row_product: weight dtype ", weight.scalar_type(), "; allowed: float32, bfloat16, float16");
 }
 
-// weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype.
-at::Tensor row_product(at::Tensor weight, at::Tensor x, c10::optional<at::Tensor> bias) {
+// weight (out, in) float32 / bfloat16 / float16, one row x (..., in) -> weight @ x (+ bias) (..., out) in x's dtype;
+// past_cache: the step's weights are larger than the last-level cache (fetch_ahead).
+at::Tensor row_product(at::Tensor weight, at::Tensor x, c10::optional<at::Tensor> bias, bool past_cache) {
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && x.dim() >= 1 && weight.size(1) == x.numel(),
               "row_product: shapes");
   const int64_t rows = weight.size(0), n = weight.size(1);
@@ -294,7 +330,7 @@ at::Tensor row_product(at::Tensor weight, at::Tensor x, c10::optional<at::Tensor
     auto result = at::empty(shape, x.options());  // written in bfloat16: no float32 copy to convert after
     const at::BFloat16* b = bias.has_value() ? bias->data_ptr<at::BFloat16>() : nullptr;
     bf16_rows_times(weight.data_ptr<at::BFloat16>(), xc.data_ptr<at::BFloat16>(), b, result.data_ptr<at::BFloat16>(),
-                    rows, n);
+                    rows, n, past_cache);
     return result;
   }
 #endif
@@ -305,9 +341,9 @@ at::Tensor row_product(at::Tensor weight, at::Tensor x, c10::optional<at::Tensor
   const float* xp = widened(x, wide);
   const float* bp = bias.has_value() ? widened(*bias, wide_bias) : nullptr;
   auto out = at::empty(shape, x.options());
-  if (x.scalar_type() == at::kFloat) rows_of(weight, xp, out.data_ptr<float>(), rows, n, bp);
-  else if (x.scalar_type() == at::kBFloat16) rows_of(weight, xp, out.data_ptr<at::BFloat16>(), rows, n, bp);
-  else if (x.scalar_type() == at::kHalf) rows_of(weight, xp, out.data_ptr<at::Half>(), rows, n, bp);
+  if (x.scalar_type() == at::kFloat) rows_of(weight, xp, out.data_ptr<float>(), rows, n, bp, past_cache);
+  else if (x.scalar_type() == at::kBFloat16) rows_of(weight, xp, out.data_ptr<at::BFloat16>(), rows, n, bp, past_cache);
+  else if (x.scalar_type() == at::kHalf) rows_of(weight, xp, out.data_ptr<at::Half>(), rows, n, bp, past_cache);
   else TORCH_CHECK(false, "row_product: x dtype ", x.scalar_type(), "; allowed: float32, bfloat16, float16");
   return out;
 }
