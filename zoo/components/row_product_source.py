@@ -141,10 +141,11 @@ static inline fVec widen_one(const T* p) {
 // whatever the thread count.
 constexpr int64_t STREAMS = 4;
 
-// Where a step's weights are larger than the last-level cache (the caller says so: ``past_cache``), each product
+// Where a step's weights outgrow the last-level cache (a run decides: ``past_cache``), each product
 // fetches the cache lines `AHEAD` bytes past the block it reads without keeping them (prefetchnta on x86: into L1,
 // not left in L2 and L3 as a plain load's lines are). Read once a step, such a weight can only push out of the
-// caches what the step runs between products (module doc); a weight that fits stays cached from step to step.
+// caches what the step runs between products (``row_product.past_cache``, measured there); a weight that fits stays
+// cached from step to step.
 constexpr int64_t AHEAD = 1024;
 template <bool PAST_CACHE>
 static inline void fetch_ahead(const void* p, int64_t bytes) {
