@@ -101,3 +101,18 @@ def test_a_stream_read_is_the_faster_of_a_sum_and_the_row_kernel(monkeypatch):
     assert kernel_rate > 1.0 if row_product.available() else kernel_rate == 1.0
     monkeypatch.setattr(host_probe, "read_bytes_per_s", lambda buffer, runs: 1e15)  # faster than any kernel
     assert host_probe.stream_bytes_per_s(buffer, 2) == 1e15
+
+
+@pytest.mark.parametrize(("cache", "past"), [(1 << 18, True), (1 << 19, False), (None, False)])
+def test_the_row_kernel_reads_the_probe_past_the_caches_where_it_outgrows_them(monkeypatch, cache, past):
+    """The probe reads its buffer as a run reads weights of that size: past the caches
+    (``row_product.past_cache``) where it is over twice the last-level cache, not where it
+    is not, nor where Linux reports no cache."""
+    from zoo.components import row_product
+
+    seen = []
+    kernel = row_product.row_product
+    monkeypatch.setattr(host_probe, "last_level_cache_bytes", lambda: cache)
+    monkeypatch.setattr(row_product, "row_product", lambda *a: seen.append(row_product.PastCache.on) or kernel(*a))
+    host_probe.stream_bytes_per_s(host_probe.probe_buffer(1 << 20), 1)  # 1 MiB
+    assert set(seen) == ({past} if row_product.available() else set()) and row_product.PastCache.on is False

@@ -13,6 +13,7 @@ import torch
 
 import zoo
 from tests.conftest import tiny_spec
+from zoo.analysis import host_probe
 from zoo.analysis.counts import weight_bytes_read
 from zoo.components import row_product
 from zoo.errors import BenchError
@@ -210,7 +211,7 @@ def test_a_run_fetches_weights_past_the_cache_only_where_a_step_outgrows_it(name
     assert held > step_bytes if model.encoder is not None else held == step_bytes  # t5's encoder held, not read
     cpu = torch.device("cpu")
     for cache, past in ((step_bytes // 2 - 1, True), (step_bytes // 2 + 1, False)):
-        monkeypatch.setattr(zoo_run, "last_level_cache_bytes", lambda cache=cache: cache)
+        monkeypatch.setattr(host_probe, "last_level_cache_bytes", lambda cache=cache: cache)
         with zoo_run.host_paths(cpu, model):
             assert row_product.PastCache.on is past
         with zoo_run.host_paths(torch.device("meta"), model):

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from zoo.analysis.counts import weight_bytes_read
-from zoo.analysis.host_probe import host_peaks, last_level_cache_bytes
+from zoo.analysis.host_probe import host_peaks, past_cache
 from zoo.analysis.memory_check import check_fits
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
@@ -44,11 +44,6 @@ from zoo.harness.source import ModelSource, model_source, names_checkpoint, reso
 from zoo.model.build import ZooModel
 from zoo.specs.model import ModelSpec
 
-# a step's weights over this many times the last-level cache are fetched past it (``_past_cache``): on a
-# 2-core Xeon with 105 MB of L3 (one process, interleaved, compiled decode) t5-small's float32 decoder (154 MB,
-# 1.5x) ran 0.95x as fast fetched past the cache, its part that stayed cached lost; gpt2's bfloat16 (249 MB,
-# 2.4x) 1.03x, mamba2-130m's 1.08x, qwen3-0.6b's 1.06x (1.12x eager)
-PAST_CACHE_TIMES = 2
 GRID_SHARED = frozenset({"gen_len"})  # a grid's gen_len is every row's: an encoder's row runs without it
 
 
@@ -201,15 +196,13 @@ def host_paths(device: torch.device, model: torch.nn.Module) -> Iterator[None]:
 
 def _past_cache(device: torch.device, model: torch.nn.Module) -> bool:
     """Whether the weights a decode step of ``model`` reads (``weight_bytes_read``: not an
-    encoder's, nor an untied input table) are over ``PAST_CACHE_TIMES`` the host's last-level
-    cache, so that each step reads them from memory whatever it keeps
-    (``row_product.past_cache``); False off the CPU, for a model that is not zoo's, and where
-    Linux reports no cache."""
-    cache = last_level_cache_bytes() if device.type == "cpu" else None
-    if cache is None or not isinstance(model, ZooModel):
+    encoder's, nor an untied input table) outgrow this host's last-level cache
+    (``host_probe.past_cache``), so that each step reads them from memory whatever it keeps
+    (``row_product.past_cache``); False off the CPU and for a model that is not zoo's."""
+    if device.type != "cpu" or not isinstance(model, ZooModel):
         return False
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    return weight_bytes_read(model, 1, dtype) > PAST_CACHE_TIMES * cache
+    return past_cache(weight_bytes_read(model, 1, dtype))
 
 
 def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
