@@ -123,6 +123,18 @@ def test_two_threads_give_the_one_thread_result() -> None:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("out_features", [64, 1000, 4104])
+def test_one_row_read_in_streams_sums_as_panel_by_panel(out_features: int) -> None:
+    """A decode row's whole panels go four at a time (int4_rows_source's share_q8), two rows one
+    panel at a time: each row's sums are the same bits either way, llama.cpp's numerics."""
+    _, packed, so = _weights(out_features, 512, 128, torch.bfloat16)
+    x = torch.randn(2, 512, generator=torch.Generator().manual_seed(4))  # (2, in)
+    both = int4_cpu.matmul(x, packed, so)  # (2, out)
+    for m in range(2):
+        assert torch.equal(int4_cpu.matmul(x[m : m + 1], packed, so), both[m : m + 1])
+    assert _relative(both, int4_cpu.reference_q8(x, packed, so)) < 1e-5
+
+
 def test_from_groups_holds_the_values_exactly() -> None:
     values, packed, so = _weights(37, 96, 32, torch.float32)
     _, so = int4_cpu.unpack(packed, so)  # (37, 3, 2) by row

@@ -13,7 +13,15 @@ panel's 16 rows are the 16 lanes of one vector (AVX512-VNNI: eight ``vpdpbusd`` 
 four independent chains); each panel is read from memory once and multiplied with every token
 row while in L1, fetched ``PREFETCH`` bytes ahead (the hardware prefetcher alone left the
 row-major kernel 25% slower; over panels, distances of 0 to 8 KiB measured alike: 14.9-15.8
-GB/s on 12 Qwen3-0.6B layers at one thread). AVX2: two halves of eight lanes, both in one pass over a
+GB/s on 12 Qwen3-0.6B layers at one thread). One token row (decode) reads four whole panels at once
+(``PANEL_STREAMS``), block by block, each from its own quarter of the thread's share, as the row kernel reads four
+rows: one panel after another is one stream from memory, and on a 2-core Sapphire Rapids Xeon that stream, not the
+arithmetic (20 GB/s a core on a panel in cache), held the loop to 15.7 GB/s at two threads over Qwen3-0.6B's 28
+layers (group 128, 234 MB packed); four streams read 19.2 (1.22x; 1.21x at one thread, 9.1 -> 11.0), two 17.7,
+eight 18.0; an int4 Qwen3-0.6B decoded 1.14x as fast at one thread, 1.17x at two (eager, interleaved in one
+process). No prefetch hint or distance moved the one stream (T0/T1/T2/NTA, 1-8 KiB: 14.5-16.1). Each panel's sums
+are the same operations in the same order, so a row's outputs are the bits the panel-by-panel path gives.
+AVX2: two halves of eight lanes, both in one pass over a
 block, eight ``vpmaddubsw`` summed in int16 before one ``vpmaddwd``, and the group's scales read as vectors: on an
 AVX2-only AMD EPYC, one bfloat16 row through 30 SmolLM2-135M layers' matrices (group 32) 2.03x (13.5 against 6.6
 GB/s) and through 12 Qwen3-0.6B layers' (group 128) 1.79x over the halves in turn with their scales gathered lane
@@ -69,36 +77,55 @@ template <> inline __m512 lanes_f32(const c10::Half* p, __mmask16 lanes) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, p));
 }
 
-template <bool FULL, typename S>
-static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
-                      int64_t R, int64_t K, int64_t gs) {
+// NS panels at once, block by block, each panel's sums as panel_row's (the same operations in the same order): NS
+// streams from memory in flight where one panel after another is one (module doc). w, s, dst: each panel's.
+template <int NS, bool FULL, typename S>
+static void panels_at(const uint8_t* const* w, const S* const* s, const int32_t* x4, const float* xd, const float* xg,
+                      float* const* dst, int64_t R, int64_t K, int64_t gs) {
   const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
   const __mmask16 lanes = FULL ? 0xFFFF : (__mmask16)((1u << R) - 1);
   const __mmask64 bytes = FULL ? ~0ull : (1ull << (4 * R)) - 1;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps(), off = _mm512_setzero_ps();
+  __m512 acc[NS], off[NS];
+  for (int i = 0; i < NS; ++i) acc[i] = off[i] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    __m512 group = _mm512_setzero_ps();
+    __m512 group[NS];
+    for (int i = 0; i < NS; ++i) group[i] = _mm512_setzero_ps();
     for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
-      const uint8_t* wb = w + blk * 4 * chunk;
-      for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
-      const int32_t* xb = x4 + blk * 8;
-      __m512i d[4];  // independent chains: one per chunk
-      for (int c = 0; c < 4; ++c) {
-        const __m512i p = FULL ? _mm512_loadu_si512(wb + c * chunk) : _mm512_maskz_loadu_epi8(bytes, wb + c * chunk);
-        const __m512i lo = _mm512_and_si512(p, low), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
-        d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_set1_epi32(xb[2 * c]));
-        d[c] = _mm512_dpbusd_epi32(d[c], hi, _mm512_set1_epi32(xb[2 * c + 1]));
+      __m512i xb[8];  // the block's activation bytes, four a dword, broadcast once for every panel
+      for (int j = 0; j < 8; ++j) xb[j] = _mm512_set1_epi32(x4[blk * 8 + j]);
+      const __m512 scale = _mm512_set1_ps(xd[blk]);
+      for (int i = 0; i < NS; ++i) {
+        const uint8_t* wb = w[i] + blk * 4 * chunk;
+        for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
+        __m512i d[4];  // independent chains: one per chunk
+        for (int c = 0; c < 4; ++c) {
+          const __m512i p = FULL ? _mm512_loadu_si512(wb + c * chunk) : _mm512_maskz_loadu_epi8(bytes, wb + c * chunk);
+          const __m512i lo = _mm512_and_si512(p, low), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+          d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xb[2 * c]);
+          d[c] = _mm512_dpbusd_epi32(d[c], hi, xb[2 * c + 1]);
+        }
+        const __m512i dot = _mm512_add_epi32(_mm512_add_epi32(d[0], d[1]), _mm512_add_epi32(d[2], d[3]));
+        group[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, group[i]);
       }
-      const __m512i dot = _mm512_add_epi32(_mm512_add_epi32(d[0], d[1]), _mm512_add_epi32(d[2], d[3]));
-      group = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xd[blk]), group);
     }
-    acc = _mm512_fmadd_ps(group, lanes_f32(s + g * 2 * R, lanes), acc);
-    off = _mm512_fmadd_ps(lanes_f32(s + g * 2 * R + R, lanes), _mm512_set1_ps(xg[g]), off);
+    const __m512 xgg = _mm512_set1_ps(xg[g]);
+    for (int i = 0; i < NS; ++i) {
+      acc[i] = _mm512_fmadd_ps(group[i], lanes_f32(s[i] + g * 2 * R, lanes), acc[i]);
+      off[i] = _mm512_fmadd_ps(lanes_f32(s[i] + g * 2 * R + R, lanes), xgg, off[i]);
+    }
   }
-  _mm512_mask_storeu_ps(dst, lanes, _mm512_add_ps(acc, off));
+  for (int i = 0; i < NS; ++i) _mm512_mask_storeu_ps(dst[i], lanes, _mm512_add_ps(acc[i], off[i]));
 }
+
+template <bool FULL, typename S>
+static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
+                      int64_t R, int64_t K, int64_t gs) {
+  panels_at<1, FULL, S>(&w, &s, x4, xd, xg, &dst, R, K, gs);
+}
+constexpr int PANEL_STREAMS = 4;  // whole panels read at once for one token row (module doc)
 #elif defined(__AVX2__)
+constexpr int PANEL_STREAMS = 1;  // panels_at is AVX-512's
 // Eight consecutive scales (or offsets) as float32: vector loads, since filling a stack array lane by lane and
 // loading it as a vector stalls on store forwarding once per group (a group is one block for Q4 files).
 template <typename S>
@@ -208,6 +235,7 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
   }
 }
 #else
+constexpr int PANEL_STREAMS = 1;
 // Portable C++ of the same sums.
 template <bool FULL, typename S>
 static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
@@ -259,6 +287,36 @@ static void panel_q8(const uint8_t* wq, const S* so, const int8_t* xq, const flo
   }
 }
 
+// One token row (decode) through the panels [b, e) of one thread's share, into out (N). Where the instruction set
+// reads several panels at once (PANEL_STREAMS), the share's whole panels go in that many streams, each from its own
+// part of the share, as the row kernel reads rows; the rest, and the last, shorter panel, one at a time.
+template <typename S, typename T>
+static void share_q8(const uint8_t* wq, const S* so, const int8_t* xq, const float* xd, const float* xg, T* out,
+                     int64_t b, int64_t e, int64_t N, int64_t K, int64_t gs) {
+  int64_t next = b;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  const int64_t G = K / gs;
+  const int64_t part = std::max<int64_t>(std::min(e, N / PANEL) - b, 0) / PANEL_STREAMS;  // whole panels a stream
+  for (int64_t j = 0; j < part; ++j) {
+    const uint8_t* w[PANEL_STREAMS];
+    const S* s[PANEL_STREAMS];
+    float sums[PANEL_STREAMS][PANEL];
+    float* dst[PANEL_STREAMS];
+    for (int i = 0; i < PANEL_STREAMS; ++i) {
+      const int64_t n0 = (b + i * part + j) * PANEL;
+      w[i] = wq + n0 * (K / 2);
+      s[i] = so + n0 * G * 2;
+      dst[i] = sums[i];
+    }
+    panels_at<PANEL_STREAMS, true, S>(w, s, reinterpret_cast<const int32_t*>(xq), xd, xg, dst, PANEL, K, gs);
+    for (int i = 0; i < PANEL_STREAMS; ++i)
+      for (int64_t r = 0; r < PANEL; ++r) out[(b + i * part + j) * PANEL + r] = static_cast<T>(sums[i][r]);
+  }
+  next = b + PANEL_STREAMS * part;
+#endif
+  for (int64_t p = next; p < e; ++p) panel_q8<S, T>(wq, so, xq, xd, xg, out, p * PANEL, 1, N, K, gs);
+}
+
 // Token rows quantized per block of 32 as llama.cpp's Q8 blocks: int8 = round(x / d), d = absmax / 127.
 template <typename T>
 static void quantize_rows(const T* x, int8_t* xq, float* xd, float* xg, int64_t M, int64_t K, int64_t gs) {
@@ -297,6 +355,7 @@ static at::Tensor q8_product(const at::Tensor& x, int64_t M, int64_t K, const at
       quantize_rows<T>(x.data_ptr<T>(), xq.data(), xd.data(), xg.data(), M, K, gs);
       T* op = out.data_ptr<T>();
       at::parallel_for(0, (N + PANEL - 1) / PANEL, grain, [&](int64_t b, int64_t e) {
+        if (M == 1) return share_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, b, e, N, K, gs);
         for (int64_t p = b; p < e; ++p) {
           panel_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, p * PANEL, M, N, K, gs);
         }
