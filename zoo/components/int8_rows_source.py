@@ -15,7 +15,11 @@ GB/s (1.4-2.9x the widening loop in one process, one and two threads). Rows are 
 streams at once as the float rows are (four adjacent rows interleaved read 576-byte rows at 8 GB/s), with
 two named accumulators a row: an array indexed by the block's parity was kept on the stack
 and held the loop to ~17 GB/s even in cache. The streams took qwen3-0.6b's int8 decode 1.13x
-(two threads, interleaved workers, same tokens: each row's arithmetic is unchanged). The sign
+(two threads, interleaved workers, same tokens: each row's arithmetic is unchanged). Each stream fetches its row
+``Q8_AHEAD`` = 1 KiB ahead into L1 (prefetcht0): on a 2-core Sapphire Rapids Xeon qwen3-0.6b's 197 int8 matrices
+(596 MB, the tied head's 156 among them) read at 19.5-20.1 GB/s against 17.4-18.1 without it at two threads (1.12x),
+10.5 against 9.7 at one (interleaved builds; 2 and 4 KiB alike, prefetchnta 0.85x, prefetcht1 1.08x), and its int8
+model decoded 1.07x as fast eager at one thread, 1.03x at two (gpt2: 1.07x, 1.01x). The sign
 trick needs weights in [-127, 127], which ``quantize_int8`` gives.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 SOURCE = r"""
 constexpr int64_t QBLOCK = 32;       // inputs per activation block (llama.cpp's Q8)
+constexpr int64_t Q8_AHEAD = 1024;   // bytes a row's fetch runs ahead of its read (module doc)
 
 // x (n) as int8 blocks of 32: xq = round(x / d), d = absmax / 127 per block (llama.cpp's Q8 numerics).
 static void quantize_q8(const float* x, int8_t* xq, float* xd, int64_t n) {
@@ -80,6 +85,7 @@ static inline void rows_q8(const int8_t* w, const int8_t* xq, const float* xd, c
   for (; b + 2 <= blocks; b += 2) {
     const __m256 d0 = _mm256_set1_ps(xd[b]), d1 = _mm256_set1_ps(xd[b + 1]);
     for (int64_t s = 0; s < NS; ++s) {
+      _mm_prefetch(reinterpret_cast<const char*>(row[s] + b * QBLOCK + Q8_AHEAD), _MM_HINT_T0);
       even[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b), d0, even[s]);
       odd[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b + 1), d1, odd[s]);
     }
