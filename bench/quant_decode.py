@@ -3,8 +3,10 @@
 The three models hold the same random weights (one seed; the quantized ones are quantized
 from the bf16 build) and live in memory together; each round times ``--steps`` greedy
 decode steps of each model in turn (order rotated every round), so machine noise falls on
-all three alike. Reported: median tokens/s over rounds, the median of the per-round ratios
-to bf16, weight bytes from the layout and the bytes each step reads (zoo.analysis.counts).
+all three alike. Each model runs as a `zoo bench` run here runs it: its projections fused
+and the CPU paths the host probe chose (``zoo.harness.run.host_paths``). Reported: median
+tokens/s over rounds, the median of the per-round ratios to bf16, weight bytes from the
+layout and the bytes each step reads (zoo.analysis.counts).
 
     python bench/quant_decode.py                       # llama-3.2-1b, all 16 layers
     python bench/quant_decode.py --layers 4 --steps 8 --rounds 3 --write
@@ -27,15 +29,16 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step, weight_bytes
 from zoo.files.atomic import write_text_atomic
+from zoo.harness.phases.compiling import run_steps
+from zoo.harness.run import host_paths
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.quant import quantize, stored_bytes
 
 KINDS = ("bf16", "int8", "int4")
-# The bf16 model again with its one-row products forced through F.linear. zoo's default for
-# bf16 one-row products is F.linear too since it measured faster than torch.mv
-# (zoo/components/linear.py), so the two bf16 rows now time the same path; the variant is
-# kept so a CPU where that choice changes shows it.
+# The bf16 model again with its one-row products through F.linear instead of zoo's row kernel
+# (zoo/components/row_product.py), which a run takes where the host probe measured it faster:
+# what the kernel is worth on this host.
 LINEAR_VARIANT = "bf16 F.linear"
 VARIANTS = (*KINDS, LINEAR_VARIANT)
 PROMPT_LEN = 16
@@ -43,26 +46,29 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "quant-decode.md"
 
 
 def build_models(spec: zoo.ModelSpec, group_size: int | None, seed: int) -> dict[str, torch.nn.Module]:
-    """The three models on the same weights: each a fresh seeded bf16 build, then quantized."""
+    """The three models on the same weights: each a fresh seeded bf16 build, then quantized, its
+    projections fused as a `zoo bench` run fuses them (``run_steps``)."""
     models = {}
     for kind in KINDS:
         model = zoo.build(spec, device="cpu", dtype="bfloat16", seed=seed).eval()
         with torch.no_grad():
             models[kind] = quantize(model, kind, group_size)
+        run_steps(models[kind], torch.device("cpu"), compiled=False)
     return models
 
 
 def time_decode(
     model: torch.nn.Module, cache: KVCache, prompt: torch.Tensor, steps: int, plain_linear: bool = False
 ) -> float:
-    """Tokens/s of ``steps`` greedy decode steps after prefilling ``prompt`` (1, P);
-    ``plain_linear`` sends one-row products to F.linear instead of torch.mv."""
+    """Tokens/s of ``steps`` greedy decode steps after prefilling ``prompt`` (1, P), on the CPU
+    paths a run takes for ``model`` here (``host_paths``); ``plain_linear`` sends one-row
+    products to F.linear instead of zoo's row kernel."""
     from unittest import mock
 
     import zoo.components.linear as linear
 
-    patch = mock.patch.object(linear, "uses_matrix_vector", lambda x, w: False) if plain_linear else nullcontext()
-    with torch.no_grad(), patch:
+    patch = mock.patch.object(linear, "uses_row_kernel", lambda x, w: False) if plain_linear else nullcontext()
+    with torch.no_grad(), host_paths(torch.device("cpu"), model), patch:
         cache.reset()
         token = prefill(model, prompt, cache).argmax(-1, keepdim=True)  # (1, 1)
         start = time.perf_counter()
@@ -78,7 +84,7 @@ def profile(models: dict[str, torch.nn.Module], caches: dict[str, KVCache], prom
 
     for kind in KINDS:
         model, cache = models[kind], caches[kind]
-        with torch.no_grad():
+        with torch.no_grad(), host_paths(torch.device("cpu"), model):
             cache.reset()
             token = prefill(model, prompt, cache).argmax(-1, keepdim=True)  # (1, 1)
             with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
