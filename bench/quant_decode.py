@@ -29,7 +29,6 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step, weight_bytes
 from zoo.files.atomic import write_text_atomic
-from zoo.harness.phases.compiling import run_steps
 from zoo.harness.run import host_paths
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
@@ -47,13 +46,13 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "quant-decode.md"
 
 def build_models(spec: zoo.ModelSpec, group_size: int | None, seed: int) -> dict[str, torch.nn.Module]:
     """The three models on the same weights: each a fresh seeded bf16 build, then quantized, its
-    projections fused as a `zoo bench` run fuses them (``run_steps``)."""
+    projections fused as a `zoo bench` run fuses them."""
     models = {}
     for kind in KINDS:
         model = zoo.build(spec, device="cpu", dtype="bfloat16", seed=seed).eval()
         with torch.no_grad():
             models[kind] = quantize(model, kind, group_size)
-        run_steps(models[kind], torch.device("cpu"), compiled=False)
+        zoo.fuse_projections(models[kind])
     return models
 
 

@@ -125,7 +125,6 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
 }
 constexpr int PANEL_STREAMS = 4;  // whole panels read at once for one token row (module doc)
 #elif defined(__AVX2__)
-constexpr int PANEL_STREAMS = 1;  // panels_at is AVX-512's
 // Eight consecutive scales (or offsets) as float32: vector loads, since filling a stack array lane by lane and
 // loading it as a vector stalls on store forwarding once per group (a group is one block for Q4 files).
 template <typename S>
@@ -235,7 +234,6 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
   }
 }
 #else
-constexpr int PANEL_STREAMS = 1;
 // Portable C++ of the same sums.
 template <bool FULL, typename S>
 static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
