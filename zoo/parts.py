@@ -14,7 +14,8 @@ too: ``zoo.components.cpu_ops``). Plugins import from here, ``zoo``, ``zoo.error
 from __future__ import annotations
 
 from zoo.components.activations import ACTIVATIONS
-from zoo.components.attention import Attention, AttentionOptions
+from zoo.components.attention import Attention
+from zoo.components.attention_options import AttentionOptions
 from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps import step_ready

@@ -10,114 +10,23 @@ the cache allocates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
 from zoo.components import cpu_attention
+from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.fused import QKV, project
 from zoo.components.linear import Linear
+from zoo.components.norms import RMSNorm
 from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
-from zoo.specs.options import Options, divisors_listed
 from zoo.specs.state import LayerState, StateTensor
 from zoo.specs.visibility import causal_keys_seen, visible_keys
-
-
-class AttentionOptions(Options):
-    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "n_kv_heads": 2, "head_dim": 16}
-
-    n_heads: PositiveInt
-    n_kv_heads: PositiveInt | None = Field(None, description="key/value heads; default n_heads")
-    head_dim: PositiveInt | None = Field(None, description="default d_model // n_heads")
-    bias: bool = Field(False, description="bias on the q, k and v projections")
-    out_bias: bool | None = Field(None, description="bias on the output projection; default = bias")
-    qk_norm: bool = Field(False, description="norm (the model's norm kind) on each head of q and k")
-    window: PositiveInt | None = Field(
-        None, description="sliding window: keys with q - k < window; bidirectional: |q - k| <= window // 2"
-    )
-    sinks: bool = Field(False, description="a learned logit per head joined to the softmax (gpt-oss)")
-    scale: float | None = Field(None, gt=0, description="score scale; default head_dim ** -0.5")
-    causal: bool = Field(True, description="a token sees only earlier ones; false: bidirectional (encoders)")
-    output_gate: bool = Field(
-        False, description="q_proj also gives each head a gate; the output times sigmoid(gate) (Qwen3-Next)"
-    )
-    clip_qkv: float | None = Field(
-        None, gt=0, description="clamp the q, k and v projections' outputs to [-clip_qkv, clip_qkv] (MPT, OLMo)"
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_defaults(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        n_heads = data.get("n_heads")
-        d_model = (info.context or {}).get("d_model")
-        if data.get("head_dim") is None and isinstance(n_heads, int) and n_heads > 0 and isinstance(d_model, int):
-            if d_model % n_heads:
-                raise ValueError(
-                    f"head_dim: not given and d_model={d_model} is not divisible by n_heads={n_heads}; "
-                    "set head_dim explicitly"
-                )
-            data["head_dim"] = d_model // n_heads
-        if data.get("n_kv_heads") is None:
-            data["n_kv_heads"] = cls._default_kv_heads(n_heads)
-        return data
-
-    @classmethod
-    def _default_kv_heads(cls, n_heads: Any) -> Any:
-        return n_heads
-
-    @model_validator(mode="after")
-    def _check_heads(self) -> AttentionOptions:
-        kv = self.n_kv_heads or self.n_heads
-        if self.n_heads % kv:
-            raise ValueError(
-                f"n_kv_heads: n_heads={self.n_heads} is not divisible by n_kv_heads={kv}; "
-                f"allowed: a divisor of n_heads{divisors_listed(self.n_heads)}"
-            )
-        return self
-
-    @property
-    def kv_heads(self) -> int:
-        return int(self.n_kv_heads or self.n_heads)
-
-
-class MHAOptions(AttentionOptions):
-    """Multi-head attention: one key/value head per query head."""
-
-    reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
-    follows: ClassVar[Mapping[str, str]] = {"n_kv_heads": "n_heads"}  # setting n_heads carries it along
-    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "n_kv_heads": 4, "head_dim": 16}
-
-    @model_validator(mode="after")
-    def _one_kv_per_head(self) -> MHAOptions:
-        if self.n_kv_heads != self.n_heads:
-            raise ValueError(f"n_kv_heads: mha needs n_kv_heads == n_heads ({self.n_heads}), got {self.n_kv_heads}")
-        return self
-
-
-class MQAOptions(AttentionOptions):
-    """Multi-query attention: one key/value head shared by all query heads."""
-
-    reset_on_kind_change: ClassVar[frozenset[str]] = frozenset({"n_kv_heads"})
-    tiny: ClassVar[Mapping[str, Any]] = {"n_heads": 4, "head_dim": 16}
-
-    @classmethod
-    def _default_kv_heads(cls, n_heads: Any) -> Any:
-        return 1
-
-    @model_validator(mode="after")
-    def _single_kv(self) -> MQAOptions:
-        if self.n_kv_heads != 1:
-            raise ValueError(f"n_kv_heads: mqa needs n_kv_heads == 1, got {self.n_kv_heads}")
-        return self
 
 
 class Attention(TokenMixer):
@@ -175,6 +84,8 @@ class Attention(TokenMixer):
     # ---- forward --------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, positions: Positions, state: LayerState | None = None) -> torch.Tensor:
         B, T, _ = x.shape
+        if state is not None and T == 1 and (out := self._token_step(x, positions, state)) is not None:
+            return out  # (1, 1, d): an eager step's whole attention in one C++ call
         q_out, k_out, v_out = project(self, "qkv_proj", QKV, x)  # one product when fused
         if self.clip_qkv is not None:  # MPT clamps its fused Wqkv output: the same as clamping each part
             c = self.clip_qkv
@@ -276,6 +187,50 @@ class Attention(TokenMixer):
         if rotation is not None and tables is None:  # a rotation the kernel does not know: applied first
             q, write.k = positions.rotate(q, k)
         return cpu_attention.append_and_attend(q, write, options)  # (B, H, 1, D)
+
+    def _token_step(self, x: torch.Tensor, positions: Positions, cache: LayerState) -> torch.Tensor | None:
+        """An eager step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.attention_token``
+        (the q|k|v product, q and k's norms, the cache write, rotation and attention and the
+        output product in one C++ call, the same kernels in the same order) where that computes
+        this layer: q, k and v fused, plain ``Linear`` projections on the row kernel, RMS q/k
+        norms or none, no output gate, clipping, sinks, window or padding; else None."""
+        if cache.filled is None or cache.key_valid is not None:
+            return None
+        if self.output_gate or self.clip_qkv is not None or self.sinks is not None or self.window is not None:
+            return None
+        # the submodules and their tensors read from nn.Module's dicts: through its __getattr__
+        # each read cost ~1 µs here (2-core Xeon), ten a layer, a third of this function's time
+        modules = self._modules
+        qkv, o = modules.get("qkv_proj"), modules["o_proj"]  # qkv_proj: q, k and v fused (zoo.fuse_projections)
+        if type(qkv) is not Linear or type(o) is not Linear:
+            return None
+        norms = self._token_norms(modules.get("q_norm"), modules.get("k_norm"))
+        if norms is False:
+            return None
+        rotation = positions.rotation
+        tables = None if rotation is None else rotation.half_split(x.dtype)
+        if rotation is not None and tables is None:  # a rotation the kernel does not know
+            return None
+        mask = self._queries_last_mask(positions, cache.time, cache.filled, x.dtype)
+        options: dict[str, Any] = {"scale": self.scale} if mask is None else {"attn_mask": mask, "scale": self.scale}
+        k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (1, Hkv, L, D) each
+        (qkv_w, qkv_b), (o_w, o_b) = qkv._parameters.values(), o._parameters.values()  # weight, bias each
+        step = cpu_attention.TokenStep(qkv_w, qkv_b, norms, k_cache, v_cache, cache.filled, tables, o_w, o_b)
+        return cpu_attention.attention_token(x, step, options)  # (1, 1, d), or None: declined
+
+    @staticmethod
+    def _token_norms(
+        q_norm: nn.Module | None, k_norm: nn.Module | None
+    ) -> tuple[torch.Tensor, torch.Tensor, float, bool] | None | bool:
+        """q and k's norms as ``cpu_attention.TokenStep`` takes them: None without, (weights,
+        eps, unit offset) for two alike RMS norms, False for others (the kernel has no other)."""
+        if q_norm is None and k_norm is None:
+            return None
+        if type(q_norm) is not RMSNorm or type(k_norm) is not RMSNorm:
+            return False
+        if q_norm.eps != k_norm.eps or q_norm.unit_offset != k_norm.unit_offset:
+            return False
+        return q_norm._parameters["weight"], k_norm._parameters["weight"], q_norm.eps, q_norm.unit_offset
 
     def _queries_last_mask(
         self, positions: Positions, query_time: torch.Tensor, keys: int, dtype: torch.dtype

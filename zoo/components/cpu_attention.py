@@ -44,6 +44,7 @@ ENV_SWITCH = "ZOO_ATTENTION_KERNEL"
 ENABLED = os.environ.get(ENV_SWITCH, "1") != "0"
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS = frozenset({"attn_mask", "scale", "enable_gqa", "is_causal"})
+STEP_OPTIONS = frozenset({"attn_mask", "scale"})  # attention_token's: a scale, and a mask or none
 OP_NAME = row_product.EXTENSION.op_name("one_query_attention")  # zoo::row_product_one_query_attention
 
 
@@ -91,6 +92,50 @@ def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool
         and (write.rotation is None or _rotates(write.rotation, k))
         and _computes(q, k_cache, v_cache, write.filled, options)
     )
+
+
+@dataclass(slots=True)
+class TokenStep:
+    """An eager step's whole attention for one token (``attention_token``): the fused q|k|v
+    projection's weight ((H + 2 Hkv) D, C) and bias, q and k's RMS norms (weights (D,), eps,
+    unit offset) where the layer has them, the caches (1, Hkv, L, D) with ``filled`` slots
+    written with this token, the step's rotary tables as in ``CacheWrite``, and the output
+    projection's weight (C_out, H D) and bias."""
+
+    qkv_weight: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    norms: tuple[torch.Tensor, torch.Tensor, float, bool] | None
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    filled: int
+    rotation: tuple[torch.Tensor, torch.Tensor] | None
+    o_weight: torch.Tensor
+    o_bias: torch.Tensor | None
+
+
+def attention_token(x: torch.Tensor, step: TokenStep, options: dict[str, Any]) -> torch.Tensor | None:
+    """x (1, 1, C) -> the layer's attention output (1, 1, C_out) in one C++ call, or None where
+    the call does not compute it (nothing written then). The q|k|v product, q and k's norms,
+    the cache write, rotation and attention and the output product are each the kernel the
+    module calls one by one (``row_product``, ``rms_norm``, ``append_and_attend``), so the
+    result is theirs bit for bit; an eager step paid ~60 µs of Python and small torch calls
+    a gpt2 layer between them (2-core Xeon). The C++ checks every shape, dtype and layout
+    (``attention_fits``: in Python those checks cost 15 µs a call); here only what it cannot know:
+    gradients off, the switch on, the row kernel the run's choice in x's dtype, options it
+    takes."""
+    if torch.is_grad_enabled() or not ENABLED or not row_product.enabled(x.dtype) or not options.keys() <= STEP_OPTIONS:
+        return None  # (an eager call only: a compiled step's cache has no ``filled``, so it never gets here)
+    q_norm, k_norm, eps, unit = (None, None, 0.0, False) if step.norms is None else step.norms
+    cos, sin = (None, None) if step.rotation is None else step.rotation
+    scale = options["scale"]
+    caches = (step.k_cache, step.v_cache, step.filled, cos, sin, options.get("attn_mask"), scale)
+    weights = (step.o_weight, step.o_bias, row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES)
+    args = (x, step.qkv_weight, step.qkv_bias, q_norm, k_norm, eps, unit, *caches, *weights)
+    call = row_product.EXTENSION.op("attention_token")
+    if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
+        with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it
+            return call(*args)
+    return call(*args)
 
 
 def _rotates(tables: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor) -> bool:

@@ -122,6 +122,29 @@ def silu_and_mul_applies(x: torch.Tensor) -> bool:
     return _eager_cpu(x)
 
 
+# mlp_token's activations (the C++'s MLP_* constants): a plain MLP's by name, and a fused gate|up product's SwiGLU
+MLP_ACTIVATIONS = {"gelu": 0, "gelu_tanh": 1, "relu": 3}
+SILU_AND_MUL = 2
+
+
+def mlp_token(
+    x: torch.Tensor,
+    up: tuple[torch.Tensor, torch.Tensor | None],
+    down: tuple[torch.Tensor, torch.Tensor | None],
+    activation: int,
+) -> torch.Tensor | None:
+    """One token x (1, 1, C) through a feed-forward's up product (weight, bias), its
+    ``activation`` (``MLP_ACTIVATIONS`` or ``SILU_AND_MUL``) and down product -> (1, 1, C_out)
+    in one C++ call (``cpu_layer_steps_source.py``: the row kernel's products and ``gelu`` or
+    ``silu_and_mul`` between, so the result is theirs bit for bit), or None where that call does
+    not compute it: there every shape, dtype and layout is checked in C++; here what it cannot
+    know (eager, gradients off, the switch on, the row kernel the run's choice in x's dtype)."""
+    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.enabled(x.dtype):
+        return None
+    past_cache, min_bytes = row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES
+    return row_product.EXTENSION.op("mlp_token")(x, *up, *down, activation, past_cache, min_bytes)
+
+
 def silu_and_mul(joint: torch.Tensor) -> torch.Tensor:
     """[gate | up] (..., 2F) -> silu(gate) * up (..., F) in one C++ call, as ``F.silu(gate) *
     up`` rounds it: one call for a split, an activation and a product (vLLM's ``silu_and_mul``)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from zoo.components.attention import AttentionOptions, MHAOptions, MQAOptions
+from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import in_dtype, sdpa
 from zoo.errors import GenerationError

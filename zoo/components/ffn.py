@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
+from torch import nn
 
 from zoo.components import cpu_token_ops
 from zoo.components.activations import ACTIVATIONS, ActivationName
@@ -53,6 +54,19 @@ class GeGLUOptions(_HiddenDefault):
     """Gated FFN with tanh-approximated GELU (Gemma)."""
 
 
+def _token_step(module: nn.Module, x: torch.Tensor, up_name: str, activation: int) -> torch.Tensor | None:
+    """One token x (1, 1, d) through ``module``'s ``up_name`` product, ``activation`` and
+    down_proj in one C++ call (``cpu_token_ops.mlp_token``) where both are plain ``Linear``s the
+    call takes, else None. The layers and their tensors are read from nn.Module's dicts: through
+    its ``__getattr__`` each read cost ~1 µs here (2-core Xeon), six a call."""
+    modules = module._modules
+    up, down = modules.get(up_name), modules["down_proj"]
+    if type(up) is not Linear or type(down) is not Linear:
+        return None
+    up_params, down_params = tuple(up._parameters.values()), tuple(down._parameters.values())  # (weight, bias) each
+    return cpu_token_ops.mlp_token(x, up_params, down_params, activation)  # type: ignore[arg-type]
+
+
 class MLP(FeedForward):
     """up -> activation -> down."""
 
@@ -61,8 +75,14 @@ class MLP(FeedForward):
         self.up_proj = Linear(d_model, hidden, bias=bias)
         self.down_proj = Linear(hidden, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
+        self.token_activation = cpu_token_ops.MLP_ACTIVATIONS.get(activation)  # None: no one-call token step
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        activation = self.token_activation
+        if activation is not None and x.numel() == x.shape[-1]:  # one token: maybe a decode step's one C++ call
+            out = _token_step(self, x, "up_proj", activation)
+            if out is not None:
+                return out  # (1, 1, d)
         return self.down_proj(self.act(self.up_proj(x)))  # (B, T, d)
 
 
@@ -82,6 +102,10 @@ class GatedMLP(FeedForward):
         return {"gate_up_proj": ("gate_proj", "up_proj")}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu and x.numel() == x.shape[-1]:  # one token: maybe a decode step's one C++ call
+            out = _token_step(self, x, "gate_up_proj", cpu_token_ops.SILU_AND_MUL)  # gate|up fused, or declined
+            if out is not None:
+                return out  # (1, 1, d)
         if self.swiglu and is_fused(self, "gate_up_proj") and cpu_token_ops.silu_and_mul_applies(x):
             return self.down_proj(cpu_token_ops.silu_and_mul(self.gate_up_proj(x)))  # one C++ call between
         gate, up = project(self, "gate_up_proj", ("gate_proj", "up_proj"), x)  # (B, T, hidden) each

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 from zoo.components.cpu_attention_calls_source import SOURCE as ATTENTION_CALLS_SOURCE
 from zoo.components.cpu_attention_source import SOURCE as ATTENTION_SOURCE
+from zoo.components.cpu_layer_steps_source import SOURCE as LAYER_STEPS_SOURCE
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
 from zoo.components.int8_rows_source import SOURCE as INT8_SOURCE
@@ -61,7 +62,13 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu_attention, cpu_token_ops)
     "zoo_row_product",
-    SOURCE + TILES_SOURCE + INT8_SOURCE + TOKEN_OPS_SOURCE + ATTENTION_SOURCE + ATTENTION_CALLS_SOURCE,
+    SOURCE
+    + TILES_SOURCE
+    + INT8_SOURCE
+    + TOKEN_OPS_SOURCE
+    + ATTENTION_SOURCE
+    + ATTENTION_CALLS_SOURCE
+    + LAYER_STEPS_SOURCE,
     [
         CppFunction(
             "row_product",
@@ -89,6 +96,19 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             " Tensor? mask, float scale)"
             " -> Tensor",
             lambda q, **_: torch.empty_like(q, memory_format=torch.contiguous_format),  # (B, H, 1, D)
+        ),
+        CppFunction(
+            "attention_token",
+            "(Tensor x, Tensor qkv_weight, Tensor? qkv_bias, Tensor? q_norm, Tensor? k_norm, float norm_eps,"
+            " bool unit_offset, Tensor(a!) k_cache, Tensor(b!) v_cache, int n, Tensor? cos, Tensor? sin, Tensor? mask,"
+            " float scale, Tensor o_weight, Tensor? o_bias, bool past_cache, int min_weight_bytes) -> Tensor",
+            lambda x, o_weight, **_: x.new_empty(*x.shape[:-1], o_weight.shape[0]),  # (1, 1, C_out)
+        ),
+        CppFunction(
+            "mlp_token",
+            "(Tensor x, Tensor up_weight, Tensor? up_bias, Tensor down_weight, Tensor? down_bias, int activation,"
+            " bool past_cache, int min_weight_bytes) -> Tensor",
+            lambda x, down_weight, **_: x.new_empty(*x.shape[:-1], down_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
             "rms_norm",
@@ -183,16 +203,28 @@ def measured_faster(dtypes: Iterable[torch.dtype]) -> contextlib.AbstractContext
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """True when ``x`` is one row that fits ``weight``, on the CPU, outside autograd, and the weight is large."""
+    """True when ``x`` is one row that fits ``weight`` (``fits``), on the CPU, outside autograd."""
     return (
         x.device.type == "cpu"
-        and x.dtype in DTYPES
-        and weight.dtype == x.dtype
-        and weight.dim() == 2
-        and weight.is_contiguous()
-        and weight.shape[1] == x.shape[-1] == x.numel()
-        and weight.numel() * weight.element_size() >= MIN_WEIGHT_BYTES
+        and x.shape[-1] == x.numel()
+        and fits(weight, x.shape[-1], x.dtype)
         and not torch.is_grad_enabled()
+    )
+
+
+def fits(weight: torch.Tensor, width: int, dtype: torch.dtype) -> bool:
+    """Whether the kernel takes ``weight`` for rows of ``width`` values in ``dtype`` (one of
+    ``DTYPES``, the weight's too): a large, contiguous CPU matrix of that many columns,
+    where the run measured the kernel faster in that dtype (``enabled``)."""
+    return (
+        dtype in DTYPES
+        and weight.dtype == dtype
+        and weight.dim() == 2
+        and weight.shape[1] == width
+        and weight.is_contiguous()
+        and weight.is_cpu
+        and weight.numel() * weight.element_size() >= MIN_WEIGHT_BYTES
+        and enabled(dtype)
     )
 
 

@@ -1,0 +1,173 @@
+"""zoo/components/cpu_layer_steps_source.py: an eager decode step's whole attention
+(``cpu_attention.attention_token``) and feed-forward (``cpu_token_ops.mlp_token``) for one token as
+one C++ call each give what the modules' own calls give, bit for bit (the logits and the caches
+they write), equal the full forward, and decline (None, nothing written) what they do not compute."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import zoo
+import zoo.components.ffn as ffn
+from tests.conftest import tiny_spec
+from zoo.components import cpu_attention, cpu_token_ops
+from zoo.components import row_product as rows
+from zoo.components.attention import Attention
+from zoo.model.cache import KVCache
+from zoo.model.generation import decode_step, prefill
+
+
+@pytest.fixture(autouse=True)
+def _row_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row kernel on in every dtype (as a run where the probe measured it faster), for tiny weights too."""
+    monkeypatch.setattr(rows, "FORCED", True)
+    monkeypatch.setattr(rows, "MIN_WEIGHT_BYTES", 0)
+
+
+def _twin(cache: KVCache) -> KVCache:
+    """A copy of ``cache`` whose tensors are its own: both paths step from the same prefilled state."""
+    twin = copy.copy(cache)
+    twin.layers = [{name: t.clone() for name, t in layer.items()} for layer in cache.layers]
+    twin.position, twin.pad_count = cache.position.clone(), cache.pad_count.clone()
+    return twin
+
+
+def _steps(model: torch.nn.Module, cache: KVCache, ids: torch.Tensor) -> torch.Tensor:
+    return torch.stack([decode_step(model, ids[:, t : t + 1], cache) for t in range(ids.shape[1])], 1)  # (1, T, V)
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many calls each one-call step computed (a None: declined)."""
+    taken = {"attention": 0, "ffn": 0}
+    attention_step, ffn_step = cpu_attention.attention_token, cpu_token_ops.mlp_token
+
+    def attention(*args: object) -> torch.Tensor | None:
+        out = attention_step(*args)  # type: ignore[arg-type]
+        taken["attention"] += out is not None
+        return out
+
+    def feed_forward(*args: object) -> torch.Tensor | None:
+        out = ffn_step(*args)  # type: ignore[arg-type]
+        taken["ffn"] += out is not None
+        return out
+
+    monkeypatch.setattr(cpu_attention, "attention_token", attention)
+    monkeypatch.setattr(cpu_token_ops, "mlp_token", feed_forward)
+    return taken
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("arch", "ffn_steps"),
+    [("gpt2", True), ("qwen3-0.6b", True), ("llama-3.2-1b", True), ("gemma-3-1b", False)],
+)
+def test_one_call_steps_give_the_modules_own_calls_bit_for_bit(monkeypatch, arch, ffn_steps, dtype):
+    """gpt2 (biases, learned positions, GELU's tanh form), qwen3 (q/k RMS norms, RoPE, grouped K/V,
+    SwiGLU), llama (RoPE, grouped K/V), gemma-3 (its sliding layers and GeGLU declined, its global
+    layers and (1 + w) norms taken): logits and caches as the per-module calls give them."""
+    model = zoo.build(tiny_spec(arch), seed=0).to(dtype).eval()
+    zoo.fuse_projections(model)
+    ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(2))
+    taken = _counted(monkeypatch)
+    with torch.no_grad():
+        cache = KVCache(model, 1, 12)
+        prefill(model, ids[:, :5], cache)
+        twin = _twin(cache)
+        fused = _steps(model, cache, ids[:, 5:])
+        with monkeypatch.context() as off:
+            off.setattr(Attention, "_token_step", lambda *args: None)
+            off.setattr(ffn, "_token_step", lambda *args: None)
+            per_module = _steps(model, twin, ids[:, 5:])
+        full = model(ids)  # (1, 9, V)
+    assert taken["attention"] > 0 and (taken["ffn"] > 0) == ffn_steps
+    assert torch.equal(fused, per_module)
+    for ours, theirs in zip(cache.layers, twin.layers, strict=True):
+        assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+    tolerance = {"atol": 1e-5, "rtol": 0} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.05}
+    torch.testing.assert_close(fused.float(), full[:, 5:].float(), **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_encoder_decoders_steps_take_the_calls_with_a_position_bias_and_relu(monkeypatch, dtype):
+    """t5-small's decoder: self-attention with its relative position bias as an additive mask and
+    a ReLU MLP in one call each; the cross-attention stays its own module."""
+    model = zoo.build(tiny_spec("t5-small"), seed=0).to(dtype).eval()
+    zoo.fuse_projections(model)
+    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(3))
+    taken = _counted(monkeypatch)
+    with torch.no_grad():
+        memory = model.encode(ids)
+        cache = KVCache(model, 1, 8, memory_len=6)
+        prefill(model, torch.zeros(1, 1, dtype=torch.long), cache, memory=memory)
+        twin = _twin(cache)
+        steps = ids[:, :4]
+        fused = _steps(model, cache, steps)
+        with monkeypatch.context() as off:
+            off.setattr(Attention, "_token_step", lambda *args: None)
+            off.setattr(ffn, "_token_step", lambda *args: None)
+            per_module = _steps(model, twin, steps)
+    assert taken["attention"] > 0 and taken["ffn"] > 0
+    assert torch.equal(fused, per_module)
+
+
+def _layer(d: int = 64, heads: int = 4, kv_heads: int = 2, dim: int = 16, slots: int = 10):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(1, 1, d, generator=g)
+    qkv = torch.randn((heads + 2 * kv_heads) * dim, d, generator=g)
+    o = torch.randn(d, heads * dim, generator=g)
+    caches = torch.randn(1, kv_heads, slots, dim, generator=g), torch.randn(1, kv_heads, slots, dim, generator=g)
+    return x, qkv, o, caches
+
+
+def test_the_attention_call_declines_what_it_does_not_compute_and_writes_nothing():
+    """Two sequences, a weight in another dtype, a slot past the cache, odd rotary tables, a
+    mask of other keys: None, and the caches as they were; gradients on: None."""
+    x, qkv, o, (k_cache, v_cache) = _layer()
+    before = k_cache.clone(), v_cache.clone()
+
+    def step(**changes: object) -> cpu_attention.TokenStep:
+        fields = {"qkv_weight": qkv, "qkv_bias": None, "norms": None, "k_cache": k_cache, "v_cache": v_cache}
+        fields |= {"filled": 4, "rotation": None, "o_weight": o, "o_bias": None}
+        return cpu_attention.TokenStep(**(fields | changes))  # type: ignore[arg-type]
+
+    options = {"scale": 0.25}
+    declined = [
+        (x.expand(2, 1, 64), step(), options),
+        (x, step(o_weight=o.bfloat16()), options),
+        (x, step(filled=11), options),
+        (x, step(rotation=(torch.ones(1, 1, 1, 3), torch.ones(1, 1, 1, 3))), options),
+        (x, step(), {"scale": 0.25, "attn_mask": torch.ones(1, 1, 1, 5, dtype=torch.bool)}),
+        (x, step(qkv_weight=qkv[:-1]), options),
+        (x, step(), {"scale": 0.25, "is_causal": True}),
+    ]
+    with torch.no_grad():
+        for args in declined:
+            assert cpu_attention.attention_token(*args) is None  # type: ignore[arg-type]
+        assert cpu_attention.attention_token(x, step(), options) is not None  # the same call, fitting
+    assert cpu_attention.attention_token(x, step(), options) is None  # gradients on
+    with torch.no_grad():
+        written = k_cache[:, :, 3].clone()
+        k_cache[:, :, 3], v_cache[:, :, 3] = before[0][:, :, 3], before[1][:, :, 3]
+        assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])  # only the fitting call wrote
+        assert not torch.equal(written, before[0][:, :, 3])
+
+
+def test_the_feed_forward_call_declines_what_it_does_not_compute():
+    """Two rows, a down weight that does not fit the inner width, weights in another dtype, an
+    unknown activation: None; the fitting call equals the products and activation one by one."""
+    g = torch.Generator().manual_seed(5)
+    x, up, down = torch.randn(1, 1, 64, generator=g), torch.randn(96, 64, generator=g), torch.randn(64, 96, generator=g)
+    bias = torch.randn(96, generator=g)
+    with torch.no_grad():
+        assert cpu_token_ops.mlp_token(x.expand(1, 2, 64), (up, bias), (down, None), 0) is None
+        assert cpu_token_ops.mlp_token(x, (up, bias), (down[:, :95], None), 0) is None
+        assert cpu_token_ops.mlp_token(x, (up.bfloat16(), None), (down, None), 0) is None
+        assert cpu_token_ops.mlp_token(x, (up, bias), (down, None), 7) is None
+        half = down[:, :48].contiguous()  # a gated step's down product takes half the inner width
+        assert cpu_token_ops.mlp_token(x, (up, bias), (half, None), cpu_token_ops.SILU_AND_MUL) is not None
+        out = cpu_token_ops.mlp_token(x, (up, bias), (down, None), cpu_token_ops.MLP_ACTIVATIONS["gelu_tanh"])
+        inner = cpu_token_ops.gelu(rows.row_product(up, x, bias), True)
+        assert out is not None and torch.equal(out, rows.row_product(down, inner, None))

@@ -1,0 +1,128 @@
+"""The C++ of a layer's whole one-token step as one call: ``attention_token`` (a decode step's
+attention: its products, q/k norms, cache write, rotation and attention; ``cpu_attention.py``)
+and ``mlp_token`` (a feed-forward's two products and activation; ``cpu_token_ops.py``).
+
+Each is the extension's own kernels called in the order the module calls them (``row_product``,
+``rms_norm``, ``append_attention``, ``gelu``, ``silu_and_mul``), so results are theirs bit for
+bit; what goes is the Python between them. Each first checks every shape, dtype and layout its
+kernels need and returns an undefined tensor (None in Python), with nothing written, where one
+does not hold, so the module runs its own calls: those checks cost microseconds in Python and
+nothing here. Appended last to the one-row products' extension.
+"""
+
+from __future__ import annotations
+
+SOURCE = r"""
+// mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
+constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
+
+// Whether row_product takes weight for rows of `width` values of `dtype`: a contiguous CPU matrix of that many
+// columns in that dtype, of at least min_bytes (row_product.fits), its bias (if any) one value a row in that dtype.
+static bool row_fits(const at::Tensor& weight, const c10::optional<at::Tensor>& bias, int64_t width,
+                     at::ScalarType dtype, int64_t min_bytes) {
+  return weight.dim() == 2 && weight.size(1) == width && weight.scalar_type() == dtype && weight.is_contiguous() &&
+         weight.is_cpu() && weight.numel() * weight.element_size() >= min_bytes &&
+         (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->scalar_type() == dtype &&
+                                bias->is_cpu()));
+}
+
+// Whether attention_token computes this step (its arguments below): every shape, dtype and layout its calls need,
+// checked before anything is written, so that a step it declines runs the module's own calls instead.
+static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight,
+                           const c10::optional<at::Tensor>& qkv_bias, const c10::optional<at::Tensor>& q_norm,
+                           const c10::optional<at::Tensor>& k_norm, const at::Tensor& k_cache,
+                           const at::Tensor& v_cache, int64_t n, const c10::optional<at::Tensor>& cos,
+                           const c10::optional<at::Tensor>& sin, const c10::optional<at::Tensor>& mask,
+                           const at::Tensor& o_weight, const c10::optional<at::Tensor>& o_bias, int64_t min_bytes) {
+  const auto dtype = x.scalar_type();
+  if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || k_cache.dim() != 4 || qkv_weight.dim() != 2)
+    return false;
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  const int64_t Hkv = k_cache.size(1), L = k_cache.size(2), D = k_cache.size(3), width = qkv_weight.size(0);
+  if (k_cache.size(0) != 1 || Hkv < 1 || D < 1 || width % D != 0) return false;
+  const int64_t H = width / D - 2 * Hkv;
+  if (H < 1 || H % Hkv != 0 || n < 1 || n > L) return false;
+  if (!row_fits(qkv_weight, qkv_bias, x.size(2), dtype, min_bytes) ||
+      !row_fits(o_weight, o_bias, H * D, dtype, min_bytes))
+    return false;
+  if (q_norm.has_value() != k_norm.has_value()) return false;
+  for (const auto* norm : {&q_norm, &k_norm})
+    if (norm->has_value() && ((*norm)->dim() != 1 || (*norm)->size(0) != D || (*norm)->scalar_type() != dtype))
+      return false;
+  if (k_cache.sizes() != v_cache.sizes() || k_cache.scalar_type() != dtype || v_cache.scalar_type() != dtype ||
+      k_cache.stride(3) != 1 || v_cache.stride(3) != 1 || !k_cache.is_cpu() || !v_cache.is_cpu())
+    return false;
+  if (cos.has_value() != sin.has_value()) return false;
+  if (cos.has_value()) {  // (1, 1, 1, R), R even and at most D
+    if (cos->dim() != 4 || cos->sizes() != sin->sizes() || cos->size(0) != 1 || cos->size(1) != 1 ||
+        cos->size(2) != 1 || cos->size(3) % 2 != 0 || cos->size(3) > D || cos->scalar_type() != dtype ||
+        sin->scalar_type() != dtype || !cos->is_cpu() || !sin->is_cpu())
+      return false;
+  }
+  if (mask.has_value()) {
+    if (mask->dim() != 4 || mask->size(0) != 1 || mask->size(2) != 1 || mask->size(3) != n || !mask->is_cpu())
+      return false;
+    if (mask->scalar_type() == at::kBool) return mask->size(1) == 1;
+    return c10::isFloatingType(mask->scalar_type()) && (mask->size(1) == 1 || mask->size(1) == H);
+  }
+  return true;
+}
+
+// An eager decode step's whole attention for one token: x (1, 1, C) through the fused q|k|v projection (qkv_weight
+// ((H + 2 Hkv) D, C), row_product), q and k normed per head where q_norm and k_norm are given (rms_norm), the new k
+// and v written to slot n - 1 of the caches (1, Hkv, L, D) and q attending over their first n slots, rotated with
+// cos and sin (1, 1, 1, R) where given (append_attention), then the heads (1, 1, H D) through o_weight
+// (row_product) -> (1, 1, C_out): the calls the attention module makes one after another, with no Python between
+// them. An undefined tensor (None in Python), with nothing written, where attention_fits does not hold.
+at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, c10::optional<at::Tensor> qkv_bias,
+                           c10::optional<at::Tensor> q_norm, c10::optional<at::Tensor> k_norm, double norm_eps,
+                           bool unit_offset, at::Tensor k_cache, at::Tensor v_cache, int64_t n,
+                           c10::optional<at::Tensor> cos, c10::optional<at::Tensor> sin, c10::optional<at::Tensor> mask,
+                           double scale, at::Tensor o_weight, c10::optional<at::Tensor> o_bias, bool past_cache,
+                           int64_t min_weight_bytes) {
+  if (!attention_fits(x, qkv_weight, qkv_bias, q_norm, k_norm, k_cache, v_cache, n, cos, sin, mask, o_weight, o_bias,
+                  min_weight_bytes))
+    return at::Tensor();
+  const int64_t Hkv = k_cache.size(1), D = k_cache.size(3), H = qkv_weight.size(0) / D - 2 * Hkv;
+  auto joint = row_product(qkv_weight, x, qkv_bias, past_cache);  // (1, 1, (H + 2 Hkv) D)
+  auto q = joint.narrow(2, 0, H * D).view({1, 1, H, D});
+  auto k = joint.narrow(2, H * D, Hkv * D).view({1, 1, Hkv, D});
+  auto v = joint.narrow(2, (H + Hkv) * D, Hkv * D).view({1, 1, Hkv, D});
+  if (q_norm.has_value()) {
+    q = rms_norm(q, *q_norm, norm_eps, unit_offset);
+    k = rms_norm(k, *k_norm, norm_eps, unit_offset);
+  }
+  auto heads = append_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cache, v_cache, n, cos, sin,
+                                mask, scale);  // (1, H, 1, D), contiguous
+  return row_product(o_weight, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+}
+
+// Whether mlp_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both products the row
+// kernel's (row_fits), the inner width even for a gated activation (its [gate | up] halves).
+static bool mlp_fits(const at::Tensor& x, const at::Tensor& up_weight, const c10::optional<at::Tensor>& up_bias,
+                     const at::Tensor& down_weight, const c10::optional<at::Tensor>& down_bias, int64_t activation,
+                     int64_t min_bytes) {
+  const auto dtype = x.scalar_type();
+  if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || activation < 0 || activation > 3) return false;
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (!row_fits(up_weight, up_bias, x.size(2), dtype, min_bytes)) return false;
+  const int64_t inner = up_weight.size(0);
+  if (activation == MLP_SILU_AND_MUL && inner % 2 != 0) return false;
+  return row_fits(down_weight, down_bias, activation == MLP_SILU_AND_MUL ? inner / 2 : inner, dtype, min_bytes);
+}
+
+// An eager decode step's feed-forward for one token: x (1, 1, C) through up_weight (row_product), the activation
+// (MLP_GELU: gelu; MLP_GELU_TANH: gelu's tanh form; MLP_SILU_AND_MUL: silu(gate) * up of a fused [gate | up]
+// product; MLP_RELU: relu) and down_weight (row_product) -> (1, 1, C_out): the module's three calls in one. An
+// undefined tensor (None in Python) where mlp_fits does not hold.
+at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, c10::optional<at::Tensor> up_bias, at::Tensor down_weight,
+                     c10::optional<at::Tensor> down_bias, int64_t activation, bool past_cache,
+                     int64_t min_weight_bytes) {
+  if (!mlp_fits(x, up_weight, up_bias, down_weight, down_bias, activation, min_weight_bytes)) return at::Tensor();
+  auto inner = row_product(up_weight, x, up_bias, past_cache);  // (1, 1, F) or (1, 1, 2F)
+  if (activation == MLP_SILU_AND_MUL) inner = silu_and_mul(inner);
+  else if (activation == MLP_RELU) inner.relu_();  // F.relu's op, in place on the product's own output
+  else inner = gelu(inner, activation == MLP_GELU_TANH);
+  return row_product(down_weight, inner, down_bias, past_cache);  // (1, 1, C_out)
+}
+"""
