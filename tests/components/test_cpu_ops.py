@@ -78,6 +78,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     ),
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True),  # a step's (B, T, in)
+    "zoo::row_product_row_product_fitting": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True, 0),
     "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64)),
     "zoo::row_product_int8_tiles": lambda: (
         _r(26, 64),

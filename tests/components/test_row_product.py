@@ -226,3 +226,32 @@ def test_a_rows_sum_does_not_depend_on_how_the_threads_split_the_rows(dtype):
         torch.set_num_threads(threads)
     assert torch.equal(outputs[0], outputs[1])
     torch.testing.assert_close(outputs[0], rows.reference(weight, x, bias), **TOLERANCE[dtype])
+
+
+def test_the_eager_calls_checks_in_cpp_take_what_pythons_take():
+    """An eager product's checks run in C++ (``eager_row_product``: None where it declines): it
+    takes exactly the products ``uses_row_kernel`` takes (the compiled graph's check), and what it
+    takes is the kernel's product."""
+    g = torch.Generator().manual_seed(7)
+    weight, x, bias = torch.randn(96, 64, generator=g), torch.randn(1, 1, 64, generator=g), torch.randn(96)
+    cases = [
+        (weight, x),
+        (weight.bfloat16(), x.bfloat16()),
+        (weight.half(), x.half()),
+        (weight, x.bfloat16()),  # dtypes differ
+        (weight.t().contiguous().t(), x),  # not contiguous
+        (weight[:, :63].contiguous(), x),  # widths differ
+        (weight, x.expand(1, 2, 64)),  # two rows
+        (weight[:8].contiguous(), x),  # 2 KiB: below MIN_WEIGHT_BYTES
+        (weight.double(), x.double()),  # a dtype the kernel has no loop for
+    ]
+    with torch.no_grad():
+        for w, row in cases:
+            out = rows.eager_row_product(w, row, None)
+            assert (out is not None) == uses_row_kernel(row, w)
+            if out is not None:
+                assert torch.equal(out, rows.row_product(w, row, None))
+        assert rows.eager_row_product(weight, x, bias) is not None  # a bias of the rows' dtype
+        assert rows.eager_row_product(weight, x, bias[:95]) is None  # one short
+        assert rows.eager_row_product(weight, x, bias.bfloat16()) is None  # another dtype
+    assert rows.eager_row_product(weight, x, None) is None and uses_row_kernel(x, weight) is False  # gradients on

@@ -16,16 +16,6 @@ SOURCE = r"""
 // mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
 constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
 
-// Whether row_product takes weight for rows of `width` values of `dtype`: a contiguous CPU matrix of that many
-// columns in that dtype, of at least min_bytes (row_product.fits), its bias (if any) one value a row in that dtype.
-static bool row_fits(const at::Tensor& weight, const c10::optional<at::Tensor>& bias, int64_t width,
-                     at::ScalarType dtype, int64_t min_bytes) {
-  return weight.dim() == 2 && weight.size(1) == width && weight.scalar_type() == dtype && weight.is_contiguous() &&
-         weight.is_cpu() && weight.numel() * weight.element_size() >= min_bytes &&
-         (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->scalar_type() == dtype &&
-                                bias->is_cpu()));
-}
-
 // Whether attention_token computes this step (its arguments below): every shape, dtype and layout its calls need,
 // checked before anything is written, so that a step it declines runs the module's own calls instead.
 static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight,

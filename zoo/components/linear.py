@@ -46,6 +46,16 @@ def uses_row_kernel(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return rows.applies(x, weight)
 
 
+def _one_row(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The row kernel's product of one row x (..., in) -> (..., out), or None where it does not
+    take it. Eager, the kernel's C++ checks the tensors (``row_product.eager_row_product``); in a
+    graph being compiled, where checks run once while tracing, Python does (``uses_row_kernel``)
+    and the product is the opaque op."""
+    if torch.compiler.is_compiling():
+        return rows.row_product(weight, x, bias) if uses_row_kernel(x, weight) else None
+    return rows.eager_row_product(weight, x, bias)
+
+
 # dtypes whose one-row CPU product is torch.mv (module doc: measured per dtype)
 MATRIX_VECTOR_DTYPES = (torch.float32,)
 
@@ -114,8 +124,8 @@ class Linear(nn.Linear, RowStackable):
         weight, bias = self.weight, self.bias  # once: each `self.` read is an nn.Module.__getattr__ call
         if x.device.type != "cpu":  # first: off the CPU a call pays for no CPU-path checks
             return F.linear(x, weight, bias)
-        if uses_row_kernel(x, weight):
-            return rows.row_product(weight, x, bias)  # (..., out); an opaque op in a graph
+        if x.numel() == x.shape[-1] and (out := _one_row(x, weight, bias)) is not None:
+            return out  # (..., out)
         if uses_matrix_vector(x, weight):
             out = torch.mv(weight, x.reshape(-1))  # (out,)
             if bias is not None:
