@@ -1,13 +1,16 @@
-"""Where an eager CPU decode step's time goes: zoo's one-row products, its attention calls, its
-other C++ ops (the recurrent steps, the greedy pick, fused activations) and the rest (Python
-between the calls and torch's small ops: norms, adds, views), per family, one process.
+"""Where an eager CPU decode step's time goes: zoo's one-row products, its layer steps (an
+attention's or feed-forward's products and what runs between them as one call: ``attention_token``,
+``mlp_token``), its attention calls, its other C++ ops (the recurrent steps, the greedy pick, fused
+activations) and the rest (Python between the calls and torch's small ops: norms, adds, views),
+per family, one process.
 
 Each C++ call is timed where the model makes it (``CppExtension.op``, wrapped for the run), so the
 parts add up to the step; the rest is the step less them. A second pass runs the same steps with
-every product's output taken from a cache (no weights read): its rest is the same Python and
-small ops on warm caches, so ``rest`` against ``rest, no weights read`` shows what streaming a
-step's weights through the caches costs the code between the products. Rounds interleave the two
-passes and the families; figures are medians over rounds, milliseconds per decode step.
+every product's output taken from a cache (no weights read; the layer steps still read theirs): its
+rest is the same Python and small ops on warm caches, so ``rest`` against ``rest, no weights
+read`` shows what streaming a step's weights through the caches costs the code between the
+products. Rounds interleave the two passes and the families; figures are medians over rounds,
+milliseconds per decode step.
 
     python bench/eager_step_split.py --families gpt2,mamba-130m,t5-small --dtype bfloat16 --layers 0
 """
@@ -29,12 +32,14 @@ from zoo.files.host_memory import rehome
 from zoo.harness.run import host_paths
 from zoo.model.sampling import greedy
 
-PARTS = ("products", "attention", "other C++")
+PARTS = ("products", "layer steps", "attention", "other C++")
 
 
 def _part(function: str) -> str:
-    if function == "row_product":
+    if function in ("row_product", "row_product_fitting"):
         return "products"
+    if function.endswith("_token"):  # attention_token, mlp_token: a layer's products and what runs between them
+        return "layer steps"
     return "attention" if "attention" in function else "other C++"
 
 

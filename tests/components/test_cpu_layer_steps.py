@@ -16,6 +16,7 @@ from tests.conftest import tiny_spec
 from zoo.components import cpu_attention, cpu_token_ops
 from zoo.components import row_product as rows
 from zoo.components.attention import Attention
+from zoo.components.cross_attention import CrossAttention
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 
@@ -41,8 +42,9 @@ def _steps(model: torch.nn.Module, cache: KVCache, ids: torch.Tensor) -> torch.T
 
 def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many calls each one-call step computed (a None: declined)."""
-    taken = {"attention": 0, "ffn": 0}
+    taken = {"attention": 0, "ffn": 0, "cross": 0}
     attention_step, ffn_step = cpu_attention.attention_token, cpu_token_ops.mlp_token
+    cross_step = cpu_attention.cross_attention_token
 
     def attention(*args: object) -> torch.Tensor | None:
         out = attention_step(*args)  # type: ignore[arg-type]
@@ -54,7 +56,13 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         taken["ffn"] += out is not None
         return out
 
+    def cross(*args: object) -> torch.Tensor | None:
+        out = cross_step(*args)  # type: ignore[arg-type]
+        taken["cross"] += out is not None
+        return out
+
     monkeypatch.setattr(cpu_attention, "attention_token", attention)
+    monkeypatch.setattr(cpu_attention, "cross_attention_token", cross)
     monkeypatch.setattr(cpu_token_ops, "mlp_token", feed_forward)
     return taken
 
@@ -92,8 +100,9 @@ def test_one_call_steps_give_the_modules_own_calls_bit_for_bit(monkeypatch, arch
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_an_encoder_decoders_steps_take_the_calls_with_a_position_bias_and_relu(monkeypatch, dtype):
-    """t5-small's decoder: self-attention with its relative position bias as an additive mask and
-    a ReLU MLP in one call each; the cross-attention stays its own module."""
+    """t5-small's decoder: self-attention with its relative position bias as an additive mask,
+    cross-attention over the memory written at prefill and a ReLU MLP in one call each, as
+    their modules' own calls give them."""
     model = zoo.build(tiny_spec("t5-small"), seed=0).to(dtype).eval()
     zoo.fuse_projections(model)
     ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(3))
@@ -108,8 +117,9 @@ def test_an_encoder_decoders_steps_take_the_calls_with_a_position_bias_and_relu(
         with monkeypatch.context() as off:
             off.setattr(Attention, "_token_step", lambda *args: None)
             off.setattr(ffn, "_token_step", lambda *args: None)
+            off.setattr(CrossAttention, "_token_step", lambda *args: None)
             per_module = _steps(model, twin, steps)
-    assert taken["attention"] > 0 and taken["ffn"] > 0
+    assert taken["attention"] > 0 and taken["ffn"] > 0 and taken["cross"] > 0
     assert torch.equal(fused, per_module)
 
 

@@ -138,6 +138,29 @@ def attention_token(x: torch.Tensor, step: TokenStep, options: dict[str, Any]) -
     return call(*args)
 
 
+def cross_attention_token(
+    x: torch.Tensor,
+    q_proj: tuple[torch.Tensor, torch.Tensor | None],
+    memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
+    scale: float,
+    o_proj: tuple[torch.Tensor, torch.Tensor | None],
+) -> torch.Tensor | None:
+    """x (1, 1, C) -> a decoder layer's cross-attention output (1, 1, C_out) in one C++ call: the
+    query product (weight, bias), the heads over the memory's keys and values (1, Hkv, M, D)
+    with its boolean mask (1, 1, 1, M) or None, and the output product, each the kernel the
+    module calls, or None where the call does not compute it (checked in C++, as for
+    ``attention_token``)."""
+    if torch.is_grad_enabled() or not ENABLED or not row_product.enabled(x.dtype):
+        return None
+    past_cache, min_bytes = row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES
+    args = (x, *q_proj, *memory, scale, *o_proj, past_cache, min_bytes)
+    call = row_product.EXTENSION.op("cross_attention_token")
+    if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
+        with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it
+            return call(*args)
+    return call(*args)
+
+
 def _rotates(tables: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor) -> bool:
     """Rotary tables cos, signed_sin (B|1, 1, 1, R) in k's dtype, R even and at most D."""
     cos, sin = tables

@@ -1,13 +1,14 @@
 """The C++ of a layer's whole one-token step as one call: ``attention_token`` (a decode step's
-attention: its products, q/k norms, cache write, rotation and attention; ``cpu_attention.py``)
-and ``mlp_token`` (a feed-forward's two products and activation; ``cpu_token_ops.py``).
+attention: its products, q/k norms, cache write, rotation and attention; ``cpu_attention.py``),
+``cross_attention_token`` (a decoder's attention over the encoder's memory) and ``mlp_token``
+(a feed-forward's two products and activation; ``cpu_token_ops.py``).
 
 Each is the extension's own kernels called in the order the module calls them (``row_product``,
-``rms_norm``, ``append_attention``, ``gelu``, ``silu_and_mul``), so results are theirs bit for
-bit; what goes is the Python between them. Each first checks every shape, dtype and layout its
-kernels need and returns an undefined tensor (None in Python), with nothing written, where one
-does not hold, so the module runs its own calls: those checks cost microseconds in Python and
-nothing here. Appended last to the one-row products' extension.
+``rms_norm``, ``append_attention``, ``one_query_attention``, ``gelu``, ``silu_and_mul``), so
+results are theirs bit for bit; what goes is the Python between them. Each first checks every
+shape, dtype and layout its kernels need and returns an undefined tensor (None in Python), with
+nothing written, where one does not hold, so the module runs its own calls: those checks cost
+microseconds in Python and nothing here. Appended last to the one-row products' extension.
 """
 
 from __future__ import annotations
@@ -84,6 +85,41 @@ at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, c10::optional<at
   }
   auto heads = append_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cache, v_cache, n, cos, sin,
                                 mask, scale);  // (1, H, 1, D), contiguous
+  return row_product(o_weight, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+}
+
+// Whether cross_attention_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both
+// products the row kernel's (row_fits), the memory's keys and values (1, Hkv, M, D) in x's dtype with rows
+// contiguous, query heads a multiple of theirs, and the mask, if any, a boolean (1, 1, 1, M).
+static bool cross_fits(const at::Tensor& x, const at::Tensor& q_weight, const c10::optional<at::Tensor>& q_bias,
+                       const at::Tensor& k, const at::Tensor& v, const c10::optional<at::Tensor>& mask,
+                       const at::Tensor& o_weight, const c10::optional<at::Tensor>& o_bias, int64_t min_bytes) {
+  const auto dtype = x.scalar_type();
+  if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || k.dim() != 4 || q_weight.dim() != 2)
+    return false;
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  const int64_t Hkv = k.size(1), M = k.size(2), D = k.size(3), width = q_weight.size(0);
+  if (k.size(0) != 1 || Hkv < 1 || M < 1 || D < 1 || width % D != 0 || (width / D) % Hkv != 0) return false;
+  if (!row_fits(q_weight, q_bias, x.size(2), dtype, min_bytes) || !row_fits(o_weight, o_bias, width, dtype, min_bytes))
+    return false;
+  if (k.sizes() != v.sizes() || k.scalar_type() != dtype || v.scalar_type() != dtype || k.stride(3) != 1 ||
+      v.stride(3) != 1 || !k.is_cpu() || !v.is_cpu())
+    return false;
+  return !mask.has_value() || (mask->dim() == 4 && mask->scalar_type() == at::kBool && mask->size(0) == 1 &&
+                               mask->size(1) == 1 && mask->size(2) == 1 && mask->size(3) == M && mask->is_cpu());
+}
+
+// An eager decode step's cross-attention for one token: x (1, 1, C) through q_weight (H D, C) (row_product), the
+// query heads over the memory's keys and values (1, Hkv, M, D) written at prefill (one_query_attention), then
+// through o_weight (row_product) -> (1, 1, C_out): the module's calls in one. An undefined tensor (None in Python)
+// where cross_fits does not hold.
+at::Tensor cross_attention_token(at::Tensor x, at::Tensor q_weight, c10::optional<at::Tensor> q_bias, at::Tensor k,
+                                 at::Tensor v, c10::optional<at::Tensor> mask, double scale, at::Tensor o_weight,
+                                 c10::optional<at::Tensor> o_bias, bool past_cache, int64_t min_weight_bytes) {
+  if (!cross_fits(x, q_weight, q_bias, k, v, mask, o_weight, o_bias, min_weight_bytes)) return at::Tensor();
+  const int64_t D = k.size(3), H = q_weight.size(0) / D;
+  auto q = row_product(q_weight, x, q_bias, past_cache).view({1, 1, H, D}).transpose(1, 2);  // (1, H, 1, D)
+  auto heads = one_query_attention(q, k, v, mask, scale);  // (1, H, 1, D), contiguous
   return row_product(o_weight, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
 }
 

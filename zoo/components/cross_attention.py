@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from zoo.components import cpu_attention
 from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.linear import Linear
 from zoo.components.sdpa_kernels import in_dtype, sdpa
@@ -61,6 +62,8 @@ class CrossAttention(CrossMixer):
         """K/V from ``memory`` (written to the state when there is one), or, in decode
         steps, from the state written at prefill."""
         B, T, _ = x.shape
+        if memory is None and state is not None and T == 1 and (out := self._token_step(x, state)) is not None:
+            return out  # (1, 1, d): an eager step's cross-attention in one C++ call
         q, gate = self._query(x)  # (B, T, H, D), (B, T, H*D) | None
         if self.q_norm is not None:
             q = self.q_norm(q)
@@ -89,6 +92,22 @@ class CrossAttention(CrossMixer):
         )  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self.o_proj(out if gate is None else out * torch.sigmoid(gate))
+
+    def _token_step(self, x: torch.Tensor, state: LayerState) -> torch.Tensor | None:
+        """A decode step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.cross_attention_token``
+        (query product, attention over the memory written at prefill, output product in one C++
+        call) where that computes this layer: plain ``Linear`` projections, no q norm or output
+        gate; else None. The layers are read from nn.Module's dicts (``Attention._token_step``)."""
+        if self.output_gate or self.q_norm is not None:
+            return None
+        modules = self._modules
+        q, o = modules["q_proj"], modules["o_proj"]
+        if type(q) is not Linear or type(o) is not Linear:
+            return None
+        valid = state.memory_valid  # (1, M) | None
+        memory = state.tensors["k"], state.tensors["v"], None if valid is None else valid[:, None, None, :]
+        q_params, o_params = tuple(q._parameters.values()), tuple(o._parameters.values())  # (weight, bias) each
+        return cpu_attention.cross_attention_token(x, q_params, memory, self.scale, o_params)  # type: ignore[arg-type]
 
     def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D): q_proj gives

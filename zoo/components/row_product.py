@@ -110,6 +110,12 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda x, o_weight, **_: x.new_empty(*x.shape[:-1], o_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
+            "cross_attention_token",
+            "(Tensor x, Tensor q_weight, Tensor? q_bias, Tensor k, Tensor v, Tensor? mask, float scale,"
+            " Tensor o_weight, Tensor? o_bias, bool past_cache, int min_weight_bytes) -> Tensor",
+            lambda x, o_weight, **_: x.new_empty(*x.shape[:-1], o_weight.shape[0]),  # (1, 1, C_out)
+        ),
+        CppFunction(
             "mlp_token",
             "(Tensor x, Tensor up_weight, Tensor? up_bias, Tensor down_weight, Tensor? down_bias, int activation,"
             " bool past_cache, int min_weight_bytes) -> Tensor",

@@ -1,0 +1,105 @@
+"""What an eager decode step gains from its layers' one-call steps: each family's model decoding
+with the attention's, cross-attention's and feed-forward's one-token C++ calls (``attention_token``,
+``cross_attention_token``, ``mlp_token``) and the one-row products' checks in C++
+(``row_product.eager_row_product``), against the same model with the modules' own calls (their
+``_token_step``s declining, the products checked in Python as a compiled graph checks them), the
+two alternated in every round of one process. Both give the same tokens
+(tests/components/test_cpu_layer_steps.py).
+
+    python bench/layer_steps.py --families gpt2,qwen3-0.6b,t5-small --dtype bfloat16 --rounds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import family_speed as fs  # the sibling bench script (run from bench/): its families, builds and prompts
+import torch
+
+import zoo.components.ffn as ffn
+import zoo.components.linear as linear
+from zoo.components import row_product as rows
+from zoo.components.attention import Attention
+from zoo.components.cross_attention import CrossAttention
+from zoo.files.host_memory import rehome
+from zoo.harness.run import host_paths
+from zoo.model.sampling import greedy
+
+
+def _python_checked(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    return rows.row_product(weight, x, bias) if linear.uses_row_kernel(x, weight) else None
+
+
+@contextmanager
+def modules_own_calls() -> Iterator[None]:
+    """The modules' own calls: no one-call layer steps, the products' checks in Python."""
+    saved = Attention._token_step, CrossAttention._token_step, ffn._token_step, linear._one_row
+    Attention._token_step = lambda *args: None  # type: ignore[method-assign,assignment]
+    CrossAttention._token_step = lambda *args: None  # type: ignore[method-assign,assignment]
+    ffn._token_step = lambda *args: None
+    linear._one_row = _python_checked
+    try:
+        yield
+    finally:
+        Attention._token_step, CrossAttention._token_step, ffn._token_step, linear._one_row = saved  # type: ignore[method-assign]
+
+
+def ms_per_step(case: fs.Case, ids: torch.Tensor, steps: int, own_calls: bool) -> float:
+    """Milliseconds per eager greedy decode step after prefilling ``ids`` (1, P)."""
+    with host_paths(torch.device("cpu"), case.model), modules_own_calls() if own_calls else _nothing():
+        cache, logits = fs._prefill(case, ids, ids.shape[1] + steps + 1)
+        token = greedy(logits)[:, None]  # (1, 1)
+        start = time.perf_counter()
+        for _ in range(steps):
+            token = greedy(case.run.decode(case.model, token, cache))[:, None]
+        return (time.perf_counter() - start) / steps * 1e3
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default="gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--layers", type=int, default=0, help="0: each preset at its own depth")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--decode", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    families = args.families.split(",")
+    fs.stage_plugins(families)
+    cases = [fs.build(family, "auto", args.layers, args.dtype, "eager") for family in families]
+    for case in cases:  # every model's weights copied after all are built, as family_speed does
+        rehome(case.model)
+    ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
+    times: dict[tuple[str, bool], list[float]] = {(case.family, own): [] for case in cases for own in (False, True)}
+    with torch.no_grad():
+        for case in cases:  # warm-up: kernels built, pages touched
+            for own in (False, True):
+                ms_per_step(case, ids % case.spec.vocab_size, 3, own)
+        for index in range(args.rounds):
+            for case in cases:
+                for own in (True, False) if index % 2 == 0 else (False, True):
+                    times[case.family, own].append(ms_per_step(case, ids % case.spec.vocab_size, args.decode, own))
+    print(f"{args.dtype}, batch 1, prompt {args.prompt_len}, {args.decode} eager steps, {args.threads} threads,")
+    print(f"{args.rounds} interleaved rounds (medians; speed-up: the median of the rounds' ratios)\n")
+    print("| family | layers | modules' own calls ms | one-call steps ms | speed-up |")
+    print("|---|---|---|---|---|")
+    for case in cases:
+        own, steps = times[case.family, True], times[case.family, False]
+        ratio = statistics.median(a / b for a, b in zip(own, steps, strict=True))
+        medians = f"{statistics.median(own):.2f}", f"{statistics.median(steps):.2f}"
+        print("| " + " | ".join([case.family, str(case.spec.n_layers), *medians, f"{ratio:.3f}x"]) + " |")
+
+
+if __name__ == "__main__":
+    main()
