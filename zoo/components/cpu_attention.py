@@ -21,6 +21,13 @@ attention, the step 1.02x over 21 interleaved rounds). With the step's rotary ta
 the attention module went from 84.5 to 73.7 µs per call on SmolLM2-135M's shapes (one
 thread, hot caches; 79.5 to 69.7 at two).
 
+A step's whole attention for one token is one call too (``attention_token``: the q|k|v and
+output products, q/k norms and ``append_attention`` in C++; ``cross_attention_token`` for a
+decoder's attention over the encoder's memory), taken by ``Attention._token_step`` and
+``CrossAttention._token_step``: the Python between those calls was ~60-100 µs a gpt2 layer on a
+2-core Xeon (``python bench/layer_steps.py``: bfloat16 decode 1.09x gpt2, 1.11x qwen3-0.6b,
+1.20x t5-small, with the feed-forward's ``mlp_token``).
+
 Numerics: scores, softmax and the weighted sum in float32, rounded once to the query's
 dtype (torch's kernel for half precision accumulates likewise). ``ZOO_ATTENTION_KERNEL=0``
 turns it off. Inside a compiled graph it is the opaque op
