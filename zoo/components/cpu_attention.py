@@ -156,13 +156,14 @@ def cross_attention_token(
     query product (weight, bias), the heads over the memory's keys and values (1, Hkv, M, D)
     with its boolean mask (1, 1, 1, M) or None, and the output product, each the kernel the
     module calls, or None where the call does not compute it (checked in C++, as for
-    ``attention_token``)."""
-    if torch.is_grad_enabled() or not ENABLED or not row_product.enabled(x.dtype):
+    ``attention_token``). Eager calls only: a graph being compiled keeps the module's calls (its
+    products and attention as their own opaque ops), as a declined call has no graph value."""
+    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.enabled(x.dtype):
         return None
     past_cache, min_bytes = row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES
     args = (x, *q_proj, *memory, scale, *o_proj, past_cache, min_bytes)
     call = row_product.EXTENSION.op("cross_attention_token")
-    if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
+    if torch.autograd._profiler_enabled():
         with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it
             return call(*args)
     return call(*args)
