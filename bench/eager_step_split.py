@@ -17,7 +17,6 @@ milliseconds per decode step.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
 import time
@@ -28,7 +27,6 @@ import family_speed as fs  # the sibling bench script (run from bench/): its fam
 import torch
 
 from zoo.components.cpu_ops import CppExtension
-from zoo.files.host_memory import rehome
 from zoo.harness.run import host_paths
 from zoo.model.sampling import greedy
 
@@ -95,21 +93,7 @@ def _median(rows: list[dict[str, float]], key: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", default="gpt2,mamba-130m,t5-small")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--layers", type=int, default=0, help="0: each preset at its own depth")
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--decode", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    families = args.families.split(",")
-    fs.stage_plugins(families)
-    cases = [fs.build(family, "auto", args.layers, args.dtype, "eager") for family in families]
-    for case in cases:  # every model's weights copied after all are built, as family_speed does (its note there)
-        rehome(case.model)
+    args, cases = fs.eager_cases(__doc__.splitlines()[0], "gpt2,mamba-130m,t5-small", rounds=5)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     runs: dict[tuple[str, bool], list[dict[str, float]]] = collections.defaultdict(list)
     with torch.no_grad():

@@ -194,6 +194,28 @@ def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float])
         )
 
 
+def eager_cases(description: str, families: str, rounds: int) -> tuple[argparse.Namespace, list[Case]]:
+    """The eager-step benches' command line (``--families``, ``--dtype``, ``--layers``,
+    ``--prompt-len``, ``--decode``, ``--rounds``, ``--threads``; the threads set) and each
+    family's model, built as this script builds them, weights re-homed after all are built."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--families", default=families)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--layers", type=int, default=0, help="0: each preset at its own depth")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--decode", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    names = args.families.split(",")
+    stage_plugins(names)
+    cases = [build(family, "auto", args.layers, args.dtype, "eager") for family in names]
+    for case in cases:  # as main does (its note there)
+        rehome(case.model)
+    return args, cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))

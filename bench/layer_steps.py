@@ -11,7 +11,6 @@ two alternated in every round of one process. Both give the same tokens
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Iterator
@@ -25,7 +24,6 @@ import zoo.components.linear as linear
 from zoo.components import row_product as rows
 from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
-from zoo.files.host_memory import rehome
 from zoo.harness.run import host_paths
 from zoo.model.sampling import greedy
 
@@ -65,21 +63,7 @@ def _nothing() -> Iterator[None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", default="gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--layers", type=int, default=0, help="0: each preset at its own depth")
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--decode", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    families = args.families.split(",")
-    fs.stage_plugins(families)
-    cases = [fs.build(family, "auto", args.layers, args.dtype, "eager") for family in families]
-    for case in cases:  # every model's weights copied after all are built, as family_speed does
-        rehome(case.model)
+    args, cases = fs.eager_cases(__doc__.splitlines()[0], "gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m", rounds=10)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     times: dict[tuple[str, bool], list[float]] = {(case.family, own): [] for case in cases for own in (False, True)}
     with torch.no_grad():
