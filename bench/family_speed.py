@@ -196,7 +196,7 @@ def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float])
 
 def eager_cases(description: str, families: str, rounds: int) -> tuple[argparse.Namespace, list[Case]]:
     """The eager-step benches' command line (``--families``, ``--dtype``, ``--layers``,
-    ``--prompt-len``, ``--decode``, ``--rounds``, ``--threads``; the threads set) and each
+    ``--prompt-len``, ``--decode``, ``--rounds``, ``--threads``, ``--weights-dtype``; the threads set) and each
     family's model, built as this script builds them, weights re-homed after all are built."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--families", default=families)
@@ -206,12 +206,14 @@ def eager_cases(description: str, families: str, rounds: int) -> tuple[argparse.
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--weights-dtype", default=None, help="int8 or int4: weights quantized, --dtype activations")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     names = args.families.split(",")
     stage_plugins(names)
     cases = [build(family, "auto", args.layers, args.dtype, "eager") for family in names]
     for case in cases:  # as main does (its note there)
+        zoo.quant.quantize(case.model, args.weights_dtype)  # the fused layers too, as a run quantizes them
         rehome(case.model)
     return args, cases
 

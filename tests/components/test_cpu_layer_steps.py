@@ -19,6 +19,7 @@ from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
+from zoo.quant import int8_rows
 
 
 @pytest.fixture(autouse=True)
@@ -139,23 +140,27 @@ def test_the_attention_call_declines_what_it_does_not_compute_and_writes_nothing
     before = k_cache.clone(), v_cache.clone()
 
     def step(**changes: object) -> cpu_attention.TokenStep:
-        fields = {"qkv_weight": qkv, "qkv_bias": None, "norms": None, "k_cache": k_cache, "v_cache": v_cache}
-        fields |= {"filled": 4, "rotation": None, "o_weight": o, "o_bias": None}
+        fields = {"qkv": (qkv, None, None), "norms": None, "k_cache": k_cache, "v_cache": v_cache}
+        fields |= {"filled": 4, "rotation": None, "o": (o, None, None)}
         return cpu_attention.TokenStep(**(fields | changes))  # type: ignore[arg-type]
 
     options = {"scale": 0.25}
     declined = [
         (x.expand(2, 1, 64), step(), options),
-        (x, step(o_weight=o.bfloat16()), options),
+        (x, step(o=(o.bfloat16(), None, None)), options),
         (x, step(filled=11), options),
         (x, step(rotation=(torch.ones(1, 1, 1, 3), torch.ones(1, 1, 1, 3))), options),
         (x, step(), {"scale": 0.25, "attn_mask": torch.ones(1, 1, 1, 5, dtype=torch.bool)}),
-        (x, step(qkv_weight=qkv[:-1]), options),
+        (x, step(qkv=(qkv[:-1], None, None)), options),
+        (x, step(qkv=(qkv.to(torch.int8), torch.ones(128), None)), options),  # int8 rows of x's width: fits
+        (x, step(o=(o.to(torch.int8), torch.ones(63), None)), options),  # a scale short
         (x, step(), {"scale": 0.25, "is_causal": True}),
     ]
     with torch.no_grad():
-        for args in declined:
-            assert cpu_attention.attention_token(*args) is None  # type: ignore[arg-type]
+        for index, args in enumerate(declined):
+            out = cpu_attention.attention_token(*args)  # type: ignore[arg-type]
+            assert (out is not None) == (index == 6), index
+        k_cache.copy_(before[0]), v_cache.copy_(before[1])
         assert cpu_attention.attention_token(x, step(), options) is not None  # the same call, fitting
     assert cpu_attention.attention_token(x, step(), options) is None  # gradients on
     with torch.no_grad():
@@ -172,12 +177,39 @@ def test_the_feed_forward_call_declines_what_it_does_not_compute():
     x, up, down = torch.randn(1, 1, 64, generator=g), torch.randn(96, 64, generator=g), torch.randn(64, 96, generator=g)
     bias = torch.randn(96, generator=g)
     with torch.no_grad():
-        assert cpu_token_ops.mlp_token(x.expand(1, 2, 64), (up, bias), (down, None), 0) is None
-        assert cpu_token_ops.mlp_token(x, (up, bias), (down[:, :95], None), 0) is None
-        assert cpu_token_ops.mlp_token(x, (up.bfloat16(), None), (down, None), 0) is None
-        assert cpu_token_ops.mlp_token(x, (up, bias), (down, None), 7) is None
+        assert cpu_token_ops.mlp_token(x.expand(1, 2, 64), (up, None, bias), (down, None, None), 0) is None
+        assert cpu_token_ops.mlp_token(x, (up, None, bias), (down[:, :95], None, None), 0) is None
+        assert cpu_token_ops.mlp_token(x, (up.bfloat16(), None, None), (down, None, None), 0) is None
+        assert cpu_token_ops.mlp_token(x, (up, None, bias), (down, None, None), 7) is None
         half = down[:, :48].contiguous()  # a gated step's down product takes half the inner width
-        assert cpu_token_ops.mlp_token(x, (up, bias), (half, None), cpu_token_ops.SILU_AND_MUL) is not None
-        out = cpu_token_ops.mlp_token(x, (up, bias), (down, None), cpu_token_ops.MLP_ACTIVATIONS["gelu_tanh"])
+        assert cpu_token_ops.mlp_token(x, (up, None, bias), (half, None, None), cpu_token_ops.SILU_AND_MUL) is not None
+        tanh_form = cpu_token_ops.MLP_ACTIVATIONS["gelu_tanh"]
+        out = cpu_token_ops.mlp_token(x, (up, None, bias), (down, None, None), tanh_form)
         inner = cpu_token_ops.gelu(rows.row_product(up, x, bias), True)
         assert out is not None and torch.equal(out, rows.row_product(down, inner, None))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen3-0.6b"])
+def test_int8_layers_take_the_calls_and_int4_ones_decline(monkeypatch, arch):
+    """An int8 model's projections go into the one-call steps as int8 rows with their scales
+    (``Int8Linear.step_tensors``), the same bits as its layers' own int8 products; an int4
+    model's layers keep their own calls (no ``step_tensors``)."""
+    monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 0)
+    for kind, steps in (("int8", True), ("int4", False)):
+        spec = tiny_spec(arch).override({"ffn.hidden": 64})  # int4's groups of 32 divide every input width
+        model = zoo.build(spec, seed=0).to(torch.bfloat16).eval()
+        zoo.quant.quantize(model, kind)
+        zoo.fuse_projections(model)
+        ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(6))
+        taken = _counted(monkeypatch)
+        with torch.no_grad():
+            cache = KVCache(model, 1, 12)
+            prefill(model, ids[:, :5], cache)
+            twin = _twin(cache)
+            fused = _steps(model, cache, ids[:, 5:])
+            with monkeypatch.context() as off:
+                off.setattr(Attention, "_token_step", lambda *args: None)
+                off.setattr(ffn, "_token_step", lambda *args: None)
+                per_module = _steps(model, twin, ids[:, 5:])
+        assert (taken["attention"] > 0 and taken["ffn"] > 0) == steps, kind
+        assert torch.equal(fused, per_module), kind

@@ -20,7 +20,7 @@ from torch import nn
 from zoo.components import cpu_attention
 from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.fused import QKV, project
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, RowStackable
 from zoo.components.norms import RMSNorm
 from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
@@ -192,8 +192,9 @@ class Attention(TokenMixer):
         """An eager step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.attention_token``
         (the q|k|v product, q and k's norms, the cache write, rotation and attention and the
         output product in one C++ call, the same kernels in the same order) where that computes
-        this layer: q, k and v fused, plain ``Linear`` projections on the row kernel, RMS q/k
-        norms or none, no output gate, clipping, sinks, window or padding; else None."""
+        this layer: q, k and v fused, projections whose layers give their tensors
+        (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), RMS q/k norms or
+        none, no output gate, clipping, sinks, window or padding; else None."""
         if cache.filled is None or cache.key_valid is not None:
             return None
         if self.output_gate or self.clip_qkv is not None or self.sinks is not None or self.window is not None:
@@ -202,7 +203,10 @@ class Attention(TokenMixer):
         # each read cost ~1 µs here (2-core Xeon), ten a layer, a third of this function's time
         modules = self._modules
         qkv, o = modules.get("qkv_proj"), modules["o_proj"]  # qkv_proj: q, k and v fused (zoo.fuse_projections)
-        if type(qkv) is not Linear or type(o) is not Linear:
+        if not isinstance(qkv, RowStackable) or not isinstance(o, RowStackable):
+            return None
+        qkv_tensors, o_tensors = qkv.step_tensors(), o.step_tensors()  # None: a product of the layer's own
+        if qkv_tensors is None or o_tensors is None:
             return None
         norms = self._token_norms(modules.get("q_norm"), modules.get("k_norm"))
         if norms is False:
@@ -214,8 +218,7 @@ class Attention(TokenMixer):
         mask = self._queries_last_mask(positions, cache.time, cache.filled, x.dtype)
         options: dict[str, Any] = {"scale": self.scale} if mask is None else {"attn_mask": mask, "scale": self.scale}
         k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (1, Hkv, L, D) each
-        (qkv_w, qkv_b), (o_w, o_b) = qkv._parameters.values(), o._parameters.values()  # weight, bias each
-        step = cpu_attention.TokenStep(qkv_w, qkv_b, norms, k_cache, v_cache, cache.filled, tables, o_w, o_b)
+        step = cpu_attention.TokenStep(qkv_tensors, norms, k_cache, v_cache, cache.filled, tables, o_tensors)
         return cpu_attention.attention_token(x, step, options)  # (1, 1, d), or None: declined
 
     @staticmethod

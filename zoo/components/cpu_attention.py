@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from zoo.components import row_product
+from zoo.components.linear import StepTensors
 
 ENV_SWITCH = "ZOO_ATTENTION_KERNEL"
 # the switch, read once when this module imports: an eager decode step asks before every
@@ -104,42 +105,38 @@ def appends(q: torch.Tensor, write: CacheWrite, options: dict[str, Any]) -> bool
 @dataclass(slots=True)
 class TokenStep:
     """An eager step's whole attention for one token (``attention_token``): the fused q|k|v
-    projection's weight ((H + 2 Hkv) D, C) and bias, q and k's RMS norms (weights (D,), eps,
-    unit offset) where the layer has them, the caches (1, Hkv, L, D) with ``filled`` slots
-    written with this token, the step's rotary tables as in ``CacheWrite``, and the output
-    projection's weight (C_out, H D) and bias."""
+    projection ((H + 2 Hkv) D, C) and the output projection (C_out, H D) as their layers give
+    them (``RowStackable.step_tensors``: weight, int8 scales or None, bias), q and k's RMS norms
+    (weights (D,), eps, unit offset) where the layer has them, the caches (1, Hkv, L, D) with
+    ``filled`` slots written with this token, and the step's rotary tables as in ``CacheWrite``."""
 
-    qkv_weight: torch.Tensor
-    qkv_bias: torch.Tensor | None
+    qkv: StepTensors
     norms: tuple[torch.Tensor, torch.Tensor, float, bool] | None
     k_cache: torch.Tensor
     v_cache: torch.Tensor
     filled: int
     rotation: tuple[torch.Tensor, torch.Tensor] | None
-    o_weight: torch.Tensor
-    o_bias: torch.Tensor | None
+    o: StepTensors
 
 
 def attention_token(x: torch.Tensor, step: TokenStep, options: dict[str, Any]) -> torch.Tensor | None:
     """x (1, 1, C) -> the layer's attention output (1, 1, C_out) in one C++ call, or None where
     the call does not compute it (nothing written then). The q|k|v product, q and k's norms,
     the cache write, rotation and attention and the output product are each the kernel the
-    module calls one by one (``row_product``, ``rms_norm``, ``append_and_attend``), so the
-    result is theirs bit for bit; an eager step paid ~60 µs of Python and small torch calls
-    a gpt2 layer between them (2-core Xeon). The C++ checks every shape, dtype and layout
-    (``attention_fits``: in Python those checks cost 15 µs a call); here only what it cannot know:
-    gradients off, the switch on, the row kernel the run's choice in x's dtype, options it
-    takes."""
-    if torch.is_grad_enabled() or not ENABLED or not row_product.enabled(x.dtype) or not options.keys() <= STEP_OPTIONS:
+    module calls one by one (``row_product`` or ``int8_rows``, ``rms_norm``,
+    ``append_and_attend``), so the result is theirs bit for bit; an eager step paid ~60 µs of
+    Python and small torch calls a gpt2 layer between them (2-core Xeon). The C++ checks every
+    shape, dtype and layout (``attention_fits``: in Python those checks cost 15 µs a call); here
+    only what it cannot know: gradients off, the switch on, options it takes (each projection's
+    kernel: ``step_tensors``)."""
+    if torch.is_grad_enabled() or not ENABLED or not options.keys() <= STEP_OPTIONS or not row_product.available():
         return None  # (an eager call only: a compiled step's cache has no ``filled``, so it never gets here)
     q_norm, k_norm, eps, unit = (None, None, 0.0, False) if step.norms is None else step.norms
     cos, sin = (None, None) if step.rotation is None else step.rotation
-    scale = options["scale"]
-    caches = (step.k_cache, step.v_cache, step.filled, cos, sin, options.get("attn_mask"), scale)
-    weights = (step.o_weight, step.o_bias, row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES)
-    args = (x, step.qkv_weight, step.qkv_bias, q_norm, k_norm, eps, unit, *caches, *weights)
+    caches = (step.k_cache, step.v_cache, step.filled, cos, sin, options.get("attn_mask"), options["scale"])
+    args = (x, *step.qkv, q_norm, k_norm, eps, unit, *caches, *step.o, row_product.PastCache.on)
     call = row_product.EXTENSION.op("attention_token")
-    if not torch.compiler.is_compiling() and torch.autograd._profiler_enabled():
+    if torch.autograd._profiler_enabled():
         with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it
             return call(*args)
     return call(*args)
@@ -147,21 +144,21 @@ def attention_token(x: torch.Tensor, step: TokenStep, options: dict[str, Any]) -
 
 def cross_attention_token(
     x: torch.Tensor,
-    q_proj: tuple[torch.Tensor, torch.Tensor | None],
+    q_proj: StepTensors,
     memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     scale: float,
-    o_proj: tuple[torch.Tensor, torch.Tensor | None],
+    o_proj: StepTensors,
 ) -> torch.Tensor | None:
     """x (1, 1, C) -> a decoder layer's cross-attention output (1, 1, C_out) in one C++ call: the
-    query product (weight, bias), the heads over the memory's keys and values (1, Hkv, M, D)
-    with its boolean mask (1, 1, 1, M) or None, and the output product, each the kernel the
-    module calls, or None where the call does not compute it (checked in C++, as for
-    ``attention_token``). Eager calls only: a graph being compiled keeps the module's calls (its
-    products and attention as their own opaque ops), as a declined call has no graph value."""
-    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.enabled(x.dtype):
+    query product, the heads over the memory's keys and values (1, Hkv, M, D) with its boolean
+    mask (1, 1, 1, M) or None, and the output product (each projection as its layer's
+    ``step_tensors`` give it), each the kernel the module calls, or None where the call does not
+    compute it (checked in C++, as for ``attention_token``). Eager calls only: a graph being
+    compiled keeps the module's calls (its products and attention as their own opaque ops), as
+    a declined call has no graph value."""
+    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.available():
         return None
-    past_cache, min_bytes = row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES
-    args = (x, *q_proj, *memory, scale, *o_proj, past_cache, min_bytes)
+    args = (x, *q_proj, *memory, scale, *o_proj, row_product.PastCache.on)
     call = row_product.EXTENSION.op("cross_attention_token")
     if torch.autograd._profiler_enabled():
         with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it

@@ -14,17 +14,39 @@ microseconds in Python and nothing here. Appended last to the one-row products' 
 from __future__ import annotations
 
 SOURCE = r"""
+using MaybeTensor = c10::optional<at::Tensor>;  // a schema's Tensor?
+
 // mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
 constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
 
+// A projection as the layer steps take it (the layer's step_tensors: it says whether its kernel takes its product,
+// size floor included): float rows (no scales: row_product, its bias in x's dtype) or int8 rows with a scale a row
+// (int8_rows, then + bias as QuantizedLinear adds it), for rows of `width` values of `dtype`.
+static bool layer_fits(const at::Tensor& weight, const MaybeTensor& scales, const MaybeTensor& bias, int64_t width,
+                       at::ScalarType dtype) {
+  if (!scales.has_value()) return row_fits(weight, bias, width, dtype, 0);
+  return weight.dim() == 2 && weight.size(1) == width && weight.scalar_type() == at::kChar && weight.is_contiguous() &&
+         weight.is_cpu() && scales->dim() == 1 &&
+         scales->size(0) == weight.size(0) && scales->is_cpu() && c10::isFloatingType(scales->scalar_type()) &&
+         (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->is_cpu() &&
+                                c10::isFloatingType(bias->scalar_type())));
+}
+
+// One row x through a projection that layer_fits: its product (+ bias), as the layer's own forward computes it.
+static at::Tensor layer_row(const at::Tensor& weight, const MaybeTensor& scales, const at::Tensor& x,
+                            const MaybeTensor& bias, bool past_cache) {
+  if (!scales.has_value()) return row_product(weight, x, bias, past_cache);
+  auto out = int8_rows(weight, *scales, x);  // in x's dtype
+  return bias.has_value() ? out + bias->to(out.scalar_type()) : out;
+}
+
 // Whether attention_token computes this step (its arguments below): every shape, dtype and layout its calls need,
 // checked before anything is written, so that a step it declines runs the module's own calls instead.
-static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight,
-                           const c10::optional<at::Tensor>& qkv_bias, const c10::optional<at::Tensor>& q_norm,
-                           const c10::optional<at::Tensor>& k_norm, const at::Tensor& k_cache,
-                           const at::Tensor& v_cache, int64_t n, const c10::optional<at::Tensor>& cos,
-                           const c10::optional<at::Tensor>& sin, const c10::optional<at::Tensor>& mask,
-                           const at::Tensor& o_weight, const c10::optional<at::Tensor>& o_bias, int64_t min_bytes) {
+static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight, const MaybeTensor& qkv_scales,
+                           const MaybeTensor& qkv_bias, const MaybeTensor& q_norm, const MaybeTensor& k_norm,
+                           const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t n, const MaybeTensor& cos,
+                           const MaybeTensor& sin, const MaybeTensor& mask, const at::Tensor& o_weight,
+                           const MaybeTensor& o_scales, const MaybeTensor& o_bias) {
   const auto dtype = x.scalar_type();
   if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || k_cache.dim() != 4 || qkv_weight.dim() != 2)
     return false;
@@ -33,8 +55,8 @@ static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight,
   if (k_cache.size(0) != 1 || Hkv < 1 || D < 1 || width % D != 0) return false;
   const int64_t H = width / D - 2 * Hkv;
   if (H < 1 || H % Hkv != 0 || n < 1 || n > L) return false;
-  if (!row_fits(qkv_weight, qkv_bias, x.size(2), dtype, min_bytes) ||
-      !row_fits(o_weight, o_bias, H * D, dtype, min_bytes))
+  if (!layer_fits(qkv_weight, qkv_scales, qkv_bias, x.size(2), dtype) ||
+      !layer_fits(o_weight, o_scales, o_bias, H * D, dtype))
     return false;
   if (q_norm.has_value() != k_norm.has_value()) return false;
   for (const auto* norm : {&q_norm, &k_norm})
@@ -60,22 +82,22 @@ static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight,
 }
 
 // An eager decode step's whole attention for one token: x (1, 1, C) through the fused q|k|v projection (qkv_weight
-// ((H + 2 Hkv) D, C), row_product), q and k normed per head where q_norm and k_norm are given (rms_norm), the new k
+// ((H + 2 Hkv) D, C), layer_row), q and k normed per head where q_norm and k_norm are given (rms_norm), the new k
 // and v written to slot n - 1 of the caches (1, Hkv, L, D) and q attending over their first n slots, rotated with
 // cos and sin (1, 1, 1, R) where given (append_attention), then the heads (1, 1, H D) through o_weight
-// (row_product) -> (1, 1, C_out): the calls the attention module makes one after another, with no Python between
+// (layer_row) -> (1, 1, C_out): the calls the attention module makes one after another, with no Python between
 // them. An undefined tensor (None in Python), with nothing written, where attention_fits does not hold.
-at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, c10::optional<at::Tensor> qkv_bias,
-                           c10::optional<at::Tensor> q_norm, c10::optional<at::Tensor> k_norm, double norm_eps,
-                           bool unit_offset, at::Tensor k_cache, at::Tensor v_cache, int64_t n,
-                           c10::optional<at::Tensor> cos, c10::optional<at::Tensor> sin, c10::optional<at::Tensor> mask,
-                           double scale, at::Tensor o_weight, c10::optional<at::Tensor> o_bias, bool past_cache,
-                           int64_t min_weight_bytes) {
-  if (!attention_fits(x, qkv_weight, qkv_bias, q_norm, k_norm, k_cache, v_cache, n, cos, sin, mask, o_weight, o_bias,
-                  min_weight_bytes))
+at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_scales,
+                           MaybeTensor qkv_bias, MaybeTensor q_norm, MaybeTensor k_norm,
+                           double norm_eps, bool unit_offset, at::Tensor k_cache, at::Tensor v_cache, int64_t n,
+                           MaybeTensor cos, MaybeTensor sin, MaybeTensor mask,
+                           double scale, at::Tensor o_weight, MaybeTensor o_scales, MaybeTensor o_bias,
+                           bool past_cache) {
+  if (!attention_fits(x, qkv_weight, qkv_scales, qkv_bias, q_norm, k_norm, k_cache, v_cache, n, cos, sin, mask,
+                      o_weight, o_scales, o_bias))
     return at::Tensor();
   const int64_t Hkv = k_cache.size(1), D = k_cache.size(3), H = qkv_weight.size(0) / D - 2 * Hkv;
-  auto joint = row_product(qkv_weight, x, qkv_bias, past_cache);  // (1, 1, (H + 2 Hkv) D)
+  auto joint = layer_row(qkv_weight, qkv_scales, x, qkv_bias, past_cache);  // (1, 1, (H + 2 Hkv) D)
   auto q = joint.narrow(2, 0, H * D).view({1, 1, H, D});
   auto k = joint.narrow(2, H * D, Hkv * D).view({1, 1, Hkv, D});
   auto v = joint.narrow(2, (H + Hkv) * D, Hkv * D).view({1, 1, Hkv, D});
@@ -85,22 +107,23 @@ at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, c10::optional<at
   }
   auto heads = append_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cache, v_cache, n, cos, sin,
                                 mask, scale);  // (1, H, 1, D), contiguous
-  return row_product(o_weight, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+  return layer_row(o_weight, o_scales, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
 }
 
 // Whether cross_attention_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both
-// products the row kernel's (row_fits), the memory's keys and values (1, Hkv, M, D) in x's dtype with rows
+// products ones the kernels take (layer_fits), the memory's keys and values (1, Hkv, M, D) in x's dtype with rows
 // contiguous, query heads a multiple of theirs, and the mask, if any, a boolean (1, 1, 1, M).
-static bool cross_fits(const at::Tensor& x, const at::Tensor& q_weight, const c10::optional<at::Tensor>& q_bias,
-                       const at::Tensor& k, const at::Tensor& v, const c10::optional<at::Tensor>& mask,
-                       const at::Tensor& o_weight, const c10::optional<at::Tensor>& o_bias, int64_t min_bytes) {
+static bool cross_fits(const at::Tensor& x, const at::Tensor& q_weight, const MaybeTensor& q_scales,
+                       const MaybeTensor& q_bias, const at::Tensor& k, const at::Tensor& v, const MaybeTensor& mask,
+                       const at::Tensor& o_weight, const MaybeTensor& o_scales, const MaybeTensor& o_bias) {
   const auto dtype = x.scalar_type();
   if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || k.dim() != 4 || q_weight.dim() != 2)
     return false;
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
   const int64_t Hkv = k.size(1), M = k.size(2), D = k.size(3), width = q_weight.size(0);
   if (k.size(0) != 1 || Hkv < 1 || M < 1 || D < 1 || width % D != 0 || (width / D) % Hkv != 0) return false;
-  if (!row_fits(q_weight, q_bias, x.size(2), dtype, min_bytes) || !row_fits(o_weight, o_bias, width, dtype, min_bytes))
+  if (!layer_fits(q_weight, q_scales, q_bias, x.size(2), dtype) ||
+      !layer_fits(o_weight, o_scales, o_bias, width, dtype))
     return false;
   if (k.sizes() != v.sizes() || k.scalar_type() != dtype || v.scalar_type() != dtype || k.stride(3) != 1 ||
       v.stride(3) != 1 || !k.is_cpu() || !v.is_cpu())
@@ -109,46 +132,48 @@ static bool cross_fits(const at::Tensor& x, const at::Tensor& q_weight, const c1
                                mask->size(1) == 1 && mask->size(2) == 1 && mask->size(3) == M && mask->is_cpu());
 }
 
-// An eager decode step's cross-attention for one token: x (1, 1, C) through q_weight (H D, C) (row_product), the
+// An eager decode step's cross-attention for one token: x (1, 1, C) through q_weight (H D, C) (layer_row), the
 // query heads over the memory's keys and values (1, Hkv, M, D) written at prefill (one_query_attention), then
-// through o_weight (row_product) -> (1, 1, C_out): the module's calls in one. An undefined tensor (None in Python)
+// through o_weight (layer_row) -> (1, 1, C_out): the module's calls in one. An undefined tensor (None in Python)
 // where cross_fits does not hold.
-at::Tensor cross_attention_token(at::Tensor x, at::Tensor q_weight, c10::optional<at::Tensor> q_bias, at::Tensor k,
-                                 at::Tensor v, c10::optional<at::Tensor> mask, double scale, at::Tensor o_weight,
-                                 c10::optional<at::Tensor> o_bias, bool past_cache, int64_t min_weight_bytes) {
-  if (!cross_fits(x, q_weight, q_bias, k, v, mask, o_weight, o_bias, min_weight_bytes)) return at::Tensor();
+at::Tensor cross_attention_token(at::Tensor x, at::Tensor q_weight, MaybeTensor q_scales,
+                                 MaybeTensor q_bias, at::Tensor k, at::Tensor v, MaybeTensor mask,
+                                 double scale, at::Tensor o_weight, MaybeTensor o_scales,
+                                 MaybeTensor o_bias, bool past_cache) {
+  if (!cross_fits(x, q_weight, q_scales, q_bias, k, v, mask, o_weight, o_scales, o_bias)) return at::Tensor();
   const int64_t D = k.size(3), H = q_weight.size(0) / D;
-  auto q = row_product(q_weight, x, q_bias, past_cache).view({1, 1, H, D}).transpose(1, 2);  // (1, H, 1, D)
+  auto q = layer_row(q_weight, q_scales, x, q_bias, past_cache).view({1, 1, H, D}).transpose(1, 2);  // (1, H, 1, D)
   auto heads = one_query_attention(q, k, v, mask, scale);  // (1, H, 1, D), contiguous
-  return row_product(o_weight, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+  return layer_row(o_weight, o_scales, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
 }
 
-// Whether mlp_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both products the row
-// kernel's (row_fits), the inner width even for a gated activation (its [gate | up] halves).
-static bool mlp_fits(const at::Tensor& x, const at::Tensor& up_weight, const c10::optional<at::Tensor>& up_bias,
-                     const at::Tensor& down_weight, const c10::optional<at::Tensor>& down_bias, int64_t activation,
-                     int64_t min_bytes) {
+// Whether mlp_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both products ones the
+// kernels take (layer_fits), the inner width even for a gated activation (its [gate | up] halves).
+static bool mlp_fits(const at::Tensor& x, const at::Tensor& up_weight, const MaybeTensor& up_scales,
+                     const MaybeTensor& up_bias, const at::Tensor& down_weight, const MaybeTensor& down_scales,
+                     const MaybeTensor& down_bias, int64_t activation) {
   const auto dtype = x.scalar_type();
   if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || activation < 0 || activation > 3) return false;
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
-  if (!row_fits(up_weight, up_bias, x.size(2), dtype, min_bytes)) return false;
+  if (!layer_fits(up_weight, up_scales, up_bias, x.size(2), dtype)) return false;
   const int64_t inner = up_weight.size(0);
   if (activation == MLP_SILU_AND_MUL && inner % 2 != 0) return false;
-  return row_fits(down_weight, down_bias, activation == MLP_SILU_AND_MUL ? inner / 2 : inner, dtype, min_bytes);
+  const int64_t width = activation == MLP_SILU_AND_MUL ? inner / 2 : inner;
+  return layer_fits(down_weight, down_scales, down_bias, width, dtype);
 }
 
-// An eager decode step's feed-forward for one token: x (1, 1, C) through up_weight (row_product), the activation
+// An eager decode step's feed-forward for one token: x (1, 1, C) through up_weight (layer_row), the activation
 // (MLP_GELU: gelu; MLP_GELU_TANH: gelu's tanh form; MLP_SILU_AND_MUL: silu(gate) * up of a fused [gate | up]
-// product; MLP_RELU: relu) and down_weight (row_product) -> (1, 1, C_out): the module's three calls in one. An
+// product; MLP_RELU: relu) and down_weight (layer_row) -> (1, 1, C_out): the module's three calls in one. An
 // undefined tensor (None in Python) where mlp_fits does not hold.
-at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, c10::optional<at::Tensor> up_bias, at::Tensor down_weight,
-                     c10::optional<at::Tensor> down_bias, int64_t activation, bool past_cache,
-                     int64_t min_weight_bytes) {
-  if (!mlp_fits(x, up_weight, up_bias, down_weight, down_bias, activation, min_weight_bytes)) return at::Tensor();
-  auto inner = row_product(up_weight, x, up_bias, past_cache);  // (1, 1, F) or (1, 1, 2F)
+at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, MaybeTensor up_scales, MaybeTensor up_bias,
+                     at::Tensor down_weight, MaybeTensor down_scales, MaybeTensor down_bias,
+                     int64_t activation, bool past_cache) {
+  if (!mlp_fits(x, up_weight, up_scales, up_bias, down_weight, down_scales, down_bias, activation)) return at::Tensor();
+  auto inner = layer_row(up_weight, up_scales, x, up_bias, past_cache);  // (1, 1, F) or (1, 1, 2F)
   if (activation == MLP_SILU_AND_MUL) inner = silu_and_mul(inner);
   else if (activation == MLP_RELU) inner.relu_();  // F.relu's op, in place on the product's own output
   else inner = gelu(inner, activation == MLP_GELU_TANH);
-  return row_product(down_weight, inner, down_bias, past_cache);  // (1, 1, C_out)
+  return layer_row(down_weight, down_scales, inner, down_bias, past_cache);  // (1, 1, C_out)
 }
 """

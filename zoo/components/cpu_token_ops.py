@@ -26,6 +26,7 @@ import os
 import torch
 
 from zoo.components import row_product
+from zoo.components.linear import StepTensors
 from zoo.specs import host_functions
 
 ENV_SWITCH = "ZOO_TOKEN_KERNELS"
@@ -127,22 +128,17 @@ MLP_ACTIVATIONS = {"gelu": 0, "gelu_tanh": 1, "relu": 3}
 SILU_AND_MUL = 2
 
 
-def mlp_token(
-    x: torch.Tensor,
-    up: tuple[torch.Tensor, torch.Tensor | None],
-    down: tuple[torch.Tensor, torch.Tensor | None],
-    activation: int,
-) -> torch.Tensor | None:
-    """One token x (1, 1, C) through a feed-forward's up product (weight, bias), its
-    ``activation`` (``MLP_ACTIVATIONS`` or ``SILU_AND_MUL``) and down product -> (1, 1, C_out)
-    in one C++ call (``cpu_layer_steps_source.py``: the row kernel's products and ``gelu`` or
-    ``silu_and_mul`` between, so the result is theirs bit for bit), or None where that call does
-    not compute it: there every shape, dtype and layout is checked in C++; here what it cannot
-    know (eager, gradients off, the switch on, the row kernel the run's choice in x's dtype)."""
-    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.enabled(x.dtype):
+def mlp_token(x: torch.Tensor, up: StepTensors, down: StepTensors, activation: int) -> torch.Tensor | None:
+    """One token x (1, 1, C) through a feed-forward's up product, its ``activation``
+    (``MLP_ACTIVATIONS`` or ``SILU_AND_MUL``) and down product -> (1, 1, C_out) in one C++ call
+    (``cpu_layer_steps_source.py``: the products each projection's kernel makes, as its layer's
+    ``step_tensors`` give them, and ``gelu``, ``relu`` or ``silu_and_mul`` between, so the
+    result is theirs bit for bit), or None where that call does not compute it: there every
+    shape, dtype and layout is checked in C++; here what it cannot know (eager, gradients off,
+    the switch on)."""
+    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.available():
         return None
-    past_cache, min_bytes = row_product.PastCache.on, row_product.MIN_WEIGHT_BYTES
-    return row_product.EXTENSION.op("mlp_token")(x, *up, *down, activation, past_cache, min_bytes)
+    return row_product.EXTENSION.op("mlp_token")(x, *up, *down, activation, row_product.PastCache.on)
 
 
 def silu_and_mul(joint: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 
 from zoo.components import cpu_attention
 from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, RowStackable
 from zoo.components.sdpa_kernels import in_dtype, sdpa
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
@@ -96,18 +96,21 @@ class CrossAttention(CrossMixer):
     def _token_step(self, x: torch.Tensor, state: LayerState) -> torch.Tensor | None:
         """A decode step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.cross_attention_token``
         (query product, attention over the memory written at prefill, output product in one C++
-        call) where that computes this layer: plain ``Linear`` projections, no q norm or output
-        gate; else None. The layers are read from nn.Module's dicts (``Attention._token_step``)."""
+        call) where that computes this layer: projections whose layers give their tensors
+        (``RowStackable.step_tensors``), no q norm or output gate; else None. The layers are read
+        from nn.Module's dicts (``Attention._token_step``)."""
         if self.output_gate or self.q_norm is not None:
             return None
         modules = self._modules
         q, o = modules["q_proj"], modules["o_proj"]
-        if type(q) is not Linear or type(o) is not Linear:
+        if not isinstance(q, RowStackable) or not isinstance(o, RowStackable):
+            return None
+        q_tensors, o_tensors = q.step_tensors(), o.step_tensors()  # None: a product of the layer's own
+        if q_tensors is None or o_tensors is None:
             return None
         valid = state.memory_valid  # (1, M) | None
         memory = state.tensors["k"], state.tensors["v"], None if valid is None else valid[:, None, None, :]
-        q_params, o_params = tuple(q._parameters.values()), tuple(o._parameters.values())  # (weight, bias) each
-        return cpu_attention.cross_attention_token(x, q_params, memory, self.scale, o_params)  # type: ignore[arg-type]
+        return cpu_attention.cross_attention_token(x, q_tensors, memory, self.scale, o_tensors)
 
     def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D): q_proj gives

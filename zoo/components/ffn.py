@@ -13,7 +13,7 @@ from torch import nn
 from zoo.components import cpu_token_ops
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.fused import is_fused, project
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, RowStackable
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, FeedForward
 from zoo.specs.options import Options
@@ -56,15 +56,18 @@ class GeGLUOptions(_HiddenDefault):
 
 def _token_step(module: nn.Module, x: torch.Tensor, up_name: str, activation: int) -> torch.Tensor | None:
     """One token x (1, 1, d) through ``module``'s ``up_name`` product, ``activation`` and
-    down_proj in one C++ call (``cpu_token_ops.mlp_token``) where both are plain ``Linear``s the
-    call takes, else None. The layers and their tensors are read from nn.Module's dicts: through
-    its ``__getattr__`` each read cost ~1 µs here (2-core Xeon), six a call."""
+    down_proj in one C++ call (``cpu_token_ops.mlp_token``) where both layers give their
+    tensors (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), else None.
+    The layers are read from nn.Module's dict: through its ``__getattr__`` each read cost ~1 µs
+    here (2-core Xeon)."""
     modules = module._modules
     up, down = modules.get(up_name), modules["down_proj"]
-    if type(up) is not Linear or type(down) is not Linear:
+    if not isinstance(up, RowStackable) or not isinstance(down, RowStackable):
         return None
-    up_params, down_params = tuple(up._parameters.values()), tuple(down._parameters.values())  # (weight, bias) each
-    return cpu_token_ops.mlp_token(x, up_params, down_params, activation)  # type: ignore[arg-type]
+    up_tensors, down_tensors = up.step_tensors(), down.step_tensors()  # None: a product of the layer's own
+    if up_tensors is None or down_tensors is None:
+        return None
+    return cpu_token_ops.mlp_token(x, up_tensors, down_tensors, activation)
 
 
 class MLP(FeedForward):

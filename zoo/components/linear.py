@@ -73,6 +73,9 @@ def uses_matrix_vector(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
+StepTensors = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]  # weight, scales, bias
+
+
 class RowStackable:
     """A projection layer whose instances reading one input stack by output rows into one layer
     of the same kind (``zoo.fuse_projections``): every tensor it holds has its output rows on
@@ -84,6 +87,15 @@ class RowStackable:
         """One layer computing ``parts``' outputs side by side, or None where they cannot be
         stacked (another class, input width, dtype, device, bias choice or layout)."""
         raise NotImplementedError
+
+    def step_tensors(self) -> StepTensors | None:
+        """This projection as an eager decode step's one-call layer steps take it
+        (``cpu_layer_steps_source.py``): (weight, None, bias) for float rows on the row kernel,
+        (int8 rows, scales, bias) for int8 ones; None (the default) where its product is its
+        own, so the step declines and the layer runs its forward. A subclass whose forward
+        computes something else returns None. The layer's kernel choice and size floor are
+        decided here; shapes, dtypes and layouts in C++."""
+        return None
 
 
 class Linear(nn.Linear, RowStackable):
@@ -119,6 +131,17 @@ class Linear(nn.Linear, RowStackable):
         if joint.bias is not None:
             joint.bias.requires_grad_(first.weight.requires_grad)
         return joint
+
+    def step_tensors(self) -> StepTensors | None:
+        """(weight, None, bias) where the row kernel takes this weight's one-row products (the
+        run's choice in its dtype, ``row_product.MIN_WEIGHT_BYTES`` and up); read from nn.Module's
+        dicts, as a decode step's layers ask this of every projection (``__getattr__``: ~1 µs a
+        read on a 2-core Xeon)."""
+        params = self._parameters
+        weight = params["weight"]
+        if weight is None or weight.numel() * weight.element_size() < rows.MIN_WEIGHT_BYTES:
+            return None
+        return (weight, None, params["bias"]) if rows.enabled(weight.dtype) else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias  # once: each `self.` read is an nn.Module.__getattr__ call

@@ -31,9 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.components.linear import RowStackable
+from zoo.components.linear import RowStackable, StepTensors
 from zoo.quant import (  # the submodules, not `from zoo.quant import`: the package imports this file
     int4_cpu,
+    int8_rows,
     kernels,
 )
 
@@ -134,6 +135,16 @@ class Int8Linear(QuantizedLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = kernels.int8_matmul(x, self.qweight, self.scales)  # (..., out)
         return self._biased(out)
+
+    def step_tensors(self) -> StepTensors | None:
+        """(int8 rows, scales, bias) where zoo's int8 row kernel takes this layer's one-row
+        products (``int8_rows.applies``: switched on, ``int8_rows.MIN_WEIGHT_BYTES`` and up), as
+        ``forward`` would take them; read from nn.Module's dicts (``Linear.step_tensors``)."""
+        buffers = self._buffers
+        qweight = buffers["qweight"]
+        if qweight is None or qweight.numel() < int8_rows.MIN_WEIGHT_BYTES or not int8_rows.enabled():
+            return None
+        return qweight, buffers["scales"], self._parameters.get("bias")
 
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32."""
