@@ -68,6 +68,21 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return taken
 
 
+def _both_ways(model: torch.nn.Module, ids: torch.Tensor, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Logits (1, T, V) of ``ids[:, 5:]`` decoded after a prefill of ``ids[:, :5]`` through the
+    one-call steps and, from a copy of the same cache, through the modules' own calls; and both caches."""
+    with torch.no_grad():
+        cache = KVCache(model, 1, 12)
+        prefill(model, ids[:, :5], cache)
+        twin = _twin(cache)
+        fused = _steps(model, cache, ids[:, 5:])
+        with monkeypatch.context() as off:
+            off.setattr(Attention, "_token_step", lambda *args: None)
+            off.setattr(ffn, "_token_step", lambda *args: None)
+            per_module = _steps(model, twin, ids[:, 5:])
+    return fused, per_module, cache, twin
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("arch", "ffn_steps"),
@@ -81,15 +96,8 @@ def test_one_call_steps_give_the_modules_own_calls_bit_for_bit(monkeypatch, arch
     zoo.fuse_projections(model)
     ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(2))
     taken = _counted(monkeypatch)
+    fused, per_module, cache, twin = _both_ways(model, ids, monkeypatch)
     with torch.no_grad():
-        cache = KVCache(model, 1, 12)
-        prefill(model, ids[:, :5], cache)
-        twin = _twin(cache)
-        fused = _steps(model, cache, ids[:, 5:])
-        with monkeypatch.context() as off:
-            off.setattr(Attention, "_token_step", lambda *args: None)
-            off.setattr(ffn, "_token_step", lambda *args: None)
-            per_module = _steps(model, twin, ids[:, 5:])
         full = model(ids)  # (1, 9, V)
     assert taken["attention"] > 0 and (taken["ffn"] > 0) == ffn_steps
     assert torch.equal(fused, per_module)
@@ -202,14 +210,6 @@ def test_int8_layers_take_the_calls_and_int4_ones_decline(monkeypatch, arch):
         zoo.fuse_projections(model)
         ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(6))
         taken = _counted(monkeypatch)
-        with torch.no_grad():
-            cache = KVCache(model, 1, 12)
-            prefill(model, ids[:, :5], cache)
-            twin = _twin(cache)
-            fused = _steps(model, cache, ids[:, 5:])
-            with monkeypatch.context() as off:
-                off.setattr(Attention, "_token_step", lambda *args: None)
-                off.setattr(ffn, "_token_step", lambda *args: None)
-                per_module = _steps(model, twin, ids[:, 5:])
+        fused, per_module, _, _ = _both_ways(model, ids, monkeypatch)
         assert (taken["attention"] > 0 and taken["ffn"] > 0) == steps, kind
         assert torch.equal(fused, per_module), kind
