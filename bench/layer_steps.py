@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import family_speed as fs  # the sibling bench script (run from bench/): its families, builds and prompts
 import torch
@@ -48,18 +48,13 @@ def modules_own_calls() -> Iterator[None]:
 
 def ms_per_step(case: fs.Case, ids: torch.Tensor, steps: int, own_calls: bool) -> float:
     """Milliseconds per eager greedy decode step after prefilling ``ids`` (1, P)."""
-    with host_paths(torch.device("cpu"), case.model), modules_own_calls() if own_calls else _nothing():
+    with host_paths(torch.device("cpu"), case.model), modules_own_calls() if own_calls else nullcontext():
         cache, logits = fs._prefill(case, ids, ids.shape[1] + steps + 1)
         token = greedy(logits)[:, None]  # (1, 1)
         start = time.perf_counter()
         for _ in range(steps):
             token = greedy(case.run.decode(case.model, token, cache))[:, None]
         return (time.perf_counter() - start) / steps * 1e3
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def main() -> None:

@@ -19,6 +19,13 @@ using MaybeTensor = c10::optional<at::Tensor>;  // a schema's Tensor?
 // mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
 constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
 
+// Whether x is one token (1, 1, C) on the CPU in float32, bfloat16 or float16: every layer step's input.
+static bool one_token(const at::Tensor& x) {
+  const auto dtype = x.scalar_type();
+  return x.dim() == 3 && x.size(0) == 1 && x.size(1) == 1 && x.is_cpu() &&
+         (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf);
+}
+
 // A projection as the layer steps take it (the layer's step_tensors: it says whether its kernel takes its product,
 // size floor included): float rows (no scales: row_product, its bias in x's dtype) or int8 rows with a scale a row
 // (int8_rows, then + bias as QuantizedLinear adds it), for rows of `width` values of `dtype`.
@@ -48,9 +55,7 @@ static bool attention_fits(const at::Tensor& x, const at::Tensor& qkv_weight, co
                            const MaybeTensor& sin, const MaybeTensor& mask, const at::Tensor& o_weight,
                            const MaybeTensor& o_scales, const MaybeTensor& o_bias) {
   const auto dtype = x.scalar_type();
-  if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || k_cache.dim() != 4 || qkv_weight.dim() != 2)
-    return false;
-  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (!one_token(x) || k_cache.dim() != 4 || qkv_weight.dim() != 2) return false;
   const int64_t Hkv = k_cache.size(1), L = k_cache.size(2), D = k_cache.size(3), width = qkv_weight.size(0);
   if (k_cache.size(0) != 1 || Hkv < 1 || D < 1 || width % D != 0) return false;
   const int64_t H = width / D - 2 * Hkv;
@@ -117,9 +122,7 @@ static bool cross_fits(const at::Tensor& x, const at::Tensor& q_weight, const Ma
                        const MaybeTensor& q_bias, const at::Tensor& k, const at::Tensor& v, const MaybeTensor& mask,
                        const at::Tensor& o_weight, const MaybeTensor& o_scales, const MaybeTensor& o_bias) {
   const auto dtype = x.scalar_type();
-  if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || k.dim() != 4 || q_weight.dim() != 2)
-    return false;
-  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (!one_token(x) || k.dim() != 4 || q_weight.dim() != 2) return false;
   const int64_t Hkv = k.size(1), M = k.size(2), D = k.size(3), width = q_weight.size(0);
   if (k.size(0) != 1 || Hkv < 1 || M < 1 || D < 1 || width % D != 0 || (width / D) % Hkv != 0) return false;
   if (!layer_fits(q_weight, q_scales, q_bias, x.size(2), dtype) ||
@@ -153,8 +156,7 @@ static bool mlp_fits(const at::Tensor& x, const at::Tensor& up_weight, const May
                      const MaybeTensor& up_bias, const at::Tensor& down_weight, const MaybeTensor& down_scales,
                      const MaybeTensor& down_bias, int64_t activation) {
   const auto dtype = x.scalar_type();
-  if (x.dim() != 3 || x.size(0) != 1 || x.size(1) != 1 || !x.is_cpu() || activation < 0 || activation > 3) return false;
-  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (!one_token(x) || activation < MLP_GELU || activation > MLP_RELU) return false;
   if (!layer_fits(up_weight, up_scales, up_bias, x.size(2), dtype)) return false;
   const int64_t inner = up_weight.size(0);
   if (activation == MLP_SILU_AND_MUL && inner % 2 != 0) return false;
