@@ -203,3 +203,17 @@ def test_a_prompts_rows_in_a_widened_dtype_run_the_tiles_in_float32_rounded_once
     assert got.dtype == torch.bfloat16 and torch.equal(got, expected)
     assert torch.equal(one, kernels.int8_matmul(x[:1], q, scales))
     assert (got.float() - native.float()).abs().max() <= 2e-2 * native.float().abs().max()
+
+
+def test_rows_torchs_kernel_cannot_take_go_another_way() -> None:
+    """Rows whose last dim is strided (Mamba's x_proj reads a transposed convolution output)
+    and half-precision rows of a width no multiple of 16 (which torch 2.13's kernel reads past,
+    a segmentation fault) give the dequantized product."""
+    layer = head(rows=64, width=24)
+    g = torch.Generator().manual_seed(9)
+    strided = torch.randn(1, 24, 5, generator=g).transpose(1, 2)  # (1, 5, 24), last dim strided
+    for x in (strided, strided.bfloat16().contiguous()):
+        with torch.no_grad():
+            got = kernels.int8_matmul(x, layer.qweight, layer.scales).float()  # (1, 5, 64)
+        exact = x.float() @ (layer.qweight.float() * layer.scales.float()[:, None]).T
+        torch.testing.assert_close(got, exact, atol=0.05 * exact.abs().max().item(), rtol=0)

@@ -27,7 +27,10 @@ from zoo.components import widened
 from zoo.errors import BenchError
 from zoo.quant import int8_rows
 
-CUDA_INNER_K_TILES = (8, 4, 2)  # tinygemm's tile parameter, the largest with in_features % (16 x tiles) == 0
+CUDA_INNER_K_TILES = (8, 4, 2)
+# aten's CPU int8 kernel in a half-precision dtype reads past rows whose width is no multiple of 16
+# (torch 2.13: a segmentation fault at 24 or 40 inputs in bfloat16, float32 unaffected)
+ATEN_INT8_INPUTS = 16  # tinygemm's tile parameter, the largest with in_features % (16 x tiles) == 0
 
 
 def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -43,8 +46,9 @@ def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     if int8_rows.tiles_apply(rows, qweight):  # a prompt's rows; in float32 where x's dtype has no fast GEMM here
         tiled = rows.float() if widened.widens(rows) else rows  # (M, in)
         out = int8_rows.int8_tiles(tiled, qweight, scales).to(x.dtype)  # (M, out), rounded once (widened.py)
-    elif x.device.type == "cpu":
-        out = torch.ops.aten._weight_int8pack_mm(rows, qweight, scales.to(x.dtype))  # (M, out)
+    elif x.device.type == "cpu" and (x.dtype == torch.float32 or x.shape[-1] % ATEN_INT8_INPUTS == 0):
+        # aten's kernel takes rows contiguous in their last dim: Mamba's x_proj reads a transposed convolution output
+        out = torch.ops.aten._weight_int8pack_mm(rows.contiguous(), qweight, scales.to(x.dtype))  # (M, out)
     else:
         out = F.linear(rows, qweight.to(x.dtype)) * scales.to(x.dtype)  # (M, out)
     return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
