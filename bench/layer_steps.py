@@ -1,6 +1,7 @@
 """What an eager decode step gains from its layers' one-call steps: each family's model decoding
 with the attention's, cross-attention's and feed-forward's one-token C++ calls (``attention_token``,
-``cross_attention_token``, ``mlp_token``) and the one-row products' checks in C++
+``cross_attention_token``, ``mlp_token``), the recurrent mixers' (``mamba_token``,
+``mamba2_token``, ``gdn_token``: projections and step in one) and the one-row products' checks in C++
 (``row_product.eager_row_product``), against the same model with the modules' own calls (their
 ``_token_step``s declining, the products checked in Python as a compiled graph checks them), the
 two alternated in every round of one process. Both give the same tokens
@@ -24,6 +25,9 @@ import zoo.components.linear as linear
 from zoo.components import row_product as rows
 from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
+from zoo.components.gated_deltanet import GatedDeltaNet
+from zoo.components.mamba import MambaMixer
+from zoo.components.mamba2 import Mamba2Mixer
 from zoo.harness.run import host_paths
 from zoo.model.sampling import greedy
 
@@ -35,15 +39,18 @@ def _python_checked(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 @contextmanager
 def modules_own_calls() -> Iterator[None]:
     """The modules' own calls: no one-call layer steps, the products' checks in Python."""
-    saved = Attention._token_step, CrossAttention._token_step, ffn._token_step, linear._one_row
-    Attention._token_step = lambda *args: None  # type: ignore[method-assign,assignment]
-    CrossAttention._token_step = lambda *args: None  # type: ignore[method-assign,assignment]
+    classes = (Attention, CrossAttention, MambaMixer, Mamba2Mixer, GatedDeltaNet)
+    saved = [cls._token_step for cls in classes], ffn._token_step, linear._one_row
+    for cls in classes:
+        cls._token_step = lambda *args: None  # type: ignore[method-assign,assignment]
     ffn._token_step = lambda *args: None
     linear._one_row = _python_checked
     try:
         yield
     finally:
-        Attention._token_step, CrossAttention._token_step, ffn._token_step, linear._one_row = saved  # type: ignore[method-assign]
+        for cls, step in zip(classes, saved[0], strict=True):
+            cls._token_step = step  # type: ignore[method-assign]
+        ffn._token_step, linear._one_row = saved[1], saved[2]
 
 
 def ms_per_step(case: fs.Case, ids: torch.Tensor, steps: int, own_calls: bool) -> float:
@@ -58,7 +65,8 @@ def ms_per_step(case: fs.Case, ids: torch.Tensor, steps: int, own_calls: bool) -
 
 
 def main() -> None:
-    args, cases = fs.eager_cases(__doc__.splitlines()[0], "gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m", rounds=10)
+    families = "gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m,mamba2-130m,gated-deltanet"
+    args, cases = fs.eager_cases(__doc__.splitlines()[0], families, rounds=10)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     times: dict[tuple[str, bool], list[float]] = {(case.family, own): [] for case in cases for own in (False, True)}
     with torch.no_grad():

@@ -10,6 +10,17 @@ from zoo.specs.model import ModelSpec
 
 TINY_VOCAB = 97
 
+SMALL_MAMBA2 = {  # tiny_spec keeps attention's heads; Mamba2's are its own
+    "d_model": 64,
+    "n_layers": 2,
+    "vocab_size": TINY_VOCAB,
+    "attention.n_heads": 4,
+    "attention.head_dim": 32,
+    "attention.n_groups": 2,
+    "attention.state_size": 8,
+    "attention.chunk_size": 4,
+}
+
 
 def tiny_spec(name: str, *, window: int = 4, n_layers: int | None = None) -> ModelSpec:
     """The preset shrunk to test size, keeping its structure (kinds, per-layer pattern)."""

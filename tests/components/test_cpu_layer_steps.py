@@ -5,20 +5,19 @@ they write), equal the full forward, and decline (None, nothing written) what th
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 import zoo
 import zoo.components.ffn as ffn
+from tests.components.step_helpers import decode_each, twin_cache
 from tests.conftest import tiny_spec
 from zoo.components import cpu_attention, cpu_token_ops
 from zoo.components import row_product as rows
 from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
 from zoo.model.cache import KVCache
-from zoo.model.generation import decode_step, prefill
+from zoo.model.generation import prefill
 from zoo.quant import int8_rows
 
 
@@ -27,18 +26,6 @@ def _row_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """The row kernel on in every dtype (as a run where the probe measured it faster), for tiny weights too."""
     monkeypatch.setattr(rows, "FORCED", True)
     monkeypatch.setattr(rows, "MIN_WEIGHT_BYTES", 0)
-
-
-def _twin(cache: KVCache) -> KVCache:
-    """A copy of ``cache`` whose tensors are its own: both paths step from the same prefilled state."""
-    twin = copy.copy(cache)
-    twin.layers = [{name: t.clone() for name, t in layer.items()} for layer in cache.layers]
-    twin.position, twin.pad_count = cache.position.clone(), cache.pad_count.clone()
-    return twin
-
-
-def _steps(model: torch.nn.Module, cache: KVCache, ids: torch.Tensor) -> torch.Tensor:
-    return torch.stack([decode_step(model, ids[:, t : t + 1], cache) for t in range(ids.shape[1])], 1)  # (1, T, V)
 
 
 def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -74,12 +61,12 @@ def _both_ways(model: torch.nn.Module, ids: torch.Tensor, monkeypatch: pytest.Mo
     with torch.no_grad():
         cache = KVCache(model, 1, 12)
         prefill(model, ids[:, :5], cache)
-        twin = _twin(cache)
-        fused = _steps(model, cache, ids[:, 5:])
+        twin = twin_cache(cache)
+        fused = decode_each(model, cache, ids[:, 5:])
         with monkeypatch.context() as off:
             off.setattr(Attention, "_token_step", lambda *args: None)
             off.setattr(ffn, "_token_step", lambda *args: None)
-            per_module = _steps(model, twin, ids[:, 5:])
+            per_module = decode_each(model, twin, ids[:, 5:])
     return fused, per_module, cache, twin
 
 
@@ -120,14 +107,14 @@ def test_an_encoder_decoders_steps_take_the_calls_with_a_position_bias_and_relu(
         memory = model.encode(ids)
         cache = KVCache(model, 1, 8, memory_len=6)
         prefill(model, torch.zeros(1, 1, dtype=torch.long), cache, memory=memory)
-        twin = _twin(cache)
+        twin = twin_cache(cache)
         steps = ids[:, :4]
-        fused = _steps(model, cache, steps)
+        fused = decode_each(model, cache, steps)
         with monkeypatch.context() as off:
             off.setattr(Attention, "_token_step", lambda *args: None)
             off.setattr(ffn, "_token_step", lambda *args: None)
             off.setattr(CrossAttention, "_token_step", lambda *args: None)
-            per_module = _steps(model, twin, steps)
+            per_module = decode_each(model, twin, steps)
     assert taken["attention"] > 0 and taken["ffn"] > 0 and taken["cross"] > 0
     assert torch.equal(fused, per_module)
 

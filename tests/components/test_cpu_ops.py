@@ -49,6 +49,34 @@ def _mamba_step() -> tuple[object, ...]:
     return xz, taps, bias, window, x_proj, dt_w, dt_b, _r(inner, N), _r(inner), _r(B, inner, N), 1e-6
 
 
+def _mamba_token() -> tuple[object, ...]:
+    inner, rank = 16, 3  # d_inner, dt_rank; one token of width 32, in_proj int8 rows with their scales
+    x, in_rows, taps, window = (
+        _r(1, 1, 32),
+        torch.randint(-127, 128, (2 * inner, 32), dtype=torch.int8),
+        _r(inner, 1, K),
+        _r(1, inner, K),
+    )
+    mixer = (taps, _r(inner), window, _r(rank + 2 * N, inner), _r(inner, rank), _r(inner), _r(inner, N), _r(inner))
+    scales = torch.rand(2 * inner) / 64  # int8 rows' products of the order of a float layer's
+    return x, in_rows, scales, None, *mixer, _r(1, inner, N), 1e-6, _r(24, inner), None, _r(24), True
+
+
+def _mamba2_token() -> tuple[object, ...]:
+    inner, conv = H * P, H * P + 2 * G * N
+    x, in_weight, taps, window = _r(1, 1, 32), _r(inner + conv + H, 32), _r(conv, 1, K), _r(1, conv, K)
+    mixer = (taps, _r(conv), window, _r(H), _r(H), _r(H), _r(inner), _r(1, H, P, N), G, 1e-5, 0.0, 1e30)
+    return x, in_weight, None, _r(inner + conv + H), *mixer, _r(24, inner), None, None, True
+
+
+def _gdn_token() -> tuple[object, ...]:
+    hk, dk, dv = 2, 8, 6  # as _gdn_step, for one token
+    width, conv = 2 * dk + 2 * (H // hk) * dv, 2 * hk * dk + H * dv
+    x, taps, window = _r(1, 1, 32), _r(conv, 1, K), _r(1, conv, K)
+    mixer = (taps, window, _r(H), _r(H), _r(dv), _r(1, H, dk, dv), hk, 1e-6)
+    return x, _r(hk * width, 32), None, None, _r(2 * H, 32), None, None, *mixer, _r(24, H * dv), None, None, True
+
+
 def _int4_weight() -> tuple[torch.Tensor, torch.Tensor]:
     """zoo's int4 panel layout of 40 rows (two panels and a tail) of 64 inputs in groups of 32."""
     values = torch.randint(0, 16, (40, 64))
@@ -77,7 +105,11 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         _r(B, H, P, 6),
     ),
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
+    "zoo::cpu_mamba_step_mamba_token": _mamba_token,
+    "zoo::cpu_steps_mamba2_token": _mamba2_token,
+    "zoo::cpu_steps_gdn_token": _gdn_token,
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True),  # a step's (B, T, in)
+    "zoo::row_product_layer_row": lambda: (_r(24, 40), None, _r(1, 1, 40), _r(24), True),
     "zoo::row_product_row_product_fitting": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True, 0),
     "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64)),
     "zoo::row_product_int8_tiles": lambda: (

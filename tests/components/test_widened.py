@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from tests.conftest import TINY_VOCAB, tiny_spec
+from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
 from zoo.analysis import host_probe
 from zoo.components import widened
 from zoo.components.linear import Linear
@@ -47,18 +47,6 @@ def test_only_the_named_dtypes_and_several_rows_widen(monkeypatch):
             layer(torch.randn(1, 1, 64).bfloat16())  # one row: the one-row paths
             Linear(64, 32)(torch.randn(1, 5, 64))  # float32: F.linear
     assert calls == [(1, 5, 64)]
-
-
-SMALL_MAMBA2 = {  # tiny_spec keeps attention's heads; Mamba2's are its own
-    "d_model": 64,
-    "n_layers": 2,
-    "vocab_size": TINY_VOCAB,
-    "attention.n_heads": 4,
-    "attention.head_dim": 32,
-    "attention.n_groups": 2,
-    "attention.state_size": 8,
-    "attention.chunk_size": 4,
-}
 
 
 @pytest.mark.parametrize("arch", ["mamba-130m", "mamba2-130m"])

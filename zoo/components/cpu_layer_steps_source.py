@@ -9,21 +9,38 @@ results are theirs bit for bit; what goes is the Python between them. Each first
 shape, dtype and layout its kernels need and returns an undefined tensor (None in Python), with
 nothing written, where one does not hold, so the module runs its own calls: those checks cost
 microseconds in Python and nothing here. Appended last to the one-row products' extension.
+
+The recurrent mixers' one-call steps (Mamba's ``mamba_token`` in ``cpu_mamba_step.py``, Mamba2's
+and Gated DeltaNet's in ``cpu_steps_source.TOKEN_STEPS``) live in their own kernels' extensions:
+they check their projections with ``FITS`` and make them through this extension's ``layer_row``
+op, called through the dispatcher (``projection_call``), so the products are the same kernels,
+bit for bit, with one copy of their code.
 """
 
 from __future__ import annotations
 
-SOURCE = r"""
+# What a one-token layer step asks of its input and its projections, before it writes anything: in
+# the one-row products' extension (``row_product_fitting`` and the steps below; ``SOURCE`` of
+# ``row_product_source.py`` includes it) and in the recurrent mixers' own extensions, whose one-call
+# steps make their products through this one (``projection_call``, ``row_product.PROJECTIONS``).
+FITS = r"""
 using MaybeTensor = c10::optional<at::Tensor>;  // a schema's Tensor?
-
-// mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
-constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
 
 // Whether x is one token (1, 1, C) on the CPU in float32, bfloat16 or float16: every layer step's input.
 static bool one_token(const at::Tensor& x) {
   const auto dtype = x.scalar_type();
   return x.dim() == 3 && x.size(0) == 1 && x.size(1) == 1 && x.is_cpu() &&
          (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf);
+}
+
+// Whether row_product takes weight for rows of `width` values of `dtype`: a contiguous CPU matrix of that many
+// columns in that dtype, of at least min_bytes (row_product.fits), its bias (if any) one value a row in that dtype.
+static bool row_fits(const at::Tensor& weight, const c10::optional<at::Tensor>& bias, int64_t width,
+                     at::ScalarType dtype, int64_t min_bytes) {
+  return weight.dim() == 2 && weight.size(1) == width && weight.scalar_type() == dtype && weight.is_contiguous() &&
+         weight.is_cpu() && weight.numel() * weight.element_size() >= min_bytes &&
+         (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->scalar_type() == dtype &&
+                                bias->is_cpu()));
 }
 
 // A projection as the layer steps take it (the layer's step_tensors: it says whether its kernel takes its product,
@@ -38,6 +55,11 @@ static bool layer_fits(const at::Tensor& weight, const MaybeTensor& scales, cons
          (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->is_cpu() &&
                                 c10::isFloatingType(bias->scalar_type())));
 }
+"""
+
+SOURCE = r"""
+// mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
+constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
 
 // One row x through a projection that layer_fits: its product (+ bias), as the layer's own forward computes it.
 static at::Tensor layer_row(const at::Tensor& weight, const MaybeTensor& scales, const at::Tensor& x,
@@ -179,3 +201,27 @@ at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, MaybeTensor up_scales, 
   return layer_row(down_weight, down_scales, inner, down_bias, past_cache);  // (1, 1, C_out)
 }
 """
+
+
+def projection_call(layer_row_op: str) -> str:
+    """The C++ a mixer's own extension includes (after ``row_product_source.FITS``) to make its
+    one-call step's projections through ``layer_row_op``, the one-row products' ``layer_row``:
+    the products a layer's own forward makes, bit for bit, without a second copy of their
+    kernels in every extension."""
+    return (
+        r"""
+#include <ATen/core/dispatch/Dispatcher.h>
+
+// One row x through a projection that layer_fits, made by the one-row products' extension (its layer_row op, which
+// the caller has loaded: row_product.available()): for a mixer's one-call step built in its own extension. Straight
+// to the op's CPU kernel: every tensor here is on the CPU, and the step runs without autograd.
+static at::Tensor projection_row(const at::Tensor& weight, const MaybeTensor& scales, const at::Tensor& x,
+                                 const MaybeTensor& bias, bool past_cache) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("LAYER_ROW_OP", "")
+          .typed<at::Tensor(const at::Tensor&, const MaybeTensor&, const at::Tensor&, const MaybeTensor&, bool)>();
+  return op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), weight, scales, x, bias, past_cache);
+}
+"""
+    ).replace("LAYER_ROW_OP", layer_row_op)

@@ -38,13 +38,16 @@ from __future__ import annotations
 
 import torch
 
+from zoo.components import cpu_steps, row_product
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps_source import CONV_ROW, FLOATS, PRELUDE
 from zoo.components.kernels import Kernel
+from zoo.components.linear import StepTensors
 from zoo.components.row_product_source import LOOPS
 
 SOURCE = (
     LOOPS
+    + row_product.PROJECTIONS
     + PRELUDE
     + "#include <mutex>\n#include <unordered_map>\n"
     + FLOATS
@@ -178,6 +181,28 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
   }
   return narrowed(y, xz.scalar_type());  // in the model's dtype, for out_proj
 }
+
+// An eager decode step's whole mixer for one token: x (1, 1, C) through in_proj (its rows [x | z], 2D of them, for
+// the state's D channels; projection_row), mamba_step, and out_proj (projection_row) -> (1, 1, C_out): the mixer's
+// three calls in one, each the kernel it calls, so the same bits. An undefined tensor (None in Python), with nothing
+// written, where x is not one token or a projection is not one the layer steps take (layer_fits); the window and the
+// state are the mixer's to check (cpu_steps.conv_step_ready), as for mamba_step. conv_w is conv1d's (D, 1, K).
+at::Tensor mamba_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales, MaybeTensor in_bias,
+                       at::Tensor conv_w, MaybeTensor conv_b, at::Tensor window, at::Tensor x_proj, at::Tensor dt_w,
+                       at::Tensor dt_b, at::Tensor A_log, at::Tensor Dskip, at::Tensor ssm, double eps,
+                       at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias, bool past_cache) {
+  const auto dtype = x.scalar_type();
+  if (!one_token(x) || ssm.dim() != 3 || ssm.size(0) != 1 || conv_w.dim() != 3 || conv_w.size(1) != 1) return {};
+  const int64_t C = x.size(2), D = ssm.size(1);
+  if (!layer_fits(in_weight, in_scales, in_bias, C, dtype) || in_weight.size(0) != 2 * D ||
+      !layer_fits(out_weight, out_scales, out_bias, D, dtype))
+    return {};
+  const auto none = at::empty({0}, ssm.options());  // mamba_step's absent bias
+  auto xz = projection_row(in_weight, in_scales, x.view({1, C}), in_bias, past_cache);  // (1, 2D)
+  auto y = mamba_step(xz, conv_w.select(1, 0), conv_b.value_or(none), window, x_proj.contiguous(),
+                      dt_w.to(x_proj.scalar_type()).contiguous(), dt_b, A_log, Dskip, ssm, eps);
+  return projection_row(out_weight, out_scales, y.view({1, 1, D}), out_bias, past_cache);  // (1, 1, C_out)
+}
 """
 )
 
@@ -191,7 +216,14 @@ EXTENSION = CppExtension(
             "(Tensor xz, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, "
             "Tensor A_log, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
             lambda xz, ssm, **_: xz.new_empty(ssm.shape[0], ssm.shape[1]),  # (B, d_inner)
-        )
+        ),
+        CppFunction(
+            "mamba_token",
+            "(Tensor x, Tensor in_weight, Tensor? in_scales, Tensor? in_bias, Tensor conv_w, Tensor? conv_b, "
+            "Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, Tensor A_log, Tensor Dskip, Tensor(b!) ssm, "
+            "float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) -> Tensor",
+            lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
+        ),
     ],
 )
 
@@ -230,3 +262,30 @@ def mamba_step(
         state["ssm"],
         -1.0 if eps is None else eps,
     )
+
+
+def mamba_token(
+    x: torch.Tensor,
+    in_proj: StepTensors,
+    conv: torch.nn.Conv1d,
+    x_proj: torch.Tensor,
+    dt_proj: tuple[torch.Tensor, torch.Tensor],
+    params: tuple[torch.Tensor, torch.Tensor],
+    state: dict[str, torch.Tensor],
+    eps: float | None,
+    out_proj: StepTensors,
+) -> torch.Tensor | None:
+    """One token x (1, 1, C) through the whole mixer in one C++ call: in_proj, ``mamba_step``
+    (the arguments as it takes them) and out_proj, each projection as its layer's
+    ``step_tensors`` give it and made by the one-row products' extension (``layer_row``), so
+    the result is the three calls' bit for bit -> (1, 1, C_out); None where the call does not
+    compute it (nothing written then: checked in C++, as the layer steps check theirs). The
+    mixer's three calls paid ~50 µs of Python a layer between them (2-core Xeon). Eager calls
+    only (``cpu_steps.token_calls_run``)."""
+    if not cpu_steps.token_calls_run():
+        return None
+    dt_weight, dt_bias = dt_proj
+    A_log, D = params
+    args = (conv.weight, conv.bias, state["conv"], x_proj, dt_weight, dt_bias, A_log, D, state["ssm"])
+    call = EXTENSION.op("mamba_token")
+    return call(x, *in_proj, *args, -1.0 if eps is None else eps, *out_proj, row_product.PastCache.on)

@@ -25,10 +25,12 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from zoo.components import cpu_token_ops, row_product
 from zoo.components.cpu_ops import CppExtension, CppFunction
-from zoo.components.cpu_steps_source import SOURCE
+from zoo.components.cpu_steps_source import SOURCE, TOKEN_STEPS
 from zoo.components.feature_state import EPS
 from zoo.components.kernels import Kernel, KernelChoice
+from zoo.components.linear import StepTensors
 
 
 def _heads_out(state: torch.Tensor, per_head: int, like: torch.Tensor) -> torch.Tensor:
@@ -37,7 +39,7 @@ def _heads_out(state: torch.Tensor, per_head: int, like: torch.Tensor) -> torch.
 
 EXTENSION = CppExtension(
     "zoo_cpu_steps",
-    SOURCE,
+    SOURCE + row_product.PROJECTIONS + TOKEN_STEPS,
     [
         CppFunction(
             "mamba2_step",
@@ -61,6 +63,22 @@ EXTENSION = CppExtension(
             "(Tensor q, Tensor k, Tensor v, Tensor(a!) ring_k, Tensor(b!) ring_v, Tensor(c!) mem, Tensor(d!) z, "
             "Tensor gate, Tensor key_valid, Tensor time, int segment, bool delta, float eps) -> Tensor",
             lambda q, **_: torch.empty_like(q),  # (B, H, D)
+        ),
+        CppFunction(
+            "mamba2_token",
+            "(Tensor x, Tensor in_weight, Tensor? in_scales, Tensor? in_bias, Tensor conv_w, Tensor? conv_b, "
+            "Tensor(a!) window, Tensor dt_bias, Tensor A_log, Tensor D, Tensor norm_w, Tensor(b!) state, int groups, "
+            "float eps, float dt_min, float dt_max, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, "
+            "bool past_cache) -> Tensor",
+            lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
+        ),
+        CppFunction(
+            "gdn_token",
+            "(Tensor x, Tensor qkvz_weight, Tensor? qkvz_scales, Tensor? qkvz_bias, Tensor ba_weight, "
+            "Tensor? ba_scales, Tensor? ba_bias, Tensor conv_w, Tensor(a!) window, Tensor dt_bias, Tensor A_log, "
+            "Tensor norm_w, Tensor(b!) state, int k_heads, float eps, Tensor out_weight, Tensor? out_scales, "
+            "Tensor? out_bias, bool past_cache) -> Tensor",
+            lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
     ],
 )
@@ -178,3 +196,54 @@ def infini_step(
     slot = time.to(torch.int64).contiguous()  # (1,)
     step = EXTENSION.op("infini_step")
     return step(q.squeeze(2), k.squeeze(2), v.squeeze(2), *ring, gate, valid, slot, segment, delta, EPS).unsqueeze(2)
+
+
+def token_calls_run() -> bool:
+    """Whether a one-call mixer step may run: eager, no autograd, the switch on
+    (``cpu_token_ops.ENABLED``, as for ``mlp_token``) and the one-row products built."""
+    if torch.is_grad_enabled() or not cpu_token_ops.ENABLED or torch.compiler.is_compiling():
+        return False
+    return row_product.available()
+
+
+def mamba2_token(
+    x: torch.Tensor,
+    in_proj: StepTensors,
+    conv: torch.nn.Conv1d,
+    params: tuple[torch.Tensor, ...],
+    state: dict[str, torch.Tensor],
+    n_groups: int,
+    eps: float,
+    dt_limit: tuple[float, float],
+    out_proj: StepTensors,
+) -> torch.Tensor | None:
+    """One token x (1, 1, C) through Mamba2's in_proj, ``mamba2_step`` (its arguments as that
+    takes them) and out_proj in one C++ call, each projection as its layer's ``step_tensors``
+    give it (made by the one-row products' ``layer_row``: the module's bits) -> (1, 1, C_out);
+    None where the call does not compute it (nothing written then). Eager calls only."""
+    if not token_calls_run():
+        return None
+    low, high = dt_limit
+    high = min(high, torch.finfo(torch.float32).max)  # as mamba2_step
+    args = (conv.weight, conv.bias, state["conv"], *params, state["ssm"], n_groups, eps, low, high)
+    return EXTENSION.op("mamba2_token")(x, *in_proj, *args, *out_proj, row_product.PastCache.on)
+
+
+def gdn_token(
+    x: torch.Tensor,
+    in_proj: tuple[StepTensors, StepTensors],
+    conv: torch.nn.Conv1d,
+    params: tuple[torch.Tensor, ...],
+    state: dict[str, torch.Tensor],
+    n_k_heads: int,
+    eps: float,
+    out_proj: StepTensors,
+) -> torch.Tensor | None:
+    """One token x (1, 1, C) through Gated DeltaNet's two input projections (qkvz, ba),
+    ``gdn_step`` and out_proj in one C++ call, as ``mamba2_token``; None where the call does
+    not compute it (nothing written then). Eager calls only."""
+    if not token_calls_run():
+        return None
+    qkvz, ba = in_proj
+    args = (conv.weight, state["conv"], *params, state["recurrent"], n_k_heads, eps)
+    return EXTENSION.op("gdn_token")(x, *qkvz, *ba, *args, *out_proj, row_product.PastCache.on)

@@ -270,3 +270,56 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
 """
     + INFINI
 )
+
+# Mamba2's and Gated DeltaNet's whole mixer for one token: their input projections, step and output
+# projection in one call, the projections made by the one-row products' extension (after its
+# ``row_product.PROJECTIONS``: ``layer_fits``, ``projection_row``), so the same bits as the
+# mixer's own calls; an undefined tensor (None in Python), with nothing written, where x is not one
+# token or a projection is not one the layer steps take. The window and the state are the
+# mixer's to check (``cpu_steps.conv_step_ready``), as for the steps above; conv_w is the
+# Conv1d's (C, 1, K).
+TOKEN_STEPS = r"""
+// Mamba2: x (1, 1, C) -> in_proj [z, xBC, dt] (H P + C_conv + H rows) -> mamba2_step -> out_proj -> (1, 1, C_out).
+at::Tensor mamba2_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales, MaybeTensor in_bias,
+                        at::Tensor conv_w, MaybeTensor conv_b, at::Tensor window, at::Tensor dt_bias,
+                        at::Tensor A_log, at::Tensor Dskip, at::Tensor norm_w, at::Tensor state, int64_t groups,
+                        double eps, double dt_min, double dt_max, at::Tensor out_weight, MaybeTensor out_scales,
+                        MaybeTensor out_bias, bool past_cache) {
+  const auto dtype = x.scalar_type();
+  if (!one_token(x) || state.dim() != 4 || state.size(0) != 1 || window.dim() != 3 || conv_w.dim() != 3 ||
+      conv_w.size(1) != 1)
+    return {};
+  const int64_t C = x.size(2), H = state.size(1), inner = H * state.size(2);
+  if (!layer_fits(in_weight, in_scales, in_bias, C, dtype) || in_weight.size(0) != inner + window.size(1) + H ||
+      !layer_fits(out_weight, out_scales, out_bias, inner, dtype))
+    return {};
+  const auto none = at::empty({0}, state.options());  // mamba2_step's absent bias
+  auto proj = projection_row(in_weight, in_scales, x.view({1, C}), in_bias, past_cache);  // (1, inner + C_conv + H)
+  auto y = mamba2_step(proj, conv_w.select(1, 0), conv_b.value_or(none), window, dt_bias, A_log, Dskip, norm_w,
+                       state, groups, eps, dt_min, dt_max);  // (1, inner)
+  return projection_row(out_weight, out_scales, y.view({1, 1, inner}), out_bias, past_cache);  // (1, 1, C_out)
+}
+
+// Gated DeltaNet: x (1, 1, C) -> in_proj_qkvz (Hk (2 dk + 2 r dv) rows) and in_proj_ba (2 Hv rows) -> gdn_step
+// -> out_proj -> (1, 1, C_out); state (1, Hv, dk, dv), r = Hv / Hk.
+at::Tensor gdn_token(at::Tensor x, at::Tensor qkvz_weight, MaybeTensor qkvz_scales, MaybeTensor qkvz_bias,
+                     at::Tensor ba_weight, MaybeTensor ba_scales, MaybeTensor ba_bias, at::Tensor conv_w,
+                     at::Tensor window, at::Tensor dt_bias, at::Tensor A_log, at::Tensor norm_w, at::Tensor state,
+                     int64_t k_heads, double eps, at::Tensor out_weight, MaybeTensor out_scales,
+                     MaybeTensor out_bias, bool past_cache) {
+  const auto dtype = x.scalar_type();
+  if (!one_token(x) || state.dim() != 4 || state.size(0) != 1 || window.dim() != 3 || conv_w.dim() != 3 ||
+      conv_w.size(1) != 1 || k_heads < 1 || state.size(1) % k_heads != 0)
+    return {};
+  const int64_t C = x.size(2), H = state.size(1), dk = state.size(2), dv = state.size(3), per = H / k_heads;
+  if (!layer_fits(qkvz_weight, qkvz_scales, qkvz_bias, C, dtype) ||
+      qkvz_weight.size(0) != k_heads * (2 * dk + 2 * per * dv) ||
+      !layer_fits(ba_weight, ba_scales, ba_bias, C, dtype) || ba_weight.size(0) != 2 * H ||
+      !layer_fits(out_weight, out_scales, out_bias, H * dv, dtype))
+    return {};
+  auto qkvz = projection_row(qkvz_weight, qkvz_scales, x.view({1, C}), qkvz_bias, past_cache);  // (1, Hk W)
+  auto ba = projection_row(ba_weight, ba_scales, x.view({1, C}), ba_bias, past_cache);  // (1, 2 Hv)
+  auto out = gdn_step(qkvz, ba, conv_w.select(1, 0), window, dt_bias, A_log, norm_w, state, k_heads, eps);
+  return projection_row(out_weight, out_scales, out.view({1, 1, H * dv}), out_bias, past_cache);  // (1, 1, C_out)
+}
+"""

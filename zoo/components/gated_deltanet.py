@@ -28,7 +28,7 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.cuda_kernels import causal_conv1d, fla
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
 from zoo.components.kernels import Kernel, KernelChoice
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, step_tensors
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext
@@ -187,6 +187,8 @@ class GatedDeltaNet(KernelChoice):
         B, T, _ = x.shape
         if T == 1 and state is not None and cpu_steps.conv_step_ready(self, x, state, "recurrent", token_valid):
             params = (self.dt_bias, self.A_log, self.norm.weight)
+            if B == 1 and (out := self._token_step(x, params, state)) is not None:
+                return out  # (1, 1, d): the projections and the step in one C++ call
             qkvz, ba = self.in_proj_qkvz(x), self.in_proj_ba(x)  # (B, 1, .): the grouped layout, split in C++
             out = cpu_steps.gdn_step(qkvz, ba, self.conv1d, params, state, self.n_k_heads, self.norm.eps)
             return self.out_proj(out.unsqueeze(1))  # (B, 1, d)
@@ -216,6 +218,22 @@ class GatedDeltaNet(KernelChoice):
             out = self._scan(q, k, v, g, beta, recurrent)  # (B, T, H_v, d_v)
         out = self.norm(out.to(x.dtype), z)  # (B, T, H_v, d_v)
         return self.out_proj(out.reshape(B, T, self.value_dim))
+
+    def _token_step(
+        self, x: torch.Tensor, params: tuple[torch.Tensor, ...], state: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.gdn_token`` (both input projections, the step
+        and out_proj in one C++ call) where the projections' layers give their tensors
+        (``RowStackable.step_tensors``), else None. The layers are read from nn.Module's dicts
+        (``Attention._token_step``)."""
+        modules = self._modules
+        projections = step_tensors(modules["in_proj_qkvz"], modules["in_proj_ba"], modules["out_proj"])
+        if projections is None:
+            return None  # a product of the layer's own
+        qkvz, ba, out_proj = projections
+        return cpu_steps.gdn_token(
+            x, (qkvz, ba), modules["conv1d"], params, state, self.n_k_heads, self.norm.eps, out_proj
+        )  # (1, 1, d) or None
 
     def _scan(
         self,

@@ -98,6 +98,18 @@ class RowStackable:
         return None
 
 
+def step_tensors(*layers: nn.Module | None) -> list[StepTensors] | None:
+    """Each layer's ``RowStackable.step_tensors``, in order, or None where one is not a
+    ``RowStackable`` or makes its product its own: a one-call step takes all or none."""
+    tensors = []
+    for layer in layers:
+        given = layer.step_tensors() if isinstance(layer, RowStackable) else None
+        if given is None:
+            return None
+        tensors.append(given)
+    return tensors
+
+
 class Linear(nn.Linear, RowStackable):
     """nn.Linear with one-row float32 CPU products as ``torch.mv`` or the opt-in kernel (module doc)."""
 

@@ -29,7 +29,7 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.cpu_steps import conv_step_ready
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, step_tensors
 from zoo.components.mamba_scan import selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
@@ -174,7 +174,8 @@ class MambaMixer(TokenMixer, KernelChoice):
         tensors = None if state is None else state.tensors
         if T == 1 and state is not None and tensors is not None and isinstance(self.x_proj, nn.Linear):
             if conv_step_ready(self, x, tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL):
-                return self._step(x, tensors)
+                out = self._token_step(x, tensors) if x.shape[0] == 1 else None
+                return self._step(x, tensors) if out is None else out  # (B, 1, d)
         if state is not None:
             valid = state.token_valid  # (B, T) bool or None
         else:
@@ -222,6 +223,29 @@ class MambaMixer(TokenMixer, KernelChoice):
             xz, self.conv1d, self.x_proj.weight, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
         )  # (B, d_inner)
         return self.out_proj(y).unsqueeze(1)  # (B, 1, d)
+
+    def _token_step(self, x: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_mamba_step.mamba_token`` (in_proj, the fused step
+        and out_proj in one C++ call) where both projections' layers give their tensors
+        (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), else None.
+        The layers are read from nn.Module's dicts (``Attention._token_step``)."""
+        modules = self._modules
+        projections = step_tensors(modules["in_proj"], modules["out_proj"])  # None: their own products
+        if projections is None:
+            return None
+        conv, x_proj, dt_proj = modules["conv1d"], modules["x_proj"], modules["dt_proj"]
+        params = self._parameters
+        return cpu_mamba_step.mamba_token(
+            x,
+            projections[0],
+            conv,
+            x_proj.weight,
+            (dt_proj.weight, dt_proj.bias),
+            (params["A_log"], params["D"]),
+            tensors,
+            self.norm_eps,
+            projections[1],
+        )  # (1, 1, d) or None
 
     def decay(self) -> torch.Tensor:
         """A = -exp(A_log) (d_inner, N) in float32. Every prefill and reference step needs it (the

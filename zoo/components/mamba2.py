@@ -26,7 +26,7 @@ from zoo.components import cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, step_tensors
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.specs.hookspecs import hookimpl
@@ -157,6 +157,8 @@ class Mamba2Mixer(KernelChoice):
         batch, T, _ = x.shape
         if T == 1 and state is not None and cpu_steps.conv_step_ready(self, x, state, "ssm", token_valid):
             params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
+            if batch == 1 and (out := self._token_step(x, params, state)) is not None:
+                return out  # (1, 1, d): in_proj, the step and out_proj in one C++ call
             y = cpu_steps.mamba2_step(
                 self.in_proj(x).squeeze(1), self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
             )  # (B, d_inner)
@@ -203,6 +205,22 @@ class Mamba2Mixer(KernelChoice):
         y = y + xs * self.D.float()[:, None]  # (B, T, H, P)
         y = self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z)  # (B, T, d_inner)
         return self.out_proj(y)
+
+    def _token_step(
+        self, x: torch.Tensor, params: tuple[torch.Tensor, ...], state: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.mamba2_token`` where both projections' layers
+        give their tensors (``RowStackable.step_tensors``), else None. The layers are read from
+        nn.Module's dicts (``Attention._token_step``)."""
+        modules = self._modules
+        projections = step_tensors(modules["in_proj"], modules["out_proj"])  # None: their own products
+        if projections is None:
+            return None
+        in_proj, out_proj = projections
+        conv = modules["conv1d"]
+        return cpu_steps.mamba2_token(
+            x, in_proj, conv, params, state, self.n_groups, self.norm.eps, self.dt_limit, out_proj
+        )  # (1, 1, d) or None
 
 
 class Mamba2TokenMixer(Mamba2Mixer, SequenceStateMixer):

@@ -46,10 +46,11 @@ import torch.nn.functional as F
 from zoo.components.cpu_attention_calls_source import SOURCE as ATTENTION_CALLS_SOURCE
 from zoo.components.cpu_attention_source import SOURCE as ATTENTION_SOURCE
 from zoo.components.cpu_layer_steps_source import SOURCE as LAYER_STEPS_SOURCE
+from zoo.components.cpu_layer_steps_source import projection_call
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_token_ops_source import SOURCE as TOKEN_OPS_SOURCE
 from zoo.components.int8_rows_source import SOURCE as INT8_SOURCE
-from zoo.components.row_product_source import SOURCE
+from zoo.components.row_product_source import FITS, SOURCE
 from zoo.components.run_dtypes import RunDtypes
 from zoo.components.tiles_source import SOURCE as TILES_SOURCE
 
@@ -117,6 +118,11 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             lambda x, o_weight, **_: x.new_empty(*x.shape[:-1], o_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
+            "layer_row",
+            "(Tensor weight, Tensor? scales, Tensor x, Tensor? bias, bool past_cache) -> Tensor",
+            lambda weight, x, **_: x.new_empty(*x.shape[:-1], weight.shape[0]),  # (..., out)
+        ),
+        CppFunction(
             "mlp_token",
             "(Tensor x, Tensor up_weight, Tensor? up_scales, Tensor? up_bias, Tensor down_weight, Tensor? down_scales,"
             " Tensor? down_bias, int activation, bool past_cache) -> Tensor",
@@ -154,6 +160,10 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
         ),
     ],
 )
+
+# The C++ a mixer's own extension includes to make its one-call step's projections through this one
+# (``layer_row``): Mamba's and Mamba2's ``*_token``, which then check what they take as the layer steps here do.
+PROJECTIONS = FITS + projection_call(EXTENSION.op_name("layer_row"))
 
 _FASTER = RunDtypes()  # the dtypes the host probe measured the kernel faster in, during a run
 

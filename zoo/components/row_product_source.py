@@ -43,6 +43,8 @@ The int8 rows (``int8_rows_source.py``) are appended after this source and use i
 (``cpu_mamba_step``), whose x_proj and dt_proj are one-row products too.
 """
 
+from zoo.components.cpu_layer_steps_source import FITS
+
 LOOPS = r"""
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #define CPU_CAPABILITY_AVX512
@@ -226,8 +228,10 @@ static void rows_times(const T* w, const float* x, O* out, int64_t rows, int64_t
 
 """
 
+
 SOURCE = (
     LOOPS
+    + FITS
     + r"""
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 // out[r] = sum_k w[r, k] * x[k], both bfloat16, for the NS rows r = first + s * stride: vdpbf16ps multiplies 32
@@ -347,16 +351,6 @@ at::Tensor row_product(at::Tensor weight, at::Tensor x, c10::optional<at::Tensor
   else if (x.scalar_type() == at::kHalf) rows_of(weight, xp, out.data_ptr<at::Half>(), rows, n, bp, past_cache);
   else TORCH_CHECK(false, "row_product: x dtype ", x.scalar_type(), "; allowed: float32, bfloat16, float16");
   return out;
-}
-
-// Whether row_product takes weight for rows of `width` values of `dtype`: a contiguous CPU matrix of that many
-// columns in that dtype, of at least min_bytes (row_product.fits), its bias (if any) one value a row in that dtype.
-static bool row_fits(const at::Tensor& weight, const c10::optional<at::Tensor>& bias, int64_t width,
-                     at::ScalarType dtype, int64_t min_bytes) {
-  return weight.dim() == 2 && weight.size(1) == width && weight.scalar_type() == dtype && weight.is_contiguous() &&
-         weight.is_cpu() && weight.numel() * weight.element_size() >= min_bytes &&
-         (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->scalar_type() == dtype &&
-                                bias->is_cpu()));
 }
 
 // An eager step's row_product where it takes these tensors: x one row on the CPU in float32, bfloat16 or float16 and

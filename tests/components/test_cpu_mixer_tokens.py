@@ -1,0 +1,170 @@
+"""The recurrent mixers' one-call steps: Mamba's ``cpu_mamba_step.mamba_token`` and Mamba2's and
+Gated DeltaNet's ``cpu_steps.mamba2_token`` / ``gdn_token`` (input projections, the fused step and
+out_proj in one C++ call, the projections made by the one-row products' ``layer_row``) give the
+mixers' own calls bit for bit (logits and every state tensor), equal the full forward, take int8
+projections, and decline (None, nothing written) what they do not compute."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from tests.components.step_helpers import decode_each, twin_cache
+from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
+from zoo.components import cpu_mamba_step, cpu_steps
+from zoo.components import row_product as rows
+from zoo.components.gated_deltanet import GatedDeltaNet
+from zoo.components.mamba import MambaMixer
+from zoo.components.mamba2 import Mamba2Mixer
+from zoo.model.cache import KVCache
+from zoo.model.generation import prefill
+from zoo.quant import int8_rows
+from zoo.specs.model import ModelSpec
+
+GDN = {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 8, "chunk_size": 4}
+# mixer -> (its class, the module and name of its one-call step)
+MIXERS = {
+    "mamba": (MambaMixer, cpu_mamba_step, "mamba_token"),
+    "mamba2": (Mamba2Mixer, cpu_steps, "mamba2_token"),
+    "gated_deltanet": (GatedDeltaNet, cpu_steps, "gdn_token"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _row_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row kernel on in every dtype (as a run where the probe measured it faster), for tiny weights too."""
+    monkeypatch.setattr(rows, "FORCED", True)
+    monkeypatch.setattr(rows, "MIN_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 0)
+
+
+def _spec(mixer: str) -> ModelSpec:
+    if mixer == "mamba":
+        return tiny_spec("mamba-130m")
+    if mixer == "mamba2":
+        return zoo.spec("mamba2-130m").override(SMALL_MAMBA2)
+    return tiny_spec("qwen3-0.6b").override({"attention": GDN, "positional": {"kind": "none"}, "ffn.hidden": 64})
+
+
+def _both_ways(model: torch.nn.Module, mixer: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Logits (1, 4, V) of four tokens decoded after a prefill of five through the one-call
+    steps and, from a copy of the same cache, through the mixers' own calls; both caches; and
+    how many one-call steps computed their token."""
+    cls, module, name = MIXERS[mixer]
+    original, taken = getattr(module, name), []
+
+    def counted(*args: object) -> torch.Tensor | None:
+        out = original(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(module, name, counted)
+    ids = torch.randint(0, TINY_VOCAB, (1, 9), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        cache = KVCache(model, 1, 12)
+        prefill(model, ids[:, :5], cache)
+        twin = twin_cache(cache)
+        fused = decode_each(model, cache, ids[:, 5:])
+        with monkeypatch.context() as off:
+            off.setattr(cls, "_token_step", lambda *args: None)
+            per_module = decode_each(model, twin, ids[:, 5:])
+        full = model(ids)  # (1, 9, V)
+    return fused, per_module, (cache, twin), sum(taken), full
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_one_call_mixer_steps_give_the_mixers_own_calls_bit_for_bit(monkeypatch, mixer, dtype):
+    """Every layer's every step taken, the same logits and state tensors as in_proj, the fused
+    step and out_proj called one by one, and the full forward's logits (1e-5 in float32)."""
+    model = zoo.build(_spec(mixer), seed=0).to(dtype).eval()
+    fused, per_module, (cache, twin), taken, full = _both_ways(model, mixer, monkeypatch)
+    assert taken == 4 * model.spec.n_layers
+    assert torch.equal(fused, per_module)
+    for ours, theirs in zip(cache.layers, twin.layers, strict=True):
+        assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+    tolerance = {"atol": 1e-5, "rtol": 0} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.05}
+    torch.testing.assert_close(fused.float(), full[:, 5:].float(), **tolerance)
+
+
+@pytest.mark.parametrize("mixer", ["mamba2", "gated_deltanet"])
+def test_int8_projections_take_the_calls_and_int4_ones_decline(monkeypatch, mixer):
+    """An int8 model's projections go in as int8 rows with their scales (``Int8Linear.step_tensors``),
+    the same bits as its layers' own int8 products; an int4 model's layers keep their own calls.
+    (A quantized Mamba-1 has an int8 x_proj, which its fused step does not take: its mixer runs
+    the C++ scan and its layers' own products.)"""
+    for kind, steps in (("int8", True), ("int4", False)):
+        model = zoo.build(_spec(mixer), seed=0).to(torch.bfloat16).eval()
+        zoo.quant.quantize(model, kind)
+        fused, per_module, _, taken, _ = _both_ways(model, mixer, monkeypatch)
+        assert (taken > 0) == steps, kind
+        assert torch.equal(fused, per_module), kind
+
+
+def _mamba_layer():  # type: ignore[no-untyped-def]
+    """A tiny Mamba mixer and its state after one prefilled token."""
+    model = zoo.build(_spec("mamba"), seed=0).eval()
+    with torch.no_grad():
+        cache = KVCache(model, 1, 4)
+        prefill(model, torch.tensor([[3]]), cache)
+    mixer = next(m for m in model.modules() if isinstance(m, MambaMixer))
+    return mixer, cache.layers[0]
+
+
+def test_the_mamba_call_declines_what_it_does_not_compute_and_writes_nothing():
+    """Two rows, an in_proj of other rows, an out_proj of another width or dtype, int8 rows with a
+    scale short: None, and the window and state as they were; gradients on: None."""
+    mixer, state = _mamba_layer()
+    before = {name: t.clone() for name, t in state.items()}
+    x = torch.randn(1, 1, 64, generator=torch.Generator().manual_seed(8))
+    w_in, w_out = mixer.in_proj.weight, mixer.out_proj.weight
+    dt = mixer.dt_proj.weight, mixer.dt_proj.bias
+    params = mixer.A_log, mixer.D
+
+    def call(x: torch.Tensor, in_proj: tuple[object, ...], out_proj: tuple[object, ...]) -> torch.Tensor | None:
+        return cpu_mamba_step.mamba_token(
+            x, in_proj, mixer.conv1d, mixer.x_proj.weight, dt, params, state, None, out_proj
+        )  # type: ignore[arg-type]
+
+    declined = [
+        (x.expand(2, 1, 64), (w_in, None, None), (w_out, None, None)),
+        (x, (w_in[:-2], None, None), (w_out, None, None)),
+        (x, (w_in, None, None), (w_out[:, :-1], None, None)),
+        (x, (w_in, None, None), (w_out.bfloat16(), None, None)),
+        (x, (w_in.to(torch.int8), torch.ones(w_in.shape[0] - 1), None), (w_out, None, None)),
+    ]
+    with torch.no_grad():
+        for args in declined:
+            assert call(*args) is None  # type: ignore[arg-type]
+        assert all(torch.equal(state[name], before[name]) for name in state)
+        assert call(x, (w_in, None, None), (w_out, None, None)) is not None  # the same call, fitting
+        assert not torch.equal(state["ssm"], before["ssm"])
+    assert call(x, (w_in, None, None), (w_out, None, None)) is None  # gradients on
+
+
+def test_the_state_space_calls_decline_projections_of_other_rows():
+    """Mamba2's and Gated DeltaNet's calls check their projections' rows against the state's
+    heads before writing: a row short is None, the state as it was."""
+    for mixer_kind in ("mamba2", "gated_deltanet"):
+        model = zoo.build(_spec(mixer_kind), seed=0).eval()
+        with torch.no_grad():
+            cache = KVCache(model, 1, 4)
+            prefill(model, torch.tensor([[3]]), cache)
+            mixer = next(m for m in model.modules() if isinstance(m, (Mamba2Mixer, GatedDeltaNet)))
+            state = cache.layers[0]
+            before = {name: t.clone() for name, t in state.items()}
+            x = torch.randn(1, 1, 64)
+            out = (mixer.out_proj.weight, None, None)
+            if isinstance(mixer, Mamba2Mixer):
+                params = (mixer.dt_bias, mixer.A_log, mixer.D, mixer.norm.weight)
+                short = (mixer.in_proj.weight[:-1], None, None)
+                got = cpu_steps.mamba2_token(
+                    x, short, mixer.conv1d, params, state, mixer.n_groups, 1e-5, (0.0, 1e9), out
+                )
+            else:
+                params = (mixer.dt_bias, mixer.A_log, mixer.norm.weight)
+                short = ((mixer.in_proj_qkvz.weight, None, None), (mixer.in_proj_ba.weight[:-1], None, None))
+                got = cpu_steps.gdn_token(x, short, mixer.conv1d, params, state, mixer.n_k_heads, 1e-6, out)
+            assert got is None, mixer_kind
+            assert all(torch.equal(state[name], before[name]) for name in state), mixer_kind
