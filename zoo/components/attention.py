@@ -20,7 +20,7 @@ from torch import nn
 from zoo.components import cpu_attention
 from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
 from zoo.components.fused import QKV, project
-from zoo.components.linear import Linear, RowStackable
+from zoo.components.linear import Linear, step_tensors
 from zoo.components.norms import RMSNorm
 from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
@@ -202,12 +202,11 @@ class Attention(TokenMixer):
         # the submodules and their tensors read from nn.Module's dicts: through its __getattr__
         # each read cost ~1 µs here (2-core Xeon), ten a layer, a third of this function's time
         modules = self._modules
-        qkv, o = modules.get("qkv_proj"), modules["o_proj"]  # qkv_proj: q, k and v fused (zoo.fuse_projections)
-        if not isinstance(qkv, RowStackable) or not isinstance(o, RowStackable):
+        # qkv_proj: q, k and v fused (zoo.fuse_projections); None: a product of the layer's own
+        projections = step_tensors(modules.get("qkv_proj"), modules["o_proj"])
+        if projections is None:
             return None
-        qkv_tensors, o_tensors = qkv.step_tensors(), o.step_tensors()  # None: a product of the layer's own
-        if qkv_tensors is None or o_tensors is None:
-            return None
+        qkv_tensors, o_tensors = projections
         norms = self._token_norms(modules.get("q_norm"), modules.get("k_norm"))
         if norms is False:
             return None

@@ -18,7 +18,7 @@ import torch
 
 from zoo.components import cpu_attention
 from zoo.components.attention_options import AttentionOptions, MHAOptions, MQAOptions
-from zoo.components.linear import Linear, RowStackable
+from zoo.components.linear import Linear, step_tensors
 from zoo.components.sdpa_kernels import in_dtype, sdpa
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
@@ -102,12 +102,10 @@ class CrossAttention(CrossMixer):
         if self.output_gate or self.q_norm is not None:
             return None
         modules = self._modules
-        q, o = modules["q_proj"], modules["o_proj"]
-        if not isinstance(q, RowStackable) or not isinstance(o, RowStackable):
+        projections = step_tensors(modules["q_proj"], modules["o_proj"])  # None: a product of the layer's own
+        if projections is None:
             return None
-        q_tensors, o_tensors = q.step_tensors(), o.step_tensors()  # None: a product of the layer's own
-        if q_tensors is None or o_tensors is None:
-            return None
+        q_tensors, o_tensors = projections
         valid = state.memory_valid  # (1, M) | None
         memory = state.tensors["k"], state.tensors["v"], None if valid is None else valid[:, None, None, :]
         return cpu_attention.cross_attention_token(x, q_tensors, memory, self.scale, o_tensors)

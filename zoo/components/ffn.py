@@ -13,7 +13,7 @@ from torch import nn
 from zoo.components import cpu_token_ops
 from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.fused import is_fused, project
-from zoo.components.linear import Linear, RowStackable
+from zoo.components.linear import Linear, step_tensors
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, FeedForward
 from zoo.specs.options import Options
@@ -61,13 +61,10 @@ def _token_step(module: nn.Module, x: torch.Tensor, up_name: str, activation: in
     The layers are read from nn.Module's dict: through its ``__getattr__`` each read cost ~1 µs
     here (2-core Xeon)."""
     modules = module._modules
-    up, down = modules.get(up_name), modules["down_proj"]
-    if not isinstance(up, RowStackable) or not isinstance(down, RowStackable):
+    projections = step_tensors(modules.get(up_name), modules["down_proj"])  # None: a product of the layer's own
+    if projections is None:
         return None
-    up_tensors, down_tensors = up.step_tensors(), down.step_tensors()  # None: a product of the layer's own
-    if up_tensors is None or down_tensors is None:
-        return None
-    return cpu_token_ops.mlp_token(x, up_tensors, down_tensors, activation)
+    return cpu_token_ops.mlp_token(x, projections[0], projections[1], activation)
 
 
 class MLP(FeedForward):
