@@ -241,7 +241,7 @@ def test_half_precision_inputs_and_parameters_are_widened_inside():
             state = {name: t.clone() for name, t in states.items()}
             layer = copy.deepcopy(conv).float() if widen else conv  # Module.float() converts in place
             dt = tuple(map(cast, dt_proj))
-            y = cpu_mamba_step.mamba_step(cast(xz), layer, x_proj, dt, tuple(map(cast, params)), state, None)
+            y = cpu_mamba_step.mamba_step(cast(xz), layer, (x_proj, None), dt, tuple(map(cast, params)), state, None)
             outputs.append((y, *state.values()))
     assert outputs[0][0].dtype == torch.bfloat16  # rounded once, for out_proj
     for fast, widened in zip(*outputs, strict=True):

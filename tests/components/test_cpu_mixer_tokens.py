@@ -88,12 +88,11 @@ def test_one_call_mixer_steps_give_the_mixers_own_calls_bit_for_bit(monkeypatch,
     torch.testing.assert_close(fused.float(), full[:, 5:].float(), **tolerance)
 
 
-@pytest.mark.parametrize("mixer", ["mamba2", "gated_deltanet"])
+@pytest.mark.parametrize("mixer", MIXERS)
 def test_int8_projections_take_the_calls_and_int4_ones_decline(monkeypatch, mixer):
-    """An int8 model's projections go in as int8 rows with their scales (``Int8Linear.step_tensors``),
-    the same bits as its layers' own int8 products; an int4 model's layers keep their own calls.
-    (A quantized Mamba-1 has an int8 x_proj, which its fused step does not take: its mixer runs
-    the C++ scan and its layers' own products.)"""
+    """An int8 model's projections go in as int8 rows with their scales (``Int8Linear.step_tensors``;
+    Mamba's int8 x_proj inside its fused step, ``kernel_rows``), the same bits as its layers'
+    own int8 products; an int4 model's layers keep their own calls."""
     for kind, steps in (("int8", True), ("int4", False)):
         model = zoo.build(_spec(mixer), seed=0).to(torch.bfloat16).eval()
         zoo.quant.quantize(model, kind)
@@ -124,7 +123,7 @@ def test_the_mamba_call_declines_what_it_does_not_compute_and_writes_nothing():
 
     def call(x: torch.Tensor, in_proj: tuple[object, ...], out_proj: tuple[object, ...]) -> torch.Tensor | None:
         return cpu_mamba_step.mamba_token(
-            x, in_proj, mixer.conv1d, mixer.x_proj.weight, dt, params, state, None, out_proj
+            x, in_proj, mixer.conv1d, (mixer.x_proj.weight, None), dt, params, state, None, out_proj
         )  # type: ignore[arg-type]
 
     declined = [
@@ -168,3 +167,21 @@ def test_the_state_space_calls_decline_projections_of_other_rows():
                 got = cpu_steps.gdn_token(x, short, mixer.conv1d, params, state, mixer.n_k_heads, 1e-6, out)
             assert got is None, mixer_kind
             assert all(torch.equal(state[name], before[name]) for name in state), mixer_kind
+
+
+def test_an_int8_mambas_fused_step_continues_its_full_forward(monkeypatch):
+    """Mamba's fused step reads an int8 x_proj's rows with their scales (``kernel_rows``), where
+    it took only float rows: an int8 model's decode steps equal its full forward (float32; in_proj
+    and out_proj by torch's exact weight-only kernel, not the row kernel's int8 activations)."""
+    monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 1 << 40)
+    fused, step = [], cpu_mamba_step.mamba_step
+    monkeypatch.setattr(cpu_mamba_step, "mamba_step", lambda *args: fused.append(args[2][1] is not None) or step(*args))
+    model = zoo.build(_spec("mamba"), seed=0).eval()
+    zoo.quant.quantize(model, "int8")
+    with torch.no_grad():
+        cache = KVCache(model, 1, 12)
+        ids = torch.randint(0, TINY_VOCAB, (1, 9), generator=torch.Generator().manual_seed(7))
+        prefill(model, ids[:, :5], cache)
+        steps, full = decode_each(model, cache, ids[:, 5:]), model(ids)  # (1, 4, V), (1, 9, V)
+    assert fused == [True] * 4 * model.spec.n_layers  # every step fused, x_proj's int8 rows and scales inside
+    torch.testing.assert_close(steps, full[:, 5:], atol=1e-5, rtol=0)

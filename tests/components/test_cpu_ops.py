@@ -45,8 +45,9 @@ def _infini_step() -> tuple[object, ...]:
 def _mamba_step() -> tuple[object, ...]:
     inner, rank = 16, 3  # d_inner, dt_rank
     xz, taps, bias, window = _r(B, 2 * inner), _r(inner, K), _r(inner), _r(B, inner, K)
-    x_proj, dt_w, dt_b = _r(rank + 2 * N, inner), _r(inner, rank), _r(inner)
-    return xz, taps, bias, window, x_proj, dt_w, dt_b, _r(inner, N), _r(inner), _r(B, inner, N), 1e-6
+    x_proj, dt_w, dt_b = torch.randint(-127, 128, (rank + 2 * N, inner), dtype=torch.int8), _r(inner, rank), _r(inner)
+    x_scales = torch.rand(rank + 2 * N) / 64  # int8 rows with their scales (an int8 model's x_proj)
+    return xz, taps, bias, window, x_proj, x_scales, dt_w, dt_b, _r(inner, N), _r(inner), _r(B, inner, N), 1e-6
 
 
 def _mamba_token() -> tuple[object, ...]:
@@ -57,7 +58,17 @@ def _mamba_token() -> tuple[object, ...]:
         _r(inner, 1, K),
         _r(1, inner, K),
     )
-    mixer = (taps, _r(inner), window, _r(rank + 2 * N, inner), _r(inner, rank), _r(inner), _r(inner, N), _r(inner))
+    mixer = (
+        taps,
+        _r(inner),
+        window,
+        _r(rank + 2 * N, inner),
+        None,
+        _r(inner, rank),
+        _r(inner),
+        _r(inner, N),
+        _r(inner),
+    )
     scales = torch.rand(2 * inner) / 64  # int8 rows' products of the order of a float layer's
     return x, in_rows, scales, None, *mixer, _r(1, inner, N), 1e-6, _r(24, inner), None, _r(24), True
 

@@ -143,16 +143,43 @@ static void channels(const W* dt_w, const float* dt_x, const float* dt_b, const 
   }
 }
 
+// x_proj as an int8 model holds it, int8 rows w (rows, n) with a scale a row: out[r] = scale[r] * (w[r] . x), the
+// weights widened in registers, summed in float32.
+static void int8_rows_into(const int8_t* w, const float* scales, const float* x, float* out, int64_t rows,
+                           int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t* row = w + r * n;
+    fVec acc(0.f);
+    int64_t k = 0;
+    for (; k + S <= n; k += S) {
+      float wide[S];
+      for (int64_t j = 0; j < S; ++j) wide[j] = static_cast<float>(row[k + j]);
+      acc = at::vec::fmadd(fVec::loadu(wide), fVec::loadu(x + k), acc);
+    }
+    float sum = at::vec::vec_reduce_all<float>([](fVec& p, fVec& q) { return p + q; }, acc);
+    for (; k < n; ++k) sum += static_cast<float>(row[k]) * x[k];
+    out[r] = sum * scales[r];
+  }
+}
+
 // xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z) in xz's dtype, out_proj's input.
 // window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place; x_proj
-// (R + 2N, D) and dt_w (D, R) in one dtype; A_log (D, N), whose decay -exp(A_log) is kept (decay_of); xz and
-// the other parameters in any floating dtype (Floats);
+// (R + 2N, D) in dt_w's (D, R) dtype, or int8 rows with x_scales (R + 2N) (an int8 model's); A_log (D, N), whose
+// decay -exp(A_log) is kept (decay_of); xz and the other parameters in any floating dtype (Floats);
 // conv_b, dt_b empty when absent; eps <= 0: no norms on dt, B, C.
 at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::Tensor window,
-                      at::Tensor x_proj, at::Tensor dt_w, at::Tensor dt_b, at::Tensor A_log,
-                      at::Tensor Dskip, at::Tensor ssm, double eps) {
-  TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
+                      at::Tensor x_proj, c10::optional<at::Tensor> x_scales, at::Tensor dt_w, at::Tensor dt_b,
+                      at::Tensor A_log, at::Tensor Dskip, at::Tensor ssm, double eps) {
   const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), R = dt_w.size(1);
+  if (x_scales.has_value()) {
+    TORCH_CHECK(x_proj.scalar_type() == at::kChar && x_proj.is_contiguous() && x_proj.size(0) == R + 2 * N &&
+                    x_proj.size(1) == D && x_scales->numel() == R + 2 * N,
+                "mamba_step: x_proj's int8 rows (", x_proj.sizes(), ") and scales; allowed: (", R + 2 * N, ", ", D,
+                ") int8 and a scale a row");
+  } else {
+    TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
+  }
+  const Floats xsc(x_scales.has_value() ? *x_scales : at::Tensor());
   auto y = at::empty({batch, D}, xz.options().dtype(at::kFloat));
   const at::Tensor A = decay_of(A_log);  // (D, N) float32, contiguous
   const Floats xzf(xz), cw(conv_w), cb(conv_b), db(dt_b), decay(A), dp(Dskip);
@@ -164,8 +191,9 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
     const float *x = xzf.p + b * 2 * D, *z = x + D;
     float *h = ssm.data_ptr<float>() + b * D * N, *out = y.data_ptr<float>() + b * D;
     conv_window_row(x, cw.p, cb.p, window, b, xs);
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x_proj.scalar_type(), "mamba_step", [&] {
-      rows_times(x_proj.data_ptr<scalar_t>(), xs, dbc, R + 2 * N, D);  // x_proj: [dt, B, C]
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dt_w.scalar_type(), "mamba_step", [&] {
+      if (x_scales.has_value()) int8_rows_into(x_proj.data_ptr<int8_t>(), xsc.p, xs, dbc, R + 2 * N, D);
+      else rows_times(x_proj.data_ptr<scalar_t>(), xs, dbc, R + 2 * N, D);  // x_proj: [dt, B, C]
       if (eps > 0) {
         weightless_rms(dbc, R, (float)eps);
         weightless_rms(dbc + R, N, (float)eps);
@@ -188,7 +216,8 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
 // written, where x is not one token or a projection is not one the layer steps take (layer_fits); the window and the
 // state are the mixer's to check (cpu_steps.conv_step_ready), as for mamba_step. conv_w is conv1d's (D, 1, K).
 at::Tensor mamba_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales, MaybeTensor in_bias,
-                       at::Tensor conv_w, MaybeTensor conv_b, at::Tensor window, at::Tensor x_proj, at::Tensor dt_w,
+                       at::Tensor conv_w, MaybeTensor conv_b, at::Tensor window, at::Tensor x_proj,
+                       MaybeTensor x_scales, at::Tensor dt_w,
                        at::Tensor dt_b, at::Tensor A_log, at::Tensor Dskip, at::Tensor ssm, double eps,
                        at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias, bool past_cache) {
   const auto dtype = x.scalar_type();
@@ -199,8 +228,9 @@ at::Tensor mamba_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales
     return {};
   const auto none = at::empty({0}, ssm.options());  // mamba_step's absent bias
   auto xz = projection_row(in_weight, in_scales, x.view({1, C}), in_bias, past_cache);  // (1, 2D)
-  auto y = mamba_step(xz, conv_w.select(1, 0), conv_b.value_or(none), window, x_proj.contiguous(),
-                      dt_w.to(x_proj.scalar_type()).contiguous(), dt_b, A_log, Dskip, ssm, eps);
+  const auto dt_dtype = x_scales.has_value() ? dtype : x_proj.scalar_type();  // an int8 x_proj: dt_w in x's dtype
+  auto y = mamba_step(xz, conv_w.select(1, 0), conv_b.value_or(none), window, x_proj.contiguous(), x_scales,
+                      dt_w.to(dt_dtype).contiguous(), dt_b, A_log, Dskip, ssm, eps);
   return projection_row(out_weight, out_scales, y.view({1, 1, D}), out_bias, past_cache);  // (1, 1, C_out)
 }
 """
@@ -213,15 +243,16 @@ EXTENSION = CppExtension(
     [
         CppFunction(
             "mamba_step",
-            "(Tensor xz, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, "
-            "Tensor A_log, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
+            "(Tensor xz, Tensor conv_w, Tensor conv_b, Tensor(a!) window, Tensor x_proj, Tensor? x_scales, "
+            "Tensor dt_w, Tensor dt_b, Tensor A_log, Tensor Dskip, Tensor(b!) ssm, float eps) -> Tensor",
             lambda xz, ssm, **_: xz.new_empty(ssm.shape[0], ssm.shape[1]),  # (B, d_inner)
         ),
         CppFunction(
             "mamba_token",
             "(Tensor x, Tensor in_weight, Tensor? in_scales, Tensor? in_bias, Tensor conv_w, Tensor? conv_b, "
-            "Tensor(a!) window, Tensor x_proj, Tensor dt_w, Tensor dt_b, Tensor A_log, Tensor Dskip, Tensor(b!) ssm, "
-            "float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) -> Tensor",
+            "Tensor(a!) window, Tensor x_proj, Tensor? x_scales, Tensor dt_w, Tensor dt_b, Tensor A_log, Tensor Dskip, "
+            "Tensor(b!) ssm, float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) "
+            "-> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
     ],
@@ -234,14 +265,15 @@ KERNEL = Kernel("cpu-step", "cpu", EXTENSION.available, compiles=True)
 def mamba_step(
     xz: torch.Tensor,
     conv: torch.nn.Conv1d,
-    x_proj: torch.Tensor,
+    x_proj: tuple[torch.Tensor, torch.Tensor | None],
     dt_proj: tuple[torch.Tensor, torch.Tensor],
     params: tuple[torch.Tensor, torch.Tensor],
     state: dict[str, torch.Tensor],
     eps: float | None,
 ) -> torch.Tensor:
     """Mamba-1 between in_proj and out_proj for one token: ``xz`` (B, 2 d_inner), in_proj's
-    output; x_proj's weight (dt_rank + 2N, d_inner); dt_proj's weight (d_inner, dt_rank) and
+    output; x_proj's rows (dt_rank + 2N, d_inner) and their scales where they are int8 (an int8
+    model's; None: float rows, ``RowStackable.kernel_rows``); dt_proj's weight (d_inner, dt_rank) and
     bias; ``params`` A_log (d_inner, N), whose decay -exp(A_log) the kernel keeps until A_log
     changes (``decay_of``), and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
     d_conv), float32 or ``xz``'s dtype, and ``ssm`` (B, d_inner, N) float32, updated in place; ``eps`` the weightless
@@ -249,13 +281,15 @@ def mamba_step(
     conv_bias = torch.empty(0) if conv.bias is None else conv.bias
     dt_weight, dt_bias = dt_proj
     A_log, D = params
+    rows, scales = x_proj
     return EXTENSION.op("mamba_step")(
         xz,
         conv.weight[:, 0],
         conv_bias,
         state["conv"],
-        x_proj.contiguous(),
-        dt_weight.to(x_proj.dtype).contiguous(),
+        rows.contiguous(),
+        scales,
+        dt_weight.to(xz.dtype if scales is not None else rows.dtype).contiguous(),  # an int8 x_proj: xz's dtype
         dt_bias,
         A_log,
         D,
@@ -268,7 +302,7 @@ def mamba_token(
     x: torch.Tensor,
     in_proj: StepTensors,
     conv: torch.nn.Conv1d,
-    x_proj: torch.Tensor,
+    x_proj: tuple[torch.Tensor, torch.Tensor | None],
     dt_proj: tuple[torch.Tensor, torch.Tensor],
     params: tuple[torch.Tensor, torch.Tensor],
     state: dict[str, torch.Tensor],
@@ -286,6 +320,6 @@ def mamba_token(
         return None
     dt_weight, dt_bias = dt_proj
     A_log, D = params
-    args = (conv.weight, conv.bias, state["conv"], x_proj, dt_weight, dt_bias, A_log, D, state["ssm"])
+    args = (conv.weight, conv.bias, state["conv"], *x_proj, dt_weight, dt_bias, A_log, D, state["ssm"])
     call = EXTENSION.op("mamba_token")
     return call(x, *in_proj, *args, -1.0 if eps is None else eps, *out_proj, row_product.PastCache.on)

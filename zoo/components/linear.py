@@ -97,6 +97,13 @@ class RowStackable:
         decided here; shapes, dtypes and layouts in C++."""
         return None
 
+    def kernel_rows(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """This projection's rows as a fused kernel reads them inside its own loop (Mamba's
+        x_proj in its one-token step), whatever the products' kernel choice: (float weight,
+        None) or (int8 rows, a scale a row); None (the default) for another layout (int4 panels)
+        or a layer with a bias, which such kernels do not add."""
+        return None
+
 
 def step_tensors(*layers: nn.Module | None) -> list[StepTensors] | None:
     """Each layer's ``RowStackable.step_tensors``, in order, or None where one is not a
@@ -154,6 +161,10 @@ class Linear(nn.Linear, RowStackable):
         if weight is None or weight.numel() * weight.element_size() < rows.MIN_WEIGHT_BYTES:
             return None
         return (weight, None, params["bias"]) if rows.enabled(weight.dtype) else None
+
+    def kernel_rows(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        params = self._parameters
+        return None if params["bias"] is not None else (params["weight"], None)  # type: ignore[return-value]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias  # once: each `self.` read is an nn.Module.__getattr__ call

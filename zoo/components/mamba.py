@@ -29,7 +29,7 @@ from zoo.components.causal_conv import causal_conv
 from zoo.components.cpu_steps import conv_step_ready
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
-from zoo.components.linear import Linear, step_tensors
+from zoo.components.linear import Linear, RowStackable, step_tensors
 from zoo.components.mamba_scan import selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
@@ -38,6 +38,9 @@ from zoo.specs.state import LayerState, StateTensor
 
 MAMBA_SSM = Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba1() and causal_conv1d.load(), autograd=True)
 CPU_SCAN = Kernel("cpu-scan", "cpu", cpu_scan.EXTENSION.available, compiles=True)  # prompts and decode steps alike
+
+
+XRows = tuple[torch.Tensor, torch.Tensor | None]  # x_proj's rows and, int8, their scales (RowStackable.kernel_rows)
 
 
 class MambaOptions(Options):
@@ -172,10 +175,12 @@ class MambaMixer(TokenMixer, KernelChoice):
         enter as zeros with a zero step, so they leave the state as it was."""
         T = x.shape[1]
         tensors = None if state is None else state.tensors
-        if T == 1 and state is not None and tensors is not None and isinstance(self.x_proj, nn.Linear):
+        x_proj = self._modules["x_proj"]  # its rows as the fused step reads them: float or int8
+        x_rows = x_proj.kernel_rows() if T == 1 and isinstance(x_proj, RowStackable) else None
+        if x_rows is not None and state is not None and tensors is not None:
             if conv_step_ready(self, x, tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL):
-                out = self._token_step(x, tensors) if x.shape[0] == 1 else None
-                return self._step(x, tensors) if out is None else out  # (B, 1, d)
+                out = self._token_step(x, x_rows, tensors) if x.shape[0] == 1 else None
+                return self._step(x, x_rows, tensors) if out is None else out  # (B, 1, d)
         if state is not None:
             valid = state.token_valid  # (B, T) bool or None
         else:
@@ -215,16 +220,16 @@ class MambaMixer(TokenMixer, KernelChoice):
         y = (y + xs.float() * self.D.float()) * F.silu(z.float())
         return self.out_proj(y.to(x.dtype))  # (B, T, d)
 
-    def _step(self, x: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _step(self, x: torch.Tensor, x_rows: XRows, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """One token (B, 1, d) on the fused kernel: the conv window and the state updated in place."""
         xz = self.in_proj(x.squeeze(1))  # (B, 2 d_inner)
         dt_proj = (self.dt_proj.weight, self.dt_proj.bias)
         y = cpu_mamba_step.mamba_step(
-            xz, self.conv1d, self.x_proj.weight, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
+            xz, self.conv1d, x_rows, dt_proj, (self.A_log, self.D), tensors, self.norm_eps
         )  # (B, d_inner)
         return self.out_proj(y).unsqueeze(1)  # (B, 1, d)
 
-    def _token_step(self, x: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    def _token_step(self, x: torch.Tensor, x_rows: XRows, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """One token (1, 1, d) through ``cpu_mamba_step.mamba_token`` (in_proj, the fused step
         and out_proj in one C++ call) where both projections' layers give their tensors
         (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), else None.
@@ -233,13 +238,13 @@ class MambaMixer(TokenMixer, KernelChoice):
         projections = step_tensors(modules["in_proj"], modules["out_proj"])  # None: their own products
         if projections is None:
             return None
-        conv, x_proj, dt_proj = modules["conv1d"], modules["x_proj"], modules["dt_proj"]
+        conv, dt_proj = modules["conv1d"], modules["dt_proj"]
         params = self._parameters
         return cpu_mamba_step.mamba_token(
             x,
             projections[0],
             conv,
-            x_proj.weight,
+            x_rows,
             (dt_proj.weight, dt_proj.bias),
             (params["A_log"], params["D"]),
             tensors,

@@ -146,6 +146,13 @@ class Int8Linear(QuantizedLinear):
             return None
         return qweight, buffers["scales"], self._parameters.get("bias")
 
+    def kernel_rows(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(int8 rows, scales) where the layer has no bias (``RowStackable.kernel_rows``)."""
+        buffers = self._buffers
+        if self._parameters.get("bias") is not None or buffers["qweight"] is None:
+            return None
+        return buffers["qweight"], buffers["scales"]
+
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32."""
         return self.qweight.float() * self.scales.float()[:, None]  # (out, in)
