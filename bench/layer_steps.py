@@ -1,7 +1,8 @@
 """What an eager decode step gains from its layers' one-call steps: each family's model decoding
 with the attention's, cross-attention's and feed-forward's one-token C++ calls (``attention_token``,
 ``cross_attention_token``, ``mlp_token``), the recurrent mixers' (``mamba_token``,
-``mamba2_token``, ``gdn_token``: projections and step in one) and the one-row products' checks in C++
+``mamba2_token``, ``gdn_token``, the zoo-rwkv plugin's ``time_mix_token`` and ``channel_mix_token``:
+projections and step in one) and the one-row products' checks in C++
 (``row_product.eager_row_product``), against the same model with the modules' own calls (their
 ``_token_step``s declining, the products checked in Python as a compiled graph checks them), the
 two alternated in every round of one process. Both give the same tokens
@@ -36,10 +37,21 @@ def _python_checked(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return rows.row_product(weight, x, bias) if linear.uses_row_kernel(x, weight) else None
 
 
+def _plugin_mixers() -> list[type]:
+    """The zoo-rwkv plugin's mixers, whose one-call steps (``time_mix_token``,
+    ``channel_mix_token``) are built on ``zoo.parts``, where the plugin is installed."""
+    try:
+        from zoo_rwkv.channel_mix import ChannelMix
+        from zoo_rwkv.time_mix import TimeMix
+    except ImportError:
+        return []
+    return [TimeMix, ChannelMix]
+
+
 @contextmanager
 def modules_own_calls() -> Iterator[None]:
     """The modules' own calls: no one-call layer steps, the products' checks in Python."""
-    classes = (Attention, CrossAttention, MambaMixer, Mamba2Mixer, GatedDeltaNet)
+    classes = [Attention, CrossAttention, MambaMixer, Mamba2Mixer, GatedDeltaNet, *_plugin_mixers()]
     saved = [cls._token_step for cls in classes], ffn._token_step, linear._one_row
     for cls in classes:
         cls._token_step = lambda *args: None  # type: ignore[method-assign,assignment]

@@ -6,7 +6,11 @@ few reusable concrete parts; ``Kernel``, ``KernelChoice``, ``cpu_extension``, ``
 ``CppFunction``, ``step_ready`` and ``CPP_FLOATS`` (C++: a kernel's inputs in the model's dtype
 read as float32) give a plugin's mixer fast implementations beside its
 reference (``zoo.components.kernels``; C++ CPU kernels as custom ops that compiled graphs call
-too: ``zoo.components.cpu_ops``). Plugins import from here, ``zoo``, ``zoo.errors`` and
+too: ``zoo.components.cpu_ops``); ``CPP_PROJECTIONS`` (C++: ``layer_fits`` and
+``projection_row``, a projection made by zoo's one-row products), ``step_tensors``,
+``token_calls_run`` and ``past_cache_on`` let a mixer's one-token step take its projections
+into the same C++ call, as zoo's recurrent mixers do (``cpu_steps.mamba2_token``). Plugins
+import from here, ``zoo``, ``zoo.errors`` and
 ``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
 ``zoo.specs.*`` are internal and may change. Names here keep their meaning across releases.
 """
@@ -18,12 +22,14 @@ from zoo.components.attention import Attention
 from zoo.components.attention_options import AttentionOptions
 from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_ops import CppExtension, CppFunction
-from zoo.components.cpu_steps import step_ready
+from zoo.components.cpu_steps import step_ready, token_calls_run
 from zoo.components.cpu_steps_source import FLOATS as CPP_FLOATS
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.kernels import Kernel, KernelChoice
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, StepTensors, step_tensors
 from zoo.components.moe import MoE, MoEOptions
+from zoo.components.row_product import PROJECTIONS as CPP_PROJECTIONS
+from zoo.components.row_product import past_cache_on
 from zoo.specs.interfaces import (
     Block,
     BuildContext,
@@ -45,6 +51,7 @@ from zoo.specs.visibility import causal_keys_seen, visible_keys
 __all__ = [
     "ACTIVATIONS",
     "CPP_FLOATS",
+    "CPP_PROJECTIONS",
     "MLP",
     "NO_STATE",
     "Attention",
@@ -74,10 +81,14 @@ __all__ = [
     "Positions",
     "Rotation",
     "StatePer",
+    "StepTensors",
     "StateTensor",
     "TokenMixer",
     "causal_keys_seen",
     "cpu_extension",
+    "past_cache_on",
     "step_ready",
+    "step_tensors",
+    "token_calls_run",
     "visible_keys",
 ]

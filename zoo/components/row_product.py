@@ -175,6 +175,12 @@ class PastCache:
     on = False
 
 
+def past_cache_on() -> bool:
+    """Whether a step's products fetch their weights past the caches now (``past_cache``): the
+    flag a one-call step built elsewhere passes to its projections (``PROJECTIONS``)."""
+    return PastCache.on
+
+
 @contextlib.contextmanager
 def past_cache(on: bool) -> Iterator[None]:
     """Tell the kernel, while the block runs, whether a step's weights are larger than the

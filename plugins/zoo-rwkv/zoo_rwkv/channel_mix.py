@@ -29,6 +29,7 @@ from zoo.parts import (
     Options,
     StateTensor,
     step_ready,
+    step_tensors,
 )
 from zoo_rwkv import cpu_step
 from zoo_rwkv.shift import mix, shift
@@ -94,7 +95,8 @@ class ChannelMix(FeedForward, KernelChoice):
         tensors = None if state is None else state.tensors
         if x.shape[1] == 1 and tensors is not None and cpu_step.shift_fits(tensors[STATE_NAME], x):
             if step_ready(self, x, [], valid):
-                return self._step(x, tensors[STATE_NAME])
+                out = self._token_step(x, tensors[STATE_NAME]) if x.shape[0] == 1 else None
+                return self._step(x, tensors[STATE_NAME]) if out is None else out  # (B, 1, d)
         shifted, last = shift(x, valid, None if tensors is None else tensors[STATE_NAME])
         k = torch.square(torch.relu(self.key(mix(x, shifted, self.time_mix_key))))  # (B, T, H)
         r = torch.sigmoid(self.receptance(mix(x, shifted, self.time_mix_receptance)))  # (B, T, d)
@@ -110,6 +112,17 @@ class ChannelMix(FeedForward, KernelChoice):
         k = torch.relu_(self.key(mixed[0])).square_()  # (B, H)
         r = torch.sigmoid_(self.receptance(mixed[1]))  # (B, d)
         return (r * self.value(k)).unsqueeze(1)  # (B, 1, d)
+
+    def _token_step(self, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_step.channel_mix_token`` (the mixes, the three
+        projections and their activations in one C++ call) where the projections' layers give
+        their tensors (``step_tensors``), else None; read from nn.Module's dicts."""
+        modules, params = self._modules, self._parameters
+        projections = step_tensors(modules["key"], modules["receptance"], modules["value"])
+        if projections is None:
+            return None  # a product of the layer's own
+        ratios = (params["time_mix_key"], params["time_mix_receptance"])
+        return cpu_step.channel_mix_token(x, last, ratios, projections)
 
 
 def build_channel_mix(options: ChannelMixOptions, ctx: BuildContext) -> ChannelMix:

@@ -19,7 +19,16 @@ from __future__ import annotations
 
 import torch
 
-from zoo.parts import CPP_FLOATS, CppExtension, CppFunction, Kernel
+from zoo.parts import (
+    CPP_FLOATS,
+    CPP_PROJECTIONS,
+    CppExtension,
+    CppFunction,
+    Kernel,
+    StepTensors,
+    past_cache_on,
+    token_calls_run,
+)
 
 SOURCE = (
     r"""
@@ -31,6 +40,7 @@ SOURCE = (
 #include <vector>
 """
     + CPP_FLOATS
+    + CPP_PROJECTIONS
     + r"""
 
 // The rows of shift_mix: last in float32 or the model's dtype, whose values x (widened) holds exactly.
@@ -106,6 +116,63 @@ at::Tensor wkv_step(at::Tensor decay, at::Tensor u, at::Tensor k, at::Tensor v, 
   });
   return narrowed(out, k.scalar_type());  // rounded once, for the output projection
 }
+
+// Whether last (1, d) and the ratios fit shift_mix for one token of width d in x's dtype (shift_fits).
+static bool shift_of(const at::Tensor& last, const std::vector<at::Tensor>& ratios, int64_t d, at::ScalarType dtype) {
+  if (last.dim() != 2 || last.size(0) != 1 || last.size(1) != d || !last.is_contiguous() || !last.is_cpu() ||
+      (last.scalar_type() != at::kFloat && last.scalar_type() != dtype))
+    return false;
+  for (const auto& ratio : ratios)
+    if (ratio.numel() != d) return false;
+  return true;
+}
+
+// A float32 state (1, C) the WKV step updates in place.
+static bool sums_of(const at::Tensor& t, int64_t C) {
+  return t.dim() == 2 && t.size(0) == 1 && t.size(1) == C && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+// Time mixing for one token x (1, 1, d): shift_mix, the key, value and receptance projections, wkv_step and the
+// output projection in one call, each projection made by zoo's one-row products (CPP_PROJECTIONS: projection_row),
+// so the same bits as the module's own calls; an undefined tensor (None in Python), with nothing written, where x
+// is not one token or a tensor does not fit (layer_fits, shift_of, sums_of).
+at::Tensor time_mix_token(at::Tensor x, at::Tensor last, std::vector<at::Tensor> ratios, at::Tensor k_w,
+                          MaybeTensor k_s, MaybeTensor k_b, at::Tensor v_w, MaybeTensor v_s, MaybeTensor v_b,
+                          at::Tensor r_w, MaybeTensor r_s, MaybeTensor r_b, at::Tensor decay, at::Tensor u,
+                          at::Tensor num, at::Tensor den, at::Tensor top, at::Tensor o_w, MaybeTensor o_s,
+                          MaybeTensor o_b, bool past_cache) {
+  const auto dtype = x.scalar_type();
+  if (!one_token(x) || ratios.size() != 3 || k_w.dim() != 2) return {};
+  const int64_t d = x.size(2), C = k_w.size(0);
+  if (!shift_of(last, ratios, d, dtype) || !layer_fits(k_w, k_s, k_b, d, dtype) ||
+      !layer_fits(v_w, v_s, v_b, d, dtype) || !layer_fits(r_w, r_s, r_b, d, dtype) || v_w.size(0) != C ||
+      r_w.size(0) != C || decay.numel() != C || u.numel() != C || !sums_of(num, C) || !sums_of(den, C) ||
+      !sums_of(top, C) || !layer_fits(o_w, o_s, o_b, C, dtype))
+    return {};
+  auto mixed = shift_mix(x.view({1, d}), last, ratios);  // (3, 1, d): key, value, receptance mixes
+  auto k = projection_row(k_w, k_s, mixed[0], k_b, past_cache);  // (1, C)
+  auto v = projection_row(v_w, v_s, mixed[1], v_b, past_cache);
+  auto r = projection_row(r_w, r_s, mixed[2], r_b, past_cache);
+  auto out = wkv_step(decay, u, k, v, r, num, den, top);  // (1, C): sigmoid(r) * wkv
+  return projection_row(o_w, o_s, out.view({1, 1, C}), o_b, past_cache);  // (1, 1, d_out)
+}
+
+// Channel mixing for one token x (1, 1, d): shift_mix, relu(key)^2, sigmoid(receptance) and the gated value
+// projection in one call, as time_mix_token; an undefined tensor where something does not fit.
+at::Tensor channel_mix_token(at::Tensor x, at::Tensor last, std::vector<at::Tensor> ratios, at::Tensor k_w,
+                             MaybeTensor k_s, MaybeTensor k_b, at::Tensor r_w, MaybeTensor r_s, MaybeTensor r_b,
+                             at::Tensor v_w, MaybeTensor v_s, MaybeTensor v_b, bool past_cache) {
+  const auto dtype = x.scalar_type();
+  if (!one_token(x) || ratios.size() != 2 || k_w.dim() != 2) return {};
+  const int64_t d = x.size(2), H = k_w.size(0);
+  if (!shift_of(last, ratios, d, dtype) || !layer_fits(k_w, k_s, k_b, d, dtype) ||
+      !layer_fits(r_w, r_s, r_b, d, dtype) || !layer_fits(v_w, v_s, v_b, H, dtype) || r_w.size(0) != v_w.size(0))
+    return {};
+  auto mixed = shift_mix(x.view({1, d}), last, ratios);  // (2, 1, d): key, receptance mixes
+  auto k = projection_row(k_w, k_s, mixed[0], k_b, past_cache).relu_().square_();  // (1, H), as the module's
+  auto r = projection_row(r_w, r_s, mixed[1], r_b, past_cache).sigmoid_();  // (1, d_out)
+  return (r * projection_row(v_w, v_s, k, v_b, past_cache)).view({1, 1, -1});  // (1, 1, d_out)
+}
 """
 )
 
@@ -124,6 +191,19 @@ EXTENSION = CppExtension(
             "(Tensor decay, Tensor u, Tensor k, Tensor v, Tensor r, Tensor(a!) num, Tensor(b!) den, Tensor(c!) top) "
             "-> Tensor",
             lambda k, **_: torch.empty_like(k),  # (B, C)
+        ),
+        CppFunction(
+            "time_mix_token",
+            "(Tensor x, Tensor(a!) last, Tensor[] ratios, Tensor k_w, Tensor? k_s, Tensor? k_b, Tensor v_w, "
+            "Tensor? v_s, Tensor? v_b, Tensor r_w, Tensor? r_s, Tensor? r_b, Tensor decay, Tensor u, Tensor(b!) num, "
+            "Tensor(c!) den, Tensor(d!) top, Tensor o_w, Tensor? o_s, Tensor? o_b, bool past_cache) -> Tensor",
+            lambda x, o_w, **_: x.new_empty(*x.shape[:-1], o_w.shape[0]),  # (1, 1, d_out)
+        ),
+        CppFunction(
+            "channel_mix_token",
+            "(Tensor x, Tensor(a!) last, Tensor[] ratios, Tensor k_w, Tensor? k_s, Tensor? k_b, Tensor r_w, "
+            "Tensor? r_s, Tensor? r_b, Tensor v_w, Tensor? v_s, Tensor? v_b, bool past_cache) -> Tensor",
+            lambda x, v_w, **_: x.new_empty(*x.shape[:-1], v_w.shape[0]),  # (1, 1, d_out)
         ),
     ],
 )
@@ -153,3 +233,35 @@ def wkv_step(
     u (C,); k, v, r (B, C) the projections' outputs; ``state`` num, den, max (B, C) float32,
     updated in place -> (B, C) in k's dtype."""
     return EXTENSION.op("wkv_step")(decay, u, k, v, r, *state)
+
+
+def time_mix_token(
+    x: torch.Tensor,
+    tensors: list[torch.Tensor],
+    ratios: tuple[torch.Tensor, ...],
+    projections: list[StepTensors],
+    decay: torch.Tensor,
+    u: torch.Tensor,
+) -> torch.Tensor | None:
+    """One token x (1, 1, d) through time mixing in one C++ call: the shift's mixes, the key,
+    value and receptance ``projections`` (then the output's; each as its layer's
+    ``step_tensors`` give it), ``wkv_step`` with ``tensors`` att_x, num, den, max updated in
+    place -> (1, 1, d_out); None where the call does not compute it (nothing written then).
+    Eager calls only (``token_calls_run``)."""
+    if not token_calls_run():
+        return None
+    (k, v, r, out), (last, *sums) = projections, tensors
+    args = (*k, *v, *r, decay, u, *sums, *out, past_cache_on())
+    return EXTENSION.op("time_mix_token")(x, last, list(ratios), *args)
+
+
+def channel_mix_token(
+    x: torch.Tensor, last: torch.Tensor, ratios: tuple[torch.Tensor, ...], projections: list[StepTensors]
+) -> torch.Tensor | None:
+    """One token x (1, 1, d) through channel mixing in one C++ call: the shift's key and
+    receptance mixes (``last`` set to x in place), relu(key)², sigmoid(receptance) and the gated
+    value ``projections`` -> (1, 1, d_out); None where the call does not compute it."""
+    if not token_calls_run():
+        return None
+    k, r, v = projections
+    return EXTENSION.op("channel_mix_token")(x, last, list(ratios), *k, *r, *v, past_cache_on())

@@ -30,6 +30,7 @@ from zoo.parts import (
     StateTensor,
     TokenMixer,
     step_ready,
+    step_tensors,
 )
 from zoo_rwkv import cpu_step, cpu_wkv
 from zoo_rwkv.shift import mix, shift
@@ -128,7 +129,8 @@ class TimeMix(TokenMixer, KernelChoice):
         if x.shape[1] == 1 and state is not None and tensors is not None:
             mine = [tensors[name] for name in ("att_x", *WKV_STATE)]
             if cpu_step.shift_fits(mine[0], x) and step_ready(self, x, mine[1:], state.token_valid, cpu_step.KERNEL):
-                return self._step(x, mine)
+                out = self._token_step(x, mine) if x.shape[0] == 1 else None
+                return self._step(x, mine) if out is None else out  # (B, 1, d)
         valid = state_valid(positions, state)
         shifted, last = shift(x, valid, None if tensors is None else tensors["att_x"])
         k = self.key(mix(x, shifted, self.time_mix_key))  # (B, T, C)
@@ -157,6 +159,18 @@ class TimeMix(TokenMixer, KernelChoice):
         k, v, r = self.key(mixed[0]), self.value(mixed[1]), self.receptance(mixed[2])  # (B, C) each
         out = cpu_step.wkv_step(self.time_decay, self.time_first, k, v, r, tensors[1:])  # (B, C): sigmoid(r) · wkv
         return self.output(out).unsqueeze(1)  # (B, 1, d)
+
+    def _token_step(self, x: torch.Tensor, tensors: list[torch.Tensor]) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_step.time_mix_token`` (the mixes, the four
+        projections and the WKV step in one C++ call) where the projections' layers give their
+        tensors (``step_tensors``), else None; read from nn.Module's dicts."""
+        modules, params = self._modules, self._parameters
+        layers = (modules["key"], modules["value"], modules["receptance"], modules["output"])
+        projections = step_tensors(*layers)  # None: a product of the layer's own
+        if projections is None:
+            return None
+        ratios = (params["time_mix_key"], params["time_mix_value"], params["time_mix_receptance"])
+        return cpu_step.time_mix_token(x, tensors, ratios, projections, params["time_decay"], params["time_first"])
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, attention_hidden={self.channels}"
