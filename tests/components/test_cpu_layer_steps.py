@@ -12,13 +12,13 @@ import zoo
 import zoo.components.ffn as ffn
 from tests.components.step_helpers import decode_each, twin_cache
 from tests.conftest import tiny_spec
-from zoo.components import cpu_attention, cpu_token_ops
+from zoo.components import cpu_attention, cpu_layer_steps_source, cpu_token_ops
 from zoo.components import row_product as rows
 from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
 from zoo.model.cache import KVCache
 from zoo.model.generation import prefill
-from zoo.quant import int8_rows
+from zoo.quant import int4_cpu, int8_rows
 
 
 @pytest.fixture(autouse=True)
@@ -185,12 +185,13 @@ def test_the_feed_forward_call_declines_what_it_does_not_compute():
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "qwen3-0.6b"])
-def test_int8_layers_take_the_calls_and_int4_ones_decline(monkeypatch, arch):
-    """An int8 model's projections go into the one-call steps as int8 rows with their scales
-    (``Int8Linear.step_tensors``), the same bits as its layers' own int8 products; an int4
-    model's layers keep their own calls (no ``step_tensors``)."""
+def test_int8_and_int4_layers_take_the_calls(monkeypatch, arch):
+    """A quantized model's projections go into the one-call steps as int8 rows with their scales
+    (``Int8Linear.step_tensors``) or int4 panels with their scales and offsets
+    (``Int4Linear.step_tensors``: its one-row ``int4_q8`` through the dispatcher), the same bits
+    as its layers' own products."""
     monkeypatch.setattr(int8_rows, "MIN_WEIGHT_BYTES", 0)
-    for kind, steps in (("int8", True), ("int4", False)):
+    for kind in ("int8", "int4"):
         spec = tiny_spec(arch).override({"ffn.hidden": 64})  # int4's groups of 32 divide every input width
         model = zoo.build(spec, seed=0).to(torch.bfloat16).eval()
         zoo.quant.quantize(model, kind)
@@ -198,5 +199,12 @@ def test_int8_layers_take_the_calls_and_int4_ones_decline(monkeypatch, arch):
         ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(6))
         taken = _counted(monkeypatch)
         fused, per_module, _, _ = _both_ways(model, ids, monkeypatch)
-        assert (taken["attention"] > 0 and taken["ffn"] > 0) == steps, kind
+        assert taken["attention"] > 0 and taken["ffn"] > 0, kind
         assert torch.equal(fused, per_module), kind
+
+
+def test_the_int4_op_the_steps_call_is_the_int4_layers_own():
+    """The layer steps call int4 panels' one-row product by name (``INT4_ROWS_OP``), with the
+    layers' grain: the name is ``zoo.quant.int4_cpu``'s op."""
+    assert int4_cpu.EXTENSION.op_name("int4_q8") == cpu_layer_steps_source.INT4_ROWS_OP
+    assert int4_cpu.PANEL_GRAIN == cpu_layer_steps_source.INT4_GRAIN

@@ -89,11 +89,13 @@ def test_one_call_mixer_steps_give_the_mixers_own_calls_bit_for_bit(monkeypatch,
 
 
 @pytest.mark.parametrize("mixer", MIXERS)
-def test_int8_projections_take_the_calls_and_int4_ones_decline(monkeypatch, mixer):
+def test_quantized_projections_take_the_calls(monkeypatch, mixer):
     """An int8 model's projections go in as int8 rows with their scales (``Int8Linear.step_tensors``;
-    Mamba's int8 x_proj inside its fused step, ``kernel_rows``), the same bits as its layers'
-    own int8 products; an int4 model's layers keep their own calls."""
-    for kind, steps in (("int8", True), ("int4", False)):
+    Mamba's int8 x_proj inside its fused step, ``kernel_rows``), an int4 one's as int4 panels,
+    the same bits as its layers' own products; an int4 Mamba's x_proj is not one its fused step
+    reads, so that mixer keeps its scan and its layers' own calls."""
+    for kind in ("int8", "int4"):
+        steps = kind == "int8" or mixer != "mamba"
         model = zoo.build(_spec(mixer), seed=0).to(torch.bfloat16).eval()
         zoo.quant.quantize(model, kind)
         fused, per_module, _, taken, _ = _both_ways(model, mixer, monkeypatch)

@@ -19,6 +19,13 @@ bit for bit, with one copy of their code.
 
 from __future__ import annotations
 
+# An int4 projection in a layer step is zoo.quant's int4 panels' one-row product (``int4_cpu``'s
+# ``int4_q8``, llama.cpp's numerics), called through the dispatcher by this name with this grain
+# (``int4_cpu.PANEL_GRAIN`` is this; tests/components/test_cpu_layer_steps.py checks the name):
+# the int4 kernel lives in its own extension, built with the quantized layers.
+INT4_ROWS_OP = "zoo::int4_cpu_int4_q8"
+INT4_GRAIN = 16  # a thread's share is at least 16 panels (256 weight rows): smaller splits lost at 2 threads
+
 # What a one-token layer step asks of its input and its projections, before it writes anything: in
 # the one-row products' extension (``row_product_fitting`` and the steps below; ``SOURCE`` of
 # ``row_product_source.py`` includes it) and in the recurrent mixers' own extensions, whose one-call
@@ -43,17 +50,28 @@ static bool row_fits(const at::Tensor& weight, const c10::optional<at::Tensor>& 
                                 bias->is_cpu()));
 }
 
+// Whether an int4 projection's panels fit rows of `width`: packed (N, width / 2) uint8 and scale_offsets (N, G, 2)
+// in a floating dtype, groups of a multiple of 32 inputs (int4_q8 quantizes x by blocks of 32).
+static bool int4_fits(const at::Tensor& packed, const at::Tensor& so, int64_t width) {
+  return packed.dim() == 2 && packed.size(1) * 2 == width && packed.is_contiguous() && packed.is_cpu() &&
+         so.dim() == 3 && so.size(0) == packed.size(0) && so.size(1) >= 1 && so.size(2) == 2 && so.is_contiguous() &&
+         so.is_cpu() && c10::isFloatingType(so.scalar_type()) && width % so.size(1) == 0 &&
+         (width / so.size(1)) % 32 == 0;
+}
+
 // A projection as the layer steps take it (the layer's step_tensors: it says whether its kernel takes its product,
-// size floor included): float rows (no scales: row_product, its bias in x's dtype) or int8 rows with a scale a row
-// (int8_rows, then + bias as QuantizedLinear adds it), for rows of `width` values of `dtype`.
+// size floor included): float rows (no scales: row_product, its bias in x's dtype), int8 rows with a scale a row
+// (int8_rows) or int4 panels (uint8) with their scales and offsets (int4_q8), then + bias as QuantizedLinear adds
+// it, for rows of `width` values of `dtype`.
 static bool layer_fits(const at::Tensor& weight, const MaybeTensor& scales, const MaybeTensor& bias, int64_t width,
                        at::ScalarType dtype) {
   if (!scales.has_value()) return row_fits(weight, bias, width, dtype, 0);
+  const bool biased = !bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->is_cpu() &&
+                                            c10::isFloatingType(bias->scalar_type()));
+  if (weight.scalar_type() == at::kByte) return biased && int4_fits(weight, *scales, width);
   return weight.dim() == 2 && weight.size(1) == width && weight.scalar_type() == at::kChar && weight.is_contiguous() &&
-         weight.is_cpu() && scales->dim() == 1 &&
-         scales->size(0) == weight.size(0) && scales->is_cpu() && c10::isFloatingType(scales->scalar_type()) &&
-         (!bias.has_value() || (bias->dim() == 1 && bias->size(0) == weight.size(0) && bias->is_cpu() &&
-                                c10::isFloatingType(bias->scalar_type())));
+         weight.is_cpu() && scales->dim() == 1 && scales->size(0) == weight.size(0) && scales->is_cpu() &&
+         c10::isFloatingType(scales->scalar_type()) && biased;
 }
 """
 
@@ -61,12 +79,26 @@ SOURCE = r"""
 // mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
 constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
+// One row x through int4 panels (int4_q8 of zoo.quant's extension, loaded with its layers, through the dispatcher
+// straight to its CPU kernel) -> x's shape with the last dim the panels' rows, in x's dtype.
+static at::Tensor int4_row(const at::Tensor& packed, const at::Tensor& so, const at::Tensor& x) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("INT4_ROWS_OP", "")
+                             .typed<at::Tensor(at::Tensor, at::Tensor, at::Tensor, int64_t)>();
+  auto shape = x.sizes().vec();
+  shape.back() = packed.size(0);
+  const auto cpu = c10::DispatchKeySet(c10::DispatchKey::CPU);
+  return op.redispatch(cpu, x.reshape({1, x.size(-1)}), packed, so, INT4_GRAIN).view(shape);
+}
+
 // One row x through a projection that layer_fits: its product (+ bias), as the layer's own forward computes it.
 static at::Tensor layer_row(const at::Tensor& weight, const MaybeTensor& scales, const at::Tensor& x,
                             const MaybeTensor& bias, bool past_cache) {
   if (!scales.has_value()) return row_product(weight, x, bias, past_cache);
-  auto out = int8_rows(weight, *scales, x);  // in x's dtype
-  return bias.has_value() ? out + bias->to(out.scalar_type()) : out;
+  auto out = weight.scalar_type() == at::kByte ? int4_row(weight, *scales, x) : int8_rows(weight, *scales, x);
+  return bias.has_value() ? out + bias->to(out.scalar_type()) : out;  // in x's dtype
 }
 
 // Whether attention_token computes this step (its arguments below): every shape, dtype and layout its calls need,
@@ -201,6 +233,9 @@ at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, MaybeTensor up_scales, 
   return layer_row(down_weight, down_scales, inner, down_bias, past_cache);  // (1, 1, C_out)
 }
 """
+
+
+SOURCE = SOURCE.replace("INT4_ROWS_OP", INT4_ROWS_OP).replace("INT4_GRAIN", str(INT4_GRAIN))
 
 
 def projection_call(layer_row_op: str) -> str:

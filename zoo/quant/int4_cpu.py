@@ -50,6 +50,7 @@ import types
 import torch
 
 from zoo.components import widened
+from zoo.components.cpu_layer_steps_source import INT4_GRAIN
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.tiles_source import SOURCE as TILES_SOURCE
 from zoo.quant import q8
@@ -58,7 +59,7 @@ from zoo.quant.int4_rows_source import SOURCE as ROWS_SOURCE
 
 BLOCK = 32  # inputs per block: a row's 16 bytes, four of its dwords a chunk (module doc)
 PANEL = 16  # weight rows interleaved per panel: one 512-bit load holds 4 bytes of each
-PANEL_GRAIN = 16  # a thread's share is at least 16 panels (256 weight rows): smaller splits lost at 2 threads
+PANEL_GRAIN = INT4_GRAIN  # a thread's share is at least 16 panels, the layer steps' too
 TILE = 256  # weight rows widened at once for many token rows (measured: 32 0.74x, 64 0.86x, 256 0.98x aten)
 TILE_FROM = (
     24  # token rows from which the tiles run: int8 rows / tiles time 0.22 (2 rows) 0.88 (16) 1.06 (24) 1.61 (32)

@@ -248,6 +248,15 @@ class Int4Linear(QuantizedLinear):
             return self._biased(out.reshape(*x.shape[:-1], self.out_features))  # (..., out)
         return self._biased(int4_cpu.matmul(x, self.packed, self.scale_offsets))  # (..., out): x's leading dims kept
 
+    def step_tensors(self) -> StepTensors | None:
+        """(panels, scale_offsets, bias) on the CPU layout where its kernel is built: a layer
+        step's int4 product is ``forward``'s (``int4_q8`` for one row); read from nn.Module's
+        dicts (``Linear.step_tensors``)."""
+        if self.cuda_layout or not int4_cpu.EXTENSION.available():
+            return None
+        buffers = self._buffers
+        return buffers["packed"], buffers["scale_offsets"], self._parameters.get("bias")  # type: ignore[return-value]
+
     def dequantize(self) -> torch.Tensor:
         """The weight the kernel multiplies with (out, in), in float32. On CUDA it is read back
         through the kernel itself (an identity input), so it holds whatever tinygemm packs."""
