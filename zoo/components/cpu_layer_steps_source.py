@@ -239,7 +239,7 @@ SOURCE = SOURCE.replace("INT4_ROWS_OP", INT4_ROWS_OP).replace("INT4_GRAIN", str(
 
 
 def projection_call(layer_row_op: str) -> str:
-    """The C++ a mixer's own extension includes (after ``row_product_source.FITS``) to make its
+    """The C++ a mixer's own extension includes (after ``FITS``) to make its
     one-call step's projections through ``layer_row_op``, the one-row products' ``layer_row``:
     the products a layer's own forward makes, bit for bit, without a second copy of their
     kernels in every extension."""
