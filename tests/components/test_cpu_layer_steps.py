@@ -10,7 +10,7 @@ import torch
 
 import zoo
 import zoo.components.ffn as ffn
-from tests.components.step_helpers import decode_each, twin_cache
+from tests.components.step_helpers import both_ways, decode_each, twin_cache
 from tests.conftest import tiny_spec
 from zoo.components import cpu_attention, cpu_layer_steps_source, cpu_token_ops
 from zoo.components import row_product as rows
@@ -56,18 +56,8 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 
 def _both_ways(model: torch.nn.Module, ids: torch.Tensor, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Logits (1, T, V) of ``ids[:, 5:]`` decoded after a prefill of ``ids[:, :5]`` through the
-    one-call steps and, from a copy of the same cache, through the modules' own calls; and both caches."""
-    with torch.no_grad():
-        cache = KVCache(model, 1, 12)
-        prefill(model, ids[:, :5], cache)
-        twin = twin_cache(cache)
-        fused = decode_each(model, cache, ids[:, 5:])
-        with monkeypatch.context() as off:
-            off.setattr(Attention, "_token_step", lambda *args: None)
-            off.setattr(ffn, "_token_step", lambda *args: None)
-            per_module = decode_each(model, twin, ids[:, 5:])
-    return fused, per_module, cache, twin
+    """``step_helpers.both_ways`` with the attention's and feed-forwards' one-call steps declined."""
+    return both_ways(model, ids, monkeypatch, [(Attention, "_token_step"), (ffn, "_token_step")])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

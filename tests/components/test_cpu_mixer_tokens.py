@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from tests.components.step_helpers import decode_each, twin_cache
+from tests.components.step_helpers import both_ways, decode_each
 from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
 from zoo.components import cpu_mamba_step, cpu_steps
 from zoo.components import row_product as rows
@@ -61,14 +61,8 @@ def _both_ways(model: torch.nn.Module, mixer: str, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(module, name, counted)
     ids = torch.randint(0, TINY_VOCAB, (1, 9), generator=torch.Generator().manual_seed(7))
+    fused, per_module, cache, twin = both_ways(model, ids, monkeypatch, [(cls, "_token_step")])
     with torch.no_grad():
-        cache = KVCache(model, 1, 12)
-        prefill(model, ids[:, :5], cache)
-        twin = twin_cache(cache)
-        fused = decode_each(model, cache, ids[:, 5:])
-        with monkeypatch.context() as off:
-            off.setattr(cls, "_token_step", lambda *args: None)
-            per_module = decode_each(model, twin, ids[:, 5:])
         full = model(ids)  # (1, 9, V)
     return fused, per_module, (cache, twin), sum(taken), full
 
