@@ -131,6 +131,15 @@ class LlamaSide:
             "n_threads_batch": args.threads,
             "verbose": False,
         }
+        if args.llama_no_repack:  # the weights in the file's layout: no extra buffer types (AMX, repacked blocks)
+            defaults = llama_cpp.llama_cpp.llama_model_default_params
+
+            def no_repack() -> Any:
+                params = defaults()
+                params.use_extra_bufts = False
+                return params
+
+            llama_cpp.llama_cpp.llama_model_default_params = no_repack  # what Llama() reads its defaults from
         llama_cpp.Llama(**options)  # loaded once and freed, as zoo's side does
         self.llama_cpp, self.numpy, self.base = llama_cpp, numpy, settle()
         self.model = llama_cpp.Llama(**options)
@@ -180,6 +189,7 @@ def start_worker(args: argparse.Namespace, side: str, threads: int) -> tuple[sub
     command = [python, __file__, str(args.gguf), "--worker", "zoo" if side == "zoo" else "llama"]
     command += ["--threads", str(threads), "--prompt", str(args.prompt), "--new", str(args.new)]
     command += ["--seed", str(args.seed), "--dtype", args.dtype, "--zoo-step", args.zoo_step]
+    command += ["--llama-no-repack"] if args.llama_no_repack else []
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
@@ -225,7 +235,8 @@ def render(args: argparse.Namespace, found: dict[tuple[str, int], dict[str, Any]
         f"# zoo vs llama.cpp, {Path(args.gguf).name}, CPU, batch 1",
         "",
         f"{args.rounds} interleaved rounds; prompt {args.prompt} tokens, {args.new} greedy decode steps; "
-        f"zoo: {args.dtype} activations, {args.zoo_step} decode step.",
+        f"zoo: {args.dtype} activations, {args.zoo_step} decode step"
+        + ("; llama.cpp without repacking (--llama-no-repack)." if args.llama_no_repack else "."),
         "",
         "| threads | side | prefill tok/s | decode tok/s | resident MB (load) | resident MB (after runs) "
         "| weights MB | compiler MB (in the baseline) | warm-up s | layout |",
@@ -270,6 +281,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="bfloat16", help="zoo's activation / float weights dtype")
     parser.add_argument("--zoo-step", choices=("compiled", "eager"), default="compiled")
+    parser.add_argument(
+        "--llama-no-repack",
+        action="store_true",
+        help="llama.cpp without its extra buffer types (AMX, repacked blocks): on a 2-vCPU Sapphire Rapids VM its "
+        "AMX path crashed in llama_decode (llama-cpp-python 0.3.36)",
+    )
     parser.add_argument("--worker", choices=("zoo", "llama"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
