@@ -85,15 +85,13 @@ def test_one_call_mixer_steps_give_the_mixers_own_calls_bit_for_bit(monkeypatch,
 @pytest.mark.parametrize("mixer", MIXERS)
 def test_quantized_projections_take_the_calls(monkeypatch, mixer):
     """An int8 model's projections go in as int8 rows with their scales (``Int8Linear.step_tensors``;
-    Mamba's int8 x_proj inside its fused step, ``kernel_rows``), an int4 one's as int4 panels,
-    the same bits as its layers' own products; an int4 Mamba's x_proj is not one its fused step
-    reads, so that mixer keeps its scan and its layers' own calls."""
+    Mamba's quantized x_proj inside its fused step, ``kernel_rows``), an int4 one's as int4
+    panels, the same bits as its layers' own products."""
     for kind in ("int8", "int4"):
-        steps = kind == "int8" or mixer != "mamba"
         model = zoo.build(_spec(mixer), seed=0).to(torch.bfloat16).eval()
         zoo.quant.quantize(model, kind)
         fused, per_module, _, taken, _ = _both_ways(model, mixer, monkeypatch)
-        assert (taken > 0) == steps, kind
+        assert taken > 0, kind
         assert torch.equal(fused, per_module), kind
 
 
@@ -181,3 +179,23 @@ def test_an_int8_mambas_fused_step_continues_its_full_forward(monkeypatch):
         steps, full = decode_each(model, cache, ids[:, 5:]), model(ids)  # (1, 4, V), (1, 9, V)
     assert fused == [True] * 4 * model.spec.n_layers  # every step fused, x_proj's int8 rows and scales inside
     torch.testing.assert_close(steps, full[:, 5:], atol=1e-5, rtol=0)
+
+
+def test_an_int4_mambas_fused_step_reads_its_x_proj_as_its_layer_does(monkeypatch):
+    """An int4 x_proj inside Mamba's fused step is the layer's own one-row product
+    (``int4_q8``, through ``projection_row``): the fused steps equal the C++ scan's steps, which
+    call the layer (float32, 1e-5)."""
+    from zoo.quant.linear import Int4Linear
+
+    model = zoo.build(_spec("mamba"), seed=0).eval()
+    zoo.quant.quantize(model, "int4")
+    ids = torch.randint(0, TINY_VOCAB, (1, 9), generator=torch.Generator().manual_seed(7))
+    fused, scanned = [], []
+    with torch.no_grad():
+        for out, rows in ((fused, Int4Linear.kernel_rows), (scanned, lambda self: None)):
+            with monkeypatch.context() as patch:
+                patch.setattr(Int4Linear, "kernel_rows", rows)
+                cache = KVCache(model, 1, 12)
+                prefill(model, ids[:, :5], cache)
+                out.append(decode_each(model, cache, ids[:, 5:]))  # (1, 4, V)
+    torch.testing.assert_close(fused[0], scanned[0], atol=1e-5, rtol=0)

@@ -143,7 +143,8 @@ static void channels(const W* dt_w, const float* dt_x, const float* dt_b, const 
   }
 }
 
-// x_proj as an int8 model holds it, int8 rows w (rows, n) with a scale a row: out[r] = scale[r] * (w[r] . x), the
+// x_proj as an int8 model holds it, int8 rows w (rows, n) with a scale a row (an int4 model's panels go through the
+// layer's own int4_q8, projection_row): out[r] = scale[r] * (w[r] . x), the
 // weights widened in registers, summed in float32.
 static void int8_rows_into(const int8_t* w, const float* scales, const float* x, float* out, int64_t rows,
                            int64_t n) {
@@ -164,14 +165,20 @@ static void int8_rows_into(const int8_t* w, const float* scales, const float* x,
 
 // xz (B, 2D) in_proj's output [x, z] -> y (B, D) = (C . h + D x) * silu(z) in xz's dtype, out_proj's input.
 // window (B, D, K) (float32 or the model's dtype) and ssm (B, D, N) float32, updated in place; x_proj
-// (R + 2N, D) in dt_w's (D, R) dtype, or int8 rows with x_scales (R + 2N) (an int8 model's); A_log (D, N), whose
+// (R + 2N, D) in dt_w's (D, R) dtype, int8 rows with x_scales (R + 2N) or int4 panels with their scale_offsets
+// (R + 2N, G, 2) (a quantized model's); A_log (D, N), whose
 // decay -exp(A_log) is kept (decay_of); xz and the other parameters in any floating dtype (Floats);
 // conv_b, dt_b empty when absent; eps <= 0: no norms on dt, B, C.
 at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::Tensor window,
                       at::Tensor x_proj, c10::optional<at::Tensor> x_scales, at::Tensor dt_w, at::Tensor dt_b,
                       at::Tensor A_log, at::Tensor Dskip, at::Tensor ssm, double eps) {
   const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), R = dt_w.size(1);
-  if (x_scales.has_value()) {
+  const bool int4 = x_scales.has_value() && x_proj.scalar_type() == at::kByte;  // int4 panels: the layer's int4_q8
+  if (int4) {
+    TORCH_CHECK(x_proj.dim() == 2 && x_proj.size(0) == R + 2 * N && x_proj.size(1) * 2 == D && x_scales->dim() == 3 &&
+                    x_scales->size(0) == R + 2 * N,
+                "mamba_step: x_proj's int4 panels (", x_proj.sizes(), "); allowed: (", R + 2 * N, ", ", D / 2, ")");
+  } else if (x_scales.has_value()) {
     TORCH_CHECK(x_proj.scalar_type() == at::kChar && x_proj.is_contiguous() && x_proj.size(0) == R + 2 * N &&
                     x_proj.size(1) == D && x_scales->numel() == R + 2 * N,
                 "mamba_step: x_proj's int8 rows (", x_proj.sizes(), ") and scales; allowed: (", R + 2 * N, ", ", D,
@@ -179,7 +186,7 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
   } else {
     TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
   }
-  const Floats xsc(x_scales.has_value() ? *x_scales : at::Tensor());
+  const Floats xsc(x_scales.has_value() && !int4 ? *x_scales : at::Tensor());
   auto y = at::empty({batch, D}, xz.options().dtype(at::kFloat));
   const at::Tensor A = decay_of(A_log);  // (D, N) float32, contiguous
   const Floats xzf(xz), cw(conv_w), cb(conv_b), db(dt_b), decay(A), dp(Dskip);
@@ -192,8 +199,15 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
     float *h = ssm.data_ptr<float>() + b * D * N, *out = y.data_ptr<float>() + b * D;
     conv_window_row(x, cw.p, cb.p, window, b, xs);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dt_w.scalar_type(), "mamba_step", [&] {
-      if (x_scales.has_value()) int8_rows_into(x_proj.data_ptr<int8_t>(), xsc.p, xs, dbc, R + 2 * N, D);
-      else rows_times(x_proj.data_ptr<scalar_t>(), xs, dbc, R + 2 * N, D);  // x_proj: [dt, B, C]
+      if (int4) {  // the int4 layer's own one-row product (projection_row: int4_q8), on the float32 row
+        const auto row = at::from_blob(xs, {1, D}, at::TensorOptions().dtype(at::kFloat));
+        const auto got = projection_row(x_proj, x_scales, row, c10::nullopt, false);  // (1, R + 2N) float32
+        std::copy(got.data_ptr<float>(), got.data_ptr<float>() + R + 2 * N, dbc);
+      } else if (x_scales.has_value()) {
+        int8_rows_into(x_proj.data_ptr<int8_t>(), xsc.p, xs, dbc, R + 2 * N, D);
+      } else {
+        rows_times(x_proj.data_ptr<scalar_t>(), xs, dbc, R + 2 * N, D);  // x_proj: [dt, B, C]
+      }
       if (eps > 0) {
         weightless_rms(dbc, R, (float)eps);
         weightless_rms(dbc + R, N, (float)eps);

@@ -100,8 +100,8 @@ class RowStackable:
     def kernel_rows(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """This projection's rows as a fused kernel reads them inside its own loop (Mamba's
         x_proj in its one-token step), whatever the products' kernel choice: (float weight,
-        None) or (int8 rows, a scale a row); None (the default) for another layout (int4 panels)
-        or a layer with a bias, which such kernels do not add."""
+        None), (int8 rows, a scale a row) or (int4 panels, their scales and offsets); None (the
+        default) for another layout or a layer with a bias, which such kernels do not add."""
         return None
 
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.components import row_product
 from zoo.components.linear import RowStackable, StepTensors
 from zoo.quant import (  # the submodules, not `from zoo.quant import`: the package imports this file
     int4_cpu,
@@ -247,6 +248,16 @@ class Int4Linear(QuantizedLinear):
             out = kernels.int4_matmul(rows, self.packed, self.group_size, self.scale_zeros)[:, : self.out_features]
             return self._biased(out.reshape(*x.shape[:-1], self.out_features))  # (..., out)
         return self._biased(int4_cpu.matmul(x, self.packed, self.scale_offsets))  # (..., out): x's leading dims kept
+
+    def kernel_rows(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(panels, scale_offsets) on the CPU layout without a bias, where the int4 kernel and the
+        one-row products' extension, which a fused kernel calls it through, are built
+        (``RowStackable.kernel_rows``: Mamba's x_proj inside its fused step)."""
+        if self.cuda_layout or self._parameters.get("bias") is not None:
+            return None
+        if not int4_cpu.EXTENSION.available() or not row_product.available():
+            return None
+        return self._buffers["packed"], self._buffers["scale_offsets"]
 
     def step_tensors(self) -> StepTensors | None:
         """(panels, scale_offsets, bias) on the CPU layout where its kernel is built: a layer
