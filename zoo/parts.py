@@ -22,8 +22,9 @@ from zoo.components.attention import Attention
 from zoo.components.attention_options import AttentionOptions
 from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_ops import CppExtension, CppFunction
-from zoo.components.cpu_steps import step_ready, token_calls_run
+from zoo.components.cpu_steps import step_ready
 from zoo.components.cpu_steps_source import FLOATS as CPP_FLOATS
+from zoo.components.cpu_token_ops import token_calls_run
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear, StepTensors, step_tensors

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.components import cpu_steps, row_product
+from zoo.components import cpu_token_ops, row_product
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps_source import CONV_ROW, FLOATS, PRELUDE
 from zoo.components.kernels import Kernel
@@ -173,6 +173,9 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
                       at::Tensor x_proj, c10::optional<at::Tensor> x_scales, at::Tensor dt_w, at::Tensor dt_b,
                       at::Tensor A_log, at::Tensor Dskip, at::Tensor ssm, double eps) {
   const int64_t batch = ssm.size(0), D = ssm.size(1), N = ssm.size(2), R = dt_w.size(1);
+  // dt_proj read in x_proj's float dtype, or in xz's (the model's) beside a quantized x_proj
+  dt_w = dt_w.to(x_scales.has_value() ? xz.scalar_type() : x_proj.scalar_type()).contiguous();
+  x_proj = x_proj.contiguous();
   const bool int4 = x_scales.has_value() && x_proj.scalar_type() == at::kByte;  // int4 panels: the layer's int4_q8
   if (int4) {
     TORCH_CHECK(x_proj.dim() == 2 && x_proj.size(0) == R + 2 * N && x_proj.size(1) * 2 == D && x_scales->dim() == 3 &&
@@ -183,8 +186,6 @@ at::Tensor mamba_step(at::Tensor xz, at::Tensor conv_w, at::Tensor conv_b, at::T
                     x_proj.size(1) == D && x_scales->numel() == R + 2 * N,
                 "mamba_step: x_proj's int8 rows (", x_proj.sizes(), ") and scales; allowed: (", R + 2 * N, ", ", D,
                 ") int8 and a scale a row");
-  } else {
-    TORCH_CHECK(x_proj.scalar_type() == dt_w.scalar_type(), "mamba_step: x_proj and dt_proj differ in dtype");
   }
   const Floats xsc(x_scales.has_value() && !int4 ? *x_scales : at::Tensor());
   auto y = at::empty({batch, D}, xz.options().dtype(at::kFloat));
@@ -242,9 +243,8 @@ at::Tensor mamba_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales
     return {};
   const auto none = at::empty({0}, ssm.options());  // mamba_step's absent bias
   auto xz = projection_row(in_weight, in_scales, x.view({1, C}), in_bias, past_cache);  // (1, 2D)
-  const auto dt_dtype = x_scales.has_value() ? dtype : x_proj.scalar_type();  // an int8 x_proj: dt_w in x's dtype
-  auto y = mamba_step(xz, conv_w.select(1, 0), conv_b.value_or(none), window, x_proj.contiguous(), x_scales,
-                      dt_w.to(dt_dtype).contiguous(), dt_b, A_log, Dskip, ssm, eps);
+  auto y = mamba_step(xz, conv_w.select(1, 0), conv_b.value_or(none), window, x_proj, x_scales, dt_w, dt_b, A_log,
+                      Dskip, ssm, eps);
   return projection_row(out_weight, out_scales, y.view({1, 1, D}), out_bias, past_cache);  // (1, 1, C_out)
 }
 """
@@ -286,8 +286,8 @@ def mamba_step(
     eps: float | None,
 ) -> torch.Tensor:
     """Mamba-1 between in_proj and out_proj for one token: ``xz`` (B, 2 d_inner), in_proj's
-    output; x_proj's rows (dt_rank + 2N, d_inner) and their scales where they are int8 (an int8
-    model's; None: float rows, ``RowStackable.kernel_rows``); dt_proj's weight (d_inner, dt_rank) and
+    output; x_proj's rows (dt_rank + 2N, d_inner) and, quantized (int8 rows or int4 panels),
+    their scales (None: float rows; ``RowStackable.kernel_rows``); dt_proj's weight (d_inner, dt_rank) and
     bias; ``params`` A_log (d_inner, N), whose decay -exp(A_log) the kernel keeps until A_log
     changes (``decay_of``), and D (d_inner,); ``state``'s ``conv`` (B, d_inner,
     d_conv), float32 or ``xz``'s dtype, and ``ssm`` (B, d_inner, N) float32, updated in place; ``eps`` the weightless
@@ -301,9 +301,9 @@ def mamba_step(
         conv.weight[:, 0],
         conv_bias,
         state["conv"],
-        rows.contiguous(),
+        rows,
         scales,
-        dt_weight.to(xz.dtype if scales is not None else rows.dtype).contiguous(),  # an int8 x_proj: xz's dtype
+        dt_weight,  # read in the rows' float dtype, or xz's beside quantized rows (the C++)
         dt_bias,
         A_log,
         D,
@@ -329,8 +329,8 @@ def mamba_token(
     the result is the three calls' bit for bit -> (1, 1, C_out); None where the call does not
     compute it (nothing written then: checked in C++, as the layer steps check theirs). The
     mixer's three calls paid ~50 µs of Python a layer between them (2-core Xeon). Eager calls
-    only (``cpu_steps.token_calls_run``)."""
-    if not cpu_steps.token_calls_run():
+    only (``cpu_token_ops.token_calls_run``)."""
+    if not cpu_token_ops.token_calls_run():
         return None
     dt_weight, dt_bias = dt_proj
     A_log, D = params

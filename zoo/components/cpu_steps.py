@@ -198,14 +198,6 @@ def infini_step(
     return step(q.squeeze(2), k.squeeze(2), v.squeeze(2), *ring, gate, valid, slot, segment, delta, EPS).unsqueeze(2)
 
 
-def token_calls_run() -> bool:
-    """Whether a one-call mixer step may run: eager, no autograd, the switch on
-    (``cpu_token_ops.ENABLED``, as for ``mlp_token``) and the one-row products built."""
-    if torch.is_grad_enabled() or not cpu_token_ops.ENABLED or torch.compiler.is_compiling():
-        return False
-    return row_product.available()
-
-
 def mamba2_token(
     x: torch.Tensor,
     in_proj: StepTensors,
@@ -221,7 +213,7 @@ def mamba2_token(
     takes them) and out_proj in one C++ call, each projection as its layer's ``step_tensors``
     give it (made by the one-row products' ``layer_row``: the module's bits) -> (1, 1, C_out);
     None where the call does not compute it (nothing written then). Eager calls only."""
-    if not token_calls_run():
+    if not cpu_token_ops.token_calls_run():
         return None
     low, high = dt_limit
     high = min(high, torch.finfo(torch.float32).max)  # as mamba2_step
@@ -242,7 +234,7 @@ def gdn_token(
     """One token x (1, 1, C) through Gated DeltaNet's two input projections (qkvz, ba),
     ``gdn_step`` and out_proj in one C++ call, as ``mamba2_token``; None where the call does
     not compute it (nothing written then). Eager calls only."""
-    if not token_calls_run():
+    if not cpu_token_ops.token_calls_run():
         return None
     qkvz, ba = in_proj
     args = (conv.weight, state["conv"], *params, state["recurrent"], n_k_heads, eps)

@@ -128,6 +128,16 @@ MLP_ACTIVATIONS = {"gelu": 0, "gelu_tanh": 1, "relu": 3}
 SILU_AND_MUL = 2
 
 
+def token_calls_run() -> bool:
+    """Whether a one-call token step may run: eager, no autograd, the switch on (``ENABLED``)
+    and the one-row products built (every such step makes its products through them): the
+    feed-forwards' ``mlp_token``, the recurrent mixers' (``cpu_steps``, ``cpu_mamba_step``) and
+    plugins' (``zoo.parts``)."""
+    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling():
+        return False
+    return row_product.available()
+
+
 def mlp_token(x: torch.Tensor, up: StepTensors, down: StepTensors, activation: int) -> torch.Tensor | None:
     """One token x (1, 1, C) through a feed-forward's up product, its ``activation``
     (``MLP_ACTIVATIONS`` or ``SILU_AND_MUL``) and down product -> (1, 1, C_out) in one C++ call
@@ -136,7 +146,7 @@ def mlp_token(x: torch.Tensor, up: StepTensors, down: StepTensors, activation: i
     result is theirs bit for bit), or None where that call does not compute it: there every
     shape, dtype and layout is checked in C++; here what it cannot know (eager, gradients off,
     the switch on)."""
-    if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.available():
+    if not token_calls_run():
         return None
     return row_product.EXTENSION.op("mlp_token")(x, *up, *down, activation, row_product.PastCache.on)
 
