@@ -1,8 +1,9 @@
-"""The recurrent mixers' one-call steps: Mamba's ``cpu_mamba_step.mamba_token`` and Mamba2's and
-Gated DeltaNet's ``cpu_steps.mamba2_token`` / ``gdn_token`` (input projections, the fused step and
-out_proj in one C++ call, the projections made by the one-row products' ``layer_row``) give the
-mixers' own calls bit for bit (logits and every state tensor), equal the full forward, take int8
-projections, and decline (None, nothing written) what they do not compute."""
+"""The recurrent mixers' one-call steps: Mamba's ``cpu_mamba_step.mamba_token`` and Mamba2's, Gated
+DeltaNet's and linear attention's ``cpu_steps.mamba2_token`` / ``gdn_token`` / ``linear_token``
+(input projections, the fused step and out_proj in one C++ call, the projections made by the
+one-row products' ``layer_row``) give the mixers' own calls bit for bit (logits and every state
+tensor), equal the full forward, take int8 and int4 projections, and decline (None, nothing
+written) what they do not compute."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
 from zoo.components import cpu_mamba_step, cpu_steps
 from zoo.components import row_product as rows
 from zoo.components.gated_deltanet import GatedDeltaNet
+from zoo.components.linear_attention import LinearAttention
 from zoo.components.mamba import MambaMixer
 from zoo.components.mamba2 import Mamba2Mixer
 from zoo.model.cache import KVCache
@@ -22,12 +24,14 @@ from zoo.model.generation import prefill
 from zoo.quant import int8_rows
 from zoo.specs.model import ModelSpec
 
+LINEAR = {"kind": "linear", "n_heads": 4, "head_dim": 16}
 GDN = {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 8, "chunk_size": 4}
 # mixer -> (its class, the module and name of its one-call step)
 MIXERS = {
     "mamba": (MambaMixer, cpu_mamba_step, "mamba_token"),
     "mamba2": (Mamba2Mixer, cpu_steps, "mamba2_token"),
     "gated_deltanet": (GatedDeltaNet, cpu_steps, "gdn_token"),
+    "linear": (LinearAttention, cpu_steps, "linear_token"),
 }
 
 
@@ -44,7 +48,17 @@ def _spec(mixer: str) -> ModelSpec:
         return tiny_spec("mamba-130m")
     if mixer == "mamba2":
         return zoo.spec("mamba2-130m").override(SMALL_MAMBA2)
+    if mixer == "linear":  # gpt2's learned positions: q and k unrotated
+        return tiny_spec("gpt2").override({"attention": LINEAR, "ffn.hidden": 64})
     return tiny_spec("qwen3-0.6b").override({"attention": GDN, "positional": {"kind": "none"}, "ffn.hidden": 64})
+
+
+def _model(mixer: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The tiny model with ``mixer``, in ``dtype``, its projections fused as ``zoo bench`` runs
+    them (linear attention's one call takes q, k and v as one product)."""
+    model = zoo.build(_spec(mixer), seed=0).to(dtype).eval()
+    zoo.fuse_projections(model)
+    return model
 
 
 def _both_ways(model: torch.nn.Module, mixer: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
@@ -72,7 +86,7 @@ def _both_ways(model: torch.nn.Module, mixer: str, monkeypatch: pytest.MonkeyPat
 def test_one_call_mixer_steps_give_the_mixers_own_calls_bit_for_bit(monkeypatch, mixer, dtype):
     """Every layer's every step taken, the same logits and state tensors as in_proj, the fused
     step and out_proj called one by one, and the full forward's logits (1e-5 in float32)."""
-    model = zoo.build(_spec(mixer), seed=0).to(dtype).eval()
+    model = _model(mixer, dtype)
     fused, per_module, (cache, twin), taken, full = _both_ways(model, mixer, monkeypatch)
     assert taken == 4 * model.spec.n_layers
     assert torch.equal(fused, per_module)
@@ -88,7 +102,7 @@ def test_quantized_projections_take_the_calls(monkeypatch, mixer):
     Mamba's quantized x_proj inside its fused step, ``kernel_rows``), an int4 one's as int4
     panels, the same bits as its layers' own products."""
     for kind in ("int8", "int4"):
-        model = zoo.build(_spec(mixer), seed=0).to(torch.bfloat16).eval()
+        model = _model(mixer, torch.bfloat16)
         zoo.quant.quantize(model, kind)
         fused, per_module, _, taken, _ = _both_ways(model, mixer, monkeypatch)
         assert taken > 0, kind
@@ -161,6 +175,36 @@ def test_the_state_space_calls_decline_projections_of_other_rows():
                 got = cpu_steps.gdn_token(x, short, mixer.conv1d, params, state, mixer.n_k_heads, 1e-6, out)
             assert got is None, mixer_kind
             assert all(torch.equal(state[name], before[name]) for name in state), mixer_kind
+
+
+def test_the_linear_attention_call_declines_what_it_does_not_compute_and_writes_nothing():
+    """q|k|v rows short of 3 H D, an output layer of another width, a state of other heads or in
+    half precision: None, the state as it was; the same call fitting writes it. Separate q, k and
+    v layers (projections not fused) run their own calls."""
+    model = _model("linear", torch.float32)
+    with torch.no_grad():
+        cache = KVCache(model, 1, 4)
+        prefill(model, torch.tensor([[3]]), cache)
+    mixer = next(m for m in model.modules() if isinstance(m, LinearAttention))
+    kv, z = cache.layers[0]["kv"], cache.layers[0]["k_sum"]
+    before = kv.clone(), z.clone()
+    x = torch.randn(1, 1, 64)
+    qkv, out = (mixer.qkv_proj.weight, None, mixer.qkv_proj.bias), (mixer.o_proj.weight, None, None)
+    declined = [
+        ((qkv[0][:-1], None, None), kv, z, out),
+        (qkv, kv, z, (mixer.o_proj.weight[:, :-1], None, None)),
+        (qkv, kv[:, :2], z[:, :2], out),
+        (qkv, kv.half(), z, out),
+    ]
+    with torch.no_grad():
+        for args in declined:
+            assert cpu_steps.linear_token(x, *args) is None  # type: ignore[arg-type]
+        assert torch.equal(kv, before[0]) and torch.equal(z, before[1])
+        assert cpu_steps.linear_token(x, qkv, kv, z, out) is not None  # type: ignore[arg-type]
+        assert not torch.equal(kv, before[0])
+    separate = zoo.build(_spec("linear"), seed=0).eval()  # q, k and v not fused
+    layer = next(m for m in separate.modules() if isinstance(m, LinearAttention))
+    assert layer._token_step(x, None, [kv, z]) is None
 
 
 def test_an_int8_mambas_fused_step_continues_its_full_forward(monkeypatch):

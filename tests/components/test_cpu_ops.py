@@ -119,6 +119,10 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_mamba_step_mamba_token": _mamba_token,
     "zoo::cpu_steps_mamba2_token": _mamba2_token,
     "zoo::cpu_steps_gdn_token": _gdn_token,
+    "zoo::cpu_steps_linear_token": lambda: (
+        *(_r(1, 1, 32), _r(3 * H * P, 32), None, _r(3 * H * P)),  # x, the fused q|k|v layer
+        *(_r(1, H, P, P), _r(1, H, P), 1e-6, _r(24, H * P), None, None, True),  # state, o_proj
+    ),
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True),  # a step's (B, T, in)
     "zoo::row_product_layer_row": lambda: (_r(24, 40), None, _r(1, 1, 40), _r(24), True),
     "zoo::row_product_row_product_fitting": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True, 0),

@@ -5,8 +5,10 @@ few GEMVs (the projections) plus 50 to 140 more dispatched ops (views included):
 reshapes, the convolution window's concatenation and copy, exponentials, norms, gathers,
 each a dispatch of microseconds over a few kilobytes. Here everything between
 the input and the output projections is one call (``cpu_steps_source``): the state is read
-and written once in place and nothing is materialised but the output. The projections stay
-torch GEMVs (they move the weights: the part a roofline counts).
+and written once in place and nothing is materialised but the output. An eager batch-1 step of
+Mamba2, Gated DeltaNet or linear attention takes its projections into that call too
+(``mamba2_token``, ``gdn_token``, ``linear_token``: the one-row products' kernels, the same bits);
+elsewhere the projections are the layers' own calls.
 
 Each function is a custom op (``cpu_ops``: ``torch.ops.zoo.cpu_steps_mamba2_step`` and so
 on, the state tensors declared as written in place), so a compiled decode step calls the same
@@ -70,6 +72,12 @@ EXTENSION = CppExtension(
             "Tensor(a!) window, Tensor dt_bias, Tensor A_log, Tensor D, Tensor norm_w, Tensor(b!) state, int groups, "
             "float eps, float dt_min, float dt_max, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, "
             "bool past_cache) -> Tensor",
+            lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
+        ),
+        CppFunction(
+            "linear_token",
+            "(Tensor x, Tensor qkv_weight, Tensor? qkv_scales, Tensor? qkv_bias, Tensor(a!) kv, Tensor(b!) z, "
+            "float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) -> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
@@ -175,6 +183,19 @@ def gdn_step(
 def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Linear attention for one token: q, k, v (B, H, 1, D) before φ -> (B, H, 1, D); kv, z in place."""
     return EXTENSION.op("linear_step")(q.squeeze(2), k.squeeze(2), v.squeeze(2), kv, z, EPS).unsqueeze(2)
+
+
+def linear_token(
+    x: torch.Tensor, qkv_proj: StepTensors, kv: torch.Tensor, z: torch.Tensor, out_proj: StepTensors
+) -> torch.Tensor | None:
+    """One token x (1, 1, C) through linear attention's fused q|k|v product, ``linear_step`` (kv
+    (1, H, D, D) and z (1, H, D) updated in place) and o_proj in one C++ call, each projection as
+    its layer's ``step_tensors`` give it (made by the one-row products' ``layer_row``: the
+    module's bits) -> (1, 1, C_out); None where the call does not compute it (nothing written
+    then). Eager calls only."""
+    if not cpu_token_ops.token_calls_run():
+        return None
+    return EXTENSION.op("linear_token")(x, *qkv_proj, kv, z, EPS, *out_proj, row_product.PastCache.on)
 
 
 def infini_step(

@@ -271,13 +271,13 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
     + INFINI
 )
 
-# Mamba2's and Gated DeltaNet's whole mixer for one token: their input projections, step and output
-# projection in one call, the projections made by the one-row products' extension (after its
-# ``row_product.PROJECTIONS``: ``layer_fits``, ``projection_row``), so the same bits as the
+# Mamba2's, Gated DeltaNet's and linear attention's whole mixer for one token: their input projections,
+# step and output projection in one call, the projections made by the one-row products' extension
+# (after its ``row_product.PROJECTIONS``: ``layer_fits``, ``projection_row``), so the same bits as the
 # mixer's own calls; an undefined tensor (None in Python), with nothing written, where x is not one
 # token or a projection is not one the layer steps take. The window and the state are the
-# mixer's to check (``cpu_steps.conv_step_ready``), as for the steps above; conv_w is the
-# Conv1d's (C, 1, K).
+# mixer's to check (``cpu_steps.conv_step_ready``), as for the steps above (linear_token checks its
+# state's shapes too); conv_w is the Conv1d's (C, 1, K).
 TOKEN_STEPS = r"""
 // Mamba2: x (1, 1, C) -> in_proj [z, xBC, dt] (H P + C_conv + H rows) -> mamba2_step -> out_proj -> (1, 1, C_out).
 at::Tensor mamba2_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales, MaybeTensor in_bias,
@@ -321,5 +321,25 @@ at::Tensor gdn_token(at::Tensor x, at::Tensor qkvz_weight, MaybeTensor qkvz_scal
   auto ba = projection_row(ba_weight, ba_scales, x.view({1, C}), ba_bias, past_cache);  // (1, 2 Hv)
   auto out = gdn_step(qkvz, ba, conv_w.select(1, 0), window, dt_bias, A_log, norm_w, state, k_heads, eps);
   return projection_row(out_weight, out_scales, out.view({1, 1, H * dv}), out_bias, past_cache);  // (1, 1, C_out)
+}
+
+// Linear attention: x (1, 1, C) -> qkv_proj [q | k | v] (3 H D rows: fused, zoo.fuse_projections) -> linear_step
+// -> o_proj -> (1, 1, C_out); kv (1, H, D, D) and z (1, H, D) float32, contiguous.
+at::Tensor linear_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_scales, MaybeTensor qkv_bias,
+                        at::Tensor kv, at::Tensor z, double eps, at::Tensor out_weight, MaybeTensor out_scales,
+                        MaybeTensor out_bias, bool past_cache) {
+  const auto dtype = x.scalar_type();
+  const auto state_fits = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous(); };
+  if (!one_token(x) || kv.dim() != 4 || kv.size(0) != 1 || kv.size(2) != kv.size(3) || z.dim() != 3 ||
+      z.size(0) != 1 || z.size(1) != kv.size(1) || z.size(2) != kv.size(2) || !state_fits(kv) || !state_fits(z))
+    return {};
+  const int64_t C = x.size(2), H = kv.size(1), D = kv.size(2), inner = H * D;
+  if (!layer_fits(qkv_weight, qkv_scales, qkv_bias, C, dtype) || qkv_weight.size(0) != 3 * inner ||
+      !layer_fits(out_weight, out_scales, out_bias, inner, dtype))
+    return {};
+  auto qkv = projection_row(qkv_weight, qkv_scales, x.view({1, C}), qkv_bias, past_cache);  // (1, 3 H D)
+  const auto part = [&](int64_t i) { return qkv.narrow(1, i * inner, inner).view({1, H, D}); };  // q, k, v
+  auto y = linear_step(part(0), part(1), part(2), kv, z, eps);  // (1, H, D) in x's dtype
+  return projection_row(out_weight, out_scales, y.view({1, 1, inner}), out_bias, past_cache);  // (1, 1, C_out)
 }
 """

@@ -24,6 +24,7 @@ from zoo.components import cpu_steps
 from zoo.components.cuda_kernels import fla
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
 from zoo.components.kernels import Kernel, KernelChoice
+from zoo.components.linear import step_tensors
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -72,11 +73,15 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         """x (B, T, d) -> (B, T, d); with a state, ``kv`` and ``k_sum`` are read and updated in
         place. Tokens marked False in ``token_valid`` (left padding) add nothing to them."""
         T = x.shape[1]
-        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         if T == 1 and state is not None:
             kv_state = [state.tensors[name] for name in STATE]
             if cpu_steps.step_ready(self, x, kv_state, state.token_valid):
+                out = self._token_step(x, positions, kv_state) if x.shape[0] == 1 else None
+                if out is not None:
+                    return out  # (1, 1, d): the q|k|v product, the step and o_proj in one C++ call
+                q, k, v = self.project(x, positions)  # (B, H, 1, D) each
                 return self.output(cpu_steps.linear_step(q, k, v, *kv_state), x.dtype)  # state updated in place
+        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         q, k, v = feature_map(q.float()), feature_map(k.float()), v.float()
         valid = state.token_valid if state is not None else (None if positions is None else positions.key_valid)
         if valid is not None:
@@ -94,6 +99,22 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         self.store_state(state, STATE, kv, k_sum)
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # (B, H, T, D)
         return self.output(y, x.dtype)
+
+    def _token_step(
+        self, x: torch.Tensor, positions: Positions | None, kv_state: list[torch.Tensor]
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.linear_token`` where q, k and v are fused
+        (``zoo.fuse_projections``), not rotated, and the q|k|v and output layers give their
+        tensors (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows, int4
+        panels), else None. The layers are read from nn.Module's dicts (``Attention._token_step``)."""
+        if positions is not None and positions.rotation is not None:
+            return None  # RoPE turns q and k between the product and the step: the module's own calls
+        modules = self._modules
+        projections = step_tensors(modules.get("qkv_proj"), modules["o_proj"])  # None: their own products
+        if projections is None:
+            return None
+        kv, k_sum = kv_state
+        return cpu_steps.linear_token(x, projections[0], kv, k_sum, projections[1])  # (1, 1, d) or None
 
     def extra_repr(self) -> str:
         return f"heads={self.n_heads}, head_dim={self.head_dim}, feature_map=elu+1"
