@@ -1,8 +1,8 @@
 """What an eager decode step gains from its layers' one-call steps: each family's model decoding
 with the attention's, cross-attention's and feed-forward's one-token C++ calls (``attention_token``,
-``cross_attention_token``, ``mlp_token``), the recurrent mixers' (``mamba_token``,
-``mamba2_token``, ``gdn_token``, ``linear_token``, the zoo-rwkv plugin's ``time_mix_token`` and ``channel_mix_token``:
-projections and step in one) and the one-row products' checks in C++
+``cross_attention_token``, ``mlp_token``), the recurrent mixers' (``mamba_token``, ``mamba2_token``,
+``gdn_token``, ``linear_token``, ``infini_token``, the zoo-rwkv plugin's ``time_mix_token`` and
+``channel_mix_token``: projections and step in one) and the one-row products' checks in C++
 (``row_product.eager_row_product``), against the same model with the modules' own calls (their
 ``_token_step``s declining, the products checked in Python as a compiled graph checks them), the
 two alternated in every round of one process. Both give the same tokens
@@ -27,6 +27,7 @@ from zoo.components import row_product as rows
 from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
 from zoo.components.gated_deltanet import GatedDeltaNet
+from zoo.components.infini_attention import InfiniAttention
 from zoo.components.linear_attention import LinearAttention
 from zoo.components.mamba import MambaMixer
 from zoo.components.mamba2 import Mamba2Mixer
@@ -52,7 +53,8 @@ def _plugin_mixers() -> list[type]:
 @contextmanager
 def modules_own_calls() -> Iterator[None]:
     """The modules' own calls: no one-call layer steps, the products' checks in Python."""
-    classes = [Attention, CrossAttention, MambaMixer, Mamba2Mixer, GatedDeltaNet, LinearAttention, *_plugin_mixers()]
+    classes = [Attention, CrossAttention, MambaMixer, Mamba2Mixer, GatedDeltaNet, LinearAttention, InfiniAttention]
+    classes += _plugin_mixers()
     saved = [cls._token_step for cls in classes], ffn._token_step, linear._one_row
     for cls in classes:
         cls._token_step = lambda *args: None  # type: ignore[method-assign,assignment]
@@ -78,7 +80,7 @@ def ms_per_step(case: fs.Case, ids: torch.Tensor, steps: int, own_calls: bool) -
 
 
 def main() -> None:
-    families = "gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m,mamba2-130m,gated-deltanet,linear"
+    families = "gpt2,qwen3-0.6b,t5-small,rwkv,mamba-130m,mamba2-130m,gated-deltanet,linear,infini"
     args, cases = fs.eager_cases(__doc__.splitlines()[0], families, rounds=10)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     times: dict[tuple[str, bool], list[float]] = {(case.family, own): [] for case in cases for own in (False, True)}

@@ -1,9 +1,9 @@
 """The recurrent mixers' one-call steps: Mamba's ``cpu_mamba_step.mamba_token`` and Mamba2's, Gated
-DeltaNet's and linear attention's ``cpu_steps.mamba2_token`` / ``gdn_token`` / ``linear_token``
-(input projections, the fused step and out_proj in one C++ call, the projections made by the
-one-row products' ``layer_row``) give the mixers' own calls bit for bit (logits and every state
-tensor), equal the full forward, take int8 and int4 projections, and decline (None, nothing
-written) what they do not compute."""
+DeltaNet's, linear and Infini-attention's ``cpu_steps.mamba2_token`` / ``gdn_token`` /
+``linear_token`` / ``infini_token`` (input projections, the fused step and out_proj in one C++
+call, the projections made by the one-row products' ``layer_row``) give the mixers' own calls bit
+for bit (logits and every state tensor), equal the full forward, take int8 and int4 projections,
+and decline (None, nothing written) what they do not compute."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
 from zoo.components import cpu_mamba_step, cpu_steps
 from zoo.components import row_product as rows
 from zoo.components.gated_deltanet import GatedDeltaNet
+from zoo.components.infini_attention import InfiniAttention
 from zoo.components.linear_attention import LinearAttention
 from zoo.components.mamba import MambaMixer
 from zoo.components.mamba2 import Mamba2Mixer
@@ -25,6 +26,7 @@ from zoo.quant import int8_rows
 from zoo.specs.model import ModelSpec
 
 LINEAR = {"kind": "linear", "n_heads": 4, "head_dim": 16}
+INFINI = {"kind": "infini", "n_heads": 4, "head_dim": 16, "segment": 3}  # the 9 test tokens span three segments
 GDN = {"kind": "gated_deltanet", "n_k_heads": 2, "n_v_heads": 4, "head_k_dim": 8, "head_v_dim": 8, "chunk_size": 4}
 # mixer -> (its class, the module and name of its one-call step)
 MIXERS = {
@@ -32,6 +34,7 @@ MIXERS = {
     "mamba2": (Mamba2Mixer, cpu_steps, "mamba2_token"),
     "gated_deltanet": (GatedDeltaNet, cpu_steps, "gdn_token"),
     "linear": (LinearAttention, cpu_steps, "linear_token"),
+    "infini": (InfiniAttention, cpu_steps, "infini_token"),
 }
 
 
@@ -48,14 +51,14 @@ def _spec(mixer: str) -> ModelSpec:
         return tiny_spec("mamba-130m")
     if mixer == "mamba2":
         return zoo.spec("mamba2-130m").override(SMALL_MAMBA2)
-    if mixer == "linear":  # gpt2's learned positions: q and k unrotated
-        return tiny_spec("gpt2").override({"attention": LINEAR, "ffn.hidden": 64})
+    if mixer in ("linear", "infini"):  # gpt2's learned positions: q and k unrotated
+        return tiny_spec("gpt2").override({"attention": LINEAR if mixer == "linear" else INFINI, "ffn.hidden": 64})
     return tiny_spec("qwen3-0.6b").override({"attention": GDN, "positional": {"kind": "none"}, "ffn.hidden": 64})
 
 
 def _model(mixer: str, dtype: torch.dtype) -> torch.nn.Module:
     """The tiny model with ``mixer``, in ``dtype``, its projections fused as ``zoo bench`` runs
-    them (linear attention's one call takes q, k and v as one product)."""
+    them (linear and Infini-attention's one calls take q, k and v as one product)."""
     model = zoo.build(_spec(mixer), seed=0).to(dtype).eval()
     zoo.fuse_projections(model)
     return model
@@ -205,6 +208,37 @@ def test_the_linear_attention_call_declines_what_it_does_not_compute_and_writes_
     separate = zoo.build(_spec("linear"), seed=0).eval()  # q, k and v not fused
     layer = next(m for m in separate.modules() if isinstance(m, LinearAttention))
     assert layer._token_step(x, None, [kv, z]) is None
+
+
+def test_the_infini_attention_call_declines_what_it_does_not_compute_and_writes_nothing():
+    """A ring of other heads or in another dtype, a slot past the valid-key mask, a memory in half
+    precision, q|k|v rows short: None, the ring and memory as they were; fitting, it writes them."""
+    model = _model("infini", torch.float32)
+    with torch.no_grad():
+        cache = KVCache(model, 1, 6)
+        prefill(model, torch.tensor([[3, 4]]), cache)
+    mixer = next(m for m in model.modules() if isinstance(m, InfiniAttention))
+    tensors = cache.layers[0]
+    before = {name: t.clone() for name, t in tensors.items()}
+    x = torch.randn(1, 1, 64)
+    qkv, out = (mixer.qkv_proj.weight, None, mixer.qkv_proj.bias), (mixer.o_proj.weight, None, None)
+    segment, time = (mixer.segment, mixer.delta), torch.tensor([2])  # the third token's slot
+
+    def call(state: dict[str, torch.Tensor], valid: torch.Tensor | None = None, rows: object = qkv) -> object:
+        return cpu_steps.infini_token(x, rows, state, mixer.gate, valid, time, segment, out)  # type: ignore[arg-type]
+
+    with torch.no_grad():  # with gradients on, every call declines
+        declined = [
+            call({**tensors, "k": tensors["k"][:, :2].contiguous()}),
+            call({**tensors, "v": tensors["v"].half()}),
+            call({**tensors, "mem": tensors["mem"].half()}),
+            call(tensors, valid=torch.ones(1, 2, dtype=torch.bool)),  # slot 2 past the mask's 2 slots
+            call(tensors, rows=(qkv[0][:-1], None, None)),
+        ]
+        assert declined == [None] * len(declined)
+        assert all(torch.equal(tensors[name], before[name]) for name in tensors)
+        assert call(tensors) is not None
+        assert not torch.equal(tensors["k"], before["k"])
 
 
 def test_an_int8_mambas_fused_step_continues_its_full_forward(monkeypatch):

@@ -42,6 +42,13 @@ def _infini_step() -> tuple[object, ...]:
     return q, k, v, ring_k, ring_v, _r(B, H, P, P).abs(), _r(B, H, P).abs(), _r(H), no_padding, time, 4, True, 1e-6
 
 
+def _infini_token() -> tuple[object, ...]:
+    x, qkv = _r(1, 1, 32), _r(3 * H * P, 32)  # x and the fused q|k|v layer
+    valid, time = torch.ones(1, 12, dtype=torch.bool), torch.tensor([7])  # cache slots, the token's
+    state = _r(1, H, 4, P), _r(1, H, 4, P), _r(1, H, P, P).abs(), _r(1, H, P).abs(), _r(H), valid, time
+    return x, qkv, None, None, *state, 4, False, 1e-6, _r(24, H * P), None, None, True
+
+
 def _mamba_step() -> tuple[object, ...]:
     inner, rank = 16, 3  # d_inner, dt_rank
     xz, taps, bias, window = _r(B, 2 * inner), _r(inner, K), _r(inner), _r(B, inner, K)
@@ -119,6 +126,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_mamba_step_mamba_token": _mamba_token,
     "zoo::cpu_steps_mamba2_token": _mamba2_token,
     "zoo::cpu_steps_gdn_token": _gdn_token,
+    "zoo::cpu_steps_infini_token": _infini_token,
     "zoo::cpu_steps_linear_token": lambda: (
         *(_r(1, 1, 32), _r(3 * H * P, 32), None, _r(3 * H * P)),  # x, the fused q|k|v layer
         *(_r(1, H, P, P), _r(1, H, P), 1e-6, _r(24, H * P), None, None, True),  # state, o_proj

@@ -6,8 +6,9 @@ reshapes, the convolution window's concatenation and copy, exponentials, norms, 
 each a dispatch of microseconds over a few kilobytes. Here everything between
 the input and the output projections is one call (``cpu_steps_source``): the state is read
 and written once in place and nothing is materialised but the output. An eager batch-1 step of
-Mamba2, Gated DeltaNet or linear attention takes its projections into that call too
-(``mamba2_token``, ``gdn_token``, ``linear_token``: the one-row products' kernels, the same bits);
+Mamba2, Gated DeltaNet, linear or Infini-attention takes its projections into that call too
+(``mamba2_token``, ``gdn_token``, ``linear_token``, ``infini_token``: the one-row products'
+kernels, the same bits);
 elsewhere the projections are the layers' own calls.
 
 Each function is a custom op (``cpu_ops``: ``torch.ops.zoo.cpu_steps_mamba2_step`` and so
@@ -78,6 +79,14 @@ EXTENSION = CppExtension(
             "linear_token",
             "(Tensor x, Tensor qkv_weight, Tensor? qkv_scales, Tensor? qkv_bias, Tensor(a!) kv, Tensor(b!) z, "
             "float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) -> Tensor",
+            lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
+        ),
+        CppFunction(
+            "infini_token",
+            "(Tensor x, Tensor qkv_weight, Tensor? qkv_scales, Tensor? qkv_bias, Tensor(a!) ring_k, "
+            "Tensor(b!) ring_v, Tensor(c!) mem, Tensor(d!) z, Tensor gate, Tensor key_valid, Tensor time, "
+            "int segment, bool delta, float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, "
+            "bool past_cache) -> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
@@ -212,11 +221,41 @@ def infini_step(
     """Infini-attention for one token at the cache slot ``time`` (1,) int64 (read by the kernel:
     no host sync, and a graph keeps it a tensor): q, k, v (B, H, 1, D) -> the gated mix of memory
     read and local softmax (B, H, 1, D); the ring, ``mem`` and ``z`` in place."""
-    valid = torch.empty(0, dtype=torch.bool) if key_valid is None else key_valid.contiguous()
-    ring = (tensors[name] for name in ("k", "v", "mem", "z"))
-    slot = time.to(torch.int64).contiguous()  # (1,)
     step = EXTENSION.op("infini_step")
-    return step(q.squeeze(2), k.squeeze(2), v.squeeze(2), *ring, gate, valid, slot, segment, delta, EPS).unsqueeze(2)
+    ring = _infini_ring(tensors, gate, key_valid, time)
+    return step(q.squeeze(2), k.squeeze(2), v.squeeze(2), *ring, segment, delta, EPS).unsqueeze(2)
+
+
+def infini_token(
+    x: torch.Tensor,
+    qkv_proj: StepTensors,
+    tensors: dict[str, torch.Tensor],
+    gate: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    time: torch.Tensor,
+    segment_and_delta: tuple[int, bool],
+    out_proj: StepTensors,
+) -> torch.Tensor | None:
+    """One token x (1, 1, C) through Infini-attention's fused q|k|v product, ``infini_step``
+    (its arguments as that takes them; the ring, ``mem`` and ``z`` in place) and o_proj in one
+    C++ call, each projection as its layer's ``step_tensors`` give it (the one-row products'
+    ``layer_row``: the module's bits) -> (1, 1, C_out); None where the call does not compute it
+    (nothing written then). Eager calls only."""
+    if not cpu_token_ops.token_calls_run():
+        return None
+    ring = _infini_ring(tensors, gate, key_valid, time)
+    call = EXTENSION.op("infini_token")
+    return call(x, *qkv_proj, *ring, *segment_and_delta, EPS, *out_proj, row_product.PastCache.on)
+
+
+def _infini_ring(
+    tensors: dict[str, torch.Tensor], gate: torch.Tensor, key_valid: torch.Tensor | None, time: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """Infini-attention's cache tensors, gate, valid slots (empty: none) and cache slot (1,) int64
+    as its C++ step takes them."""
+    valid = torch.empty(0, dtype=torch.bool) if key_valid is None else key_valid.contiguous()
+    slot = time.to(torch.int64).contiguous()  # (1,)
+    return (*(tensors[name] for name in ("k", "v", "mem", "z")), gate, valid, slot)
 
 
 def mamba2_token(

@@ -271,13 +271,13 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
     + INFINI
 )
 
-# Mamba2's, Gated DeltaNet's and linear attention's whole mixer for one token: their input projections,
+# Mamba2's, Gated DeltaNet's, linear and Infini-attention's whole mixer for one token: their input projections,
 # step and output projection in one call, the projections made by the one-row products' extension
 # (after its ``row_product.PROJECTIONS``: ``layer_fits``, ``projection_row``), so the same bits as the
 # mixer's own calls; an undefined tensor (None in Python), with nothing written, where x is not one
 # token or a projection is not one the layer steps take. The window and the state are the
-# mixer's to check (``cpu_steps.conv_step_ready``), as for the steps above (linear_token checks its
-# state's shapes too); conv_w is the Conv1d's (C, 1, K).
+# mixer's to check (``cpu_steps.conv_step_ready``), as for the steps above (linear_token and
+# infini_token check their state's shapes and dtypes too); conv_w is the Conv1d's (C, 1, K).
 TOKEN_STEPS = r"""
 // Mamba2: x (1, 1, C) -> in_proj [z, xBC, dt] (H P + C_conv + H rows) -> mamba2_step -> out_proj -> (1, 1, C_out).
 at::Tensor mamba2_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales, MaybeTensor in_bias,
@@ -323,23 +323,66 @@ at::Tensor gdn_token(at::Tensor x, at::Tensor qkvz_weight, MaybeTensor qkvz_scal
   return projection_row(out_weight, out_scales, out.view({1, 1, H * dv}), out_bias, past_cache);  // (1, 1, C_out)
 }
 
+// A kernel-attention state S (1, H, D, D) and z (1, H, D), float32 and contiguous (linear and Infini-attention's).
+static bool feature_state_fits(const at::Tensor& S, const at::Tensor& z) {
+  const auto plain = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous(); };
+  return S.dim() == 4 && S.size(0) == 1 && S.size(2) == S.size(3) && z.dim() == 3 && z.size(0) == 1 &&
+         z.size(1) == S.size(1) && z.size(2) == S.size(2) && plain(S) && plain(z);
+}
+
+// A fused q|k|v layer of 3 * inner rows over x's width, one the layer steps take (layer_fits).
+static bool qkv_fits(const at::Tensor& x, const at::Tensor& weight, const MaybeTensor& scales,
+                     const MaybeTensor& bias, int64_t inner) {
+  return layer_fits(weight, scales, bias, x.size(2), x.scalar_type()) && weight.size(0) == 3 * inner;
+}
+
+// Part i of the fused q|k|v product's row (1, 3 H D): q, k or v as (1, H, D), a view.
+static at::Tensor qkv_part(const at::Tensor& qkv, int64_t i, int64_t H, int64_t D) {
+  return qkv.narrow(1, i * H * D, H * D).view({1, H, D});
+}
+
 // Linear attention: x (1, 1, C) -> qkv_proj [q | k | v] (3 H D rows: fused, zoo.fuse_projections) -> linear_step
 // -> o_proj -> (1, 1, C_out); kv (1, H, D, D) and z (1, H, D) float32, contiguous.
 at::Tensor linear_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_scales, MaybeTensor qkv_bias,
                         at::Tensor kv, at::Tensor z, double eps, at::Tensor out_weight, MaybeTensor out_scales,
                         MaybeTensor out_bias, bool past_cache) {
-  const auto dtype = x.scalar_type();
-  const auto state_fits = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat && t.is_contiguous(); };
-  if (!one_token(x) || kv.dim() != 4 || kv.size(0) != 1 || kv.size(2) != kv.size(3) || z.dim() != 3 ||
-      z.size(0) != 1 || z.size(1) != kv.size(1) || z.size(2) != kv.size(2) || !state_fits(kv) || !state_fits(z))
+  if (!one_token(x) || !feature_state_fits(kv, z)) return {};
+  const int64_t H = kv.size(1), D = kv.size(2);
+  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) || !layer_fits(out_weight, out_scales, out_bias, H * D,
+                                                                           x.scalar_type()))
     return {};
-  const int64_t C = x.size(2), H = kv.size(1), D = kv.size(2), inner = H * D;
-  if (!layer_fits(qkv_weight, qkv_scales, qkv_bias, C, dtype) || qkv_weight.size(0) != 3 * inner ||
-      !layer_fits(out_weight, out_scales, out_bias, inner, dtype))
+  const auto qkv = projection_row(qkv_weight, qkv_scales, x.view({1, x.size(2)}), qkv_bias, past_cache);
+  auto y = linear_step(qkv_part(qkv, 0, H, D), qkv_part(qkv, 1, H, D), qkv_part(qkv, 2, H, D), kv, z, eps);
+  return projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
+}
+
+// Infini-attention: x (1, 1, C) -> qkv_proj [q | k | v] (fused) -> infini_step at cache slot time[0] -> o_proj ->
+// (1, 1, C_out); ring_k, ring_v (1, H, R, D) float32 or x's dtype; mem (1, H, D, D), z (1, H, D) float32; key_valid
+// (1, max_len) bool or empty.
+at::Tensor infini_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_scales, MaybeTensor qkv_bias,
+                        at::Tensor ring_k, at::Tensor ring_v, at::Tensor mem, at::Tensor z, at::Tensor gate,
+                        at::Tensor key_valid, at::Tensor time, int64_t segment, bool delta, double eps,
+                        at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias, bool past_cache) {
+  if (!one_token(x) || !feature_state_fits(mem, z)) return {};
+  const int64_t H = mem.size(1), D = mem.size(2);
+  const auto ring_fits = [&](const at::Tensor& r) {
+    return r.dim() == 4 && r.size(0) == 1 && r.size(1) == H && r.size(2) >= 1 && r.size(3) == D &&
+           r.is_contiguous() && r.scalar_type() == ring_k.scalar_type() &&
+           (r.scalar_type() == at::kFloat || r.scalar_type() == x.scalar_type());
+  };
+  if (!ring_fits(ring_k) || !ring_fits(ring_v) || ring_v.size(2) != ring_k.size(2) || gate.numel() != H ||
+      time.numel() != 1 || time.scalar_type() != at::kLong || segment < 1)
     return {};
-  auto qkv = projection_row(qkv_weight, qkv_scales, x.view({1, C}), qkv_bias, past_cache);  // (1, 3 H D)
-  const auto part = [&](int64_t i) { return qkv.narrow(1, i * inner, inner).view({1, H, D}); };  // q, k, v
-  auto y = linear_step(part(0), part(1), part(2), kv, z, eps);  // (1, H, D) in x's dtype
-  return projection_row(out_weight, out_scales, y.view({1, 1, inner}), out_bias, past_cache);  // (1, 1, C_out)
+  const int64_t t0 = time.data_ptr<int64_t>()[0];
+  if (t0 < 0 || (key_valid.numel() && (key_valid.dim() != 2 || key_valid.size(0) != 1 || !key_valid.is_contiguous() ||
+                                       key_valid.scalar_type() != at::kBool || t0 >= key_valid.size(1))))
+    return {};
+  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) || !layer_fits(out_weight, out_scales, out_bias, H * D,
+                                                                           x.scalar_type()))
+    return {};
+  const auto qkv = projection_row(qkv_weight, qkv_scales, x.view({1, x.size(2)}), qkv_bias, past_cache);
+  auto y = infini_step(qkv_part(qkv, 0, H, D), qkv_part(qkv, 1, H, D), qkv_part(qkv, 2, H, D), ring_k, ring_v, mem, z,
+                       gate, key_valid, time, segment, delta, eps);  // (1, H, D) in x's dtype
+  return projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
 }
 """

@@ -34,6 +34,7 @@ from torch import nn
 from zoo.components import cpu_steps
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
 from zoo.components.kernels import KernelChoice
+from zoo.components.linear import step_tensors
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -119,13 +120,17 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
         """x (B, T, d) -> (B, T, d); with a state, M and z are updated and the ring written
         in place. Tokens marked False in ``token_valid`` (left padding) write nothing."""
         B, T, _ = x.shape
-        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         if T == 1 and state is not None and self._step_ready(x, state):
             valid_slots = None if state.key_valid is None else state.key_valid.to(torch.bool)
+            out = self._token_step(x, positions, state, valid_slots) if B == 1 else None
+            if out is not None:
+                return out  # (1, 1, d): the q|k|v product, the step and o_proj in one C++ call
+            q, k, v = self.project(x, positions)  # (B, H, 1, D) each
             y = cpu_steps.infini_step(
                 q, k, v, state.tensors, self.gate, valid_slots, state.time, self.segment, self.delta
             )
             return self.output(y, x.dtype)  # (B, T, d); the ring, M and z updated in place
+        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         pos, valid = self._token_positions(B, T, x.device, positions, state)  # (B, T) each
         ext_k, ext_v, ext_pos, ext_valid = self._extend(k, v, pos, valid, state)  # ring + new, along time
         local = self._local(q.float(), ext_k.float(), ext_v.float(), pos, ext_pos, ext_valid)  # (B, H, T, D)
@@ -138,6 +143,22 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
         g = torch.sigmoid(self.gate.float())[None, :, None, None]  # (1, H, 1, 1)
         y = g * read + (1.0 - g) * local  # (B, H, T, D)
         return self.output(y, x.dtype)
+
+    def _token_step(
+        self, x: torch.Tensor, positions: Positions | None, state: LayerState, valid_slots: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.infini_token`` where q, k and v are fused
+        (``zoo.fuse_projections``), not rotated, and the q|k|v and output layers give their
+        tensors (``RowStackable.step_tensors``), else None (``LinearAttention._token_step``)."""
+        if positions is not None and positions.rotation is not None:
+            return None  # RoPE turns q and k between the product and the step: the module's own calls
+        modules = self._modules
+        projections = step_tensors(modules.get("qkv_proj"), modules["o_proj"])  # None: their own products
+        if projections is None:
+            return None
+        qkv, out = projections
+        segment = (self.segment, self.delta)
+        return cpu_steps.infini_token(x, qkv, state.tensors, self.gate, valid_slots, state.time, segment, out)
 
     def _token_positions(
         self, B: int, T: int, device: torch.device, positions: Positions | None, state: LayerState | None
