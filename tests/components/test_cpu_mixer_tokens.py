@@ -21,7 +21,7 @@ from zoo.components.linear_attention import LinearAttention
 from zoo.components.mamba import MambaMixer
 from zoo.components.mamba2 import Mamba2Mixer
 from zoo.model.cache import KVCache
-from zoo.model.generation import prefill
+from zoo.model.generation import decode_step, prefill
 from zoo.quant import int8_rows
 from zoo.specs.model import ModelSpec
 
@@ -180,10 +180,11 @@ def test_the_state_space_calls_decline_projections_of_other_rows():
             assert all(torch.equal(state[name], before[name]) for name in state), mixer_kind
 
 
-def test_the_linear_attention_call_declines_what_it_does_not_compute_and_writes_nothing():
+def test_the_linear_attention_call_declines_what_it_does_not_compute_and_writes_nothing(monkeypatch):
     """q|k|v rows short of 3 H D, an output layer of another width, a state of other heads or in
     half precision: None, the state as it was; the same call fitting writes it. Separate q, k and
-    v layers (projections not fused) run their own calls."""
+    v layers (projections not fused) and a rotated layer (RoPE turns q and k between the product
+    and the step) run their own calls, a rotated step equal to its full forward."""
     model = _model("linear", torch.float32)
     with torch.no_grad():
         cache = KVCache(model, 1, 4)
@@ -208,6 +209,16 @@ def test_the_linear_attention_call_declines_what_it_does_not_compute_and_writes_
     separate = zoo.build(_spec("linear"), seed=0).eval()  # q, k and v not fused
     layer = next(m for m in separate.modules() if isinstance(m, LinearAttention))
     assert layer._token_step(x, None, [kv, z]) is None
+    rotated = zoo.build(_spec("linear").override({"positional": {"kind": "rope"}}), seed=0).eval()
+    zoo.fuse_projections(rotated)
+    calls, call = [], cpu_steps.linear_token
+    monkeypatch.setattr(cpu_steps, "linear_token", lambda *args: calls.append(args) or call(*args))
+    with torch.no_grad():
+        cache = KVCache(rotated, 1, 8)
+        prefill(rotated, torch.tensor([[1, 2, 3]]), cache)
+        step, full = decode_step(rotated, torch.tensor([[4]]), cache), rotated(torch.tensor([[1, 2, 3, 4]]))
+    assert calls == []
+    torch.testing.assert_close(step, full[:, -1], atol=1e-5, rtol=0)
 
 
 def test_the_infini_attention_call_declines_what_it_does_not_compute_and_writes_nothing():

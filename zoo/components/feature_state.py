@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 
 from zoo.components import fused
-from zoo.components.linear import Linear
+from zoo.components.linear import Linear, StepTensors, step_tensors
 from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
 from zoo.specs.options import Options
 from zoo.specs.state import LayerState
@@ -105,6 +105,17 @@ class FeatureStateMixer(TokenMixer):
         if positions is not None:
             q, k = positions.rotate(q, k)
         return q, k, v
+
+    def token_projections(self, positions: Positions | None) -> list[StepTensors] | None:
+        """The fused q|k|v layer's and o_proj's ``RowStackable.step_tensors`` for a one-call
+        token step (``cpu_steps.linear_token``, ``infini_token``), or None: q and k rotated (RoPE
+        turns them between the product and the step), q, k and v separate layers (not fused by
+        ``zoo.fuse_projections``) or a layer that makes its product its own. The layers are read
+        from nn.Module's dicts (``Attention._token_step``)."""
+        if positions is not None and positions.rotation is not None:
+            return None
+        modules = self._modules
+        return step_tensors(modules.get("qkv_proj"), modules["o_proj"])
 
     def load_state(
         self, state: LayerState | None, names: tuple[str, str], batch_size: int, device: torch.device

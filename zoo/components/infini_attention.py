@@ -34,7 +34,6 @@ from torch import nn
 from zoo.components import cpu_steps
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
 from zoo.components.kernels import KernelChoice
-from zoo.components.linear import step_tensors
 from zoo.specs.hookspecs import hookimpl
 from zoo.specs.interfaces import BuildContext, Positions
 from zoo.specs.state import LayerState, StateTensor
@@ -147,13 +146,9 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
     def _token_step(
         self, x: torch.Tensor, positions: Positions | None, state: LayerState, valid_slots: torch.Tensor | None
     ) -> torch.Tensor | None:
-        """One token (1, 1, d) through ``cpu_steps.infini_token`` where q, k and v are fused
-        (``zoo.fuse_projections``), not rotated, and the q|k|v and output layers give their
-        tensors (``RowStackable.step_tensors``), else None (``LinearAttention._token_step``)."""
-        if positions is not None and positions.rotation is not None:
-            return None  # RoPE turns q and k between the product and the step: the module's own calls
-        modules = self._modules
-        projections = step_tensors(modules.get("qkv_proj"), modules["o_proj"])  # None: their own products
+        """One token (1, 1, d) through ``cpu_steps.infini_token`` where the layers take it
+        (``token_projections``), else None: the module's own calls."""
+        projections = self.token_projections(positions)
         if projections is None:
             return None
         qkv, out = projections
