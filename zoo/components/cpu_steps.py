@@ -8,8 +8,7 @@ the input and the output projections is one call (``cpu_steps_source``): the sta
 and written once in place and nothing is materialised but the output. An eager batch-1 step of
 Mamba2, Gated DeltaNet, linear or Infini-attention takes its projections into that call too
 (``mamba2_token``, ``gdn_token``, ``linear_token``, ``infini_token``: the one-row products'
-kernels, the same bits);
-elsewhere the projections are the layers' own calls.
+kernels, the same bits); elsewhere the projections are the layers' own calls.
 
 Each function is a custom op (``cpu_ops``: ``torch.ops.zoo.cpu_steps_mamba2_step`` and so
 on, the state tensors declared as written in place), so a compiled decode step calls the same

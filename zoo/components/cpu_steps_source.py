@@ -271,10 +271,10 @@ at::Tensor linear_step(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor kv, 
     + INFINI
 )
 
-# Mamba2's, Gated DeltaNet's, linear and Infini-attention's whole mixer for one token: their input projections,
-# step and output projection in one call, the projections made by the one-row products' extension
-# (after its ``row_product.PROJECTIONS``: ``layer_fits``, ``projection_row``), so the same bits as the
-# mixer's own calls; an undefined tensor (None in Python), with nothing written, where x is not one
+# Mamba2's, Gated DeltaNet's, linear and Infini-attention's whole mixer for one token: their input
+# projections, step and output projection in one call, the projections made by the one-row products'
+# extension (after its ``row_product.PROJECTIONS``: ``layer_fits``, ``projection_row``), so the same
+# bits as the mixer's own calls; an undefined tensor (None in Python), with nothing written, where x is not one
 # token or a projection is not one the layer steps take. The window and the state are the
 # mixer's to check (``cpu_steps.conv_step_ready``), as for the steps above (linear_token and
 # infini_token check their state's shapes and dtypes too); conv_w is the Conv1d's (C, 1, K).
