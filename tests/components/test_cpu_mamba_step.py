@@ -26,20 +26,24 @@ CASES = {  # case -> mamba options beyond the tiny defaults
     "no-conv-bias-with-proj-bias": {"conv_bias": False, "bias": True, "d_conv": 3},
     # Mamba-130m's dt rank, and a state wider than a register: the vector loops and their tails
     "wide": {"d_state": 24, "dt_rank": 48},
+    # 40 channels: two whole blocks of 16 (a register of state a row) and a last block of 8; a dt row of 7
+    "ragged": {"d_state": 16, "dt_rank": 7, "expand": 1, "d_model": 40},
 }
 
 
 def _spec(case: str, state_dtype: str = "float32") -> ModelSpec:
+    options = dict(CASES[case])
+    d_model = options.pop("d_model", 32)
     return ModelSpec.model_validate(
         {
             "name": f"mamba-step-{case}",
             "vocab_size": VOCAB,
-            "d_model": 32,
+            "d_model": d_model,
             "n_layers": 2,
             "max_seq_len": 32,
             "norm": {"kind": "rmsnorm"},
             "positional": {"kind": "none"},
-            "attention": {"kind": "mamba", "d_state": 8, "dt_rank": 4, **CASES[case]},
+            "attention": {"kind": "mamba", "d_state": 8, "dt_rank": 4, **options},
             "ffn": {"kind": "swiglu", "hidden": 24},
             "block": {"kind": "pre_norm"},
             "state_dtype": state_dtype,
@@ -172,7 +176,7 @@ def test_a_half_precision_state_runs_the_reference_step(kernel_calls: list[int])
     assert not kernel_calls
 
 
-@pytest.mark.parametrize("case", ["mamba", "wide"])
+@pytest.mark.parametrize("case", ["mamba", "wide", "ragged"])
 @pytest.mark.parametrize("cache_dtype", [torch.float32, None])
 def test_a_bfloat16_model_runs_the_fused_step(case: str, cache_dtype: torch.dtype | None, kernel_calls: list[int]):
     """bfloat16 weights (x_proj and dt_proj read in bfloat16 inside the kernel), the state in
@@ -246,3 +250,30 @@ def test_half_precision_inputs_and_parameters_are_widened_inside():
     assert outputs[0][0].dtype == torch.bfloat16  # rounded once, for out_proj
     for fast, widened in zip(*outputs, strict=True):
         torch.testing.assert_close(fast, widened.to(fast.dtype), atol=0, rtol=0)
+
+
+def test_the_step_gives_the_same_bits_whatever_the_thread_count():
+    """Threads take whole blocks of 16 channels, whose sums (dt rows, C . h) are made together:
+    one thread or two, the output and the state are the same bits (a block split between threads
+    would have summed its channels another way). 200 channels: twelve whole blocks and one of 8."""
+    g = torch.Generator().manual_seed(9)
+    D, N, K, R = 200, 16, 4, 13
+    conv = torch.nn.Conv1d(D, D, K, groups=D)
+    xz, x_proj = torch.randn(1, 2 * D, generator=g), 0.1 * torch.randn(R + 2 * N, D, generator=g)
+    dt_proj = (0.3 * torch.randn(D, R, generator=g), torch.randn(D, generator=g) - 2)
+    params = (torch.log(1 + 15 * torch.rand(D, N, generator=g)), torch.randn(D, generator=g))  # A_log, D
+    outputs = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            state = {"conv": torch.zeros(1, D, K), "ssm": torch.zeros(1, D, N)}
+            with torch.no_grad():
+                ys = [
+                    cpu_mamba_step.mamba_step(xz * t, conv, (x_proj, None), dt_proj, params, state, None)
+                    for t in (1, -2, 3)
+                ]
+            outputs.append((torch.stack(ys), state["ssm"]))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outputs[0][0], outputs[1][0]) and torch.equal(outputs[0][1], outputs[1][1])
