@@ -43,7 +43,10 @@ def _eager_cpu(x: torch.Tensor, *others: torch.Tensor) -> bool:
     whichever of its tensors want gradients), not being compiled, the switch not off and the
     extension built."""
     dtype = x.dtype
-    return not any(other.dtype != dtype for other in others) and not torch.is_grad_enabled() and _plain_cpu(x)
+    for other in others:  # a loop, not any(...): its generator was a third of a norm's check (0.6 of 1.6 µs)
+        if other.dtype != dtype:
+            return False
+    return not torch.is_grad_enabled() and _plain_cpu(x)
 
 
 def _plain_cpu(x: torch.Tensor) -> bool:
