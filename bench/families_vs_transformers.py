@@ -4,17 +4,26 @@ gpt2, mamba-130m and mamba2-130m (causal LMs: prefill, then greedy decode steps 
 library's own cache), bert-base-uncased (an encoder pass) and t5-small (the encoder pass plus
 the decoder's start token, then decode steps over self and cross caches). Each model is built
 by zoo at its real width and ``--layers`` deep with seed 0, written with
-``zoo.save_pretrained`` and read back by ``zoo.from_pretrained`` and by the transformers class
-its config names, so both libraries run one checkpoint. Rounds alternate the libraries (the
+``zoo.save_pretrained`` and read back by ``zoo.from_pretrained`` (its projections then fused,
+``zoo.fuse_projections``, as ``zoo bench`` runs a model) and by the transformers class its
+config names, so both libraries run one checkpoint. Rounds alternate the libraries (the
 order flips each round, so neither always runs on a warmer cache); tokens/s are medians over
 rounds and the ratio is the median of the per-round ratios zoo / transformers, so machine
 noise falls on both sides of a ratio alike. "same tokens": both libraries' greedy tokens
-agree over the whole timed run. "zoo impl": the mixer implementations zoo ran
+agree over the whole timed run (else how many agree before the first that does not: in
+bfloat16 the two libraries round differently). "zoo impl": the mixer implementations zoo ran
 (``--impl``, ``zoo.components.kernels``); transformers runs its own CPU path (for Mamba
-without mamba-ssm, its sequential reference).
+without mamba-ssm, its reference state update).
+
+A decode row also says how fast it could be: the read bandwidth is sampled each round
+(``host_probe.stream_bytes_per_s``, as ``zoo bench`` samples it), and "zoo of roofline" is
+zoo's decode against the bytes one step moves (``decode_bytes_per_step``) at that round's
+bandwidth, "bound" the ratio zoo would reach decoding at the round's bandwidth: a target
+ratio above it is one this host cannot give, whatever zoo's kernels do.
 
     python bench/families_vs_transformers.py                    # 2 layers, 1 thread, 5 rounds
     python bench/families_vs_transformers.py --layers 4 --threads 2 --write
+    python bench/families_vs_transformers.py --layers 0 --dtype bfloat16 --threads 2  # own depths
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from pathlib import Path
 import torch
 
 import zoo
+from zoo.analysis.counts import decode_bytes_per_step
+from zoo.analysis.host_probe import probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components.kernels import implementations, preferring
 from zoo.files.atomic import write_text_atomic
 from zoo.harness.run import host_paths
@@ -47,7 +58,7 @@ FAMILIES = {  # name -> (preset, kind)
     "bert": ("bert-base-uncased", "encoder"),
     "t5": ("t5-small", "seq2seq"),
 }
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "perf-families-vs-transformers.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results"  # --write: perf-families-vs-transformers-<dtype>.md
 
 # a runner: prompt ids (B, T), decode steps -> (first-phase seconds, decode seconds, tokens (B, n) or None)
 Runner = Callable[[torch.Tensor, int], tuple[float, float, torch.Tensor | None]]
@@ -58,7 +69,8 @@ class Sides:
     """Per-round seconds of each phase, for zoo and transformers."""
 
     seconds: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (side, phase) -> per round
-    agree: bool = True
+    bandwidths: list[float] = field(default_factory=list)  # the read bandwidth sampled in each round, B/s
+    agreeing: int | None = None  # greedy tokens that agree before the first that does not; None: all agree
 
     def add(self, side: str, phase: str, value: float) -> None:
         self.seconds.setdefault((side, phase), []).append(value)
@@ -128,30 +140,34 @@ def _timed(call: Callable[[], object]) -> float:
 
 # ---- one family ---------------------------------------------------------------------------------
 def checkpoint(family: str, layers: int, root: Path) -> Path:
-    """Random weights at the family's real width, ``layers`` deep (its encoder too), saved once."""
+    """Random weights at the family's real width, ``layers`` deep (its encoder too; 0: the
+    preset's own depth), saved once."""
     preset, kind = FAMILIES[family]
-    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if kind == "seq2seq" else {})}
+    depth = {"n_layers": layers, **({"encoder.n_layers": layers} if kind == "seq2seq" else {})} if layers else {}
     model = zoo.build(zoo.spec(preset).override(depth), dtype="float32", seed=0)
     out = root / family
     zoo.save_pretrained(model, out)
     return out
 
 
-def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides, str]:
+def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides, ZooModel]:
     import transformers
 
     kind = FAMILIES[family][1]
     with preferring(args.impl):
-        ours = zoo.from_pretrained(str(folder), progress=False).eval()
+        ours = zoo.from_pretrained(str(folder), dtype=args.dtype, progress=False).eval()
+    zoo.fuse_projections(ours)  # q|k|v and gate|up as one product each, as `zoo bench` runs them
     config = transformers.AutoConfig.from_pretrained(folder)
-    theirs = getattr(transformers, config.architectures[0]).from_pretrained(folder).eval()
+    dtype = getattr(torch, args.dtype)
+    theirs = getattr(transformers, config.architectures[0]).from_pretrained(folder, dtype=dtype).eval()
     ids = torch.randint(1, ours.spec.vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
     runners = {"zoo": zoo_runner(ours, kind, args.batch, args.prompt, args.decode), "hf": hf_runner(theirs, kind)}
-    sides = Sides()
+    sides, buffer = Sides(), probe_buffer(probe_bytes())  # (R, 4096) float32: the rounds' roofline probe
     with torch.inference_mode(), host_paths(torch.device("cpu"), ours):  # zoo's product paths as a run here takes them
         for run in runners.values():  # warm-up: allocator, kernels, the C++ extensions' first load
             run(ids, 2)
         for round_index in range(args.rounds):
+            sides.bandwidths.append(stream_bytes_per_s(buffer))  # this round's load, as `zoo bench` samples it
             order = ("zoo", "hf") if round_index % 2 == 0 else ("hf", "zoo")
             tokens = {}
             for side in order:
@@ -159,8 +175,16 @@ def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides,
                 sides.add(side, "first", first_s)
                 sides.add(side, "decode", decode_s)
             if tokens["zoo"] is not None:
-                sides.agree = sides.agree and torch.equal(tokens["zoo"], tokens["hf"])
-    return sides, implementations(ours) or "-"
+                sides.agreeing = _agreeing(tokens["zoo"], tokens["hf"], sides.agreeing)
+    return sides, ours
+
+
+def _agreeing(ours: torch.Tensor, theirs: torch.Tensor, before: int | None) -> int | None:
+    """Tokens (B, n) that agree before the first column that does not, the fewer of that and
+    ``before``; None where every column agrees and ``before`` is None."""
+    differ = (ours != theirs).any(0).nonzero()  # (k, 1): the columns where a sequence differs
+    first = int(differ[0, 0]) if len(differ) else None
+    return first if before is None else before if first is None else min(first, before)
 
 
 # ---- the table ----------------------------------------------------------------------------------
@@ -171,32 +195,49 @@ PHASES = {  # kind -> [(phase, row label, tokens per timed phase)]
 }
 
 
-def rows(family: str, sides: Sides, impl: str, args: argparse.Namespace) -> list[str]:
+def rows(family: str, sides: Sides, ours: ZooModel, args: argparse.Namespace) -> list[str]:
     kind = FAMILIES[family][1]
+    impl = implementations(ours) or "-"
+    same = "-" if kind == "encoder" else "yes" if sides.agreeing is None else f"first {sides.agreeing}"
     out = []
     for phase, label, count in PHASES[kind]:
         tokens = args.batch * (args.prompt if count == "prompt" else args.decode)
         zoo_s, hf_s = sides.seconds[("zoo", phase)], sides.seconds[("hf", phase)]
         ratio = statistics.median(h / z for z, h in zip(zoo_s, hf_s))
-        same = "yes" if sides.agree else "no"
+        fraction, bound = _against_roofline(ours, kind, sides, args) if phase == "decode" else ("-", "-")
         out.append(
             f"| {FAMILIES[family][0]} | {label} | {tokens / statistics.median(zoo_s):,.1f} | "
-            f"{tokens / statistics.median(hf_s):,.1f} | {ratio:.2f}x | {impl} | {same if kind != 'encoder' else '-'} |"
+            f"{tokens / statistics.median(hf_s):,.1f} | {ratio:.2f}x | {fraction} | {bound} | {impl} | {same} |"
         )
     return out
+
+
+def _against_roofline(ours: ZooModel, kind: str, sides: Sides, args: argparse.Namespace) -> tuple[str, str]:
+    """Zoo's decode as a fraction of each round's read bandwidth, and the ratio to transformers
+    a step reading its bytes at that bandwidth would give (medians over rounds)."""
+    context, memory = (1, args.prompt) if kind == "seq2seq" else (args.prompt, 0)
+    nbytes = decode_bytes_per_step(ours.spec, args.batch, context + args.decode // 2, args.dtype, memory_len=memory)
+    zoo_s, hf_s = sides.seconds[("zoo", "decode")], sides.seconds[("hf", "decode")]
+    ideal = [nbytes * args.decode / b for b in sides.bandwidths]  # seconds of the round's decode at the roofline
+    fraction = statistics.median(i / z for i, z in zip(ideal, zoo_s, strict=True))
+    bound = statistics.median(h / i for h, i in zip(hf_s, ideal, strict=True))
+    return f"{fraction:.0%}", f"{bound:.2f}x"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated, of {', '.join(FAMILIES)}")
-    p.add_argument("--layers", type=int, default=2, help="layers of each model (real width; t5's encoder too)")
+    p.add_argument("--layers", type=int, default=2, help="layers of each model (real width; t5's encoder too); 0: own")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="both libraries' weights")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt", type=int, default=128, help="prompt tokens (the encoder's input for bert and t5)")
     p.add_argument("--decode", type=int, default=32, help="decode steps timed per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--impl", default="auto", help="zoo's mixer implementations: auto, reference or a kernel")
-    p.add_argument("--write", action="store_true", help=f"write {RESULTS.name} under results/ (whole, atomically)")
+    p.add_argument(
+        "--write", action="store_true", help="write results/perf-families-vs-transformers-<dtype>.md, whole, atomically"
+    )
     args = p.parse_args(argv)
     args.families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = sorted(set(args.families) - set(FAMILIES))
@@ -210,25 +251,27 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     command = "python " + shlex.join(["bench/families_vs_transformers.py", *(sys.argv[1:] if argv is None else argv)])
     lines = [
-        "| model | phase | zoo tok/s | transformers tok/s | zoo / transformers | zoo impl | same tokens |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| model | phase | zoo tok/s | transformers tok/s | zoo / transformers | zoo of roofline | bound "
+        "| zoo impl | same tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
             folder = checkpoint(family, args.layers, Path(tmp))
-            sides, impl = measure(family, folder, args)
-            lines += rows(family, sides, impl, args)
+            sides, ours = measure(family, folder, args)
+            lines += rows(family, sides, ours, args)
             print(lines[-1] if FAMILIES[family][1] == "encoder" else "\n".join(lines[-2:]), flush=True)
+    shape = f"{args.layers} layers at each model's real width" if args.layers else "each model at its own depth"
     header = (
         f"# zoo vs transformers, one model per family\n\n`{command}`  \n"
-        f"{args.layers} layers at each model's real width, float32, batch {args.batch}, prompt {args.prompt}, "
+        f"{shape}, {args.dtype}, batch {args.batch}, prompt {args.prompt}, "
         f"{args.decode} decode steps, {args.threads} thread(s), {args.rounds} interleaved rounds; "
         f"torch {torch.__version__}.\n\n"
     )
     text = header + "\n".join(lines) + "\n"
     print("\n" + text)
     if args.write:
-        write_text_atomic(RESULTS, text)
+        write_text_atomic(RESULTS / f"perf-families-vs-transformers-{args.dtype}.md", text)
     return 0
 
 
