@@ -32,9 +32,10 @@ def test_agreeing_counts_the_tokens_before_the_first_that_differs():
     assert agreeing(ours, theirs, 1) == 1 and agreeing(ours, ours.clone(), 3) == 3
 
 
-def test_a_decode_row_carries_its_roofline_fraction_and_bound(capsys):  # type: ignore[no-untyped-def]
+def test_a_decode_row_carries_its_roofline_fraction_and_bound(capsys, monkeypatch):  # type: ignore[no-untyped-def]
     pytest.importorskip("transformers")
     script = _load()
+    monkeypatch.setattr(script, "probe_bytes", lambda: 8 << 20)  # a small probe: the bound's arithmetic, not its figure
     argv = ["--families", "gpt2", "--layers", "1", "--rounds", "1", "--decode", "2", "--prompt", "8", "--threads", "1"]
     assert script.main(argv) == 0
     out = capsys.readouterr().out.splitlines()
