@@ -196,9 +196,11 @@ class MambaMixer(TokenMixer, KernelChoice):
             xs = causal_conv1d.causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
         else:
             xs = causal_conv(xs.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)  # SiLU'd
-        # (B, T, d_inner) laid out once: left a transposed view, x_proj, the scan's inputs and the D
-        # skip each read it across its rows (a bfloat16 prompt of 512 tokens: 1.5 ms a copy, 4.5 an add)
-        xs = xs.transpose(1, 2).contiguous()
+        xs = xs.transpose(1, 2)  # (B, T, d_inner)
+        if not library:  # mamba_ssm takes back the (B, d_inner, T) the convolution gave: a copy there would cost two
+            # laid out once: left a transposed view, x_proj, the scan's inputs and the D skip each
+            # read it across its rows (a bfloat16 prompt of 512 tokens: 1.5 ms a copy, 4.5 an add)
+            xs = xs.contiguous()
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         if self.norm_eps is not None:
             dt, Bm, Cm = (_weightless_rms(t, self.norm_eps) for t in (dt, Bm, Cm))
