@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from zoo.components import cpu_mamba_step, cpu_ops, cpu_prefill, cpu_scan, cpu_steps
+from zoo.components import cpu_conv, cpu_mamba_step, cpu_ops, cpu_prefill, cpu_scan, cpu_steps
 from zoo.components.cpu_ops import registered_ops
 from zoo.quant import int4_cpu
 
@@ -205,12 +205,16 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::int4_cpu_int4_q8": lambda: (_r(3, 64), *_int4_weight(), 1),
     "zoo::int4_cpu_int4_tiles": lambda: (_r(30, 64), *_int4_weight(), 16),
     "zoo::int4_cpu_int4_mm": lambda: (_r(2, 3, 64), *_int4_weight(), 4, 16, 1),  # the tiles: 6 rows from 4
+    "zoo::cpu_conv_conv_rows": lambda: (_r(B, T, 20), _r(20, 4), _r(20), _r(B, 20, 4)),
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),
-        _r(B, T, 16).abs(),
+        _r(B, T, 16),
         -_r(16, N).abs(),
         _r(B, T, N),
         _r(B, T, N),
+        _r(16),
+        _r(B, T, 16),
+        None,
         _r(B, 16, N),
     ),
 }
@@ -221,6 +225,7 @@ def test_every_zoo_op_has_a_case():
         cpu_steps.EXTENSION.name,
         cpu_prefill.EXTENSION.name,
         cpu_scan.EXTENSION.name,
+        cpu_conv.EXTENSION.name,
         cpu_mamba_step.EXTENSION.name,
         int4_cpu.EXTENSION.name,
     }  # imported: registered

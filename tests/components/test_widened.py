@@ -14,6 +14,7 @@ import zoo
 from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
 from zoo.analysis import host_probe
 from zoo.components import widened
+from zoo.components.kernels import preferring
 from zoo.components.linear import Linear
 from zoo.components.widened import widened_products
 from zoo.harness import run
@@ -58,7 +59,8 @@ def test_a_widened_prefill_of_a_recurrent_model_continues_as_its_full_forward(mo
     widen = widened.depthwise_conv
     monkeypatch.setattr(widened, "depthwise_conv", lambda x, w, b: calls.append(tuple(x.shape)) or widen(x, w, b))
     spec = tiny_spec(arch) if arch == "mamba-130m" else zoo.spec(arch).override(SMALL_MAMBA2)
-    model = zoo.build(spec, dtype="bfloat16", seed=0).eval()
+    with preferring("reference"):  # torch's convolution: cpu-scan's prompt convolution is its own C++ pass
+        model = zoo.build(spec, dtype="bfloat16", seed=0).eval()
     ids = torch.randint(0, TINY_VOCAB, (1, 12))
     with torch.no_grad():
         full = model(ids).float()  # (1, 12, vocab): the unwidened forward

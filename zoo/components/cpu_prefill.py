@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from zoo.components import cpu_conv
 from zoo.components.cpu_columns_source import COLUMNS
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.kernels import Kernel, KernelChoice
@@ -144,7 +145,9 @@ EXTENSION = CppExtension(
 )
 
 
-KERNEL = Kernel("cpu-scan", "cpu", EXTENSION.available, compiles=True)
+KERNEL = Kernel(  # the mixers' prompt convolution (cpu_conv) runs with the scans
+    "cpu-scan", "cpu", lambda: EXTENSION.available() and cpu_conv.EXTENSION.available(), compiles=True
+)
 
 
 def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.components import cpu_prefill, cpu_steps
+from zoo.components import cpu_conv, cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.cuda_kernels import causal_conv1d, fla
 from zoo.components.delta_rule import chunk_gated_delta_rule, gated_delta_step, l2_normalize
@@ -199,9 +199,12 @@ class GatedDeltaNet(KernelChoice):
         window = None if state is None else state["conv"]
         if library and causal_conv1d.fits(self.conv_kernel):
             qkv = causal_conv1d.causal_conv(qkv.transpose(1, 2), self.conv1d.weight[:, 0], None, window, silu=True)
+            qkv = qkv.transpose(1, 2)  # (B, T, C)
+        elif cpu_prefill.scan_ready(self, x):  # one pass, laid out by tokens as the scan reads them
+            qkv = cpu_conv.causal_conv_rows(qkv, self.conv1d.weight, None, window)  # (B, T, C)
         else:
-            qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, window)
-        q, k, v = torch.split(qkv.transpose(1, 2).float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+            qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, window).transpose(1, 2)
+        q, k, v = torch.split(qkv.float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = l2_normalize(q.reshape(B, T, self.n_k_heads, -1)) * self.head_k_dim**-0.5  # (B, T, H_k, d_k)
         k = l2_normalize(k.reshape(B, T, self.n_k_heads, -1))  # (B, T, H_k, d_k)
         v = v.reshape(B, T, self.n_v_heads, self.head_v_dim)  # (B, T, H_v, d_v)

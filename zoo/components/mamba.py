@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, ValidationInfo, model_validator
 from torch import nn
 
-from zoo.components import cpu_mamba_step, cpu_scan
+from zoo.components import cpu_conv, cpu_mamba_step, cpu_scan
 from zoo.components.causal_conv import causal_conv
 from zoo.components.cpu_steps import conv_step_ready
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
@@ -37,7 +37,9 @@ from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
 MAMBA_SSM = Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba1() and causal_conv1d.load(), autograd=True)
-CPU_SCAN = Kernel("cpu-scan", "cpu", cpu_scan.EXTENSION.available, compiles=True)  # prompts and decode steps alike
+CPU_SCAN = Kernel(  # prompts and decode steps alike: the convolution and the scan
+    "cpu-scan", "cpu", lambda: cpu_scan.EXTENSION.available() and cpu_conv.EXTENSION.available(), compiles=True
+)
 
 
 XRows = tuple[torch.Tensor, torch.Tensor | None]  # x_proj's rows and, int8, their scales (RowStackable.kernel_rows)
@@ -191,31 +193,34 @@ class MambaMixer(TokenMixer, KernelChoice):
         window = None if tensors is None else tensors["conv"]
         stateful = state is not None
         library = self.uses(MAMBA_SSM, x.device, stateful)
-        if library and causal_conv1d.fits(self.d_conv):
-            weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
-            xs = causal_conv1d.causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
+        fused = self.uses(CPU_SCAN, x.device, stateful)  # the convolution, then the scan and its glue, in C++
+        if fused:  # laid out (B, T, d_inner), as x_proj and the scan read it by tokens
+            xs = cpu_conv.causal_conv_rows(xs, self.conv1d.weight, self.conv1d.bias, window)  # SiLU'd
         else:
-            xs = causal_conv(xs.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)  # SiLU'd
-        xs = xs.transpose(1, 2)  # (B, T, d_inner)
-        if not library:  # mamba_ssm takes back the (B, d_inner, T) the convolution gave: a copy there would cost two
-            # laid out once: left a transposed view, x_proj, the scan's inputs and the D skip each
-            # read it across its rows (a bfloat16 prompt of 512 tokens: 1.5 ms a copy, 4.5 an add)
-            xs = xs.contiguous()
+            if library and causal_conv1d.fits(self.d_conv):
+                weight = self.conv1d.weight[:, 0, :]  # (d_inner, d_conv)
+                xs = causal_conv1d.causal_conv(xs.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
+            else:
+                xs = causal_conv(xs.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)  # SiLU'd
+            xs = xs.transpose(1, 2)  # (B, T, d_inner)
+            if not library:  # mamba_ssm takes back the (B, d_inner, T) the convolution gave: a copy would cost two
+                xs = xs.contiguous()  # x_proj and the reference's ops read it by rows
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         if self.norm_eps is not None:
             dt, Bm, Cm = (_weightless_rms(t, self.norm_eps) for t in (dt, Bm, Cm))
-        dt = F.softplus(self.dt_proj(dt).float())  # (B, T, d_inner)
-        if valid is not None:
-            dt = dt * valid[..., None]  # a zero step leaves the state as it was
+        dt = self.dt_proj(dt)  # (B, T, d_inner), before its softplus
         A = self.decay()  # (d_inner, N)
         ssm = None if tensors is None else tensors["ssm"]
+        if fused:  # softplus, scan, D skip and gate: one pass; ssm updated in place
+            return self.out_proj(cpu_scan.scan_into(xs, dt, A, Bm, Cm, self.D, z, valid, ssm))  # (B, T, d)
+        dt = F.softplus(dt.float())  # (B, T, d_inner)
+        if valid is not None:
+            dt = dt * valid[..., None]  # a zero step leaves the state as it was
         if library:
             fresh = state is None or state.filled == T  # this call's tokens are the first: the state is zeros
             y = mamba_ssm.mamba1_scan(xs, dt, A, Bm, Cm, self.D, z, ssm, fresh)  # (B, T, d_inner), D and gate in
             return self.out_proj(y.to(x.dtype))
-        if self.uses(CPU_SCAN, x.device, stateful):
-            y = cpu_scan.scan_into(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner); ssm updated in place
-        elif ssm is not None and T == 1:
+        if ssm is not None and T == 1:
             y = selective_step(xs[:, 0], dt[:, 0], A, Bm[:, 0], Cm[:, 0], ssm)[:, None]  # (B, 1, d_inner)
         else:
             y, last = selective_scan(xs, dt, A, Bm, Cm, ssm)  # (B, T, d_inner)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 
-from zoo.components import cpu_prefill, cpu_steps
+from zoo.components import cpu_conv, cpu_prefill, cpu_steps
 from zoo.components.causal_conv import causal_conv
 from zoo.components.cuda_kernels import causal_conv1d, mamba_ssm
 from zoo.components.kernels import Kernel, KernelChoice
@@ -171,11 +171,12 @@ class Mamba2Mixer(KernelChoice):
         if library and causal_conv1d.fits(self.conv_kernel):
             weight = self.conv1d.weight[:, 0]  # (C, K)
             xbc = causal_conv1d.causal_conv(xbc.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
+            xbc = xbc.transpose(1, 2)  # (B, T, C)
+        elif cpu_prefill.scan_ready(self, x):  # one pass, laid out by tokens as the scan reads them
+            xbc = cpu_conv.causal_conv_rows(xbc, self.conv1d.weight, self.conv1d.bias, window)  # (B, T, C)
         else:
-            xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window)
-        xs, Bm, Cm = torch.split(
-            xbc.transpose(1, 2).float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1
-        )
+            xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window).transpose(1, 2)
+        xs, Bm, Cm = torch.split(xbc.float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1)
         per_group = self.n_heads // self.n_groups
         xs = xs.reshape(batch, T, self.n_heads, self.head_dim)  # (B, T, H, P)
         Bm, Cm = (t.reshape(batch, T, self.n_groups, -1) for t in (Bm, Cm))  # (B, T, G, N)
