@@ -7,7 +7,7 @@ tokens takes log2(L) passes. Per token and channel the recurrence is only N mult
 N exponentials, so the fastest CPU form is the recurrence itself, with each channel's state
 (N floats) kept in the first-level cache across time and nothing materialised: this kernel.
 The glue around it went the same way: as torch ops, dt's softplus, the float32 copies of x,
-dt, z, B and C, the D skip, the gate and the cast back were eleven passes over (B, T, d_inner)
+dt, z, B and C, the D skip, the gate and the cast back were some ten passes over (B, T, d_inner)
 tensors, more time than the scan (Mamba-130m cut to 12 layers, bfloat16, 512 tokens, two
 threads: 150 of 350 ms a prefill). Here each channel's dt, x and z are read once in the
 model's dtype, widened in registers, and y is written once in it, for out_proj.
@@ -175,8 +175,7 @@ def scan_into(
         h = state  # updated in place by the kernel
     else:
         h = state.float().contiguous()  # (B, d, N)
-    rows = (_rows(t, x.dtype) for t in (x, dt, B, C, z))
-    x, dt, B, C, z = rows
+    x, dt, B, C, z = [_rows(t, x.dtype) for t in (x, dt, B, C, z)]
     A, D = A.float().contiguous(), D.float().contiguous()
     y = EXTENSION.op("scan")(x, dt, A, B, C, D, z, valid, h)  # (B, T, d)
     if state is not None and h is not state:

@@ -95,8 +95,8 @@ class GatedDeltaNet(KernelChoice):
     """The Gated DeltaNet mixer; ``mix`` is its maths over explicit state tensors.
 
     Implementations (``zoo.components.kernels``): ``reference`` (``delta_rule``: the chunked
-    rule and one-token step in PyTorch); on the CPU ``cpu-scan`` (``cpu_prefill``: a
-    multi-token call's delta rule as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    rule and one-token step in PyTorch); on the CPU ``cpu-scan`` (``cpu_conv``'s convolution and
+    ``cpu_prefill``: a multi-token call's delta rule as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
     decode step from the projections' outputs to out_proj's input as one C++ call), inference
     only; on CUDA ``fla`` (``cuda_kernels.fla``: fla's ``chunk_gated_delta_rule`` and
     ``fused_recurrent_gated_delta_rule``, causal-conv1d's convolution, as transformers' fast

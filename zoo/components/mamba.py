@@ -100,8 +100,9 @@ class MambaMixer(TokenMixer, KernelChoice):
     """The selective-scan mixer. Positions are not used: order comes from the recurrence.
 
     Implementations (``zoo.components.kernels``): ``reference`` (``mamba_scan``: a chunked
-    parallel scan and a one-token step in PyTorch), ``cpu-scan`` (``cpu_scan``: the
-    recurrence as one fused C++ loop, prefill and decode step alike; inference only),
+    parallel scan and a one-token step in PyTorch), ``cpu-scan`` (``cpu_conv``'s convolution, then ``cpu_scan``:
+    the recurrence with dt's softplus, the D skip and the gate as one fused C++ loop, prefill and
+    decode step alike; inference only),
     ``cpu-step`` (``cpu_mamba_step``: a decode step's conv window, x_proj, dt_proj, state update
     and gate as one C++ call; inference only, ahead of ``cpu-scan`` for one token) and, on
     CUDA, ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: the selective scan and state update of

@@ -82,8 +82,8 @@ class Mamba2Mixer(KernelChoice):
     """The Mamba2 mixer; ``mix`` is its maths over explicit state tensors.
 
     Implementations (``zoo.components.kernels``): ``reference`` (the chunked SSD scan and the
-    one-token step of ``ssd.py`` in PyTorch); on the CPU ``cpu-scan`` (``cpu_prefill``: a
-    multi-token call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    one-token step of ``ssd.py`` in PyTorch); on the CPU ``cpu-scan`` (``cpu_conv``'s convolution and
+    ``cpu_prefill``: a multi-token call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
     decode step from in_proj's output to out_proj's input as one C++ call), inference only; on
     CUDA ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: mamba-ssm's ``mamba_chunk_scan_combined``
     and ``selective_state_update``, causal-conv1d's convolution; the chunked scan has a
