@@ -9,10 +9,11 @@ mostly the convolution reading across its rows). Here it is one pass that reads 
 output where it lies (rows of a split, possibly strided), the window's last K - 1 inputs in
 place of the zero padding, and writes SiLU(conv) (B, T, C) contiguous in the model's dtype,
 summed in float32 (as the one-token steps of ``cpu_steps`` sum theirs). Channels go by
-blocks of 16 across registers, each a token's K rows times the block's K weights, tokens in
-order, jobs of (batch row, 64 channels) spread over torch's threads.
+blocks of 16 across registers (``cpu_mamba_channels_source``'s ``BLOCK``, ``block_of`` and
+``silu_of``), each a token's K rows times the block's K weights, tokens in order, jobs of
+(batch row, 64 channels) spread over torch's threads.
 
-The window is the caller's to update (``causal_conv.causal_conv_rows``): the op reads it and
+The window is the caller's to update (``causal_conv_rows`` below): the op reads it and
 writes nothing in place. A custom op (``cpu_ops``), so a compiled prefill runs it too.
 Inference only (no backward); the mixers call it where their own CPU scan runs, whose
 ``Kernel`` loads this extension too.
@@ -22,41 +23,36 @@ from __future__ import annotations
 
 import torch
 
+from zoo.components.cpu_mamba_channels_source import CHANNELS
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.row_product_source import LOOPS
 
 SOURCE = (
     LOOPS
+    + CHANNELS
     + r"""
-constexpr int64_t CONV_BLOCK = 16, CONV_GROUP = 4 * CONV_BLOCK;  // a job's channels: whole 64-byte bfloat16 lines
-
 // Channels [c0, c1) of batch row b: out[t, c] = silu(bias[c] + sum_k w[c, k] in[t - K + 1 + k, c]), where the inputs
 // before token 0 are the window's last K - 1 (history (K - 1, P) float32) and the rest x's rows; wt (K, P) and bias (P)
 // float32, P the channels padded to whole blocks.
 template <typename T>
 static void conv_group(const T* x, int64_t x_row, const float* wt, const float* bias, const float* history, T* out,
                        int64_t c0, int64_t c1, int64_t steps, int64_t C, int64_t P, int64_t K) {
-  alignas(64) float in[CONV_BLOCK], sum[CONV_BLOCK];
+  alignas(64) float in[BLOCK], sum[BLOCK];
   for (int64_t t = 0; t < steps; ++t) {
-    for (int64_t c = c0; c < c1; c += CONV_BLOCK) {
-      const int64_t m = std::min(CONV_BLOCK, c1 - c);
-      for (int64_t i = 0; i < CONV_BLOCK; i += S) fVec::loadu(bias + c + i).store(sum + i);
+    for (int64_t c = c0; c < c1; c += BLOCK) {
+      const int64_t m = std::min(BLOCK, c1 - c);
+      for (int64_t i = 0; i < BLOCK; i += S) fVec::loadu(bias + c + i).store(sum + i);
       for (int64_t k = 0; k < K; ++k) {
         const int64_t row = t - K + 1 + k;
         if (row < 0) {
-          for (int64_t i = 0; i < CONV_BLOCK; ++i) in[i] = i < m ? history[(K - 1 + row) * P + c + i] : 0.f;
-        } else if (m == CONV_BLOCK) {
-          for (int64_t i = 0; i < CONV_BLOCK; i += S) widen_one(x + row * x_row + c + i).store(in + i);
+          block_of(history + (K - 1 + row) * P + c, m, in);
         } else {
-          for (int64_t i = 0; i < CONV_BLOCK; ++i) in[i] = i < m ? static_cast<float>(x[row * x_row + c + i]) : 0.f;
+          block_of(x + row * x_row + c, m, in);
         }
-        for (int64_t i = 0; i < CONV_BLOCK; i += S)
+        for (int64_t i = 0; i < BLOCK; i += S)
           at::vec::fmadd(fVec::loadu(wt + k * P + c + i), fVec::loadu(in + i), fVec::loadu(sum + i)).store(sum + i);
       }
-      for (int64_t i = 0; i < CONV_BLOCK; i += S) {
-        const fVec v = fVec::loadu(sum + i);
-        (v / (fVec(1.f) + v.neg().exp_u20())).store(sum + i);
-      }
+      for (int64_t i = 0; i < BLOCK; i += S) silu_of(fVec::loadu(sum + i)).store(sum + i);
       for (int64_t i = 0; i < m; ++i) out[t * C + c + i] = static_cast<T>(sum[i]);
     }
   }
@@ -70,7 +66,7 @@ at::Tensor conv_rows(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> 
               "conv_rows: x (B, T, C) with its last dimension contiguous, weight (C, K); got ", x.sizes(), " and ",
               weight.sizes());
   const int64_t batch = x.size(0), steps = x.size(1), C = x.size(2), K = weight.size(1);
-  const int64_t padded = (C + CONV_BLOCK - 1) / CONV_BLOCK * CONV_BLOCK;  // whole blocks: the last one's loads
+  const int64_t padded = (C + BLOCK - 1) / BLOCK * BLOCK;  // whole blocks: the last one's loads
   auto wt = at::zeros({K, padded}, x.options().dtype(at::kFloat));     // (K, C) a tap's weights along channels
   wt.narrow(1, 0, C).copy_(weight.t());
   auto b = at::zeros({padded}, wt.options());
@@ -82,13 +78,13 @@ at::Tensor conv_rows(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> 
     history.narrow(2, 0, C).copy_(window->narrow(2, 1, K - 1).transpose(1, 2));
   }
   auto y = at::empty({batch, steps, C}, x.options());
-  const int64_t groups = (C + CONV_GROUP - 1) / CONV_GROUP;
+  const int64_t groups = (C + GROUP - 1) / GROUP;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "conv_rows", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
     scalar_t* yp = y.data_ptr<scalar_t>();
     at::parallel_for(0, batch * groups, 1, [&](int64_t begin, int64_t end) {
       for (int64_t job = begin; job < end; ++job) {
-        const int64_t n = job / groups, c0 = (job % groups) * CONV_GROUP, c1 = std::min(c0 + CONV_GROUP, C);
+        const int64_t n = job / groups, c0 = (job % groups) * GROUP, c1 = std::min(c0 + GROUP, C);
         conv_group(xp + n * x.stride(0), x.stride(1), wt.data_ptr<float>(), b.data_ptr<float>(),
                    history.data_ptr<float>() + n * (K - 1) * padded, yp + n * steps * C, c0, c1, steps, C, padded, K);
       }

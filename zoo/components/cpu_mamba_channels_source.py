@@ -12,13 +12,25 @@ state rows are independent chains with ATen's inlined ``exp_u20``. A block's sum
 another order than a row's own reduction, so a thread takes whole blocks (``mamba_step`` splits
 by blocks): the same bits whatever the thread count. A state row of other than a whole number
 of registers, and the last block short of 16, take one channel at a time (``state_row``,
-``rows_at``). Appended after ``row_product_source.LOOPS`` (``fVec``, ``widen``, ``rows_at``).
+``rows_at``). Appended after ``row_product_source.LOOPS`` (``fVec``, ``widen``, ``rows_at``). The
+prompt kernels (``cpu_scan``, ``cpu_conv``) take their blocks, ``block_of`` and ``silu_of`` from here too.
 """
 
 CHANNELS = r"""
 // The channels a thread takes together: their dt rows (dt_proj) summed at once, their dt and gate made by registers,
 // their state rows as independent chains, their sums of lanes by one tree (sums_of).
 constexpr int64_t BLOCK = 16;
+constexpr int64_t GROUP = 4 * BLOCK;  // a prompt kernel's job: whole 64-byte bfloat16 lines (cpu_scan, cpu_conv)
+
+// m <= BLOCK values of row p, widened to float32, zero past m: a block of a prompt's row (cpu_scan, cpu_conv).
+template <typename T>
+static inline void block_of(const T* p, int64_t m, float* out) {
+  if (m == BLOCK) {
+    for (int64_t i = 0; i < BLOCK; i += S) widen_one(p + i).store(out + i);
+    return;
+  }
+  for (int64_t i = 0; i < BLOCK; ++i) out[i] = i < m ? static_cast<float>(p[i]) : 0.f;
+}
 
 // The sums of sixteen registers' lanes, sums[i] = sum(v[i]) (as vec_reduce_all each, in another order): with S = 16
 // (AVX512) a tree of 45 shuffles and adds for all sixteen, each step pairing registers (lanes 0+2 | 1+3 of two

@@ -37,8 +37,6 @@ SOURCE = (
     LOOPS
     + CHANNELS
     + r"""
-constexpr int64_t GROUP = 4 * BLOCK;  // a job's channels: whole 64-byte lines of bfloat16 x, dt and z a time step
-
 // A (B, T, D) or (B, T, N) tensor whose rows may be strided (a split's view), its last dimension contiguous.
 template <typename T>
 struct Rows {
@@ -47,16 +45,6 @@ struct Rows {
   explicit Rows(const at::Tensor& t) : p(t.data_ptr<T>()), batch_stride(t.stride(0)), row_stride(t.stride(1)) {}
   const T* at(int64_t b, int64_t t) const { return p + b * batch_stride + t * row_stride; }
 };
-
-// m <= BLOCK values of row p from channel d, widened to float32, zero past m.
-template <typename T>
-static inline void block_of(const T* p, int64_t m, float* out) {
-  if (m == BLOCK) {
-    for (int64_t i = 0; i < BLOCK; i += S) widen_one(p + i).store(out + i);
-    return;
-  }
-  for (int64_t i = 0; i < BLOCK; ++i) out[i] = i < m ? static_cast<float>(p[i]) : 0.f;
-}
 
 // Channels [d0, d1) of batch row b over all T tokens: dt = softplus(dt_raw) * valid, h <- exp(dt A) h + dt x B,
 // y = (C . h + Dskip x) * silu(z), written in the model's dtype.
