@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
 from zoo.analysis import host_probe
 from zoo.analysis.devices import device_peaks, measured_host_peaks
+from zoo.components import row_product
 
-PROBE_CALLS = 4 + 4 + 3  # timed: copy, sum, two one-row products; kernel and torch per dtype; matmuls
+# timed: copy, sum, two one-row products; kernel and torch per dtype; the kernel's step shapes fetched past the
+# caches and not, per dtype, RUNS turns (where it builds); matmuls
+PROBE_CALLS = 4 + 4 + (2 * 2 * host_probe.RUNS if row_product.available() else 0) + 3
 
 
 @pytest.fixture
@@ -37,6 +41,7 @@ def test_the_probe_measures_positive_figures_for_this_machine(small_probe):
     rows = {"float32", "bfloat16", "float32 row kernel", "bfloat16 row kernel"}  # torch's paths, zoo's kernel
     assert set(peaks.gemv_bytes_per_s) == rows and min(peaks.gemv_bytes_per_s.values()) > 0
     assert set(peaks.row_kernel_faster) == {"float32", "bfloat16"}  # where a run takes the kernel
+    assert set(peaks.past_cache_faster) == ({"float32", "bfloat16"} if row_product.available() else set())
     assert set(peaks.matmul_flops) == {"float32", "bfloat16", "float16"} and min(peaks.matmul_flops.values()) > 0
     assert peaks.machine["threads"] == torch.get_num_threads() and peaks.machine["torch"] == torch.__version__
     assert peaks.probe_bytes == 4 << 20 and peaks.probe_seconds > 0
@@ -116,3 +121,31 @@ def test_the_row_kernel_reads_the_probe_past_the_caches_where_it_outgrows_them(m
     monkeypatch.setattr(row_product, "row_product", lambda *a: seen.append(row_product.PastCache.on) or kernel(*a))
     host_probe.stream_bytes_per_s(host_probe.probe_buffer(1 << 20), 1)  # 1 MiB
     assert set(seen) == ({past} if row_product.available() else set()) and row_product.PastCache.on is False
+
+
+def test_the_step_shapes_are_views_of_the_buffer_within_its_bytes():
+    """The past-cache probe's weights: a decode layer's four products at ``ROW_WIDTH``, as many
+    layers as the buffer holds, each its own bytes of the buffer, never past its end."""
+    width = host_probe.ROW_WIDTH
+    flat = torch.zeros(12 * width + 5, width)  # room for two layers of bfloat16 weights (not three), one of float32
+    for dtype, layers in ((torch.bfloat16, 2), (torch.float32, 1)):
+        pairs = host_probe._step_weights(flat, dtype)
+        shapes = [tuple(w.shape) for w, _ in pairs]
+        assert shapes == layers * [(3 * width, width), (width, width), (4 * width, width), (width, 4 * width)]
+        starts = [w.data_ptr() for w, _ in pairs]
+        assert all(w.dtype == dtype and row.shape == (w.shape[1],) and row.dtype == dtype for w, row in pairs)
+        assert all(b - a == w.nbytes for a, b, (w, _) in zip(starts, starts[1:], pairs, strict=False))
+        assert starts[0] == flat.data_ptr() and starts[-1] + pairs[-1][0].nbytes <= flat.data_ptr() + flat.nbytes
+
+
+@pytest.mark.parametrize(("measured", "cache", "past"), [(True, 1, True), (False, 1, False), (True, None, False)])
+def test_a_step_fetches_past_the_caches_only_where_it_outgrows_them_and_that_measured_faster(
+    monkeypatch, measured, cache, past
+):
+    """``fetches_past_cache``: weights over twice the last-level cache, in a dtype whose fetch
+    past the caches the probe measured faster here; a dtype it did not measure reads through."""
+    host = host_probe.host_peaks()
+    monkeypatch.setattr(host_probe, "host_peaks", lambda: replace(host, past_cache_faster={"bfloat16": measured}))
+    monkeypatch.setattr(host_probe, "last_level_cache_bytes", lambda: cache)
+    assert host_probe.fetches_past_cache(1 << 20, torch.bfloat16) is past
+    assert host_probe.fetches_past_cache(1 << 20, torch.float32) is False

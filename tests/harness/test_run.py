@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -201,19 +202,24 @@ def test_cuda_path_times_with_events_and_resets_peaks():
 
 
 @pytest.mark.parametrize("name", ["gpt2", "t5-small"])
-def test_a_run_fetches_weights_past_the_cache_only_where_a_step_outgrows_it(name, monkeypatch):
+@pytest.mark.parametrize("measured", [True, False])
+def test_a_run_fetches_weights_past_the_cache_only_where_a_step_outgrows_it(name, measured, monkeypatch):
     """``host_paths``: the row kernel fetches weights past the caches while a run's phases run
     only where the weights a decode step reads are over twice the last-level cache (an
-    encoder-decoder's encoder, never read by a step, not counted), and not off the CPU."""
+    encoder-decoder's encoder, never read by a step, not counted) and the host probe measured
+    that fetch faster in their dtype, and not off the CPU."""
     model = zoo.build(tiny_spec(name), device="cpu", dtype="float32", seed=0)
     step_bytes = weight_bytes_read(model, 1, torch.float32)
     held = sum(p.nbytes for p in model.parameters())
     assert held > step_bytes if model.encoder is not None else held == step_bytes  # t5's encoder held, not read
+    host = host_probe.host_peaks()
+    monkeypatch.setattr(host_probe, "host_peaks", lambda: replace(host, past_cache_faster={"float32": measured}))
     cpu = torch.device("cpu")
-    for cache, past in ((step_bytes // 2 - 1, True), (step_bytes // 2 + 1, False)):
+    for cache, past in ((step_bytes // 2 - 1, measured), (step_bytes // 2 + 1, False)):
         monkeypatch.setattr(host_probe, "last_level_cache_bytes", lambda cache=cache: cache)
         with zoo_run.host_paths(cpu, model):
             assert row_product.PastCache.on is past
         with zoo_run.host_paths(torch.device("meta"), model):
             assert not row_product.PastCache.on
+        assert not row_product.PastCache.on
         assert not row_product.PastCache.on

@@ -19,6 +19,12 @@ board, the memory channels, the VM and the thread count), so the peaks are measu
   stream slowest on some CPUs) torch's default one-row product against zoo's fused row kernel
   (``zoo/components/row_product.py``), per dtype: ``row_kernel_faster`` says where the kernel
   won, and a run on this CPU takes it there; its bandwidth joins the roofline's candidates.
+- **fetching past the caches**: where a step's weights outgrow the last-level cache, zoo's row
+  kernel can fetch them ahead without keeping them (``row_product.past_cache``). Whether that
+  helps is the CPU's business: on a Sapphire Rapids Xeon bfloat16 decode ran 1.03-1.12x as fast
+  with it, on this project's Zen 4 VM 0.82-0.92x. So the probe reads a decode step's shapes
+  of weights (``_step_weights``) with the fetch and without, in turn, and ``past_cache_faster``
+  says by dtype where the fetch won; a run takes it only there (``fetches_past_cache``).
 - **FLOP/s**: a square matmul per dtype (float32, bfloat16, float16), cache-resident as a
   GEMM's blocking makes it, the size doubled (up to 2048) while a product takes under
   ``MATMUL_QUICK_S``: a 1024 product took 12-18 ms at two threads on an AVX2 EPYC and its
@@ -55,9 +61,9 @@ from zoo.files import host_memory
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
-PROBE_FORMAT = 8  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows;
+PROBE_FORMAT = 9  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows;
 # 6: bfloat16 rows widened in even/odd order, matmuls up to 2048; 7: buffers in the weights' huge pages; 8: rows read
-# past the caches where they outgrow them (past_cache)
+# past the caches where they outgrow them (past_cache); 9: that fetch where it measured faster (past_cache_faster)
 PAST_CACHE_TIMES = 2  # bytes over this many times the last-level cache are read past it (past_cache)
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
@@ -82,6 +88,7 @@ class HostPeaks:
     probe_seconds: float
     row_kernel_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: zoo's row kernel beat torch's
     read_bytes_per_s: float = 0.0  # bytes read by a large sum, per second
+    past_cache_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: the kernel's fetch past the caches won
 
     @property
     def bandwidth(self) -> float:
@@ -286,6 +293,59 @@ def _row_paths(nbytes: int) -> tuple[dict[str, float], dict[str, bool]]:
     return rates, faster
 
 
+def _step_weights(flat: torch.Tensor, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(weight, row) pairs carved from ``flat`` in ``dtype``: a decode layer's four products at
+    width ``ROW_WIDTH`` (qkv (3W, W), out (W, W), up (4W, W), down (W, 4W)), as many layers as
+    ``flat``'s bytes hold, each weight a view of its own bytes."""
+    width = ROW_WIDTH
+    shapes = ((3 * width, width), (width, width), (4 * width, width), (width, 4 * width))
+    elements = flat.view(-1).view(dtype)  # (E,): the same bytes
+    rows = {cols: torch.full((cols,), 0.25, dtype=dtype) for cols in (width, 4 * width)}  # (cols,)
+    pairs, at = [], 0
+    while at + sum(o * i for o, i in shapes) <= elements.numel():
+        for out_features, in_features in shapes:
+            size = out_features * in_features
+            pairs.append((elements[at : at + size].view(out_features, in_features), rows[in_features]))  # (O, I)
+            at += size
+    return pairs
+
+
+def _past_cache_paths(nbytes: int) -> dict[str, bool]:
+    """By dtype: whether zoo's row kernel ran a decode step's products (``_step_weights`` over
+    ``nbytes``) faster fetching the weights past the caches than through them: the median of
+    per-turn ratios, the two ways timed in turn (their order flipped each turn) on the same
+    bytes. Empty where the kernel does not build."""
+    if not row_product.available():
+        return {}
+    flat = _weights_buffer(max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH)  # (R, W) float32
+    faster = {}
+    for name in ("float32", "bfloat16"):
+        pairs = _step_weights(flat, getattr(torch, name))
+
+        def step(pairs: list[tuple[torch.Tensor, torch.Tensor]] = pairs) -> None:
+            for weight, row in pairs:
+                row_product.row_product(weight, row, None)
+
+        ratios = []
+        for turn in range(RUNS):
+            seconds = {}
+            for on in (True, False) if turn % 2 else (False, True):
+                with row_product.past_cache(on):
+                    seconds[on] = _median_seconds(step, 1)
+            ratios.append(seconds[False] / seconds[True])
+        faster[name] = statistics.median(ratios) > 1.0
+    return faster
+
+
+def fetches_past_cache(nbytes: int, dtype: torch.dtype) -> bool:
+    """Whether a step that reads ``nbytes`` of weights in ``dtype`` has zoo's row kernel fetch
+    them past the caches: they outgrow the last-level cache (``past_cache``) and the host probe
+    measured the fetch faster in that dtype here (``HostPeaks.past_cache_faster``)."""
+    if not past_cache(nbytes):
+        return False
+    return host_peaks().past_cache_faster.get(str(dtype).removeprefix("torch."), False)
+
+
 def _matmul_flops(name: str) -> float:
     """FLOP/s of an (n, n) @ (n, n) product in ``name``'s dtype (n grows while a product is quick)."""
     dtype = getattr(torch, name)
@@ -308,10 +368,11 @@ def measure() -> HostPeaks:
     with torch.inference_mode():
         copy, read, gemv = _bandwidths(nbytes)
         kernel_rates, faster = _row_paths(nbytes)
+        past = _past_cache_paths(nbytes)
         flops = {name: _matmul_flops(name) for name in MATMUL_DTYPES}
     seconds = time.perf_counter() - start
     rates = {**gemv, **kernel_rates}
-    return HostPeaks(fingerprint(described), described, copy, rates, flops, nbytes, seconds, faster, read)
+    return HostPeaks(fingerprint(described), described, copy, rates, flops, nbytes, seconds, faster, read, past)
 
 
 def host_peaks(refresh: bool = False) -> HostPeaks:

@@ -66,6 +66,10 @@ def _host_table(host: Any, description: str) -> TableData:
             [f"one-row path {dtype}", None, "", f"{'zoo row kernel' if faster else 'torch'}: the faster, runs take it"]
             for dtype, faster in host.row_kernel_faster.items()
         ],
+        *[
+            [f"step weights {dtype}", None, "", f"{'fetched past the caches' if faster else 'read through'}: faster"]
+            for dtype, faster in host.past_cache_faster.items()
+        ],
         *[[f"matmul {dtype}", rate / 1e9, "GFLOP/s", "square GEMM"] for dtype, rate in host.matmul_flops.items()],
         *[
             [f"several-row path {dtype}", None, "", "widened to float32: its matmul under half float32's, runs take it"]

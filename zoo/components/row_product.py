@@ -192,7 +192,11 @@ def past_cache(on: bool) -> Iterator[None]:
     (249 MB a step), 1.12x and 1.06x for qwen3-0.6b, 1.08x compiled for mamba2-130m; float32
     0.97-1.13x eager, 1.01-1.03x compiled; but t5-small's bfloat16 decoder (77 MB a step,
     cached from step to step) 0.70x eager and 0.58x compiled, and its float32 one (154 MB)
-    0.95x compiled, which is why a run decides (``zoo.analysis.host_probe.past_cache``). The int8
+    0.95x compiled, which is why a run decides (``zoo.analysis.host_probe.past_cache``). On a
+    2-core Zen 4 EPYC VM (32 MB of L3) the fetch lost instead: bfloat16 eager decode ran
+    0.82-0.92x as fast with it for gpt2, mamba-130m, mamba2-130m, Gated DeltaNet, RWKV-4 and
+    t5-small, float32 0.96-1.00x; so a run fetches this way only where the host probe measured
+    it faster (``host_probe.fetches_past_cache``). The int8
     rows and int4 panels fetched the same way (forced on) decoded slower: qwen3-0.6b 0.94x int8
     and 0.95x int4, gpt2 0.80x both (eager, bfloat16 activations), so they keep their fetches."""
     previous, PastCache.on = PastCache.on, on

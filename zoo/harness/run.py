@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from zoo.analysis.counts import weight_bytes_read
-from zoo.analysis.host_probe import host_peaks, past_cache
+from zoo.analysis.host_probe import fetches_past_cache, host_peaks
 from zoo.analysis.memory_check import check_fits
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
@@ -183,9 +183,9 @@ def _run_phases(phases: list[Phase], ctx: RunContext) -> tuple[dict[str, Any], f
 def host_paths(device: torch.device, model: torch.nn.Module) -> Iterator[None]:
     """The CPU paths this host's probe chose for ``model``, taken while the block runs as a run's
     phases take them: one-row products through zoo's row kernel in the dtypes it measured
-    faster, their weights fetched past the caches where they outgrow the last-level cache,
-    several-row half precision widened to float32 where its matmul measured slow; none off the
-    CPU."""
+    faster, their weights fetched past the caches where they outgrow the last-level cache and
+    the probe measured that faster, several-row half precision widened to float32 where its
+    matmul measured slow; none off the CPU."""
     with (
         row_product.measured_faster(_row_kernel_dtypes(device)),
         row_product.past_cache(_past_cache(device, model)),
@@ -195,14 +195,15 @@ def host_paths(device: torch.device, model: torch.nn.Module) -> Iterator[None]:
 
 
 def _past_cache(device: torch.device, model: torch.nn.Module) -> bool:
-    """Whether the weights a decode step of ``model`` reads (``weight_bytes_read``: not an
-    encoder's, nor an untied input table) outgrow this host's last-level cache
-    (``host_probe.past_cache``), so that each step reads them from memory whatever it keeps
-    (``row_product.past_cache``); False off the CPU and for a model that is not zoo's."""
+    """Whether the row kernel fetches the weights a decode step of ``model`` reads
+    (``weight_bytes_read``: not an encoder's, nor an untied input table) past the caches: where
+    they outgrow this host's last-level cache, so that each step reads them from memory whatever
+    it keeps, and the host probe measured the fetch faster in their dtype
+    (``host_probe.fetches_past_cache``); False off the CPU and for a model that is not zoo's."""
     if device.type != "cpu" or not isinstance(model, ZooModel):
         return False
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    return past_cache(weight_bytes_read(model, 1, dtype))
+    return fetches_past_cache(weight_bytes_read(model, 1, dtype), dtype)
 
 
 def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
