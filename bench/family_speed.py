@@ -9,12 +9,14 @@ the pure-PyTorch maths, ``auto`` the fastest that runs here) and each step of ``
 ``zoo bench --compile`` times, ``zoo.harness.phases.compiling``: prefill and decode step
 compiled whole), the table gives decode tokens/s,
 the bytes one decode step moves (``decode_bytes_per_step`` at the decode midpoint), the
-bandwidth that achieves, its fraction of the host's read bandwidth measured in the same round
-(``host_probe.stream_bytes_per_s``, as a ``zoo bench`` run samples it: the faster of a sum and
-zoo's row kernel over one buffer; ``of round's roofline``: the median over rounds of each
-round's figure; on this project's shared 2-core VM the probe read 28 to 42 GB/s in three runs
-a minute apart, so only a probe taken under the rounds' own load makes a fraction that means
-something) and of the cached
+bandwidth that achieves, its fraction of the host's read bandwidth sampled just before and just
+after that decode (``host_probe.stream_bytes_per_s``, as a ``zoo bench`` run samples around each
+timed phase: the faster of a sum and zoo's row kernel over one buffer; ``of sampled roofline``:
+the median over rounds of each decode's figure against the mean of its two samples; on this
+project's shared 2-core VMs the probe read 28 to 42 GB/s in three runs a minute apart, and 30
+to 59 GB/s within one run on a Zen 4 one, where a sample taken once a round stood for up to
+ten seconds of other models' decodes: only a probe taken under the decode's own load makes a
+fraction that means something) and of the cached
 probe (``zoo hardware``), prefill tokens/s, and two medians over rounds of per-round ratios (steadier than tokens/s
 under a load that changes from round to round): ``vs gpt2``, decode tokens/s over gpt2's (same
 dtype, implementation and step), and ``vs first``, over the same family's first variant in
@@ -52,7 +54,7 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
 from zoo.analysis.devices import device_peaks
-from zoo.analysis.host_probe import cpu_description, probe_buffer, probe_bytes, stream_bytes_per_s
+from zoo.analysis.host_probe import SAMPLE_RUNS, cpu_description, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components.kernels import implementations, preferring
 from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps
@@ -99,6 +101,7 @@ class Case:
     run: RunSteps = field(default_factory=lambda: RunSteps(prefill, decode_step))
     prefill: list[float] = field(default_factory=list)  # tokens/s per round
     decode: list[float] = field(default_factory=list)
+    bandwidth: list[float] = field(default_factory=list)  # bytes/s per round, read just before and after its decode
 
     @property
     def seq2seq(self) -> bool:
@@ -135,9 +138,12 @@ def stage_plugins(families: list[str]) -> None:
             reset_registry()
 
 
-def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
+def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int, probe: torch.Tensor | None = None) -> None:
     """A prefill and ``steps`` greedy decode steps on a fresh cache of ``max_len`` slots (one
-    size for every round: a compiled step is specialised to the cache's shape)."""
+    size for every round: a compiled step is specialised to the cache's shape); with ``probe``
+    (the roofline's buffer), the read bandwidth sampled just before and just after the decode
+    steps, their mean the round's roofline for this case, as ``zoo bench`` samples around each
+    timed phase (``zoo.harness.run``)."""
     ids = ids % case.spec.vocab_size  # (1, P): t5-small's vocabulary is smaller than the others'
     # the products' paths as a `zoo bench` run of this model here takes them; compiled and settled: the warm
     # graphs run without their guards, as in `zoo bench`
@@ -146,24 +152,26 @@ def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int) -> None:
         cache, logits = _prefill(case, ids, max_len)  # (1, V)
         case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
         token = greedy(logits)[:, None]  # (1, 1): as `zoo bench` picks (max, not argmax, of half precision)
+        before = None if probe is None else stream_bytes_per_s(probe, SAMPLE_RUNS)
         start = time.perf_counter()
         for _ in range(steps):
             token = greedy(case.run.decode(case.model, token, cache))[:, None]  # (1, 1)
         case.decode.append(steps / (time.perf_counter() - start))
+        if before is not None and probe is not None:
+            case.bandwidth.append((before + stream_bytes_per_s(probe, SAMPLE_RUNS)) / 2)
 
 
 def _median_ratio(mine: list[float], base: list[float]) -> str:
     return f"{statistics.median(a / b for a, b in zip(mine, base, strict=True)):.2f}x"
 
 
-def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float]) -> None:
-    """``bandwidths``: the read bandwidth measured in each round, each round's roofline."""
+def _table(cases: list[Case], args: argparse.Namespace) -> None:
     peaks = device_peaks("cpu", "")
+    sampled = [b for c in cases for b in c.bandwidth]
     print(
         f"{cpu_description()}; torch {torch.__version__}; {args.threads} threads; roofline {peaks.source}: "
-        f"{peaks.bandwidth / 1e9:.1f} GB/s; read bandwidth in each round (its rows' roofline): "
-        + ", ".join(f"{b / 1e9:.1f}" for b in bandwidths)
-        + " GB/s"
+        f"{peaks.bandwidth / 1e9:.1f} GB/s; read bandwidth sampled around each decode (its roofline): "
+        f"{min(sampled) / 1e9:.1f} to {max(sampled) / 1e9:.1f} GB/s"
     )
     print(
         f"batch 1, {f'{args.layers} layers' if args.layers else 'each preset at its own depth'}, "
@@ -172,7 +180,7 @@ def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float])
     )
     print(
         "| family | layers | dtype | step | impl | decode tok/s | vs gpt2 | vs first | MB per step | achieved GB/s "
-        "| of round's roofline | of cached roofline | prefill tok/s |"
+        "| of sampled roofline | of cached roofline | prefill tok/s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
@@ -180,7 +188,7 @@ def _table(cases: list[Case], args: argparse.Namespace, bandwidths: list[float])
         context, memory = (1, args.prompt_len) if c.seq2seq else (args.prompt_len, 0)
         nbytes = decode_bytes_per_step(c.spec, 1, context + args.decode // 2, c.dtype, memory_len=memory)
         achieved = decode * nbytes
-        fraction = statistics.median(d * nbytes / b for d, b in zip(c.decode, bandwidths, strict=True))
+        fraction = statistics.median(d * nbytes / b for d, b in zip(c.decode, c.bandwidth, strict=True))
         gpt2 = next(
             (o for o in cases if (o.family, o.dtype, o.impl, o.step) == ("gpt2", c.dtype, c.impl, c.step)), None
         )
@@ -242,7 +250,7 @@ def main() -> None:
         rehome(case.model)
     ids = torch.randint(0, 50000, (1, args.prompt_len), generator=torch.Generator().manual_seed(0))  # (1, P)
     max_len = args.prompt_len + args.decode
-    buffer, bandwidths = probe_buffer(probe_bytes()), []  # (R, 4096) float32: the rounds' roofline probe
+    buffer = probe_buffer(probe_bytes())  # (R, 4096) float32: the roofline probe, read around each decode
     # no_grad, not inference_mode: a compiled step that writes the cache in place cannot be traced under it
     with torch.no_grad():
         for case in cases:  # warm-up: kernels built, graphs compiled (for the full prompt), pages touched
@@ -250,13 +258,12 @@ def main() -> None:
             case.run.settle(functools.partial(one_round, case, ids, 3, max_len))  # compiled: recompiles nothing?
             case.prefill.clear(), case.decode.clear()
         for index in range(args.rounds):
-            bandwidths.append(stream_bytes_per_s(buffer))  # this round's load, as `zoo bench` samples it
             # a family's variants back to back, their order flipped every round: the second of a pair
             # ran up to 20% faster whatever it was (gpt2 against itself), so none always goes second
             for case in sorted(cases, key=lambda c: (c.family, cases.index(c) * (-1) ** index)):
-                one_round(case, ids, args.decode, max_len)
+                one_round(case, ids, args.decode, max_len, buffer)
     del buffer
-    _table(cases, args, bandwidths)
+    _table(cases, args)
 
 
 if __name__ == "__main__":
