@@ -108,15 +108,20 @@ def test_a_stream_read_is_the_faster_of_a_sum_and_the_row_kernel(monkeypatch):
     assert host_probe.stream_bytes_per_s(buffer, 2) == 1e15
 
 
-@pytest.mark.parametrize(("cache", "past"), [(1 << 18, True), (1 << 19, False), (None, False)])
-def test_the_row_kernel_reads_the_probe_past_the_caches_where_it_outgrows_them(monkeypatch, cache, past):
+@pytest.mark.parametrize(
+    ("cache", "measured", "past"),
+    [(1 << 18, True, True), (1 << 18, False, False), (1 << 19, True, False), (None, True, False)],
+)
+def test_the_row_kernel_reads_the_probe_as_a_run_reads_weights_of_its_size(monkeypatch, cache, measured, past):
     """The probe reads its buffer as a run reads weights of that size: past the caches
-    (``row_product.past_cache``) where it is over twice the last-level cache, not where it
-    is not, nor where Linux reports no cache."""
+    (``row_product.past_cache``) where it is over twice the last-level cache and the fetch
+    measured faster here, not where it is not, nor where Linux reports no cache."""
     from zoo.components import row_product
 
     seen = []
     kernel = row_product.row_product
+    host = host_probe.host_peaks()
+    monkeypatch.setattr(host_probe, "host_peaks", lambda: replace(host, past_cache_faster={"float32": measured}))
     monkeypatch.setattr(host_probe, "last_level_cache_bytes", lambda: cache)
     monkeypatch.setattr(row_product, "row_product", lambda *a: seen.append(row_product.PastCache.on) or kernel(*a))
     host_probe.stream_bytes_per_s(host_probe.probe_buffer(1 << 20), 1)  # 1 MiB

@@ -228,12 +228,14 @@ def stream_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
     """The fastest read of ``buffer`` (R, C) float32 zoo has now: a sum, or where zoo's row
     kernel builds, its one-row product over the buffer's rows, which reads four streams a
     thread (``zoo/components/row_product_source.py``) and out-read the sum's one by 1.25x on
-    this project's Zen 4 VM. The roofline is the fastest read, as ``HostPeaks.bandwidth`` is:
+    this project's Zen 4 VM, fetching the buffer past the caches or not as a run here reads
+    weights of that size (``fetches_past_cache``: through them on that VM, where the fetch
+    read 0.9-0.95x as fast). The roofline is the fastest read, as ``HostPeaks.bandwidth`` is:
     a sum alone would let a decode step built of those products read above 100% of it."""
     rate = read_bytes_per_s(buffer, runs)
     if row_product.available():
         row = torch.full((buffer.shape[1],), 0.25)  # (C,)
-        with row_product.past_cache(past_cache(buffer.nbytes)):  # as a run reads weights of that size
+        with row_product.past_cache(fetches_past_cache(buffer.nbytes, buffer.dtype)):  # as a run reads such weights
             seconds = _median_seconds(lambda: row_product.row_product(buffer, row, None), runs)
         kernel = buffer.numel() * buffer.element_size() / seconds
         rate = max(rate, kernel)
@@ -266,10 +268,11 @@ def _bandwidths(nbytes: int) -> tuple[float, float, dict[str, float]]:
     return copy, read, gemv
 
 
-def _row_paths(nbytes: int) -> tuple[dict[str, float], dict[str, bool]]:
+def _row_paths(nbytes: int, past: dict[str, bool]) -> tuple[dict[str, float], dict[str, bool]]:
     """Bytes/s of zoo's row kernel by dtype (named ``"<dtype> row kernel"``) and whether it beat
     torch's one-row path (``torch.mv`` in float32, ``F.linear`` in bfloat16) on a weight of
-    ``nbytes`` in rows of ``ROW_WIDTH``, timed in turn on the same bytes."""
+    ``nbytes`` in rows of ``ROW_WIDTH``, timed in turn on the same bytes; the kernel fetches
+    the weight past the caches as a run here would (``past``: ``_past_cache_paths``)."""
     weight = _weights_buffer(max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH)  # (R, W) float32
     halves = weight.view(torch.bfloat16)  # (R, 2W), the same bytes
     x, x_half = torch.full((ROW_WIDTH,), 0.25), torch.full((2 * ROW_WIDTH,), 0.25, dtype=torch.bfloat16)
@@ -284,7 +287,7 @@ def _row_paths(nbytes: int) -> tuple[dict[str, float], dict[str, bool]]:
     rates, faster = {}, {}
     for name, (w, torch_path, kernel) in paths.items():
         size = w.numel() * w.element_size()
-        with row_product.past_cache(past_cache(size)):  # as a run reads weights of that size
+        with row_product.past_cache(past_cache(size) and past.get(name, False)):  # as a run reads such weights
             ours = size / _median_seconds(kernel, RUNS)
         theirs = size / _median_seconds(torch_path, RUNS)
         if row_product.available():  # where it cannot be built F.linear ran, not the kernel
@@ -367,8 +370,8 @@ def measure() -> HostPeaks:
     nbytes = probe_bytes()
     with torch.inference_mode():
         copy, read, gemv = _bandwidths(nbytes)
-        kernel_rates, faster = _row_paths(nbytes)
         past = _past_cache_paths(nbytes)
+        kernel_rates, faster = _row_paths(nbytes, past)
         flops = {name: _matmul_flops(name) for name in MATMUL_DTYPES}
     seconds = time.perf_counter() - start
     rates = {**gemv, **kernel_rates}
