@@ -29,6 +29,13 @@ def _mamba2_step() -> tuple[object, ...]:
     return proj, taps, bias, window, _r(H), _r(H), _r(H), _r(inner), _r(B, H, P, N), G, 1e-5, 0.0, 1e30
 
 
+def _ssd_rows() -> tuple[object, ...]:
+    inner = H * P
+    proj = _r(B, T, inner + inner + 2 * G * N + H)  # in_proj's output: z | x B C | dt, split as views
+    z, xbc, dt = torch.split(proj, [inner, inner + 2 * G * N, H], dim=-1)
+    return xbc.contiguous(), dt, z, _r(H), _r(H), _r(H), _r(inner), None, _r(B, H, P, N), G, 1e-5, 0.0, 1e30
+
+
 def _gdn_step() -> tuple[object, ...]:
     hk, dk, dv = 2, 8, 6  # key heads, key and value widths; H value heads
     width, conv = 2 * dk + 2 * (H // hk) * dv, 2 * hk * dk + H * dv
@@ -106,14 +113,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_steps_gdn_step": _gdn_step,
     "zoo::cpu_steps_linear_step": lambda: (_r(B, H, P), _r(B, H, P), _r(B, H, P), _r(B, H, P, P), _r(B, H, P), 1e-6),
     "zoo::cpu_steps_infini_step": _infini_step,
-    "zoo::cpu_prefill_ssd_scan": lambda: (
-        _r(B, T, H, P),
-        _r(B, T, H).abs(),
-        -_r(H).abs(),
-        _r(B, T, G, N),
-        _r(B, T, G, N),
-        _r(B, H, P, N),
-    ),
+    "zoo::cpu_prefill_ssd_rows": _ssd_rows,
     "zoo::cpu_prefill_gated_delta_scan": lambda: (
         _r(B, T, 2, P),
         _r(B, T, 2, P),

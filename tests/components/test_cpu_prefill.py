@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import zoo
 from zoo.components import cpu_prefill, delta_rule, ssd
 from zoo.components.kernels import implementations, preferring
+from zoo.components.mamba2 import GroupedGatedRMSNorm
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, left_pad, prefill
 from zoo.specs.model import ModelSpec
@@ -103,33 +105,54 @@ def test_a_left_padded_prefill_equals_the_reference(family: str):
     torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
 
 
-def test_the_scans_equal_the_chunked_forms_with_a_carried_state():
-    """The kernels alone against ``ssd.chunk_scan`` and ``delta_rule.chunk_gated_delta_rule``
-    from a nonzero state, several chunks long; the state passed in is left as it was."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("carried", [True, False])
+def test_ssd_rows_equals_the_mixers_reference_maths(dtype, carried):
+    """``ssd_rows`` against Mamba2's reference written out: dt's softplus and clamp, ``ssd.chunk_scan``
+    (from a nonzero state, or zeros where none is carried), the D skip rounded to the model's
+    dtype and ``GroupedGatedRMSNorm``; two groups, a padded row (a zero step), dt and z read as
+    in_proj's split views; the state updated in place as the chunked scan leaves it."""
     g = torch.Generator().manual_seed(4)
-    b, T, H, G, P, N = 2, 23, 6, 3, 5, 7
-    x, B, C = (
-        torch.randn(b, T, H, P, generator=g),
-        torch.randn(b, T, G, N, generator=g),
-        torch.randn(b, T, G, N, generator=g),
-    )
-    dt, A, state = (
-        torch.rand(b, T, H, generator=g),
-        -torch.rand(H, generator=g) * 2,
-        torch.randn(b, H, P, N, generator=g),
-    )
-    before = state.clone()
-    y, final = cpu_prefill.ssd_scan(x, dt, A, B, C, state)
-    y_ref, final_ref = ssd.chunk_scan(x, dt, A, B, C, state, chunk_size=4)
-    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(final, final_ref, atol=1e-5, rtol=1e-5)
-    assert torch.equal(state, before)
+    b, T, H, G, P, N, eps, limit = 2, 23, 6, 2, 5, 7, 1e-5, (0.01, 2.0)
+    inner = H * P
+    proj = torch.randn(b, T, 2 * inner + 2 * G * N + H, generator=g).to(dtype)  # in_proj's output
+    z, xbc, dt = torch.split(proj, [inner, inner + 2 * G * N, H], dim=-1)
+    xbc = xbc.contiguous()  # as the convolution writes it
+    dt_bias, A_log, D = torch.randn(H, generator=g), torch.rand(H, generator=g).log(), torch.randn(H, generator=g)
+    norm = GroupedGatedRMSNorm(inner, G, eps).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(inner, generator=g) + 0.5)
+    valid = torch.ones(b, T, dtype=torch.bool)
+    valid[1, :4] = False
+    state = torch.randn(b, H, P, N, generator=g) if carried else torch.zeros(b, H, P, N)
 
+    xs, Bm, Cm = torch.split(xbc.float(), [inner, G * N, G * N], dim=-1)
+    xs, Bm, Cm = xs.reshape(b, T, H, P), Bm.reshape(b, T, G, N), Cm.reshape(b, T, G, N)
+    step = F.softplus(dt.float() + dt_bias).clamp(*limit) * valid[..., None]  # (b, T, H)
+    y, final = ssd.chunk_scan(xs, step, -A_log.exp(), Bm, Cm, state, chunk_size=4)  # (b, T, H, P)
+    with torch.no_grad():
+        expected = norm((y + xs * D[:, None]).reshape(b, T, inner).to(dtype), z)
+
+    after = state.clone() if carried else None
+    params = (dt_bias, A_log, D, norm.weight.detach())
+    out = cpu_prefill.ssd_rows(xbc, dt, z, params, valid, after, G, eps, limit)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bfloat16: an ulp where the two sums round apart
+    torch.testing.assert_close(out, expected, atol=tolerance, rtol=tolerance)
+    if after is not None:
+        torch.testing.assert_close(after, final, atol=1e-5, rtol=1e-5)
+
+
+def test_the_delta_scan_equals_the_chunked_form_with_a_carried_state():
+    """The gated delta rule's kernel alone against ``delta_rule.chunk_gated_delta_rule`` from a
+    nonzero state, several chunks long; the state passed in is left as it was."""
+    g = torch.Generator().manual_seed(4)
+    b, T, H = 2, 23, 6
     Hk, K, V = 2, 8, 6
     q = delta_rule.l2_normalize(torch.randn(b, T, Hk, K, generator=g)) * K**-0.5
     k = delta_rule.l2_normalize(torch.randn(b, T, Hk, K, generator=g))
     v, beta = torch.randn(b, T, H, V, generator=g), torch.rand(b, T, H, generator=g)
     decay, state = -torch.rand(b, T, H, generator=g), torch.randn(b, H, K, V, generator=g)
+    before = state.clone()
     out, final = cpu_prefill.gated_delta_scan(q, k, v, decay, beta, state)
     heads = [t.repeat_interleave(H // Hk, dim=2).transpose(1, 2) for t in (q, k)]  # (b, H, T, K)
     out_ref, final_ref = delta_rule.chunk_gated_delta_rule(
@@ -137,6 +160,7 @@ def test_the_scans_equal_the_chunked_forms_with_a_carried_state():
     )
     torch.testing.assert_close(out, out_ref.transpose(1, 2), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(final, final_ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(state, before)
 
 
 @pytest.mark.parametrize("family", sorted(MIXERS))

@@ -61,37 +61,105 @@ static inline void ssd_columns(float *St, int64_t N, int64_t P, int64_t p0, cons
   for (int w = 0; w < W; ++w) out[p0 + w] = acc[w];
 }
 
-// Mamba2's SSD recurrence, one (batch, head) per job: S (P, N) <- exp(dt A) S + dt x B^T; y = S C. The job's
-// state is held transposed (N, P) while it runs, so each step runs along P with one accumulator per channel.
-// x (Bt, T, H, P), dt (Bt, T, H), A (H), Bm, Cm (Bt, T, G, N), state (Bt, H, P, N) in place -> y (Bt, T, H, P).
-at::Tensor ssd_scan(at::Tensor x, at::Tensor dt, at::Tensor A, at::Tensor Bm, at::Tensor Cm,
-                    at::Tensor state) {
-  const int64_t batch = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), G = Bm.size(2), N = Bm.size(3);
-  const int64_t per_group = H / G;
-  auto y = at::empty_like(x);
-  const float *xp = x.data_ptr<float>(), *dtp = dt.data_ptr<float>(), *Ap = A.data_ptr<float>();
-  const float *Bp = Bm.data_ptr<float>(), *Cp = Cm.data_ptr<float>();
-  float *sp = state.data_ptr<float>(), *yp = y.data_ptr<float>();
-  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> St(N * P);
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t b = job / H, h = job % H, g = h / per_group;
-      float *S = sp + job * P * N;
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t n = 0; n < N; ++n) St[n * P + p] = S[p * N + n];
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t row = b * T + t;
-        const float step = dtp[row * H + h], decay = std::exp(step * Ap[h]);
-        const float *xv = xp + (row * H + h) * P, *bv = Bp + (row * G + g) * N, *cv = Cp + (row * G + g) * N;
-        float *out = yp + (row * H + h) * P;
-        int64_t p = 0;
-        for (; p + 64 <= P; p += 64) ssd_columns<64>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
-        for (; p + 16 <= P; p += 16) ssd_columns<16>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
-        for (; p < P; ++p) ssd_columns<1>(St.data(), N, P, p, xv, step, decay, bv, cv, out);
-      }
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t n = 0; n < N; ++n) S[p * N + n] = St[n * P + p];
+// dt as Mamba2 steps with it: softplus(raw + bias) (torch's, threshold 20) clamped to [lo, hi].
+static inline float mamba2_step_of(float raw, float bias, float lo, float hi) {
+  const float v = raw + bias;
+  return std::min(std::max(v > 20.f ? v : std::log1p(std::exp(v)), lo), hi);
+}
+
+// One (batch row b, head h) of Mamba2's SSD recurrence over T tokens, from the convolution's output rows xbc
+// (x | B | C) and in_proj's raw dt: S (P, N) <- exp(dt A) S + dt x B^T, y = S C + D x, written to y in T's dtype.
+// The state is held transposed (N, P) while the job runs, so each step runs along P with one accumulator a channel.
+template <typename T>
+static void ssd_job(const at::Tensor& xbc, const at::Tensor& dt, const float* keep, const float* dt_bias,
+                    const float* A_log, const float* skip, float lo, float hi, float* S, T* y, int64_t b, int64_t h,
+                    int64_t G, int64_t P, int64_t N) {
+  const int64_t T_ = xbc.size(1), H = dt.size(2), d_inner = H * P, g = h / (H / G);
+  const T *xp = xbc.data_ptr<T>() + b * xbc.stride(0), *dp = dt.data_ptr<T>() + b * dt.stride(0) + h;
+  const int64_t x_at = h * P, b_at = d_inner + g * N, c_at = d_inner + (G + g) * N;
+  const float A = -std::exp(A_log[h]), Dh = skip[h];
+  std::vector<float> St(N * P), xv(P), bv(N), cv(N), out(P);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t n = 0; n < N; ++n) St[n * P + p] = S[p * N + n];
+  for (int64_t t = 0; t < T_; ++t) {
+    const T* row = xp + t * xbc.stride(1);
+    const float keep_t = keep == nullptr ? 1.f : keep[b * T_ + t];  // a padding token's step is zero
+    const float step = mamba2_step_of(static_cast<float>(dp[t * dt.stride(1)]), dt_bias[h], lo, hi) * keep_t;
+    const float decay = std::exp(step * A);
+    for (int64_t p = 0; p < P; ++p) xv[p] = static_cast<float>(row[x_at + p]);
+    for (int64_t n = 0; n < N; ++n) {
+      bv[n] = static_cast<float>(row[b_at + n]);
+      cv[n] = static_cast<float>(row[c_at + n]);
     }
+    float *state = St.data(), *x = xv.data(), *o = out.data();
+    int64_t p = 0;
+    for (; p + 64 <= P; p += 64) ssd_columns<64>(state, N, P, p, x, step, decay, bv.data(), cv.data(), o);
+    for (; p + 16 <= P; p += 16) ssd_columns<16>(state, N, P, p, x, step, decay, bv.data(), cv.data(), o);
+    for (; p < P; ++p) ssd_columns<1>(state, N, P, p, x, step, decay, bv.data(), cv.data(), o);
+    T* yt = y + (b * T_ + t) * d_inner + x_at;
+    for (int64_t q = 0; q < P; ++q) yt[q] = static_cast<T>(out[q] + xv[q] * Dh);
+  }
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t n = 0; n < N; ++n) S[p * N + n] = St[n * P + p];
+}
+
+// Mamba2's gated norm over one token's y (d_inner, in T's dtype, overwritten): per group of d_inner / G channels,
+// h = y silu(z), y <- weight * T(h / sqrt(mean(h^2) + eps)), as GroupedGatedRMSNorm rounds it.
+template <typename T>
+static void gated_norm_row(T* y, const T* z, const T* weight, int64_t d_inner, int64_t G, float eps) {
+  const int64_t width = d_inner / G;
+  std::vector<float> gated(width);
+  for (int64_t g = 0; g < G; ++g) {
+    float squares = 0.f;
+    for (int64_t i = 0; i < width; ++i) {
+      const float zi = static_cast<float>(z[g * width + i]);
+      gated[i] = static_cast<float>(y[g * width + i]) * (zi / (1.f + std::exp(-zi)));
+      squares += gated[i] * gated[i];
+    }
+    const float scale = 1.f / std::sqrt(squares / width + eps);
+    for (int64_t i = 0; i < width; ++i)
+      y[g * width + i] = static_cast<T>(static_cast<float>(weight[g * width + i]) *
+                                        static_cast<float>(static_cast<T>(gated[i] * scale)));
+  }
+}
+
+// Mamba2 from its convolution's output to out_proj's input: xbc (Bt, T, d_inner + 2 G N) SiLU'd, dt (Bt, T, H) and
+// z (Bt, T, d_inner) in_proj's outputs (rows possibly strided, last dimension contiguous), all in one floating dtype;
+// dt_bias, A_log, D (H) float32, norm_weight (d_inner) in that dtype, valid (Bt, T) or none, state (Bt, H, P, N)
+// float32 contiguous, updated in place -> the gated norm's output (Bt, T, d_inner) in that dtype. The scan runs one
+// (batch, head) a job, then the norm one token a job.
+at::Tensor ssd_rows(at::Tensor xbc, at::Tensor dt, at::Tensor z, at::Tensor dt_bias, at::Tensor A_log,
+                    at::Tensor D, at::Tensor norm_weight, c10::optional<at::Tensor> valid, at::Tensor state,
+                    int64_t groups, double eps, double dt_min, double dt_max) {
+  const int64_t batch = xbc.size(0), T_ = xbc.size(1), H = dt.size(2), d_inner = z.size(2);
+  const int64_t P = d_inner / H, N = state.size(3);
+  for (const auto& t : {dt_bias, A_log, D, state})
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(),
+                "ssd_rows: dt_bias, A_log, D and state float32, contiguous");
+  for (const auto& t : {dt, z, norm_weight})
+    TORCH_CHECK(t.scalar_type() == xbc.scalar_type() && t.stride(-1) == 1,
+                "ssd_rows: xbc, dt, z and norm_weight in one dtype, last dimension contiguous");
+  TORCH_CHECK(xbc.stride(2) == 1 && xbc.size(2) == d_inner + 2 * groups * N && H % groups == 0 && d_inner % H == 0 &&
+                  d_inner % groups == 0 && state.size(0) == batch && state.size(1) == H && state.size(2) == P &&
+                  norm_weight.numel() == d_inner,
+              "ssd_rows: xbc (B, T, d_inner + 2 G N), dt (B, T, H), z (B, T, d_inner), state (B, H, P, N)");
+  const at::Tensor keep = valid.has_value() ? valid->to(at::kFloat).contiguous() : at::Tensor();
+  auto y = at::empty({batch, T_, d_inner}, xbc.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, xbc.scalar_type(), "ssd_rows", [&] {
+    const float* kp = keep.defined() ? keep.data_ptr<float>() : nullptr;
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job)
+        ssd_job<scalar_t>(xbc, dt, kp, dt_bias.data_ptr<float>(), A_log.data_ptr<float>(), D.data_ptr<float>(),
+                          static_cast<float>(dt_min), static_cast<float>(dt_max), state.data_ptr<float>() + job * P * N,
+                          yp, job / H, job % H, groups, P, N);
+    });
+    const scalar_t *zp = z.data_ptr<scalar_t>(), *wp = norm_weight.data_ptr<scalar_t>();
+    at::parallel_for(0, batch * T_, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row)
+        gated_norm_row<scalar_t>(yp + row * d_inner, zp + (row / T_) * z.stride(0) + (row % T_) * z.stride(1), wp,
+                                 d_inner, groups, static_cast<float>(eps));
+    });
   });
   return y;
 }
@@ -132,9 +200,10 @@ EXTENSION = CppExtension(
     SOURCE,
     [
         CppFunction(
-            "ssd_scan",
-            "(Tensor x, Tensor dt, Tensor A, Tensor Bm, Tensor Cm, Tensor(a!) state) -> Tensor",
-            lambda x, **_: torch.empty_like(x),  # (B, T, H, P)
+            "ssd_rows",
+            "(Tensor xbc, Tensor dt, Tensor z, Tensor dt_bias, Tensor A_log, Tensor D, Tensor norm_weight, "
+            "Tensor? valid, Tensor(a!) state, int groups, float eps, float dt_min, float dt_max) -> Tensor",
+            lambda xbc, z, **_: xbc.new_empty((*xbc.shape[:2], z.shape[2])),  # (B, T, d_inner)
         ),
         CppFunction(
             "gated_delta_scan",
@@ -160,15 +229,44 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.float().contiguous()
 
 
-def ssd_scan(
-    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, state: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ssd.chunk_scan``'s maths on the fused loop: x (B, T, H, P), dt (B, T, H), A (H,), B, C
-    (B, T, G, N), state (B, H, P, N) before the first token (not modified) -> y (B, T, H, P)
-    without the D skip, and the state after the last token, float32."""
-    after = _f32(state).clone()  # (B, H, P, N): the kernel updates it in place
-    y = EXTENSION.op("ssd_scan")(*(_f32(t) for t in (x, dt, A, B, C)), after)  # (B, T, H, P)
-    return y, after
+def ssd_rows(
+    xbc: torch.Tensor,
+    dt: torch.Tensor,
+    z: torch.Tensor,
+    params: tuple[torch.Tensor, ...],
+    valid: torch.Tensor | None,
+    state: torch.Tensor | None,
+    groups: int,
+    eps: float,
+    dt_limit: tuple[float, float],
+) -> torch.Tensor:
+    """Mamba2 from its convolution to out_proj's input, as ``Mamba2Mixer``'s reference computes
+    it: xbc (B, T, d_inner + 2 G N) the convolution's SiLU'd output (x | B | C), dt (B, T, H)
+    and z (B, T, d_inner) in_proj's outputs as split (views), all in the model's dtype;
+    ``params`` (dt_bias, A_log, D, the gated norm's weight); ``valid`` (B, T) bool (False: a
+    padding token, whose step is zero) or None; ``state`` (B, H, P, N), the state before the
+    first token, overwritten in place with the state after the last (zeros and thrown away when
+    None) -> the gated norm's output (B, T, d_inner) in the model's dtype. dt's softplus and
+    clamp, the SSD recurrence, the D skip and the gated norm in one op: the reference's float32
+    copies of x, B and C, its dt chain and its skip were most of a bfloat16 prompt's time
+    around the scan."""
+    dt_bias, A_log, D, weight = params
+    batch, _, d_inner = z.shape
+    H = dt.shape[-1]
+    if state is None:
+        h = torch.zeros(batch, H, d_inner // H, (xbc.shape[-1] - d_inner) // (2 * groups))  # (B, H, P, N)
+    elif state.dtype == torch.float32 and state.is_contiguous():
+        h = state  # updated in place by the kernel
+    else:
+        h = state.float().contiguous()  # (B, H, P, N)
+    xbc, dt, z, weight = [
+        t.to(xbc.dtype) if t.stride(-1) == 1 else t.to(xbc.dtype).contiguous() for t in (xbc, dt, z, weight)
+    ]
+    dt_bias, A_log, D = (t.float().contiguous() for t in (dt_bias, A_log, D))
+    y = EXTENSION.op("ssd_rows")(xbc, dt, z, dt_bias, A_log, D, weight, valid, h, groups, eps, *dt_limit)
+    if state is not None and h is not state:
+        state.copy_(h)
+    return y  # (B, T, d_inner)
 
 
 def gated_delta_scan(

@@ -83,7 +83,8 @@ class Mamba2Mixer(KernelChoice):
 
     Implementations (``zoo.components.kernels``): ``reference`` (the chunked SSD scan and the
     one-token step of ``ssd.py`` in PyTorch); on the CPU ``cpu-scan`` (``cpu_conv``'s convolution and
-    ``cpu_prefill``: a multi-token call's SSD recurrence as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    ``cpu_prefill.ssd_rows``: a multi-token call from there to out_proj's input, dt's softplus, the
+    SSD recurrence, the D skip and the gated norm, as one C++ op) and ``cpu-step`` (``cpu_steps``: a
     decode step from in_proj's output to out_proj's input as one C++ call), inference only; on
     CUDA ``mamba-ssm`` (``cuda_kernels.mamba_ssm``: mamba-ssm's ``mamba_chunk_scan_combined``
     and ``selective_state_update``, causal-conv1d's convolution; the chunked scan has a
@@ -172,8 +173,12 @@ class Mamba2Mixer(KernelChoice):
             weight = self.conv1d.weight[:, 0]  # (C, K)
             xbc = causal_conv1d.causal_conv(xbc.transpose(1, 2), weight, self.conv1d.bias, window, silu=True)
             xbc = xbc.transpose(1, 2)  # (B, T, C)
-        elif cpu_prefill.scan_ready(self, x):  # one pass, laid out by tokens as the scan reads them
-            xbc = cpu_conv.causal_conv_rows(xbc, self.conv1d.weight, self.conv1d.bias, window)  # (B, T, C)
+        elif cpu_prefill.scan_ready(self, x):  # the convolution, then the scan and its glue, in C++
+            xbc = cpu_conv.causal_conv_rows(xbc, self.conv1d.weight, self.conv1d.bias, window)  # (B, T, C) SiLU'd
+            params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
+            ssm = None if state is None else state["ssm"]
+            y = cpu_prefill.ssd_rows(xbc, dt, z, params, token_valid, ssm, self.n_groups, self.norm.eps, self.dt_limit)
+            return self.out_proj(y)  # (B, T, d)
         else:
             xbc = causal_conv(xbc.transpose(1, 2), self.conv1d.weight, self.conv1d.bias, window).transpose(1, 2)
         xs, Bm, Cm = torch.split(xbc.float(), [self.d_inner, *(2 * [self.n_groups * self.state_size])], dim=-1)
@@ -197,10 +202,7 @@ class Mamba2Mixer(KernelChoice):
             initial = (
                 ssm.float() if ssm is not None else xs.new_zeros(batch, self.n_heads, self.head_dim, self.state_size)
             )
-            if cpu_prefill.scan_ready(self, x):
-                y, new = cpu_prefill.ssd_scan(xs, dt, A, Bm, Cm, initial)  # (B, T, H, P)
-            else:
-                y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
+            y, new = chunk_scan(xs, dt, A, Bm, Cm, initial, self.chunk_size)  # (B, T, H, P)
         if ssm is not None:
             ssm.copy_(new)
         y = y + xs * self.D.float()[:, None]  # (B, T, H, P)
