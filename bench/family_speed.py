@@ -54,7 +54,8 @@ import torch
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
 from zoo.analysis.devices import device_peaks
-from zoo.analysis.host_probe import SAMPLE_RUNS, cpu_description, probe_buffer, probe_bytes, stream_bytes_per_s
+from zoo.analysis.host_machine import cpu_description
+from zoo.analysis.host_probe import SAMPLE_RUNS, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components.kernels import implementations, preferring
 from zoo.files.host_memory import rehome
 from zoo.harness.phases.compiling import RunSteps, run_steps

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from zoo.analysis.host_probe import cpu_description
+from zoo.analysis.host_machine import cpu_description
 from zoo.files.atomic import write_text_atomic
 
 

@@ -97,13 +97,13 @@ def _seed_host_peaks() -> None:
     import json
     import os
 
-    from zoo.analysis import host_probe
+    from zoo.analysis import host_machine, host_probe
     from zoo.files.cache import cache_dir
 
     entries = {}
     for threads in range(1, max(8, os.cpu_count() or 1) + 1):
-        described = {**host_probe.machine(), "threads": threads}
-        key = host_probe.fingerprint(described)
+        described = {**host_machine.machine(), "threads": threads}
+        key = host_machine.fingerprint(described)
         peaks = host_probe.HostPeaks(
             key, described, FIXED_HOST_BANDWIDTH, {"float32": FIXED_HOST_BANDWIDTH}, dict(FIXED_HOST_FLOPS), 0, 0.0
         )

@@ -27,7 +27,8 @@ def run_hardware(args: argparse.Namespace) -> int:
     import torch
 
     from zoo.analysis.devices import device_peaks
-    from zoo.analysis.host_probe import cpu_description, host_peaks
+    from zoo.analysis.host_machine import cpu_description
+    from zoo.analysis.host_probe import host_peaks
     from zoo.errors import BenchError
 
     if args.threads is not None:
