@@ -157,13 +157,7 @@ class Mamba2Mixer(KernelChoice):
         with ``token_valid`` (B, T) False (left padding) leave the state untouched."""
         batch, T, _ = x.shape
         if T == 1 and state is not None and cpu_steps.conv_step_ready(self, x, state, "ssm", token_valid):
-            params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
-            if batch == 1 and (out := self._token_step(x, params, state)) is not None:
-                return out  # (1, 1, d): in_proj, the step and out_proj in one C++ call
-            y = cpu_steps.mamba2_step(
-                self.in_proj(x).squeeze(1), self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
-            )  # (B, d_inner)
-            return self.out_proj(y.unsqueeze(1))
+            return self._fused_step(x, state)  # (B, 1, d)
         if token_valid is not None:
             x = x * token_valid[..., None].to(x.dtype)
         z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, self.n_heads], dim=-1)
@@ -208,6 +202,17 @@ class Mamba2Mixer(KernelChoice):
         y = y + xs * self.D.float()[:, None]  # (B, T, H, P)
         y = self.norm(y.reshape(batch, T, self.d_inner).to(x.dtype), z)  # (B, T, d_inner)
         return self.out_proj(y)
+
+    def _fused_step(self, x: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One token (B, 1, d) on the fused step (``cpu_steps``): at batch 1 in_proj, the step and
+        out_proj in one C++ call where it takes them, else the projections around the step."""
+        params = (self.dt_bias, self.A_log, self.D, self.norm.weight)
+        if x.shape[0] == 1 and (out := self._token_step(x, params, state)) is not None:
+            return out  # (1, 1, d)
+        y = cpu_steps.mamba2_step(
+            self.in_proj(x).squeeze(1), self.conv1d, params, state, self.n_groups, self.norm.eps, self.dt_limit
+        )  # (B, d_inner)
+        return self.out_proj(y.unsqueeze(1))  # (B, 1, d)
 
     def _token_step(
         self, x: torch.Tensor, params: tuple[torch.Tensor, ...], state: dict[str, torch.Tensor]
