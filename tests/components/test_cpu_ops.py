@@ -36,6 +36,12 @@ def _ssd_rows() -> tuple[object, ...]:
     return xbc.contiguous(), dt, z, _r(H), _r(H), _r(H), _r(inner), None, _r(B, H, P, N), G, 1e-5, 0.0, 1e30
 
 
+def _delta_rows() -> tuple[object, ...]:
+    hk, dk, dv = 2, 8, 6  # key heads, key and value widths; H value heads
+    qkv, b, a, z = _r(B, T, 2 * hk * dk + H * dv), _r(B, T, H), _r(B, T, H), _r(B, T, H, dv)
+    return qkv, b, a, z, _r(H), _r(H), _r(dv), None, _r(B, H, dk, dv), hk, 1e-6
+
+
 def _gdn_step() -> tuple[object, ...]:
     hk, dk, dv = 2, 8, 6  # key heads, key and value widths; H value heads
     width, conv = 2 * dk + 2 * (H // hk) * dv, 2 * hk * dk + H * dv
@@ -114,14 +120,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_steps_linear_step": lambda: (_r(B, H, P), _r(B, H, P), _r(B, H, P), _r(B, H, P, P), _r(B, H, P), 1e-6),
     "zoo::cpu_steps_infini_step": _infini_step,
     "zoo::cpu_prefill_ssd_rows": _ssd_rows,
-    "zoo::cpu_prefill_gated_delta_scan": lambda: (
-        _r(B, T, 2, P),
-        _r(B, T, 2, P),
-        _r(B, T, H, 6),
-        -_r(B, T, H).abs(),
-        torch.rand(B, T, H),
-        _r(B, H, P, 6),
-    ),
+    "zoo::cpu_prefill_delta_rows": _delta_rows,
     "zoo::cpu_mamba_step_mamba_step": _mamba_step,
     "zoo::cpu_mamba_step_mamba_token": _mamba_token,
     "zoo::cpu_steps_mamba2_token": _mamba2_token,

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.components import cpu_prefill, delta_rule, ssd
+from zoo.components.gated_deltanet import GatedRMSNorm
 from zoo.components.kernels import implementations, preferring
 from zoo.components.mamba2 import GroupedGatedRMSNorm
 from zoo.model.cache import KVCache
@@ -142,25 +143,46 @@ def test_ssd_rows_equals_the_mixers_reference_maths(dtype, carried):
         torch.testing.assert_close(after, final, atol=1e-5, rtol=1e-5)
 
 
-def test_the_delta_scan_equals_the_chunked_form_with_a_carried_state():
-    """The gated delta rule's kernel alone against ``delta_rule.chunk_gated_delta_rule`` from a
-    nonzero state, several chunks long; the state passed in is left as it was."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("carried", [True, False])
+def test_delta_rows_equals_the_mixers_reference_maths(dtype, carried):
+    """``delta_rows`` against Gated DeltaNet's reference written out: q and k L2-normalised (q
+    scaled), beta and the log decay from b and a, ``delta_rule.chunk_gated_delta_rule`` (from a
+    nonzero state, or zeros where none is carried), the output rounded to the model's dtype and
+    ``GatedRMSNorm``; two value heads a key head, a padded row (decay 1, no write); the state
+    updated in place as the chunked rule leaves it."""
     g = torch.Generator().manual_seed(4)
-    b, T, H = 2, 23, 6
-    Hk, K, V = 2, 8, 6
-    q = delta_rule.l2_normalize(torch.randn(b, T, Hk, K, generator=g)) * K**-0.5
-    k = delta_rule.l2_normalize(torch.randn(b, T, Hk, K, generator=g))
-    v, beta = torch.randn(b, T, H, V, generator=g), torch.rand(b, T, H, generator=g)
-    decay, state = -torch.rand(b, T, H, generator=g), torch.randn(b, H, K, V, generator=g)
-    before = state.clone()
-    out, final = cpu_prefill.gated_delta_scan(q, k, v, decay, beta, state)
+    b, T, Hk, H, K, V, eps = 2, 23, 2, 4, 8, 6, 1e-6
+    qkv = torch.randn(b, T, 2 * Hk * K + H * V, generator=g).to(dtype)  # the convolution's output
+    beta_raw, a = torch.randn(b, T, H, generator=g).to(dtype), torch.randn(b, T, H, generator=g).to(dtype)
+    z = torch.randn(b, T, H, V, generator=g).to(dtype)
+    A_log, dt_bias = (16 * torch.rand(H, generator=g)).log(), torch.randn(H, generator=g)
+    norm = GatedRMSNorm(V, eps).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(V, generator=g) + 0.5)
+    valid = torch.ones(b, T, dtype=torch.bool)
+    valid[1, :4] = False
+    state = torch.randn(b, H, K, V, generator=g) if carried else torch.zeros(b, H, K, V)
+
+    q, k, v = torch.split(qkv.float(), [Hk * K, Hk * K, H * V], dim=-1)
+    q = delta_rule.l2_normalize(q.reshape(b, T, Hk, K)) * K**-0.5
+    k = delta_rule.l2_normalize(k.reshape(b, T, Hk, K))
+    beta = beta_raw.float().sigmoid() * valid[..., None]  # (b, T, H)
+    decay = -A_log.exp() * F.softplus(a.float() + dt_bias) * valid[..., None]  # (b, T, H): log decay
     heads = [t.repeat_interleave(H // Hk, dim=2).transpose(1, 2) for t in (q, k)]  # (b, H, T, K)
-    out_ref, final_ref = delta_rule.chunk_gated_delta_rule(
-        *heads, v.transpose(1, 2), decay.transpose(1, 2), beta.transpose(1, 2), state, chunk_size=4
+    out, final = delta_rule.chunk_gated_delta_rule(
+        *heads, v.reshape(b, T, H, V).transpose(1, 2), decay.transpose(1, 2), beta.transpose(1, 2), state, 4
     )
-    torch.testing.assert_close(out, out_ref.transpose(1, 2), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(final, final_ref, atol=1e-5, rtol=1e-5)
-    assert torch.equal(state, before)
+    with torch.no_grad():
+        expected = norm(out.transpose(1, 2).to(dtype), z)  # (b, T, H, V)
+
+    after = state.clone() if carried else None
+    params = (A_log, dt_bias, norm.weight.detach())
+    got = cpu_prefill.delta_rows(qkv, beta_raw, a, z, params, valid, after, Hk, eps)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bfloat16: an ulp where the two sums round apart
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)
+    if after is not None:
+        torch.testing.assert_close(after, final, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("family", sorted(MIXERS))

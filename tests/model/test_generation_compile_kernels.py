@@ -30,7 +30,7 @@ IMPLEMENTATIONS = (
     "gated_deltanet: cpu-scan+cpu-step, infini: cpu-step, linear: cpu-step, "
     "mamba: cpu-scan+cpu-step, mamba2: cpu-scan+cpu-step"
 )
-PREFILL_OPS = {"zoo.cpu_scan_scan", "zoo.cpu_prefill_ssd_rows", "zoo.cpu_prefill_gated_delta_scan"}
+PREFILL_OPS = {"zoo.cpu_scan_scan", "zoo.cpu_prefill_ssd_rows", "zoo.cpu_prefill_delta_rows"}
 STEP_OPS = {"zoo.cpu_mamba_step_mamba_step"} | {
     f"zoo.cpu_steps_{n}_step" for n in ("mamba2", "gdn", "linear", "infini")
 }

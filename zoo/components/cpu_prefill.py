@@ -12,11 +12,15 @@ sweeps the state along its contiguous last dimension in blocks of columns with o
 accumulator per column held in registers (the SSD state is held transposed, (N, P), while
 its job runs; the gated delta rule's token is ``delta_columns`` of ``cpu_columns_source``,
 which the decode step takes too), so the compiler vectorises the sweep and the reductions
-do not wait on each other.
+do not wait on each other. Each op takes the mixer from its convolution's output to out_proj's
+input (``ssd_rows``, ``delta_rows``): it reads the rows in the model's dtype where they lie,
+computes the gates and norms around the recurrence in float32 as the reference does, rounds
+where the reference rounds, and writes the gated norm's output: a second pass over the tokens,
+as Mamba2's norm spans the heads of a group.
 
 Inference only (no backward): a mixer asks ``scan_ready`` first, which is False under
 autograd, off the CPU, or where the mixer does not run this kernel (``--impl reference``);
-those calls take the chunked reference. Both scans are custom ops (``cpu_ops``), so a compiled
+those calls take the chunked reference. Both ops are custom ops (``cpu_ops``), so a compiled
 prefill runs them too. One-token decode calls keep their own path (``cpu_steps``).
 """
 
@@ -164,31 +168,97 @@ at::Tensor ssd_rows(at::Tensor xbc, at::Tensor dt, at::Tensor z, at::Tensor dt_b
   return y;
 }
 
-// The gated delta rule, one (batch, value head) per job: S <- exp(g) S; S <- S + k (beta (v - k^T S))^T; o = S^T q.
-// q, k (Bt, T, Hk, K) shared by H / Hk consecutive value heads each, v (Bt, T, H, V), g, beta (Bt, T, H),
-// state (Bt, H, K, V) in place -> o (Bt, T, H, V).
-at::Tensor gated_delta_scan(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor g, at::Tensor beta,
-                            at::Tensor state) {
-  const int64_t batch = q.size(0), T = q.size(1), Hk = q.size(2), K = q.size(3), H = v.size(2), V = v.size(3);
-  const int64_t per_key = H / Hk;
-  auto o = at::empty_like(v);
-  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
-  const float *gp = g.data_ptr<float>(), *bp = beta.data_ptr<float>();
-  float *sp = state.data_ptr<float>(), *op = o.data_ptr<float>();
-  at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t b = job / H, h = job % H, hk = h / per_key;
-      float *S = sp + job * K * V;
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t head = (b * T + t) * H + h, key_head = (b * T + t) * Hk + hk;
-        const float decay = std::exp(gp[head]), strength = bp[head];
-        const float *qv = qp + key_head * K, *kv = kp + key_head * K, *vv = vp + head * V;
-        float *out = op + head * V;
-        by_columns(V, [&](int64_t j, auto cols) {
-          delta_columns<decltype(cols)>(S, kv, qv, vv, decay, strength, out, K, V, j);
-        });
-      }
+// x / sqrt(sum(x^2) + 1e-6) times `scale`, in place over n floats, as delta_rule.l2_normalize (then the scale).
+static inline void l2_normalized(float* x, int64_t n, float scale) {
+  float squares = 0.f;
+  for (int64_t i = 0; i < n; ++i) squares += x[i] * x[i];
+  const float r = 1.f / std::sqrt(squares + 1e-6f);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * r * scale;
+}
+
+// One (batch row b, value head h) of the gated delta rule over T tokens, from the convolution's output rows qkv
+// (q | k | v, the key heads' q and k shared by H / Hk consecutive value heads) and in_proj_ba's raw b and a:
+// q, k L2-normalised (q times dk^-1/2), beta = sigmoid(b), decay = exp(-exp(A_log) softplus(a + dt_bias)),
+// S <- decay S + k (beta (v - k^T decay S))^T in place, o = S^T q, written to o in T's dtype.
+template <typename T>
+static void delta_job(const T* qkv, const T* bp, const T* ap, const float* keep, const float* A_log,
+                      const float* dt_bias, float* S, T* o, int64_t b, int64_t h, int64_t T_, int64_t Hk, int64_t H,
+                      int64_t K, int64_t V) {
+  const int64_t hk = h / (H / Hk), width = 2 * Hk * K + H * V;
+  const float A = -std::exp(A_log[h]);
+  std::vector<float> qv(K), kv(K), vv(V), out(V);
+  for (int64_t t = 0; t < T_; ++t) {
+    const int64_t row = b * T_ + t;
+    const T* r = qkv + row * width;
+    for (int64_t i = 0; i < K; ++i) {
+      qv[i] = static_cast<float>(r[hk * K + i]);
+      kv[i] = static_cast<float>(r[Hk * K + hk * K + i]);
     }
+    for (int64_t j = 0; j < V; ++j) vv[j] = static_cast<float>(r[2 * Hk * K + h * V + j]);
+    l2_normalized(qv.data(), K, 1.f / std::sqrt(static_cast<float>(K)));
+    l2_normalized(kv.data(), K, 1.f);
+    const float keep_t = keep == nullptr ? 1.f : keep[row];  // a padding token: decay 1, beta 0
+    const float raw_a = static_cast<float>(ap[row * H + h]) + dt_bias[h];
+    const float g = A * (raw_a > 20.f ? raw_a : std::log1p(std::exp(raw_a))) * keep_t;
+    const float beta = 1.f / (1.f + std::exp(-static_cast<float>(bp[row * H + h]))) * keep_t;
+    const float decay = std::exp(g);
+    by_columns(V, [&](int64_t j, auto cols) {
+      delta_columns<decltype(cols)>(S, kv.data(), qv.data(), vv.data(), decay, beta, out.data(), K, V, j);
+    });
+    T* ot = o + (row * H + h) * V;
+    for (int64_t j = 0; j < V; ++j) ot[j] = static_cast<T>(out[j]);
+  }
+}
+
+// Gated DeltaNet's gated norm over one head's output o (V, in T's dtype, overwritten), as GatedRMSNorm rounds it:
+// n = T(o / sqrt(mean(o^2) + eps)), o <- T(float(T(weight n)) silu(z)).
+template <typename T>
+static void delta_norm_head(T* o, const T* z, const T* weight, int64_t V, float eps) {
+  float squares = 0.f;
+  for (int64_t j = 0; j < V; ++j) squares += static_cast<float>(o[j]) * static_cast<float>(o[j]);
+  const float scale = 1.f / std::sqrt(squares / V + eps);
+  for (int64_t j = 0; j < V; ++j) {
+    const T normed = static_cast<T>(static_cast<float>(o[j]) * scale);
+    const T scaled = static_cast<T>(static_cast<float>(weight[j]) * static_cast<float>(normed));
+    const float zj = static_cast<float>(z[j]);
+    o[j] = static_cast<T>(static_cast<float>(scaled) * (zj / (1.f + std::exp(-zj))));
+  }
+}
+
+// Gated DeltaNet from its convolution's output to out_proj's input: qkv (Bt, T, 2 Hk K + H V) SiLU'd, b, a (Bt, T,
+// H) and z (Bt, T, H, V), contiguous, and norm_weight (V) in one floating dtype; A_log, dt_bias (H) float32, valid
+// (Bt, T) or none, state (Bt, H, K, V) float32 contiguous, updated in place -> the gated norm's output (Bt, T, H, V)
+// in that dtype. The rule runs one (batch, value head) a job, then the norm one token a job.
+at::Tensor delta_rows(at::Tensor qkv, at::Tensor b, at::Tensor a, at::Tensor z, at::Tensor A_log,
+                      at::Tensor dt_bias, at::Tensor norm_weight, c10::optional<at::Tensor> valid, at::Tensor state,
+                      int64_t key_heads, double eps) {
+  const int64_t batch = qkv.size(0), T_ = qkv.size(1), H = state.size(1), K = state.size(2), V = state.size(3);
+  for (const auto& t : {A_log, dt_bias, state})
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(),
+                "delta_rows: A_log, dt_bias and state float32, contiguous");
+  for (const auto& t : {qkv, b, a, z, norm_weight})
+    TORCH_CHECK(t.scalar_type() == qkv.scalar_type() && t.is_contiguous(),
+                "delta_rows: qkv, b, a, z and norm_weight in one dtype, contiguous");
+  TORCH_CHECK(key_heads > 0 && H % key_heads == 0 && qkv.size(2) == 2 * key_heads * K + H * V && b.size(2) == H &&
+                  a.size(2) == H && z.size(2) == H && z.size(3) == V && state.size(0) == batch &&
+                  norm_weight.numel() == V,
+              "delta_rows: qkv (B, T, 2 Hk K + H V), b, a (B, T, H), z (B, T, H, V), state (B, H, K, V)");
+  const at::Tensor keep = valid.has_value() ? valid->to(at::kFloat).contiguous() : at::Tensor();
+  auto o = at::empty({batch, T_, H, V}, qkv.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, qkv.scalar_type(), "delta_rows", [&] {
+    const scalar_t *qp = qkv.data_ptr<scalar_t>(), *bp = b.data_ptr<scalar_t>(), *ap = a.data_ptr<scalar_t>();
+    const float* kp = keep.defined() ? keep.data_ptr<float>() : nullptr;
+    scalar_t* op = o.data_ptr<scalar_t>();
+    at::parallel_for(0, batch * H, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t job = begin; job < end; ++job)
+        delta_job<scalar_t>(qp, bp, ap, kp, A_log.data_ptr<float>(), dt_bias.data_ptr<float>(),
+                            state.data_ptr<float>() + job * K * V, op, job / H, job % H, T_, key_heads, H, K, V);
+    });
+    const scalar_t *zp = z.data_ptr<scalar_t>(), *wp = norm_weight.data_ptr<scalar_t>();
+    at::parallel_for(0, batch * T_ * H, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t head = begin; head < end; ++head)
+        delta_norm_head<scalar_t>(op + head * V, zp + head * V, wp, V, static_cast<float>(eps));
+    });
   });
   return o;
 }
@@ -206,9 +276,10 @@ EXTENSION = CppExtension(
             lambda xbc, z, **_: xbc.new_empty((*xbc.shape[:2], z.shape[2])),  # (B, T, d_inner)
         ),
         CppFunction(
-            "gated_delta_scan",
-            "(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state) -> Tensor",
-            lambda v, **_: torch.empty_like(v),  # (B, T, H, d_v)
+            "delta_rows",
+            "(Tensor qkv, Tensor b, Tensor a, Tensor z, Tensor A_log, Tensor dt_bias, Tensor norm_weight, "
+            "Tensor? valid, Tensor(a!) state, int key_heads, float eps) -> Tensor",
+            lambda z, **_: z.new_empty(z.shape),  # (B, T, H, d_v)
         ),
     ],
 )
@@ -223,10 +294,6 @@ def scan_ready(mixer: KernelChoice, x: torch.Tensor) -> bool:
     """Whether this multi-token call of ``mixer`` runs the fused scan (module doc), resolving
     the mixer's kernels the first time it could."""
     return mixer.uses(KERNEL, x.device, stateful=False)  # inference only: autograd refused
-
-
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.float().contiguous()
 
 
 def ssd_rows(
@@ -269,13 +336,39 @@ def ssd_rows(
     return y  # (B, T, d_inner)
 
 
-def gated_delta_scan(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``delta_rule.chunk_gated_delta_rule``'s maths on the fused loop, tokens before heads: q, k
-    (B, T, H_k, d_k), each key head shared by H / H_k consecutive value heads (not repeated),
-    v (B, T, H, d_v), g, beta (B, T, H), state (B, H, d_k, d_v) before the first token (not
-    modified) -> outputs (B, T, H, d_v) and the state after the last token, float32."""
-    after = _f32(state).clone()  # (B, H, d_k, d_v): the kernel updates it in place
-    out = EXTENSION.op("gated_delta_scan")(*(_f32(t) for t in (q, k, v, g, beta)), after)  # (B, T, H, d_v)
-    return out, after
+def delta_rows(
+    qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    z: torch.Tensor,
+    params: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    valid: torch.Tensor | None,
+    state: torch.Tensor | None,
+    key_heads: int,
+    eps: float,
+) -> torch.Tensor:
+    """Gated DeltaNet from its convolution to out_proj's input, as ``GatedDeltaNet``'s reference
+    computes it: qkv (B, T, 2 H_k d_k + H d_v) the convolution's SiLU'd output (q | k | v), b, a
+    (B, T, H) and z (B, T, H, d_v) as ``_split`` gives them, all in the model's dtype;
+    ``params`` (A_log, dt_bias, the gated norm's weight); ``valid`` (B, T) bool (False: a
+    padding token, whose decay is 1 and write strength 0) or None; ``state`` (B, H, d_k, d_v),
+    the state before the first token, overwritten in place with the state after the last (zeros
+    and thrown away when None) -> the gated norm's output (B, T, H, d_v) in the model's dtype.
+    q and k's L2 norms, the gates, the delta rule and the gated norm in one op: the reference's
+    float32 copies and elementwise ops around the fused rule took most of a bfloat16 prompt's time
+    beside the projections."""
+    A_log, dt_bias, weight = params
+    batch, _, heads, width = z.shape
+    key_width = (qkv.shape[-1] - heads * width) // (2 * key_heads)
+    if state is None:
+        h = torch.zeros(batch, heads, key_width, width)  # (B, H, d_k, d_v)
+    elif state.dtype == torch.float32 and state.is_contiguous():
+        h = state  # updated in place by the kernel
+    else:
+        h = state.float().contiguous()  # (B, H, d_k, d_v)
+    qkv, b, a, z, weight = (t.to(qkv.dtype).contiguous() for t in (qkv, b, a, z, weight))
+    A_log, dt_bias = A_log.float().contiguous(), dt_bias.float().contiguous()
+    out = EXTENSION.op("delta_rows")(qkv, b, a, z, A_log, dt_bias, weight, valid, h, key_heads, eps)
+    if state is not None and h is not state:
+        state.copy_(h)
+    return out  # (B, T, H, d_v)

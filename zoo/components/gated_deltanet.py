@@ -96,7 +96,8 @@ class GatedDeltaNet(KernelChoice):
 
     Implementations (``zoo.components.kernels``): ``reference`` (``delta_rule``: the chunked
     rule and one-token step in PyTorch); on the CPU ``cpu-scan`` (``cpu_conv``'s convolution and
-    ``cpu_prefill``: a multi-token call's delta rule as one fused C++ loop) and ``cpu-step`` (``cpu_steps``: a
+    ``cpu_prefill.delta_rows``: a multi-token call from there to out_proj's input, q and k's
+    norms, the gates, the delta rule and the gated norm, as one C++ op) and ``cpu-step`` (``cpu_steps``: a
     decode step from the projections' outputs to out_proj's input as one C++ call), inference
     only; on CUDA ``fla`` (``cuda_kernels.fla``: fla's ``chunk_gated_delta_rule`` and
     ``fused_recurrent_gated_delta_rule``, causal-conv1d's convolution, as transformers' fast
@@ -200,8 +201,12 @@ class GatedDeltaNet(KernelChoice):
         if library and causal_conv1d.fits(self.conv_kernel):
             qkv = causal_conv1d.causal_conv(qkv.transpose(1, 2), self.conv1d.weight[:, 0], None, window, silu=True)
             qkv = qkv.transpose(1, 2)  # (B, T, C)
-        elif cpu_prefill.scan_ready(self, x):  # one pass, laid out by tokens as the scan reads them
-            qkv = cpu_conv.causal_conv_rows(qkv, self.conv1d.weight, None, window)  # (B, T, C)
+        elif cpu_prefill.scan_ready(self, x):  # the convolution, then the rule and its glue, in C++
+            qkv = cpu_conv.causal_conv_rows(qkv, self.conv1d.weight, None, window)  # (B, T, C) SiLU'd
+            params = (self.A_log, self.dt_bias, self.norm.weight)
+            recurrent = None if state is None else state["recurrent"]
+            out = cpu_prefill.delta_rows(qkv, b, a, z, params, token_valid, recurrent, self.n_k_heads, self.norm.eps)
+            return self.out_proj(out.reshape(B, T, self.value_dim))  # (B, T, d)
         else:
             qkv = causal_conv(qkv.transpose(1, 2), self.conv1d.weight, None, window).transpose(1, 2)
         q, k, v = torch.split(qkv.float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
@@ -247,16 +252,10 @@ class GatedDeltaNet(KernelChoice):
         beta: torch.Tensor,
         recurrent: torch.Tensor | None,
     ) -> torch.Tensor:
-        """The delta rule over q, k (B, T, H_k, d_k), v (B, T, H, d_v), g, beta (B, T, H);
-        a one-token call with a state is one step; a longer one the fused scan (``cpu_prefill``)
-        where it runs, else the chunked form."""
+        """The reference delta rule over q, k (B, T, H_k, d_k), v (B, T, H, d_v), g, beta (B, T, H):
+        a one-token call with a state is one step, a longer one the chunked form."""
         B, T, H, _ = v.shape
         initial = recurrent.float() if recurrent is not None else q.new_zeros(B, H, self.head_k_dim, self.head_v_dim)
-        if T > 1 and cpu_prefill.scan_ready(self, q):
-            out, new = cpu_prefill.gated_delta_scan(q, k, v, g, beta, initial)  # (B, T, H, d_v)
-            if recurrent is not None:
-                recurrent.copy_(new)
-            return out
         q, k = (t.repeat_interleave(H // self.n_k_heads, dim=2) for t in (q, k))  # (B, T, H, d_k)
         if recurrent is not None and q.shape[1] == 1:
             out, new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], recurrent.float())
