@@ -168,8 +168,8 @@ def stream_bytes_per_s(buffer: torch.Tensor, runs: int = RUNS) -> float:
     kernel builds, its one-row product over the buffer's rows, which reads four streams a
     thread (``zoo/components/row_product_source.py``) and out-read the sum's one by 1.25x on
     this project's Zen 4 VM, fetching the buffer past the caches or not as a run here reads
-    weights of that size (``fetches_past_cache``: through them on that VM, where the fetch
-    read 0.9-0.95x as fast). The roofline is the fastest read, as ``HostPeaks.bandwidth`` is:
+    weights of that size (``fetches_past_cache``: through them on that VM, where this buffer
+    read 0.96-1.01x as fast fetched past them). The roofline is the fastest read, as ``HostPeaks.bandwidth`` is:
     a sum alone would let a decode step built of those products read above 100% of it."""
     rate = read_bytes_per_s(buffer, runs)
     if row_product.available():
