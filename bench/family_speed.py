@@ -30,6 +30,8 @@ Run: python bench/family_speed.py [--prompt-len 128] [--decode 32] [--rounds 3] 
      [--layers 4] [--impls reference,auto] [--dtypes float32,bfloat16] [--steps eager,compiled]
      [--families gpt2,mamba-130m,...]
 
+``gated-deltanet`` is gpt2 with every layer's attention a Gated DeltaNet, ``gdn-hybrid`` three
+of every four (Qwen3-Next's pattern; layers 3, 7 and 11 keep gpt2's attention).
 ``rwkv`` is the zoo-rwkv plugin (plugins/zoo-rwkv), staged from the source tree when it is
 not installed. ``qwen3-0.6b`` runs at its own width (1024, a 151,936-row head);
 ``t5-small`` is an encoder-decoder cut to ``--layers`` on both sides: its prefill is the
@@ -69,20 +71,13 @@ from zoo.specs.staging import stage_plugin
 
 PLUGINS = {"rwkv": Path(__file__).resolve().parents[1] / "plugins" / "zoo-rwkv"}  # family -> plugin source
 
+GDN = {"kind": "gated_deltanet", "n_k_heads": 6, "n_v_heads": 12, "head_k_dim": 128, "head_v_dim": 64}  # gpt2's width
 FAMILIES = {  # name -> (preset, overrides)
     "gpt2": ("gpt2", {}),
     "mamba-130m": ("mamba-130m", {}),
     "mamba2-130m": ("mamba2-130m", {}),
-    "gated-deltanet": (
-        "gpt2",
-        {
-            "attention.kind": "gated_deltanet",
-            "attention.n_k_heads": 6,
-            "attention.n_v_heads": 12,
-            "attention.head_k_dim": 128,
-            "attention.head_v_dim": 64,
-        },
-    ),
+    "gated-deltanet": ("gpt2", {f"attention.{key}": value for key, value in GDN.items()}),
+    "gdn-hybrid": ("gpt2", {"layers": {"0::4,1::4,2::4": {"attention": GDN}}}),  # Qwen3-Next's 3 : 1 pattern
     "linear": ("gpt2", {"attention.kind": "linear"}),
     "infini": ("gpt2", {"attention.kind": "infini"}),
     "rwkv": ("rwkv-4-169m-pile", {}),
