@@ -22,6 +22,7 @@ def small_probe(monkeypatch, tmp_path):
     """A probe over 4 MiB and small matmuls into a cache of its own, counting the timed calls."""
     monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(host_probe, "probe_bytes", lambda: 4 << 20)
+    monkeypatch.setattr(host_probe, "ROW_WIDTH", 128)  # the past-cache probe's layers: 5 float32, 10 bfloat16
     monkeypatch.setattr(host_probe, "MATMUL_SIZES", (64,))
     calls = []
     real = host_probe._median_seconds
@@ -142,6 +143,12 @@ def test_the_step_shapes_are_views_of_the_buffer_within_its_bytes():
         assert all(w.dtype == dtype and row.shape == (w.shape[1],) and row.dtype == dtype for w, row in pairs)
         assert all(b - a == w.nbytes for a, b, (w, _) in zip(starts, starts[1:], pairs, strict=False))
         assert starts[0] == flat.data_ptr() and starts[-1] + pairs[-1][0].nbytes <= flat.data_ptr() + flat.nbytes
+
+
+def test_a_dtype_of_which_no_layer_fits_is_left_out_of_the_past_cache_probe():
+    """1 MiB holds no decode layer at ``ROW_WIDTH`` 1024 (12 MiB in float32): nothing is timed
+    and no dtype is decided (runs read it through the caches)."""
+    assert host_probe._past_cache_paths(1 << 20) == {}
 
 
 @pytest.mark.parametrize(("measured", "cache", "past"), [(True, 1, True), (False, 1, False), (True, None, False)])

@@ -256,13 +256,16 @@ def _past_cache_paths(nbytes: int) -> dict[str, bool]:
     """By dtype: whether zoo's row kernel ran a decode step's products (``_step_weights`` over
     ``nbytes``) faster fetching the weights past the caches than through them: the median of
     per-turn ratios, the two ways timed in turn (their order flipped each turn) on the same
-    bytes. Empty where the kernel does not build."""
+    bytes. Empty where the kernel does not build; a dtype of which not one layer fits in
+    ``nbytes`` is left out (runs read it through the caches)."""
     if not row_product.available():
         return {}
     flat = _weights_buffer(max(nbytes // (4 * ROW_WIDTH), 1), ROW_WIDTH)  # (R, W) float32
     faster = {}
     for name in ("float32", "bfloat16"):
         pairs = _step_weights(flat, getattr(torch, name))
+        if not pairs:
+            continue
 
         def step(pairs: list[tuple[torch.Tensor, torch.Tensor]] = pairs) -> None:
             for weight, row in pairs:
