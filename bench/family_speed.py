@@ -148,12 +148,12 @@ def one_round(case: Case, ids: torch.Tensor, steps: int, max_len: int, probe: to
         cache, logits = _prefill(case, ids, max_len)  # (1, V)
         case.prefill.append(ids.shape[1] / (time.perf_counter() - start))
         token = greedy(logits)[:, None]  # (1, 1): as `zoo bench` picks (max, not argmax, of half precision)
-        before = None if probe is None else stream_bytes_per_s(probe, SAMPLE_RUNS)
+        before = 0.0 if probe is None else stream_bytes_per_s(probe, SAMPLE_RUNS)
         start = time.perf_counter()
         for _ in range(steps):
             token = greedy(case.run.decode(case.model, token, cache))[:, None]  # (1, 1)
         case.decode.append(steps / (time.perf_counter() - start))
-        if before is not None and probe is not None:
+        if probe is not None:
             case.bandwidth.append((before + stream_bytes_per_s(probe, SAMPLE_RUNS)) / 2)
 
 

@@ -186,3 +186,24 @@ def _call(extension: str, function: CppFunction) -> Callable[..., torch.Tensor]:
         return pybind[0](*args)
 
     return call
+
+
+def rows_of(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype`` with its last dimension contiguous, as an op reads rows (a split's view as it is)."""
+    t = t.to(dtype)
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def on_float32_state(
+    state: torch.Tensor | None, shape: tuple[int, ...], call: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``call``'s output, given the float32 contiguous state a prompt op updates in place:
+    ``state`` itself where it is one, else its float32 copy, written back after the call; zeros
+    of ``shape``, thrown away, where there is no state."""
+    if state is None:
+        return call(torch.zeros(shape))
+    h = state if state.dtype == torch.float32 and state.is_contiguous() else state.float().contiguous()
+    out = call(h)
+    if h is not state:
+        state.copy_(h)
+    return out

@@ -30,7 +30,7 @@ import torch
 
 from zoo.components import cpu_conv
 from zoo.components.cpu_columns_source import COLUMNS
-from zoo.components.cpu_ops import CppExtension, CppFunction
+from zoo.components.cpu_ops import CppExtension, CppFunction, on_float32_state, rows_of
 from zoo.components.kernels import Kernel, KernelChoice
 
 SOURCE = (
@@ -320,20 +320,13 @@ def ssd_rows(
     dt_bias, A_log, D, weight = params
     batch, _, d_inner = z.shape
     H = dt.shape[-1]
-    if state is None:
-        h = torch.zeros(batch, H, d_inner // H, (xbc.shape[-1] - d_inner) // (2 * groups))  # (B, H, P, N)
-    elif state.dtype == torch.float32 and state.is_contiguous():
-        h = state  # updated in place by the kernel
-    else:
-        h = state.float().contiguous()  # (B, H, P, N)
-    xbc, dt, z, weight = [
-        t.to(xbc.dtype) if t.stride(-1) == 1 else t.to(xbc.dtype).contiguous() for t in (xbc, dt, z, weight)
-    ]
+    shape = (batch, H, d_inner // H, (xbc.shape[-1] - d_inner) // (2 * groups))  # (B, H, P, N)
+    xbc, dt, z, weight = [rows_of(t, xbc.dtype) for t in (xbc, dt, z, weight)]
     dt_bias, A_log, D = (t.float().contiguous() for t in (dt_bias, A_log, D))
-    y = EXTENSION.op("ssd_rows")(xbc, dt, z, dt_bias, A_log, D, weight, valid, h, groups, eps, *dt_limit)
-    if state is not None and h is not state:
-        state.copy_(h)
-    return y  # (B, T, d_inner)
+    ssd = EXTENSION.op("ssd_rows")
+    return on_float32_state(
+        state, shape, lambda h: ssd(xbc, dt, z, dt_bias, A_log, D, weight, valid, h, groups, eps, *dt_limit)
+    )  # (B, T, d_inner)
 
 
 def delta_rows(
@@ -360,15 +353,11 @@ def delta_rows(
     A_log, dt_bias, weight = params
     batch, _, heads, width = z.shape
     key_width = (qkv.shape[-1] - heads * width) // (2 * key_heads)
-    if state is None:
-        h = torch.zeros(batch, heads, key_width, width)  # (B, H, d_k, d_v)
-    elif state.dtype == torch.float32 and state.is_contiguous():
-        h = state  # updated in place by the kernel
-    else:
-        h = state.float().contiguous()  # (B, H, d_k, d_v)
     qkv, b, a, z, weight = (t.to(qkv.dtype).contiguous() for t in (qkv, b, a, z, weight))
     A_log, dt_bias = A_log.float().contiguous(), dt_bias.float().contiguous()
-    out = EXTENSION.op("delta_rows")(qkv, b, a, z, A_log, dt_bias, weight, valid, h, key_heads, eps)
-    if state is not None and h is not state:
-        state.copy_(h)
-    return out  # (B, T, H, d_v)
+    delta = EXTENSION.op("delta_rows")
+    return on_float32_state(
+        state,
+        (batch, heads, key_width, width),
+        lambda h: delta(qkv, b, a, z, A_log, dt_bias, weight, valid, h, key_heads, eps),
+    )  # (B, T, H, d_v)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from zoo.components.cpu_mamba_channels_source import CHANNELS
-from zoo.components.cpu_ops import CppExtension, CppFunction
+from zoo.components.cpu_ops import CppExtension, CppFunction, on_float32_state, rows_of
 from zoo.components.row_product_source import LOOPS
 
 SOURCE = (
@@ -133,12 +133,6 @@ EXTENSION = CppExtension(
 )
 
 
-def _rows(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``t`` in ``dtype`` with its last dimension contiguous, as the kernel reads rows (a split's view as it is)."""
-    t = t.to(dtype)
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def scan_into(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -157,15 +151,7 @@ def scan_into(
     away when None) -> y = (C·h + D x) * silu(z) (B, T, d) in x's dtype, computed in float32
     as ``mamba_scan.selective_scan`` and the mixer's glue compute it."""
     batch, _, d = x.shape
-    if state is None:
-        h = torch.zeros(batch, d, A.shape[-1])  # (B, d, N)
-    elif state.dtype == torch.float32 and state.is_contiguous():
-        h = state  # updated in place by the kernel
-    else:
-        h = state.float().contiguous()  # (B, d, N)
-    x, dt, B, C, z = [_rows(t, x.dtype) for t in (x, dt, B, C, z)]
+    x, dt, B, C, z = [rows_of(t, x.dtype) for t in (x, dt, B, C, z)]
     A, D = A.float().contiguous(), D.float().contiguous()
-    y = EXTENSION.op("scan")(x, dt, A, B, C, D, z, valid, h)  # (B, T, d)
-    if state is not None and h is not state:
-        state.copy_(h)
-    return y
+    scan = EXTENSION.op("scan")
+    return on_float32_state(state, (batch, d, A.shape[-1]), lambda h: scan(x, dt, A, B, C, D, z, valid, h))  # (B, T, d)
