@@ -39,7 +39,7 @@ def main() -> None:
             packed, so = int4_cpu.pack(values, so)
             x = torch.randn(rows, in_features)
             for got, expected in (
-                (module.int4_q8(x, packed, so, 64), int4_cpu.reference_q8(x, packed, so)),
+                (module.int4_q8(x, packed, so, 64, True), int4_cpu.reference_q8(x, packed, so)),
                 (module.int4_tiles(x, packed, so, 32), int4_cpu.reference(x, packed, so)),
             ):
                 error = ((got - expected).abs().max() / expected.abs().max()).item()

@@ -133,7 +133,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True),  # a step's (B, T, in)
     "zoo::row_product_layer_row": lambda: (_r(24, 40), None, _r(1, 1, 40), _r(24), True),
     "zoo::row_product_row_product_fitting": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True, 0),
-    "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64)),
+    "zoo::row_product_int8_rows": lambda: (torch.randint(-127, 128, (24, 64), dtype=torch.int8), _r(24), _r(64), True),
     "zoo::row_product_int8_tiles": lambda: (
         _r(26, 64),
         torch.randint(-127, 128, (40, 64), dtype=torch.int8),
@@ -201,9 +201,9 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::row_product_gelu": lambda: (_r(2, 3, 40), True),
     "zoo::row_product_rope": lambda: (_r(2, 5, 3, 8).transpose(1, 2), _r(1, 1, 5, 6), _r(1, 1, 5, 6)),
     "zoo::row_product_greedy": lambda: (_r(2, 3, 300),),
-    "zoo::int4_cpu_int4_q8": lambda: (_r(3, 64), *_int4_weight(), 1),
+    "zoo::int4_cpu_int4_q8": lambda: (_r(3, 64), *_int4_weight(), 1, True),
     "zoo::int4_cpu_int4_tiles": lambda: (_r(30, 64), *_int4_weight(), 16),
-    "zoo::int4_cpu_int4_mm": lambda: (_r(2, 3, 64), *_int4_weight(), 4, 16, 1),  # the tiles: 6 rows from 4
+    "zoo::int4_cpu_int4_mm": lambda: (_r(2, 3, 64), *_int4_weight(), 4, 16, 1, False),  # the tiles: 6 rows from 4
     "zoo::cpu_conv_conv_rows": lambda: (_r(B, T, 20), _r(20, 4), _r(20), _r(B, 20, 4)),
     "zoo::cpu_scan_scan": lambda: (
         _r(B, T, 16),

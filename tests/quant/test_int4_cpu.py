@@ -17,6 +17,7 @@ from torch import nn
 import zoo
 from tests.hub.gguf.test_quants import VOCAB, encoder, tiny_qwen3
 from tests.hub.gguf_files import gguf_tensors, write_gguf
+from zoo.components import row_product
 from zoo.model.cache import KVCache
 from zoo.model.generation import decode_step, prefill
 from zoo.quant import int4_cpu, q8
@@ -133,6 +134,23 @@ def test_one_row_read_in_streams_sums_as_panel_by_panel(out_features: int) -> No
     for m in range(2):
         assert torch.equal(int4_cpu.matmul(x[m : m + 1], packed, so), both[m : m + 1])
     assert _relative(both, int4_cpu.reference_q8(x, packed, so)) < 1e-5
+
+
+@pytest.mark.parametrize("out_features", [64, 4104])
+def test_a_row_fetched_ahead_or_not_sums_the_same_bits(out_features: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The panels are fetched ahead of their reads only where the run fetches a step's weights
+    ahead (``row_product.past_cache``, passed to the op as ``fetch_ahead``): the same sums
+    either way, bit for bit."""
+    _, packed, so = _weights(out_features, 512, 128, torch.bfloat16)
+    x = torch.randn(1, 512, generator=torch.Generator().manual_seed(5)).bfloat16()  # (1, in)
+    with row_product.past_cache(False):
+        plain = int4_cpu.matmul(x, packed, so)
+    with row_product.past_cache(True):
+        assert torch.equal(int4_cpu.matmul(x, packed, so), plain)
+        seen: list[object] = []
+        monkeypatch.setattr(int4_cpu, "_MM", lambda *args: seen.append(args[-1]) or plain)
+        int4_cpu.matmul(x, packed, so)
+    assert seen == [True]
 
 
 def test_from_groups_holds_the_values_exactly() -> None:

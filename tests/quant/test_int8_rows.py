@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from zoo.components import row_product
 from zoo.quant import int8_rows, kernels, q8
 from zoo.quant.linear import Int8Linear
 
@@ -107,6 +108,23 @@ def test_the_kernel_equals_its_reference_at_any_row_length(threads: int) -> None
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
     finally:
         torch.set_num_threads(previous)
+
+
+def test_rows_fetched_ahead_or_not_sum_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row is fetched ahead of its read only where the run fetches a step's weights ahead
+    (``row_product.past_cache``, the op's ``fetch_ahead``): the same sums either way."""
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randint(-127, 128, (1027, 576), dtype=torch.int8, generator=generator)
+    scales, x = torch.rand(1027, generator=generator) / 100, torch.randn(576, generator=generator)
+    with torch.no_grad():
+        with row_product.past_cache(False):
+            plain = int8_rows.int8_rows(q, scales, x)
+        with row_product.past_cache(True):
+            assert torch.equal(int8_rows.int8_rows(q, scales, x), plain)
+            seen: list[object] = []
+            monkeypatch.setattr(row_product.EXTENSION, "op", lambda name: lambda *args: seen.append(args[-1]))
+            int8_rows.int8_rows(q, scales, x)
+    assert seen == [True]
 
 
 def test_a_rows_sum_does_not_depend_on_how_the_threads_split_the_rows() -> None:

@@ -83,21 +83,22 @@ constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_REL
 
 // One row x through int4 panels (int4_q8 of zoo.quant's extension, loaded with its layers, through the dispatcher
 // straight to its CPU kernel) -> x's shape with the last dim the panels' rows, in x's dtype.
-static at::Tensor int4_row(const at::Tensor& packed, const at::Tensor& so, const at::Tensor& x) {
+static at::Tensor int4_row(const at::Tensor& packed, const at::Tensor& so, const at::Tensor& x, bool fetch_ahead) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("INT4_ROWS_OP", "")
-                             .typed<at::Tensor(at::Tensor, at::Tensor, at::Tensor, int64_t)>();
+                             .typed<at::Tensor(at::Tensor, at::Tensor, at::Tensor, int64_t, bool)>();
   auto shape = x.sizes().vec();
   shape.back() = packed.size(0);
   const auto cpu = c10::DispatchKeySet(c10::DispatchKey::CPU);
-  return op.redispatch(cpu, x.reshape({1, x.size(-1)}), packed, so, INT4_GRAIN).view(shape);
+  return op.redispatch(cpu, x.reshape({1, x.size(-1)}), packed, so, INT4_GRAIN, fetch_ahead).view(shape);
 }
 
 // One row x through a projection that layer_fits: its product (+ bias), as the layer's own forward computes it.
 static at::Tensor layer_row(const at::Tensor& weight, const MaybeTensor& scales, const at::Tensor& x,
                             const MaybeTensor& bias, bool past_cache) {
   if (!scales.has_value()) return row_product(weight, x, bias, past_cache);
-  auto out = weight.scalar_type() == at::kByte ? int4_row(weight, *scales, x) : int8_rows(weight, *scales, x);
+  auto out = weight.scalar_type() == at::kByte ? int4_row(weight, *scales, x, past_cache)
+                                                       : int8_rows(weight, *scales, x, past_cache);
   return bias.has_value() ? out + bias->to(out.scalar_type()) : out;  // in x's dtype
 }
 

@@ -19,7 +19,10 @@ and held the loop to ~17 GB/s even in cache. The streams took qwen3-0.6b's int8 
 ``Q8_AHEAD`` = 1 KiB ahead into L1 (prefetcht0): on a 2-core Sapphire Rapids Xeon qwen3-0.6b's 197 int8 matrices
 (596 MB, the tied head's 156 among them) read at 19.5-20.1 GB/s against 17.4-18.1 without it at two threads (1.12x),
 10.5 against 9.7 at one (interleaved builds; 2 and 4 KiB alike, prefetchnta 0.85x, prefetcht1 1.08x), and its int8
-model decoded 1.07x as fast eager at one thread, 1.03x at two (gpt2: 1.07x, 1.01x). The sign
+model decoded 1.07x as fast eager at one thread, 1.03x at two (gpt2: 1.07x, 1.01x). On a 2-core Zen 4 EPYC VM the
+fetch lost instead: the same matrices took 0.84-0.91x the time without it at one thread, 0.91-0.94x at two, and an int8
+qwen3-0.6b decoded 1.12x and 1.02x as fast (gpt2 1.04x at two). So the rows are fetched ahead only where the run
+fetches a step's weights ahead (``fetch_ahead``: ``row_product.past_cache``, the host probe's measurement). The sign
 trick needs weights in [-127, 127], which ``quantize_int8`` gives.
 """
 
@@ -71,7 +74,8 @@ static inline float hsum(__m256 t) {
 // out[r] = scales[r] * sum over blocks of d_block * (w_block . xq_block) for the NS rows r = first + s * stride,
 // each activation block read once for all of them; two accumulators a row (even and odd blocks) so consecutive
 // blocks do not wait on each other's add, named, not indexed by parity (kept in registers).
-template <int64_t NS>
+// AHEAD: each row fetched Q8_AHEAD bytes ahead of its read (the run's fetch_ahead, module doc).
+template <int64_t NS, bool AHEAD>
 static inline void rows_q8(const int8_t* w, const int8_t* xq, const float* xd, const float* scales, float* out,
                            int64_t first, int64_t stride, int64_t n) {
   const int64_t blocks = n / QBLOCK;
@@ -85,7 +89,7 @@ static inline void rows_q8(const int8_t* w, const int8_t* xq, const float* xd, c
   for (; b + 2 <= blocks; b += 2) {
     const __m256 d0 = _mm256_set1_ps(xd[b]), d1 = _mm256_set1_ps(xd[b + 1]);
     for (int64_t s = 0; s < NS; ++s) {
-      _mm_prefetch(reinterpret_cast<const char*>(row[s] + b * QBLOCK + Q8_AHEAD), _MM_HINT_T0);
+      if constexpr (AHEAD) _mm_prefetch(reinterpret_cast<const char*>(row[s] + b * QBLOCK + Q8_AHEAD), _MM_HINT_T0);
       even[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b), d0, even[s]);
       odd[s] = _mm256_fmadd_ps(block_q8(row[s], xq, b + 1), d1, odd[s]);
     }
@@ -114,6 +118,7 @@ static void row_q8(const int8_t* row, const int8_t* xq, const float* xd, float s
 
 // qweight (rows, n) int8 in [-127, 127], n a multiple of 32: llama.cpp's numerics, rows split over threads, each
 // thread's share read four streams at once (``STREAMS``) where AVX2 is there, its last rows one at a time.
+template <bool AHEAD>
 static void int8_q8(const int8_t* w, const float* x, const float* scales, float* out, int64_t rows, int64_t n) {
   std::vector<int8_t> xq(n);
   std::vector<float> xd(n / QBLOCK);
@@ -121,8 +126,10 @@ static void int8_q8(const int8_t* w, const float* x, const float* scales, float*
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
 #if defined(__AVX2__)
     const int64_t part = (end - begin) / STREAMS;
-    for (int64_t j = 0; j < part; ++j) rows_q8<STREAMS>(w, xq.data(), xd.data(), scales, out, begin + j, part, n);
-    for (int64_t r = begin + STREAMS * part; r < end; ++r) rows_q8<1>(w, xq.data(), xd.data(), scales, out, r, 0, n);
+    for (int64_t j = 0; j < part; ++j)
+      rows_q8<STREAMS, AHEAD>(w, xq.data(), xd.data(), scales, out, begin + j, part, n);
+    for (int64_t r = begin + STREAMS * part; r < end; ++r)
+      rows_q8<1, AHEAD>(w, xq.data(), xd.data(), scales, out, r, 0, n);
 #else
     for (int64_t r = begin; r < end; ++r) row_q8(w + r * n, xq.data(), xd.data(), scales[r], out + r, n);
 #endif
@@ -130,8 +137,9 @@ static void int8_q8(const int8_t* w, const float* x, const float* scales, float*
 }
 
 // qweight (out, in) int8, scales (out), one row x (..., in) -> (qweight * scales[:, None]) @ x (..., out) in x's
-// dtype: in a multiple of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32).
-at::Tensor int8_rows(at::Tensor qweight, at::Tensor scales, at::Tensor x) {
+// dtype: in a multiple of 32 with llama.cpp's numerics (int8_q8), else exact (each weight widened to float32);
+// fetch_ahead: each row fetched ahead of its read (module doc).
+at::Tensor int8_rows(at::Tensor qweight, at::Tensor scales, at::Tensor x, bool fetch_ahead) {
   TORCH_CHECK(qweight.is_contiguous() && qweight.dim() == 2 && x.dim() >= 1 && qweight.size(1) == x.numel(),
               "int8_rows: shapes");
   TORCH_CHECK(qweight.scalar_type() == at::kChar, "int8_rows: qweight must be int8");
@@ -140,7 +148,8 @@ at::Tensor int8_rows(at::Tensor qweight, at::Tensor scales, at::Tensor x) {
   auto sf = scales.to(at::kFloat).contiguous();
   auto out = at::empty(rows_shape(x, rows), x.options().dtype(at::kFloat));
   if (n % QBLOCK == 0) {
-    int8_q8(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), sf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
+    const auto q8 = fetch_ahead ? int8_q8<true> : int8_q8<false>;
+    q8(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), sf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
   } else {
     rows_times(qweight.data_ptr<int8_t>(), xf.data_ptr<float>(), out.data_ptr<float>(), rows, n);
     out.mul_(sf);

@@ -83,7 +83,7 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
         ),
         CppFunction(
             "int8_rows",
-            "(Tensor qweight, Tensor scales, Tensor x) -> Tensor",
+            "(Tensor qweight, Tensor scales, Tensor x, bool fetch_ahead) -> Tensor",
             lambda qweight, x, **_: x.new_empty(*x.shape[:-1], qweight.shape[0]),  # (..., out)
         ),
         CppFunction(
@@ -197,8 +197,11 @@ def past_cache(on: bool) -> Iterator[None]:
     0.82-0.92x as fast with it for gpt2, mamba-130m, mamba2-130m, Gated DeltaNet, RWKV-4 and
     t5-small, float32 0.96-1.00x; so a run fetches this way only where the host probe measured
     it faster (``host_probe.fetches_past_cache``). The int8
-    rows and int4 panels fetched the same way (forced on) decoded slower: qwen3-0.6b 0.94x int8
-    and 0.95x int4, gpt2 0.80x both (eager, bfloat16 activations), so they keep their fetches."""
+    rows and int4 panels fetched past the caches (forced on) decoded slower on the Xeon:
+    qwen3-0.6b 0.94x int8 and 0.95x int4, gpt2 0.80x both (eager, bfloat16 activations), so
+    they keep their own fetch ahead into L1, taken by the same flag (their ops' ``fetch_ahead``):
+    on the Zen 4 VM, whose probe chose no fetch, their models decoded 1.02-1.12x as fast
+    without theirs."""
     previous, PastCache.on = PastCache.on, on
     try:
         yield

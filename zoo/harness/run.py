@@ -184,7 +184,8 @@ def host_paths(device: torch.device, model: torch.nn.Module) -> Iterator[None]:
     """The CPU paths this host's probe chose for ``model``, taken while the block runs as a run's
     phases take them: one-row products through zoo's row kernel in the dtypes it measured
     faster, their weights fetched past the caches where they outgrow the last-level cache and
-    the probe measured that faster, several-row half precision widened to float32 where its
+    the probe measured that faster (the int8 rows and int4 panels then fetch theirs ahead into
+    L1, and otherwise leave it to the hardware), several-row half precision widened to float32 where its
     matmul measured slow; none off the CPU."""
     with (
         row_product.measured_faster(_row_kernel_dtypes(device)),

@@ -49,7 +49,7 @@ import types
 
 import torch
 
-from zoo.components import widened
+from zoo.components import row_product, widened
 from zoo.components.cpu_layer_steps_source import INT4_GRAIN
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.tiles_source import SOURCE as TILES_SOURCE
@@ -80,11 +80,16 @@ EXTENSION = CppExtension(
     "zoo_int4_cpu",
     SOURCE,
     [
-        CppFunction("int4_q8", "(Tensor x, Tensor packed, Tensor scale_offsets, int grain) -> Tensor", _rows_shape),
+        CppFunction(
+            "int4_q8",
+            "(Tensor x, Tensor packed, Tensor scale_offsets, int grain, bool fetch_ahead) -> Tensor",
+            _rows_shape,
+        ),
         CppFunction("int4_tiles", "(Tensor x, Tensor packed, Tensor scale_offsets, int tile) -> Tensor", _rows_shape),
         CppFunction(
             "int4_mm",
-            "(Tensor x, Tensor packed, Tensor scale_offsets, int tile_from, int tile, int grain) -> Tensor",
+            "(Tensor x, Tensor packed, Tensor scale_offsets, int tile_from, int tile, int grain, bool fetch_ahead)"
+            " -> Tensor",
             _product_shape,
         ),
     ],
@@ -178,4 +183,4 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scale_offsets: torch.Tensor) -
         return reference(x, packed, scale_offsets).to(x.dtype)
     if widened.widens(x) and x.numel() >= TILE_FROM * x.shape[-1]:  # a prompt's tiles, GEMM slow in x's dtype here
         return matmul(x.float(), packed, scale_offsets).to(x.dtype)  # (..., out), rounded once (widened.py)
-    return _MM(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN)  # (..., out)
+    return _MM(x, packed, scale_offsets, TILE_FROM, TILE, PANEL_GRAIN, row_product.past_cache_on())  # (..., out)

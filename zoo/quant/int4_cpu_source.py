@@ -121,11 +121,13 @@ at::Tensor int4_tiles(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t ti
 // so a layer's forward reshapes nothing); the int8 rows below `tile_from` token rows, else the widened tiles, at
 // most `tile` rows each and one tile per thread at least.
 at::Tensor int4_mm(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t tile_from, int64_t tile,
-                   int64_t grain) {
+                   int64_t grain, bool fetch_ahead) {
   auto shape = x.sizes().vec();
   shape.back() = packed.size(0);
   const int64_t K = x.size(-1), M = K > 0 ? x.numel() / K : 0;
-  if (M < tile_from) return q8_product(x.contiguous(), M, K, packed, so, grain, shape);  // no views made and undone
+  if (M < tile_from) {  // no views made and undone
+    return q8_product(x.contiguous(), M, K, packed, so, grain, shape, fetch_ahead);
+  }
   auto rows = x.reshape({-1, K}).contiguous();  // (M, K)
   tile = balanced_tile(packed.size(0), tile, PANEL);  // whole panels, the same work for every thread (tiles_source.py)
   if (rows.scalar_type() == at::kBFloat16) return int4_tiles(rows, packed, so, tile).view(shape);  // twice float32's

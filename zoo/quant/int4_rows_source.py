@@ -20,7 +20,12 @@ arithmetic (20 GB/s a core on a panel in cache), held the loop to 15.7 GB/s at t
 layers (group 128, 234 MB packed); four streams read 19.2 (1.22x; 1.21x at one thread, 9.1 -> 11.0), two 17.7,
 eight 18.0; an int4 Qwen3-0.6B decoded 1.14x as fast at one thread, 1.17x at two (eager, interleaved in one
 process). No prefetch hint or distance moved the one stream (T0/T1/T2/NTA, 1-8 KiB: 14.5-16.1). Each panel's sums
-are the same operations in the same order, so a row's outputs are the bits the panel-by-panel path gives.
+are the same operations in the same order, so a row's outputs are the bits the panel-by-panel path gives. On a
+2-core Zen 4 EPYC VM the fetch ahead lost: 28 Qwen3-0.6B layers' panels took 0.80-0.84x the time without it at one
+thread and 0.87-0.93x at two (the op called each way in turn, two runs), and an int4 qwen3-0.6b decoded 1.10x as
+fast at one thread and 1.08x at two (gpt2 1.08x); so a panel is fetched ahead only where the run fetches a step's
+weights ahead (``fetch_ahead``: ``row_product.past_cache``, the host probe's measurement), as the row kernel's own
+weights are.
 AVX2: two halves of eight lanes, both in one pass over a
 block, eight ``vpmaddubsw`` summed in int16 before one ``vpmaddwd``, and the group's scales read as vectors: on an
 AVX2-only AMD EPYC, one bfloat16 row through 30 SmolLM2-135M layers' matrices (group 32) 2.03x (13.5 against 6.6
@@ -81,7 +86,7 @@ template <> inline __m512 lanes_f32(const c10::Half* p, __mmask16 lanes) {
 // streams from memory in flight where one panel after another is one (module doc). w, s, dst: each panel's.
 template <int NS, bool FULL, typename S>
 static void panels_at(const uint8_t* const* w, const S* const* s, const int32_t* x4, const float* xd, const float* xg,
-                      float* const* dst, int64_t R, int64_t K, int64_t gs) {
+                      float* const* dst, int64_t R, int64_t K, int64_t gs, int64_t ahead) {
   const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
   const __mmask16 lanes = FULL ? 0xFFFF : (__mmask16)((1u << R) - 1);
   const __mmask64 bytes = FULL ? ~0ull : (1ull << (4 * R)) - 1;
@@ -97,7 +102,8 @@ static void panels_at(const uint8_t* const* w, const S* const* s, const int32_t*
       const __m512 scale = _mm512_set1_ps(xd[blk]);
       for (int i = 0; i < NS; ++i) {
         const uint8_t* wb = w[i] + blk * 4 * chunk;
-        for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
+        if (ahead)
+          for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + ahead + 64 * l), _MM_HINT_T0);
         __m512i d[4];  // independent chains: one per chunk
         for (int c = 0; c < 4; ++c) {
           const __m512i p = FULL ? _mm512_loadu_si512(wb + c * chunk) : _mm512_maskz_loadu_epi8(bytes, wb + c * chunk);
@@ -120,8 +126,8 @@ static void panels_at(const uint8_t* const* w, const S* const* s, const int32_t*
 
 template <bool FULL, typename S>
 static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
-                      int64_t R, int64_t K, int64_t gs) {
-  panels_at<1, FULL, S>(&w, &s, x4, xd, xg, &dst, R, K, gs);
+                      int64_t R, int64_t K, int64_t gs, int64_t ahead) {
+  panels_at<1, FULL, S>(&w, &s, x4, xd, xg, &dst, R, K, gs, ahead);
 }
 constexpr int PANEL_STREAMS = 4;  // whole panels read at once for one token row (module doc)
 #elif defined(__AVX2__)
@@ -153,7 +159,7 @@ static inline __m256 lanes8(const c10::Half* p) {
 // magnitude (the bytes are round(x / d) with d = absmax / 127), so eight sum to at most 30480, exact in int16.
 template <typename S>
 static void panel_row_full(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg,
-                           float* dst, int64_t K, int64_t gs) {
+                           float* dst, int64_t K, int64_t gs, int64_t ahead) {
   const int64_t G = K / gs, nb = gs / 32, chunk = 4 * PANEL;
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, off[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -161,7 +167,8 @@ static void panel_row_full(const uint8_t* w, const S* s, const int32_t* x4, cons
     __m256 group[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
       const uint8_t* wb = w + blk * 4 * chunk;
-      for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
+      if (ahead)
+        for (int l = 0; l < 4; ++l) _mm_prefetch((const char*)(wb + ahead + 64 * l), _MM_HINT_T0);
       const int32_t* xb = x4 + blk * 8;
       __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       for (int c = 0; c < 4; ++c) {
@@ -193,9 +200,9 @@ static void panel_row_full(const uint8_t* w, const S* s, const int32_t* x4, cons
 // pairs, ``vpmaddwd`` to int32), its halves in turn, the missing lanes masked.
 template <bool FULL, typename S>
 static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
-                      int64_t R, int64_t K, int64_t gs) {
+                      int64_t R, int64_t K, int64_t gs, int64_t ahead) {
   if constexpr (FULL) {
-    panel_row_full<S>(w, s, x4, xd, xg, dst, K, gs);
+    panel_row_full<S>(w, s, x4, xd, xg, dst, K, gs, ahead);
     return;
   }
   const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
@@ -208,7 +215,8 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
       __m256 group = _mm256_setzero_ps();
       for (int64_t blk = g * nb; blk < (g + 1) * nb; ++blk) {
         const uint8_t* wb = w + blk * 4 * chunk + 32 * h;
-        for (int l = 0; l < 2; ++l) _mm_prefetch((const char*)(wb + PREFETCH + 64 * l), _MM_HINT_T0);
+        if (ahead)
+          for (int l = 0; l < 2; ++l) _mm_prefetch((const char*)(wb + ahead + 64 * l), _MM_HINT_T0);
         const int32_t* xb = x4 + blk * 8;
         __m256i dot = _mm256_setzero_si256();
         for (int c = 0; c < 4; ++c) {
@@ -234,10 +242,10 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
   }
 }
 #else
-// Portable C++ of the same sums.
+// Portable C++ of the same sums (no fetch ahead: `ahead` unused).
 template <bool FULL, typename S>
 static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const float* xd, const float* xg, float* dst,
-                      int64_t R, int64_t K, int64_t gs) {
+                      int64_t R, int64_t K, int64_t gs, int64_t) {
   const int64_t G = K / gs, nb = gs / 32, chunk = 4 * R;
   const int8_t* x = reinterpret_cast<const int8_t*>(x4);
   float acc[PANEL] = {}, off[PANEL] = {};
@@ -269,7 +277,7 @@ static void panel_row(const uint8_t* w, const S* s, const int32_t* x4, const flo
 // the sum of the quantized activations times their scales (for the offsets).
 template <typename S, typename T>
 static void panel_q8(const uint8_t* wq, const S* so, const int8_t* xq, const float* xd, const float* xg, T* out,
-                     int64_t n0, int64_t M, int64_t N, int64_t K, int64_t gs) {
+                     int64_t n0, int64_t M, int64_t N, int64_t K, int64_t gs, int64_t ahead) {
   const int64_t R = std::min(PANEL, N - n0), G = K / gs;
   const uint8_t* w = wq + n0 * (K / 2);
   const S* s = so + n0 * G * 2;
@@ -277,9 +285,9 @@ static void panel_q8(const uint8_t* wq, const S* so, const int8_t* xq, const flo
   for (int64_t m = 0; m < M; ++m) {
     const int32_t* x4 = reinterpret_cast<const int32_t*>(xq + m * K);
     if (R == PANEL) {
-      panel_row<true, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs);
+      panel_row<true, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs, ahead);
     } else {
-      panel_row<false, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs);
+      panel_row<false, S>(w, s, x4, xd + m * (K / 32), xg + m * G, dst, R, K, gs, ahead);
     }
     for (int64_t r = 0; r < R; ++r) out[m * N + n0 + r] = static_cast<T>(dst[r]);
   }
@@ -290,7 +298,7 @@ static void panel_q8(const uint8_t* wq, const S* so, const int8_t* xq, const flo
 // part of the share, as the row kernel reads rows; the rest, and the last, shorter panel, one at a time.
 template <typename S, typename T>
 static void share_q8(const uint8_t* wq, const S* so, const int8_t* xq, const float* xd, const float* xg, T* out,
-                     int64_t b, int64_t e, int64_t N, int64_t K, int64_t gs) {
+                     int64_t b, int64_t e, int64_t N, int64_t K, int64_t gs, int64_t ahead) {
   int64_t next = b;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
   const int64_t G = K / gs;
@@ -306,13 +314,13 @@ static void share_q8(const uint8_t* wq, const S* so, const int8_t* xq, const flo
       s[i] = so + n0 * G * 2;
       dst[i] = sums[i];
     }
-    panels_at<PANEL_STREAMS, true, S>(w, s, reinterpret_cast<const int32_t*>(xq), xd, xg, dst, PANEL, K, gs);
+    panels_at<PANEL_STREAMS, true, S>(w, s, reinterpret_cast<const int32_t*>(xq), xd, xg, dst, PANEL, K, gs, ahead);
     for (int i = 0; i < PANEL_STREAMS; ++i)
       for (int64_t r = 0; r < PANEL; ++r) out[(b + i * part + j) * PANEL + r] = static_cast<T>(sums[i][r]);
   }
   next = b + PANEL_STREAMS * part;
 #endif
-  for (int64_t p = next; p < e; ++p) panel_q8<S, T>(wq, so, xq, xd, xg, out, p * PANEL, 1, N, K, gs);
+  for (int64_t p = next; p < e; ++p) panel_q8<S, T>(wq, so, xq, xd, xg, out, p * PANEL, 1, N, K, gs, ahead);
 }
 
 // Token rows quantized per block of 32 as llama.cpp's Q8 blocks: int8 = round(x / d), d = absmax / 127.
@@ -337,10 +345,11 @@ static void quantize_rows(const T* x, int8_t* xq, float* xd, float* xg, int64_t 
   }
 }
 
-// int4_q8 of x's M rows of K (contiguous, any leading dims) into a new tensor of `shape` (x's dims, the last N).
+// int4_q8 of x's M rows of K (contiguous, any leading dims) into a new tensor of `shape` (x's dims, the last N);
+// fetch_ahead: each panel fetched PREFETCH bytes ahead of its read (module doc).
 static at::Tensor q8_product(const at::Tensor& x, int64_t M, int64_t K, const at::Tensor& packed,
-                             const at::Tensor& so, int64_t grain, at::IntArrayRef shape) {
-  const int64_t N = packed.size(0), gs = K / so.size(1);
+                             const at::Tensor& so, int64_t grain, at::IntArrayRef shape, bool fetch_ahead) {
+  const int64_t N = packed.size(0), gs = K / so.size(1), ahead = fetch_ahead ? PREFETCH : 0;
   auto out = at::empty(shape, x.options());
   const uint8_t* wq = packed.data_ptr<uint8_t>();
   std::vector<int8_t> xq(M * K);
@@ -353,9 +362,9 @@ static at::Tensor q8_product(const at::Tensor& x, int64_t M, int64_t K, const at
       quantize_rows<T>(x.data_ptr<T>(), xq.data(), xd.data(), xg.data(), M, K, gs);
       T* op = out.data_ptr<T>();
       at::parallel_for(0, (N + PANEL - 1) / PANEL, grain, [&](int64_t b, int64_t e) {
-        if (M == 1) return share_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, b, e, N, K, gs);
+        if (M == 1) return share_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, b, e, N, K, gs, ahead);
         for (int64_t p = b; p < e; ++p) {
-          panel_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, p * PANEL, M, N, K, gs);
+          panel_q8<S, T>(wq, s, xq.data(), xd.data(), xg.data(), op, p * PANEL, M, N, K, gs, ahead);
         }
       });
     });
@@ -364,9 +373,10 @@ static at::Tensor q8_product(const at::Tensor& x, int64_t M, int64_t K, const at
 }
 
 // x (M, K) float32 / bfloat16 / float16, packed (N, K / 2) uint8, so (N, G, 2) -> (M, N) in x's dtype, with
-// llama.cpp's numerics. Each thread takes whole panels, at least `grain` of them.
-at::Tensor int4_q8(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t grain) {
-  return q8_product(x.contiguous(), x.size(0), x.size(1), packed, so, grain, {x.size(0), packed.size(0)});
+// llama.cpp's numerics. Each thread takes whole panels, at least `grain` of them; fetch_ahead: q8_product's.
+at::Tensor int4_q8(at::Tensor x, at::Tensor packed, at::Tensor so, int64_t grain, bool fetch_ahead) {
+  return q8_product(x.contiguous(), x.size(0), x.size(1), packed, so, grain, {x.size(0), packed.size(0)},
+                    fetch_ahead);
 }
 
 """

@@ -89,8 +89,9 @@ def applies(x: torch.Tensor, qweight: torch.Tensor) -> bool:
 
 def int8_rows(qweight: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``reference`` through the kernel: one row x (..., in) -> (..., out) in ``x``'s dtype (an
-    opaque op in a graph)."""
-    return row_product.EXTENSION.op("int8_rows")(qweight, scales, x)  # (..., out)
+    opaque op in a graph), its rows fetched ahead where the run fetches a step's weights ahead
+    (``row_product.past_cache_on``)."""
+    return row_product.EXTENSION.op("int8_rows")(qweight, scales, x, row_product.past_cache_on())  # (..., out)
 
 
 def tiles_apply(x: torch.Tensor, qweight: torch.Tensor) -> bool:
