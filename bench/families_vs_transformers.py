@@ -15,11 +15,13 @@ bfloat16 the two libraries round differently). "zoo impl": the mixer implementat
 (``--impl``, ``zoo.components.kernels``); transformers runs its own CPU path (for Mamba
 without mamba-ssm, its reference state update).
 
-A decode row also says how fast it could be: the read bandwidth is sampled each round
-(``host_probe.stream_bytes_per_s``, as ``zoo bench`` samples it), and "zoo of roofline" is
-zoo's decode against the bytes one step moves (``decode_bytes_per_step``) at that round's
-bandwidth, "bound" the ratio zoo would reach decoding at the round's bandwidth: a target
-ratio above it is one this host cannot give, whatever zoo's kernels do.
+A decode row also says how fast it could be: the read bandwidth is sampled just before and
+just after each side's decode steps (``host_probe.stream_bytes_per_s``, as ``zoo bench``
+samples around its phases; this host's memory can change speed within seconds), and "zoo of
+roofline" is zoo's decode against the bytes one step moves (``decode_bytes_per_step``) at the
+mean of its samples, "bound" the ratio zoo would reach decoding at the bandwidth sampled
+around transformers' decode: a target ratio above it is one this host cannot give, whatever
+zoo's kernels do.
 
     python bench/families_vs_transformers.py                    # 2 layers, 1 thread, 5 rounds
     python bench/families_vs_transformers.py --layers 4 --threads 2 --write
@@ -43,7 +45,7 @@ import torch
 
 import zoo
 from zoo.analysis.counts import decode_bytes_per_step
-from zoo.analysis.host_probe import probe_buffer, probe_bytes, stream_bytes_per_s
+from zoo.analysis.host_probe import SAMPLE_RUNS, probe_buffer, probe_bytes, stream_bytes_per_s
 from zoo.components.kernels import implementations, preferring
 from zoo.files.atomic import write_text_atomic
 from zoo.harness.run import host_paths
@@ -60,8 +62,10 @@ FAMILIES = {  # name -> (preset, kind)
 }
 RESULTS = Path(__file__).resolve().parents[1] / "results"  # --write: perf-families-vs-transformers-<dtype>.md
 
-# a runner: prompt ids (B, T), decode steps -> (first-phase seconds, decode seconds, tokens (B, n) or None)
-Runner = Callable[[torch.Tensor, int], tuple[float, float, torch.Tensor | None]]
+# a runner: prompt ids (B, T), decode steps, a bandwidth sample (B/s) taken just before and just after the decode
+# steps -> (first-phase seconds, decode seconds, tokens (B, n) or None, the samples' mean; 0 with no decode)
+Outcome = tuple[float, float, torch.Tensor | None, float]
+Runner = Callable[[torch.Tensor, int, Callable[[], float]], Outcome]
 
 
 @dataclass
@@ -69,7 +73,7 @@ class Sides:
     """Per-round seconds of each phase, for zoo and transformers."""
 
     seconds: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (side, phase) -> per round
-    bandwidths: list[float] = field(default_factory=list)  # the read bandwidth sampled in each round, B/s
+    bandwidths: dict[str, list[float]] = field(default_factory=dict)  # side -> around each decode, B/s
     agreeing: int | None = None  # greedy tokens that agree before the first that does not; None: all agree
 
     def add(self, side: str, phase: str, value: float) -> None:
@@ -79,11 +83,11 @@ class Sides:
 # ---- zoo ----------------------------------------------------------------------------------------
 def zoo_runner(model: ZooModel, kind: str, batch: int, prompt: int, steps: int) -> Runner:
     if kind == "encoder":
-        return lambda ids, n: (_timed(lambda: model(ids)), 0.0, None)
+        return lambda ids, n, sample: (_timed(lambda: model(ids)), 0.0, None, 0.0)
     memory_len = prompt if kind == "seq2seq" else 0
     cache = KVCache(model, batch, (1 if kind == "seq2seq" else prompt) + steps + 1, memory_len=memory_len)
 
-    def run(ids: torch.Tensor, n: int) -> tuple[float, float, torch.Tensor | None]:
+    def run(ids: torch.Tensor, n: int, sample: Callable[[], float]) -> Outcome:
         cache.reset()
         start = time.perf_counter()
         if kind == "seq2seq":
@@ -92,12 +96,14 @@ def zoo_runner(model: ZooModel, kind: str, batch: int, prompt: int, steps: int) 
         else:
             logits = prefill(model, ids, cache)  # (B, vocab)
         token = logits.argmax(-1, keepdim=True)  # (B, 1)
+        first, before = time.perf_counter() - start, sample()
         middle = time.perf_counter()
         tokens = [token]
         for _ in range(n):
             token = decode_step(model, token, cache).argmax(-1, keepdim=True)  # (B, 1)
             tokens.append(token)
-        return middle - start, time.perf_counter() - middle, torch.cat(tokens, 1)
+        decode = time.perf_counter() - middle
+        return first, decode, torch.cat(tokens, 1), (before + sample()) / 2
 
     return run
 
@@ -106,10 +112,10 @@ def zoo_runner(model: ZooModel, kind: str, batch: int, prompt: int, steps: int) 
 def hf_runner(model: torch.nn.Module, kind: str) -> Runner:
     """transformers' own forward and cache: the loop its ``generate`` runs, minus its bookkeeping."""
     if kind == "encoder":
-        return lambda ids, n: (_timed(lambda: model(input_ids=ids)), 0.0, None)
+        return lambda ids, n, sample: (_timed(lambda: model(input_ids=ids)), 0.0, None, 0.0)
     start_id = model.config.decoder_start_token_id if kind == "seq2seq" else None
 
-    def run(ids: torch.Tensor, n: int) -> tuple[float, float, torch.Tensor | None]:
+    def run(ids: torch.Tensor, n: int, sample: Callable[[], float]) -> Outcome:
         start = time.perf_counter()
         if kind == "seq2seq":
             encoded = model.get_encoder()(input_ids=ids)
@@ -118,6 +124,7 @@ def hf_runner(model: torch.nn.Module, kind: str) -> Runner:
         else:
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        first, before = time.perf_counter() - start, sample()
         middle = time.perf_counter()
         tokens = [token]
         for _ in range(n):
@@ -127,7 +134,8 @@ def hf_runner(model: torch.nn.Module, kind: str) -> Runner:
                 out = model(input_ids=token, cache=out.cache, use_cache=True)
             token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
             tokens.append(token)
-        return middle - start, time.perf_counter() - middle, torch.cat(tokens, 1)
+        decode = time.perf_counter() - middle
+        return first, decode, torch.cat(tokens, 1), (before + sample()) / 2
 
     return run
 
@@ -162,18 +170,22 @@ def measure(family: str, folder: Path, args: argparse.Namespace) -> tuple[Sides,
     theirs = getattr(transformers, config.architectures[0]).from_pretrained(folder, dtype=dtype).eval()
     ids = torch.randint(1, ours.spec.vocab_size, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
     runners = {"zoo": zoo_runner(ours, kind, args.batch, args.prompt, args.decode), "hf": hf_runner(theirs, kind)}
-    sides, buffer = Sides(), probe_buffer(probe_bytes())  # (R, 4096) float32: the rounds' roofline probe
+    sides, buffer = Sides(), probe_buffer(probe_bytes())  # (R, 4096) float32: the roofline's probe
+
+    def sample() -> float:  # the read bandwidth now, as `zoo bench` samples around its phases
+        return stream_bytes_per_s(buffer, SAMPLE_RUNS)
+
     with torch.inference_mode(), host_paths(torch.device("cpu"), ours):  # zoo's product paths as a run here takes them
         for run in runners.values():  # warm-up: allocator, kernels, the C++ extensions' first load
-            run(ids, 2)
+            run(ids, 2, lambda: 0.0)
         for round_index in range(args.rounds):
-            sides.bandwidths.append(stream_bytes_per_s(buffer))  # this round's load, as `zoo bench` samples it
             order = ("zoo", "hf") if round_index % 2 == 0 else ("hf", "zoo")
             tokens = {}
             for side in order:
-                first_s, decode_s, tokens[side] = runners[side](ids, args.decode)
+                first_s, decode_s, tokens[side], bandwidth = runners[side](ids, args.decode, sample)
                 sides.add(side, "first", first_s)
                 sides.add(side, "decode", decode_s)
+                sides.bandwidths.setdefault(side, []).append(bandwidth)
             if tokens["zoo"] is not None:
                 sides.agreeing = _agreeing(tokens["zoo"], tokens["hf"], sides.agreeing)
     return sides, ours
@@ -213,14 +225,18 @@ def rows(family: str, sides: Sides, ours: ZooModel, args: argparse.Namespace) ->
 
 
 def _against_roofline(ours: ZooModel, kind: str, sides: Sides, args: argparse.Namespace) -> tuple[str, str]:
-    """Zoo's decode as a fraction of each round's read bandwidth, and the ratio to transformers
-    a step reading its bytes at that bandwidth would give (medians over rounds)."""
+    """Zoo's decode as a fraction of the read bandwidth sampled around it, and the ratio to
+    transformers a step reading its bytes at the bandwidth sampled around theirs would give
+    (medians over rounds)."""
     context, memory = (1, args.prompt) if kind == "seq2seq" else (args.prompt, 0)
     nbytes = decode_bytes_per_step(ours.spec, args.batch, context + args.decode // 2, args.dtype, memory_len=memory)
     zoo_s, hf_s = sides.seconds[("zoo", "decode")], sides.seconds[("hf", "decode")]
-    ideal = [nbytes * args.decode / b for b in sides.bandwidths]  # seconds of the round's decode at the roofline
-    fraction = statistics.median(i / z for i, z in zip(ideal, zoo_s, strict=True))
-    bound = statistics.median(h / i for h, i in zip(hf_s, ideal, strict=True))
+
+    def ideal(side: str) -> list[float]:  # seconds of each round's decode at the bandwidth sampled around it
+        return [nbytes * args.decode / b for b in sides.bandwidths[side]]
+
+    fraction = statistics.median(i / z for i, z in zip(ideal("zoo"), zoo_s, strict=True))
+    bound = statistics.median(h / i for h, i in zip(hf_s, ideal("hf"), strict=True))
     return f"{fraction:.0%}", f"{bound:.2f}x"
 
 

@@ -44,3 +44,23 @@ def test_a_decode_row_carries_its_roofline_fraction_and_bound(capsys, monkeypatc
     prefill, decode = (dict(zip(names, row, strict=True)) for row in rows[-2:])
     assert prefill["fraction"].strip() == "-" and decode["same"].strip() == "yes"
     assert decode["fraction"].strip().endswith("%") and float(decode["bound"].strip().rstrip("x")) > 0
+
+
+def test_a_decode_is_sampled_just_before_and_just_after_and_an_encoder_pass_not_at_all():
+    """Each side's decode divides by the mean of two bandwidth samples taken around it (this
+    host's memory changes speed within seconds); an encoder pass has no decode to sample."""
+    import zoo
+
+    script = _load()
+    model = zoo.build(zoo.spec("gpt2").override({"n_layers": 1}), dtype="float32", seed=0).eval()
+    samples, taken = iter([10.0, 30.0]), []
+
+    def sample() -> float:
+        taken.append(next(samples))
+        return taken[-1]
+
+    ids = torch.randint(1, 100, (1, 4))
+    with torch.inference_mode():
+        first, decode, tokens, bandwidth = script.zoo_runner(model, "causal", 1, 4, 2)(ids, 2, sample)
+        assert taken == [10.0, 30.0] and bandwidth == 20.0 and tokens.shape == (1, 3) and decode > 0
+        assert script.zoo_runner(model, "encoder", 1, 4, 2)(ids, 2, sample)[3] == 0.0 and len(taken) == 2
