@@ -39,7 +39,10 @@ encoder pass over the prompt plus the decoder's first token, its decode steps at
 encoded prompt (the cross-attention K/V, ``--prompt-len`` tokens, counted in the bytes).
 ``--dtypes bfloat16`` builds the weights in bfloat16 and keeps the cache in the model's dtype
 as a ``zoo bench`` run does: the recurrent states stay float32 (``state_dtype``'s default),
-convolution windows and token-shift inputs are bfloat16.
+convolution windows and token-shift inputs are bfloat16. ``--weights float,int8,int4`` adds each
+model with its linear layers quantized (``zoo.quant.quantize``, after its projections are fused,
+as ``zoo bench --weights-dtype`` runs it; activations in the model's dtype), its bytes per step
+those of the quantized weights.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ class Case:
     dtype: str = "float32"
     step: str = "eager"
     run: RunSteps = field(default_factory=lambda: RunSteps(prefill, decode_step))
+    weights: str = "float"  # float (the model's dtype), int8 or int4
     prefill: list[float] = field(default_factory=list)  # tokens/s per round
     decode: list[float] = field(default_factory=list)
     bandwidth: list[float] = field(default_factory=list)  # bytes/s per round, read just before and after its decode
@@ -104,7 +108,11 @@ class Case:
         return self.spec.encoder is not None
 
 
-def build(family: str, impl: str, layers: int, dtype: str = "float32", step: str = "eager") -> Case:
+def build(
+    family: str, impl: str, layers: int, dtype: str = "float32", step: str = "eager", weights: str = "float"
+) -> Case:
+    """``family``'s model as ``zoo bench`` runs it: projections fused, then its linear layers
+    quantized where ``weights`` is int8 or int4."""
     preset, overrides = FAMILIES[family]
     spec = zoo.spec(preset)
     depth = {"n_layers": layers, **({"encoder.n_layers": layers} if spec.encoder is not None else {})} if layers else {}
@@ -112,7 +120,8 @@ def build(family: str, impl: str, layers: int, dtype: str = "float32", step: str
     with preferring(impl):
         model = zoo.build(spec, device="cpu", dtype=dtype, seed=0).eval()
     run = run_steps(model, torch.device("cpu"), compiled=step == "compiled")  # projections fused
-    return Case(family, impl, spec, model, dtype, step, run)
+    zoo.quant.quantize(model, None if weights == "float" else weights)  # the fused layers too, as a run quantizes
+    return Case(family, impl, spec, model, dtype, step, run, weights)
 
 
 def _prefill(case: Case, ids: torch.Tensor, max_len: int) -> tuple[KVCache, torch.Tensor]:
@@ -175,27 +184,32 @@ def _table(cases: list[Case], args: argparse.Namespace) -> None:
         f"{args.rounds} interleaved rounds (medians)\n"
     )
     print(
-        "| family | layers | dtype | step | impl | decode tok/s | vs gpt2 | vs first | MB per step | achieved GB/s "
-        "| of sampled roofline | of cached roofline | prefill tok/s |"
+        "| family | layers | dtype | weights | step | impl | decode tok/s | vs gpt2 | vs first | MB per step "
+        "| achieved GB/s | of sampled roofline | of cached roofline | prefill tok/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
         decode = statistics.median(c.decode)
         context, memory = (1, args.prompt_len) if c.seq2seq else (args.prompt_len, 0)
-        nbytes = decode_bytes_per_step(c.spec, 1, context + args.decode // 2, c.dtype, memory_len=memory)
+        weights = None if c.weights == "float" else c.weights
+        nbytes = decode_bytes_per_step(c.spec, 1, context + args.decode // 2, c.dtype, weights, memory_len=memory)
         achieved = decode * nbytes
         fraction = statistics.median(d * nbytes / b for d, b in zip(c.decode, c.bandwidth, strict=True))
         gpt2 = next(
-            (o for o in cases if (o.family, o.dtype, o.impl, o.step) == ("gpt2", c.dtype, c.impl, c.step)), None
+            (o for o in cases if (o.family, o.dtype, o.weights, o.impl, o.step) == ("gpt2", *_variant(c))), None
         )
-        first = next(o for o in cases if (o.family, o.dtype) == (c.family, c.dtype))
+        first = next(o for o in cases if (o.family, o.dtype, o.weights) == (c.family, c.dtype, c.weights))
         impl = implementations(c.model) or f"{c.spec.attention.kind}: only impl"
         print(
-            f"| {c.family} | {c.spec.n_layers} | {c.dtype} | {c.step} | {impl} | {decode:.1f} "
+            f"| {c.family} | {c.spec.n_layers} | {c.dtype} | {c.weights} | {c.step} | {impl} | {decode:.1f} "
             f"| {_median_ratio(c.decode, gpt2.decode) if gpt2 else '-'} | {_median_ratio(c.decode, first.decode)} "
             f"| {nbytes / 1e6:.0f} | {achieved / 1e9:.2f} | {fraction:.0%} | {achieved / peaks.bandwidth:.0%} "
             f"| {statistics.median(c.prefill):.0f} |"
         )
+
+
+def _variant(c: Case) -> tuple[str, str, str, str]:
+    return c.dtype, c.weights, c.impl, c.step
 
 
 def eager_cases(description: str, families: str, rounds: int) -> tuple[argparse.Namespace, list[Case]]:
@@ -210,14 +224,13 @@ def eager_cases(description: str, families: str, rounds: int) -> tuple[argparse.
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--weights-dtype", default=None, help="int8 or int4: weights quantized, --dtype activations")
+    parser.add_argument("--weights-dtype", default="float", help="int8 or int4: weights quantized, --dtype activations")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     names = args.families.split(",")
     stage_plugins(names)
-    cases = [build(family, "auto", args.layers, args.dtype, "eager") for family in names]
+    cases = [build(family, "auto", args.layers, args.dtype, "eager", args.weights_dtype) for family in names]
     for case in cases:  # as main does (its note there)
-        zoo.quant.quantize(case.model, args.weights_dtype)  # the fused layers too, as a run quantizes them
         rehome(case.model)
     return args, cases
 
@@ -228,6 +241,7 @@ def main() -> None:
     parser.add_argument("--impls", default="reference,auto")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--steps", default="eager", help="eager, compiled or both: eager,compiled")
+    parser.add_argument("--weights", default="float", help="float (the dtype's), int8, int4, or several: float,int4")
     parser.add_argument("--layers", type=int, default=4, help="0: each preset at its own depth")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--decode", type=int, default=32)
@@ -237,8 +251,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     families = args.families.split(",")
     stage_plugins(families)
-    variants = [(d, i, s) for d in args.dtypes.split(",") for i in args.impls.split(",") for s in args.steps.split(",")]
-    cases = [build(f, i, args.layers, d, s) for f in families for d, i, s in variants]
+    variants = [
+        (d, i, s, w)
+        for d in args.dtypes.split(",")
+        for w in args.weights.split(",")
+        for i in args.impls.split(",")
+        for s in args.steps.split(",")
+    ]
+    cases = [build(f, i, args.layers, d, s, w) for f in families for d, i, s, w in variants]
     # every model's weights copied after all are built (zoo.files.host_memory.rehome): the first
     # model a process built streamed its weights 15-23% slower than a second, identical one, so
     # the first of --families paid it (gpt2 66% with `gpt2,linear`, 77% with `linear,gpt2`)
