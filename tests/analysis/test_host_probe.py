@@ -13,8 +13,9 @@ from zoo.analysis.devices import device_peaks, measured_host_peaks
 from zoo.components import row_product
 
 # timed: copy, sum, two one-row products; kernel and torch per dtype; the kernel's step shapes fetched past the
-# caches and not, per dtype, RUNS turns (where it builds); matmuls
+# caches and not, per dtype, RUNS turns (where it builds); matmuls by torch and by oneDNN (where torch has it)
 PROBE_CALLS = 4 + 4 + (2 * 2 * host_probe.RUNS if row_product.available() else 0) + 3
+PROBE_CALLS += 3 if torch.backends.mkldnn.is_available() else 0
 
 
 @pytest.fixture
@@ -44,6 +45,7 @@ def test_the_probe_measures_positive_figures_for_this_machine(small_probe):
     assert set(peaks.row_kernel_faster) == {"float32", "bfloat16"}  # where a run takes the kernel
     assert set(peaks.past_cache_faster) == ({"float32", "bfloat16"} if row_product.available() else set())
     assert set(peaks.matmul_flops) == {"float32", "bfloat16", "float16"} and min(peaks.matmul_flops.values()) > 0
+    assert set(peaks.onednn_faster) == set(peaks.matmul_flops)  # per dtype: oneDNN's linear against torch's matmul
     assert peaks.machine["threads"] == torch.get_num_threads() and peaks.machine["torch"] == torch.__version__
     assert peaks.probe_bytes == 4 << 20 and peaks.probe_seconds > 0
     assert len(small_probe) == PROBE_CALLS

@@ -16,7 +16,7 @@ import zoo
 from tests.conftest import tiny_spec
 from zoo.analysis import host_probe
 from zoo.analysis.counts import weight_bytes_read
-from zoo.components import row_product
+from zoo.components import onednn, row_product
 from zoo.errors import BenchError
 from zoo.harness import run as zoo_run
 from zoo.harness.phases import decode as decode_phase
@@ -223,3 +223,20 @@ def test_a_run_fetches_weights_past_the_cache_only_where_a_step_outgrows_it(name
             assert not row_product.PastCache.on
         assert not row_product.PastCache.on
         assert not row_product.PastCache.on
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_a_runs_several_row_products_go_through_onednn_only_where_the_probe_measured_it_faster(measured, monkeypatch):
+    """``host_paths``: several-row CPU products in a dtype whose oneDNN linear the host probe
+    measured faster than torch's matmul go through it while a run's phases run, and not off the
+    CPU, nor after."""
+    model = zoo.build(tiny_spec("gpt2"), device="cpu", dtype="float32", seed=0)
+    host = host_probe.host_peaks()
+    monkeypatch.setattr(zoo_run, "host_peaks", lambda: replace(host, onednn_faster={"float32": measured}))
+    rows, weight = torch.randn(4, 8), torch.randn(16, 8)
+    with torch.no_grad():
+        with zoo_run.host_paths(torch.device("cpu"), model):
+            assert onednn.takes(rows, weight) is measured
+        with zoo_run.host_paths(torch.device("meta"), model):
+            assert not onednn.takes(rows, weight)
+        assert not onednn.takes(rows, weight)

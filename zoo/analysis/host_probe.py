@@ -30,7 +30,10 @@ board, the memory channels, the VM and the thread count), so the peaks are measu
   ``MATMUL_QUICK_S``: a 1024 product took 12-18 ms at two threads on an AVX2 EPYC and its
   median read 120-170 GFLOP/s between runs, which put float32 prefills at up to 127% of the
   roof; 2048 read 172. A half precision measured under half float32's is widened by runs
-  (``widened_matmul_dtypes``).
+  (``widened_matmul_dtypes``). The same product also goes through oneDNN's linear
+  (``zoo.components.onednn``: torch's float32 GEMM is MKL's, which a Zen 4 EPYC ran at 0.8x
+  oneDNN's speed); ``onednn_faster`` says by dtype where that won, a run takes it there, and
+  ``matmul_flops`` is the faster of the two: what a run's several-row products get.
 
 Each is timed at the thread count torch uses now (``torch.get_num_threads()``), the median of
 a few runs after a warm-up. The result is cached as JSON in zoo's cache folder
@@ -55,13 +58,16 @@ import torch.nn.functional as F
 
 from zoo.analysis.host_machine import fingerprint, last_level_cache_bytes, machine
 from zoo.components import row_product
+from zoo.components.onednn import linear as onednn_linear
 from zoo.files import host_memory
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
 
-PROBE_FORMAT = 9  # 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows;
-# 6: bfloat16 rows widened in even/odd order, matmuls up to 2048; 7: buffers in the weights' huge pages; 8: rows read
-# past the caches where they outgrow them (past_cache); 9: that fetch where it measured faster (past_cache_faster)
+# 2: one-row paths; 3: the row kernel in C++; 4: a read stream, re-homed buffers; 5: four-stream rows; 6: bfloat16
+# rows widened in even/odd order, matmuls up to 2048; 7: buffers in the weights' huge pages; 8: rows read past the
+# caches where they outgrow them (past_cache); 9: that fetch where it measured faster (past_cache_faster); 10: matmuls
+# through oneDNN's linear too (onednn_faster)
+PROBE_FORMAT = 10
 PAST_CACHE_TIMES = 2  # bytes over this many times the last-level cache are read past it (past_cache)
 CACHE_FILE = "hardware.json"
 MIN_PROBE_BYTES, MAX_PROBE_BYTES = 256 << 20, 512 << 20
@@ -87,6 +93,7 @@ class HostPeaks:
     row_kernel_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: zoo's row kernel beat torch's
     read_bytes_per_s: float = 0.0  # bytes read by a large sum, per second
     past_cache_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: the kernel's fetch past the caches won
+    onednn_faster: dict[str, bool] = field(default_factory=dict)  # by dtype: oneDNN's linear beat aten's matmul
 
     @property
     def bandwidth(self) -> float:
@@ -291,18 +298,26 @@ def fetches_past_cache(nbytes: int, dtype: torch.dtype) -> bool:
     return host_peaks().past_cache_faster.get(str(dtype).removeprefix("torch."), False)
 
 
-def _matmul_flops(name: str) -> float:
-    """FLOP/s of an (n, n) @ (n, n) product in ``name``'s dtype (n grows while a product is quick)."""
+def _matmul_paths(name: str) -> tuple[float, bool]:
+    """FLOP/s of an (n, n) @ (n, n) product in ``name``'s dtype (n grows while a product is
+    quick) by the faster of aten's matmul and oneDNN's linear, and whether oneDNN's was the
+    faster (oneDNN only where torch has it and it takes the dtype: float16 has no oneDNN
+    linear on a CPU without AVX512-FP16)."""
     dtype = getattr(torch, name)
-    rate = 0.0
+    aten = onednn = 0.0
     for n in MATMUL_SIZES:
         a = torch.full((n, n), 0.5, dtype=dtype)  # (n, n)
         b = torch.full((n, n), 0.25, dtype=dtype)  # (n, n)
         seconds = _median_seconds(lambda a=a, b=b: a @ b, 3)
-        rate = 2 * n**3 / seconds
+        aten = 2 * n**3 / seconds
         if seconds >= MATMUL_QUICK_S:
             break
-    return rate
+    if torch.backends.mkldnn.is_available():
+        try:
+            onednn = 2 * n**3 / _median_seconds(lambda a=a, b=b: onednn_linear(a, b, None), 3)  # a @ b.T: the same work
+        except RuntimeError:  # no oneDNN primitive for this dtype here
+            onednn = 0.0
+    return max(aten, onednn), onednn > aten
 
 
 def measure() -> HostPeaks:
@@ -314,10 +329,13 @@ def measure() -> HostPeaks:
         copy, read, gemv = _bandwidths(nbytes)
         past = _past_cache_paths(nbytes)
         kernel_rates, faster = _row_paths(nbytes, past)
-        flops = {name: _matmul_flops(name) for name in MATMUL_DTYPES}
+        matmuls = {name: _matmul_paths(name) for name in MATMUL_DTYPES}
     seconds = time.perf_counter() - start
     rates = {**gemv, **kernel_rates}
-    return HostPeaks(fingerprint(described), described, copy, rates, flops, nbytes, seconds, faster, read, past)
+    flops = {name: rate for name, (rate, _) in matmuls.items()}
+    onednn = {name: won for name, (_, won) in matmuls.items()}
+    peaks = (copy, rates, flops, nbytes, seconds, faster, read, past, onednn)
+    return HostPeaks(fingerprint(described), described, *peaks)
 
 
 def host_peaks(refresh: bool = False) -> HostPeaks:

@@ -71,10 +71,18 @@ def _host_table(host: Any, description: str) -> TableData:
             [f"step weights {dtype}", None, "", f"{'fetched past the caches' if faster else 'read through'}: faster"]
             for dtype, faster in host.past_cache_faster.items()
         ],
-        *[[f"matmul {dtype}", rate / 1e9, "GFLOP/s", "square GEMM"] for dtype, rate in host.matmul_flops.items()],
+        *[
+            [f"matmul {dtype}", rate / 1e9, "GFLOP/s", "square GEMM, the faster of torch's and oneDNN's"]
+            for dtype, rate in host.matmul_flops.items()
+        ],
         *[
             [f"several-row path {dtype}", None, "", "widened to float32: its matmul under half float32's, runs take it"]
             for dtype in host.widened_matmul_dtypes
+        ],
+        *[
+            [f"several-row path {dtype}", None, "", "oneDNN's linear: faster than torch's matmul, runs take it"]
+            for dtype, faster in host.onednn_faster.items()
+            if faster
         ],
     ]
     title = (

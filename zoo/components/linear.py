@@ -25,7 +25,8 @@ doc has the measurements), which a compiled graph calls as the custom op
 ``torch.ops.zoo.row_product_row_product``. Everything else — several rows, other devices, compiled
 graphs without the kernel (which keep the ``F.linear`` their backend lowers) — is plain
 ``F.linear``, except half-precision products of several rows on a CPU without a native
-half-precision GEMM, which run widened to float32 (``zoo/components/widened.py``). Parameter
+half-precision GEMM, which run widened to float32 (``zoo/components/widened.py``), and several
+rows in a dtype whose oneDNN linear the host probe measured faster (``zoo/components/onednn.py``). Parameter
 names and shapes are nn.Linear's, so checkpoints map unchanged.
 """
 
@@ -37,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.components import onednn, widened
 from zoo.components import row_product as rows
-from zoo.components import widened
 
 
 def uses_row_kernel(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -179,4 +180,6 @@ class Linear(nn.Linear, RowStackable):
             return out.view(*x.shape[:-1], out.shape[0])  # (..., out)
         if widened.widens(x) and weight.dtype == x.dtype and x.numel() > x.shape[-1]:
             return widened.linear(x, weight, bias)  # several rows, no native half-precision GEMM here
+        if onednn.takes(x, weight):
+            return onednn.linear(x, weight, bias)  # several rows, oneDNN measured faster here
         return F.linear(x, weight, bias)

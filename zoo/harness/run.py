@@ -24,6 +24,7 @@ from zoo.analysis.host_probe import fetches_past_cache, host_peaks
 from zoo.analysis.memory_check import check_fits
 from zoo.components import row_product
 from zoo.components.kernels import implementations, preferring
+from zoo.components.onednn import onednn_products
 from zoo.components.widened import widened_products
 from zoo.errors import BenchError
 from zoo.harness.analysis_columns import analysis_columns
@@ -161,8 +162,9 @@ def _run_phases(phases: list[Phase], ctx: RunContext) -> tuple[dict[str, Any], f
     """Each phase's fields, and the bandwidth its roofline fractions divide by: the median of
     the device's read bandwidth sampled just before and just after each phase with a rate
     (``Probe.read_bandwidth``; None where it has no sample, a GPU's spec sheet). One-row CPU
-    products go through whichever path this host measured faster, and several-row ones in a
-    half precision this host multiplies slowly run widened to float32."""
+    products go through whichever path this host measured faster, several-row ones in a half
+    precision this host multiplies slowly run widened to float32, and others through oneDNN's
+    linear where it measured faster than torch's GEMM."""
     measured: dict[str, Any] = {}
     samples: list[float | None] = []
     sampled_last = False  # the phase just run was rated and sampled after: its sample opens the next
@@ -185,12 +187,14 @@ def host_paths(device: torch.device, model: torch.nn.Module) -> Iterator[None]:
     phases take them: one-row products through zoo's row kernel in the dtypes it measured
     faster, their weights fetched past the caches where they outgrow the last-level cache and
     the probe measured that faster (the int8 rows and int4 panels then fetch theirs ahead into
-    L1, and otherwise leave it to the hardware), several-row half precision widened to float32 where its
-    matmul measured slow; none off the CPU."""
+    L1, and otherwise leave it to the hardware), several-row half precision widened to float32
+    where its matmul measured slow, several-row products through oneDNN's linear in the dtypes
+    where it beat torch's matmul; none off the CPU."""
     with (
         row_product.measured_faster(_row_kernel_dtypes(device)),
         row_product.past_cache(_past_cache(device, model)),
         widened_products(_widened_dtypes(device)),
+        onednn_products(_onednn_dtypes(device)),
     ):
         yield
 
@@ -213,6 +217,14 @@ def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
     if device.type != "cpu":
         return []
     return [getattr(torch, name) for name, faster in host_peaks().row_kernel_faster.items() if faster]
+
+
+def _onednn_dtypes(device: torch.device) -> list[torch.dtype]:
+    """The dtypes whose several-row CPU products go through oneDNN's linear, measured faster
+    than torch's matmul on this host (``zoo.components.onednn``); none off the CPU."""
+    if device.type != "cpu":
+        return []
+    return [getattr(torch, name) for name, faster in host_peaks().onednn_faster.items() if faster]
 
 
 def _widened_dtypes(device: torch.device) -> list[torch.dtype]:
