@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from zoo.components import cpu_conv, cpu_mamba_step, cpu_ops, cpu_prefill, cpu_scan, cpu_steps
+from zoo.components import cpu_conv, cpu_mamba_step, cpu_ops, cpu_prefill, cpu_scan, cpu_steps, onednn
 from zoo.components.cpu_ops import registered_ops
 from zoo.quant import int4_cpu
 
@@ -202,6 +202,7 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::row_product_rope": lambda: (_r(2, 5, 3, 8).transpose(1, 2), _r(1, 1, 5, 6), _r(1, 1, 5, 6)),
     "zoo::row_product_greedy": lambda: (_r(2, 3, 300),),
     "zoo::int4_cpu_int4_q8": lambda: (_r(3, 64), *_int4_weight(), 1, True),
+    "zoo::onednn_linear": lambda: (_r(2, 3, 16), _r(8, 16), _r(8)),
     "zoo::int4_cpu_int4_tiles": lambda: (_r(30, 64), *_int4_weight(), 16),
     "zoo::int4_cpu_int4_mm": lambda: (_r(2, 3, 64), *_int4_weight(), 4, 16, 1, False),  # the tiles: 6 rows from 4
     "zoo::cpu_conv_conv_rows": lambda: (_r(B, T, 20), _r(20, 4), _r(20), _r(B, 20, 4)),
@@ -227,6 +228,7 @@ def test_every_zoo_op_has_a_case():
         cpu_conv.EXTENSION.name,
         cpu_mamba_step.EXTENSION.name,
         int4_cpu.EXTENSION.name,
+        onednn.EXTENSION.name,
     }  # imported: registered
     assert {name for name in registered_ops() if not name.startswith("zoo::rwkv_")} == set(CASES)
 

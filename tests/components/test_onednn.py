@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from zoo.components import onednn
 from zoo.components.linear import Linear
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+pytestmark = pytest.mark.skipif(not onednn.available(), reason="torch built without oneDNN, or zoo's op not built")
 
 
 @pytest.mark.parametrize("shape", [(5, 96), (2, 9, 96)])
@@ -54,3 +54,23 @@ def test_a_linear_takes_onednn_only_within_a_run_for_several_rows_outside_autogr
         out = layer(rows)  # autograd on: oneDNN's op has no backward
         out.sum().backward()
     assert taken == [(3, 96)] and layer.weight.grad is not None
+
+
+def test_a_compiled_graph_calls_zoos_opaque_op_where_a_run_takes_onednn():
+    """Inside ``onednn_products`` a compiled Linear's several-row product is zoo's op (inductor
+    cannot lower oneDNN's own with a plain weight), with the eager call's sums."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    layer = Linear(96, 50)
+    rows = torch.randn(2, 9, 96)
+    seen: list[object] = []
+
+    def backend(graph, inputs):  # type: ignore[no-untyped-def]
+        seen.extend(node.target for node in graph.graph.nodes)
+        return graph.forward
+
+    with torch.no_grad(), onednn.onednn_products([torch.float32]):
+        eager = layer(rows)
+        got = torch.compile(layer, backend=CompileCounterWithBackend(backend), fullgraph=True)(rows)
+    assert torch.ops.zoo.onednn_linear.default in seen
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)

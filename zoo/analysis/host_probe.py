@@ -57,8 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.analysis.host_machine import fingerprint, last_level_cache_bytes, machine
-from zoo.components import row_product
-from zoo.components.onednn import linear as onednn_linear
+from zoo.components import onednn, row_product
 from zoo.files import host_memory
 from zoo.files.atomic import write_text_atomic
 from zoo.files.cache import cache_dir
@@ -301,10 +300,10 @@ def fetches_past_cache(nbytes: int, dtype: torch.dtype) -> bool:
 def _matmul_paths(name: str) -> tuple[float, bool]:
     """FLOP/s of an (n, n) @ (n, n) product in ``name``'s dtype (n grows while a product is
     quick) by the faster of aten's matmul and oneDNN's linear, and whether oneDNN's was the
-    faster (oneDNN only where torch has it and it takes the dtype: float16 has no oneDNN
-    linear on a CPU without AVX512-FP16)."""
+    faster (oneDNN only where it runs here and takes the dtype: float16 has no oneDNN linear
+    on a CPU without AVX512-FP16)."""
     dtype = getattr(torch, name)
-    aten = onednn = 0.0
+    aten = other = 0.0
     for n in MATMUL_SIZES:
         a = torch.full((n, n), 0.5, dtype=dtype)  # (n, n)
         b = torch.full((n, n), 0.25, dtype=dtype)  # (n, n)
@@ -312,12 +311,12 @@ def _matmul_paths(name: str) -> tuple[float, bool]:
         aten = 2 * n**3 / seconds
         if seconds >= MATMUL_QUICK_S:
             break
-    if torch.backends.mkldnn.is_available():
-        try:
-            onednn = 2 * n**3 / _median_seconds(lambda a=a, b=b: onednn_linear(a, b, None), 3)  # a @ b.T: the same work
+    if onednn.available():
+        try:  # a @ b.T: the same work
+            other = 2 * n**3 / _median_seconds(lambda a=a, b=b: onednn.linear(a, b, None), 3)
         except RuntimeError:  # no oneDNN primitive for this dtype here
-            onednn = 0.0
-    return max(aten, onednn), onednn > aten
+            other = 0.0
+    return max(aten, other), other > aten
 
 
 def measure() -> HostPeaks:
@@ -333,8 +332,8 @@ def measure() -> HostPeaks:
     seconds = time.perf_counter() - start
     rates = {**gemv, **kernel_rates}
     flops = {name: rate for name, (rate, _) in matmuls.items()}
-    onednn = {name: won for name, (_, won) in matmuls.items()}
-    peaks = (copy, rates, flops, nbytes, seconds, faster, read, past, onednn)
+    onednn_won = {name: won for name, (_, won) in matmuls.items()}
+    peaks = (copy, rates, flops, nbytes, seconds, faster, read, past, onednn_won)
     return HostPeaks(fingerprint(described), described, *peaks)
 
 
