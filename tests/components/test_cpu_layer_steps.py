@@ -12,10 +12,11 @@ import zoo
 import zoo.components.ffn as ffn
 from tests.components.step_helpers import both_ways, decode_each, twin_cache
 from tests.conftest import tiny_spec
-from zoo.components import cpu_attention, cpu_layer_steps_source, cpu_token_ops
+from zoo.components import blocks, cpu_attention, cpu_layer_steps_source, cpu_token_ops
 from zoo.components import row_product as rows
 from zoo.components.attention import Attention
 from zoo.components.cross_attention import CrossAttention
+from zoo.components.norms import LayerNorm, RMSNorm
 from zoo.model.cache import KVCache
 from zoo.model.generation import prefill
 from zoo.quant import int4_cpu, int8_rows
@@ -107,6 +108,80 @@ def test_an_encoder_decoders_steps_take_the_calls_with_a_position_bias_and_relu(
             per_module = decode_each(model, twin, steps)
     assert taken["attention"] > 0 and taken["ffn"] > 0 and taken["cross"] > 0
     assert torch.equal(fused, per_module)
+
+
+def _normed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kind of each one-call step that came with its block's norm (a pre-norm branch's residual
+    step: ``x + step(norm(x))``) and computed it."""
+    seen: list[str] = []
+    calls = {"attention_token": cpu_attention, "cross_attention_token": cpu_attention, "mlp_token": cpu_token_ops}
+    for name, owner in calls.items():
+
+        def step(*args: object, _name: str = name, _call=getattr(owner, name)) -> torch.Tensor | None:
+            out = _call(*args)
+            if out is not None and args[-1] is not None:  # the norm: the last argument of each
+                seen.append(_name)
+            return out
+
+        monkeypatch.setattr(owner, name, step)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("arch", ["gpt2", "qwen3-0.6b"])
+def test_a_pre_norm_blocks_branches_run_with_their_norm_and_add_in_one_call(monkeypatch, arch, dtype):
+    """gpt2 (layer norms with biases) and qwen3 (RMS norms): each decode token's attention and
+    feed-forward branches are one call with the block's norm before and its residual after,
+    the same logits and caches, bit for bit, as the block calling the norm and adding itself."""
+    model = zoo.build(tiny_spec(arch), seed=0).to(dtype).eval()
+    zoo.fuse_projections(model)
+    ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(7))
+    seen = _normed(monkeypatch)
+    fused, unfused, cache, twin = both_ways(model, ids, monkeypatch, [(blocks, "token_norm")])
+    layers = len(model.layers) * 4  # 4 decode steps
+    assert seen.count("attention_token") == layers and seen.count("mlp_token") == layers
+    assert torch.equal(fused, unfused)
+    for ours, theirs in zip(cache.layers, twin.layers, strict=True):
+        assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+
+
+def test_an_encoder_decoders_branches_run_with_their_norm_and_add_in_one_call(monkeypatch):
+    """t5-small's decoder: self-attention, cross-attention and feed-forward each one call with
+    its RMS norm and residual, the bits of the block's own norms and adds."""
+    model = zoo.build(tiny_spec("t5-small"), seed=0).to(torch.bfloat16).eval()
+    zoo.fuse_projections(model)
+    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(8))
+    seen = _normed(monkeypatch)
+    with torch.no_grad():
+        memory = model.encode(ids)
+        cache = KVCache(model, 1, 8, memory_len=6)
+        prefill(model, torch.zeros(1, 1, dtype=torch.long), cache, memory=memory)
+        twin = twin_cache(cache)
+        seen.clear()  # the start token's own steps (its cross-attention writing the memory's K/V: the module's)
+        fused = decode_each(model, cache, ids[:, :4])
+        with monkeypatch.context() as off:
+            off.setattr(blocks, "token_norm", lambda norm: None)
+            unfused = decode_each(model, twin, ids[:, :4])
+    assert sorted(set(seen)) == ["attention_token", "cross_attention_token", "mlp_token"]
+    assert len(seen) == 3 * 4 * len(model.layers)
+    assert torch.equal(fused, unfused)
+
+
+def test_a_norm_the_step_does_not_take_leaves_the_block_its_own_calls():
+    """A norm the C++ does not take (a weight in another dtype) or that is not a ``Norm``: the
+    step declines or is not offered it, and the block's own calls give the output."""
+    norms = [RMSNorm(64, 1e-6), LayerNorm(64, 1e-5, bias=True)]
+    norms[0].weight.data = norms[0].weight.data.bfloat16()
+    g = torch.Generator().manual_seed(9)
+    x, up, down = torch.randn(1, 1, 64, generator=g), torch.randn(96, 64, generator=g), torch.randn(64, 96, generator=g)
+    with torch.no_grad():
+        assert cpu_token_ops.mlp_token(x, (up, None, None), (down, None, None), 0, norms[0].token_norm()) is None
+        fused = cpu_token_ops.mlp_token(x, (up, None, None), (down, None, None), 0, norms[1].token_norm())
+        inner = cpu_token_ops.gelu(rows.row_product(up, norms[1](x), None), False)
+        assert fused is not None and torch.equal(fused, x + rows.row_product(down, inner, None))
+        wide = torch.randn(96, 96, generator=g)  # an output wider than x: no residual to add
+        assert cpu_token_ops.mlp_token(x, (up, None, None), (wide, None, None), 0, norms[1].token_norm()) is None
+    assert blocks.token_norm(torch.nn.Identity()) is None
 
 
 def _layer(d: int = 64, heads: int = 4, kv_heads: int = 2, dim: int = 16, slots: int = 10):

@@ -178,6 +178,10 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         torch.randint(-127, 128, (32, 32), dtype=torch.int8),  # int8 output rows with their scales
         _r(32),
         _r(32),
+        _r(32),  # a pre-norm block's layer norm before it, the residual after
+        _r(32),
+        1e-5,
+        1,
         True,
     ),
     "zoo::row_product_cross_attention_token": lambda: (  # 4 query heads of 8 over 2 K/V heads of 10 memory tokens
@@ -189,12 +193,19 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
         _r(1, 2, 10, 8),
         torch.rand(1, 1, 1, 10) > 0.3,
         0.35,
-        _r(24, 32),
+        _r(32, 32),
         None,
         None,
+        _r(32),  # a pre-norm block's RMS norm before it, the residual after
+        None,
+        1e-6,
+        2,
         True,
     ),
-    "zoo::row_product_mlp_token": lambda: (_r(1, 1, 32), _r(48, 32), None, _r(48), _r(32, 24), None, None, 2, True),
+    "zoo::row_product_mlp_token": lambda: (  # SwiGLU, an RMS norm by 1 + w before it, the residual after
+        *(_r(1, 1, 32), _r(48, 32), None, _r(48), _r(32, 24), None, None, 2),
+        *(_r(32), None, 1e-6, 3, True),
+    ),
     "zoo::row_product_rms_norm": lambda: (_r(2, 3, 24), _r(24), 1e-6, False),
     "zoo::row_product_silu_and_mul": lambda: (_r(2, 3, 40),),
     "zoo::row_product_layer_norm": lambda: (_r(2, 3, 24), _r(24), _r(24), 1e-5),

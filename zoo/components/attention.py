@@ -24,7 +24,7 @@ from zoo.components.linear import Linear, step_tensors
 from zoo.components.norms import RMSNorm
 from zoo.components.sdpa_kernels import in_dtype, sdpa, varying_shape_kernels
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, TokenNorm
 from zoo.specs.state import LayerState, StateTensor
 from zoo.specs.visibility import causal_keys_seen, visible_keys
 
@@ -188,13 +188,22 @@ class Attention(TokenMixer):
             q, write.k = positions.rotate(q, k)
         return cpu_attention.append_and_attend(q, write, options)  # (B, H, 1, D)
 
-    def _token_step(self, x: torch.Tensor, positions: Positions, cache: LayerState) -> torch.Tensor | None:
+    def residual_token(
+        self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
+    ) -> torch.Tensor | None:
+        """x + this attention of norm(x) for one cached token in one C++ call (``_token_step``)."""
+        return self._token_step(x, positions, state, norm) if x.shape[1] == 1 else None
+
+    def _token_step(
+        self, x: torch.Tensor, positions: Positions, cache: LayerState, norm: TokenNorm | None = None
+    ) -> torch.Tensor | None:
         """An eager step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.attention_token``
         (the q|k|v product, q and k's norms, the cache write, rotation and attention and the
         output product in one C++ call, the same kernels in the same order) where that computes
         this layer: q, k and v fused, projections whose layers give their tensors
         (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), RMS q/k norms or
-        none, no output gate, clipping, sinks, window or padding; else None."""
+        none, no output gate, clipping, sinks, window or padding; else None. With ``norm`` (a
+        pre-norm block's): x + the attention of norm(x)."""
         if cache.filled is None or cache.key_valid is not None:
             return None
         if self.output_gate or self.clip_qkv is not None or self.sinks is not None or self.window is not None:
@@ -218,7 +227,7 @@ class Attention(TokenMixer):
         options: dict[str, Any] = {"scale": self.scale} if mask is None else {"attn_mask": mask, "scale": self.scale}
         k_cache, v_cache = cache.tensors["k"], cache.tensors["v"]  # (1, Hkv, L, D) each
         step = cpu_attention.TokenStep(qkv_tensors, norms, k_cache, v_cache, cache.filled, tables, o_tensors)
-        return cpu_attention.attention_token(x, step, options)  # (1, 1, d), or None: declined
+        return cpu_attention.attention_token(x, step, options, norm)  # (1, 1, d), or None: declined
 
     @staticmethod
     def _token_norms(

@@ -17,7 +17,7 @@ from pydantic import Field
 from torch import nn
 
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Positions, TokenMixer
+from zoo.specs.interfaces import Block, BuildContext, CrossMixer, FeedForward, Norm, Positions, TokenMixer, TokenNorm
 from zoo.specs.options import Options
 from zoo.specs.state import NO_STATE, BlockState, Memory
 
@@ -65,14 +65,30 @@ class PreNormBlock(Block):
         self, x: torch.Tensor, positions: Positions, state: BlockState | None = None, memory: Memory | None = None
     ) -> torch.Tensor:
         state = state or NO_STATE
-        x = x + self.attention(self.attn_norm(x), positions, state.attention)  # (B, T, d)
-        cross, cross_norm = self.cross_attention, self.cross_norm  # each submodule read once
+        # one eager decode token: each branch, its norm and its add as one call where its part has one
+        token = x.shape[0] == 1 and x.shape[1] == 1 and not torch.compiler.is_compiling()
+        modules = self._modules  # each submodule read once, from nn.Module's dict
+        attention, attn_norm = modules["attention"], modules["attn_norm"]
+        norm = token_norm(attn_norm) if token and state.attention is not None else None
+        out = None if norm is None else attention.residual_token(x, norm, positions, state.attention)
+        x = out if out is not None else x + attention(attn_norm(x), positions, state.attention)  # (B, T, d)
+        cross, cross_norm = modules.get("cross_attention"), modules.get("cross_norm")  # None: not a module
         if cross is not None and cross_norm is not None:
-            x = x + cross(cross_norm(x), memory, state.cross_attention)
-        ffn, ffn_norm = self.ffn, self.ffn_norm
+            norm = token_norm(cross_norm) if token and memory is None and state.cross_attention is not None else None
+            out = None if norm is None else cross.residual_token(x, norm, state.cross_attention)
+            x = out if out is not None else x + cross(cross_norm(x), memory, state.cross_attention)
+        ffn, ffn_norm = modules.get("ffn"), modules.get("ffn_norm")
         if ffn is not None and ffn_norm is not None:
-            x = x + ffn(ffn_norm(x))
+            norm = token_norm(ffn_norm) if token else None
+            out = None if norm is None else ffn.residual_token(x, norm)
+            x = out if out is not None else x + ffn(ffn_norm(x))
         return x
+
+
+def token_norm(norm: nn.Module) -> TokenNorm | None:
+    """``norm`` as a branch's one-token step may apply it (``Norm.token_norm``), or None: the block
+    calls it (a norm that does not subclass ``Norm`` promises nothing more than a module)."""
+    return norm.token_norm() if isinstance(norm, Norm) else None
 
 
 class PostNormBlock(Block):

@@ -43,7 +43,9 @@ from typing import Any
 import torch
 
 from zoo.components import row_product
+from zoo.components.cpu_token_ops import pre_norm_args
 from zoo.components.linear import StepTensors
+from zoo.specs.interfaces import TokenNorm
 
 ENV_SWITCH = "ZOO_ATTENTION_KERNEL"
 # the switch, read once when this module imports: an eager decode step asks before every
@@ -119,7 +121,9 @@ class TokenStep:
     o: StepTensors
 
 
-def attention_token(x: torch.Tensor, step: TokenStep, options: dict[str, Any]) -> torch.Tensor | None:
+def attention_token(
+    x: torch.Tensor, step: TokenStep, options: dict[str, Any], norm: TokenNorm | None = None
+) -> torch.Tensor | None:
     """x (1, 1, C) -> the layer's attention output (1, 1, C_out) in one C++ call, or None where
     the call does not compute it (nothing written then). The q|k|v product, q and k's norms,
     the cache write, rotation and attention and the output product are each the kernel the
@@ -128,13 +132,14 @@ def attention_token(x: torch.Tensor, step: TokenStep, options: dict[str, Any]) -
     Python and small torch calls a gpt2 layer between them (2-core Xeon). The C++ checks every
     shape, dtype and layout (``attention_fits``: in Python those checks cost 15 µs a call); here
     only what it cannot know: gradients off, the switch on, options it takes (each projection's
-    kernel: ``step_tensors``)."""
+    kernel: ``step_tensors``). With ``norm``: ``x + attention(norm(x))``, a pre-norm block's
+    branch (``cpu_token_ops.pre_norm_args``)."""
     if torch.is_grad_enabled() or not ENABLED or not options.keys() <= STEP_OPTIONS or not row_product.available():
         return None  # (an eager call only: a compiled step's cache has no ``filled``, so it never gets here)
     q_norm, k_norm, eps, unit = (None, None, 0.0, False) if step.norms is None else step.norms
     cos, sin = (None, None) if step.rotation is None else step.rotation
     caches = (step.k_cache, step.v_cache, step.filled, cos, sin, options.get("attn_mask"), options["scale"])
-    args = (x, *step.qkv, q_norm, k_norm, eps, unit, *caches, *step.o, row_product.PastCache.on)
+    args = (x, *step.qkv, q_norm, k_norm, eps, unit, *caches, *step.o, *pre_norm_args(norm), row_product.PastCache.on)
     call = row_product.EXTENSION.op("attention_token")
     if torch.autograd._profiler_enabled():
         with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it
@@ -148,6 +153,7 @@ def cross_attention_token(
     memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     scale: float,
     o_proj: StepTensors,
+    norm: TokenNorm | None = None,
 ) -> torch.Tensor | None:
     """x (1, 1, C) -> a decoder layer's cross-attention output (1, 1, C_out) in one C++ call: the
     query product, the heads over the memory's keys and values (1, Hkv, M, D) with its boolean
@@ -155,10 +161,10 @@ def cross_attention_token(
     ``step_tensors`` give it), each the kernel the module calls, or None where the call does not
     compute it (checked in C++, as for ``attention_token``). Eager calls only: a graph being
     compiled keeps the module's calls (its products and attention as their own opaque ops), as
-    a declined call has no graph value."""
+    a declined call has no graph value. With ``norm``: x + the cross-attention of norm(x)."""
     if torch.is_grad_enabled() or not ENABLED or torch.compiler.is_compiling() or not row_product.available():
         return None
-    args = (x, *q_proj, *memory, scale, *o_proj, row_product.PastCache.on)
+    args = (x, *q_proj, *memory, scale, *o_proj, *pre_norm_args(norm), row_product.PastCache.on)
     call = row_product.EXTENSION.op("cross_attention_token")
     if torch.autograd._profiler_enabled():
         with torch.profiler.record_function(OP_NAME):  # the attention within it, as ``_run`` names it

@@ -10,6 +10,14 @@ shape, dtype and layout its kernels need and returns an undefined tensor (None i
 nothing written, where one does not hold, so the module runs its own calls: those checks cost
 microseconds in Python and nothing here. Appended last to the one-row products' extension.
 
+Given a pre-norm (``pre_kind``: a pre-norm block's branch, ``TokenMixer.residual_token``), a step
+also applies the block's norm first (``layer_norm`` or ``rms_norm``, as the norm modules call
+them) and adds the residual last (aten's add, in place on its own output: ``x + out``'s
+rounding), so the block's two norms and adds go too: ~35 µs of Python a gpt2 layer on this
+project's Zen 4 VM; an eager decode step took 0.94-0.98x the time (gpt2, bfloat16, int8 and
+int4 weights), 0.94-0.96x (qwen3-0.6b int8, int4) and 0.88-0.93x (t5-small), both ways
+interleaved in one process.
+
 The recurrent mixers' one-call steps (Mamba's ``mamba_token`` in ``cpu_mamba_step.py``, Mamba2's
 and Gated DeltaNet's in ``cpu_steps_source.TOKEN_STEPS``) live in their own kernels' extensions:
 they check their projections with ``FITS`` and make them through this extension's ``layer_row``
@@ -78,6 +86,9 @@ static bool layer_fits(const at::Tensor& weight, const MaybeTensor& scales, cons
 SOURCE = r"""
 // mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
 constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
+// A layer step's pre-norm (cpu_token_ops.PRE_NORM_KINDS): none, or the pre-norm block's norm before the step and
+// its residual after it (layer_norm; rms_norm, by w or by 1 + w)
+constexpr int64_t PRE_NONE = 0, PRE_LAYER = 1, PRE_RMS = 2, PRE_RMS_UNIT = 3;
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -100,6 +111,32 @@ static at::Tensor layer_row(const at::Tensor& weight, const MaybeTensor& scales,
   auto out = weight.scalar_type() == at::kByte ? int4_row(weight, *scales, x, past_cache)
                                                        : int8_rows(weight, *scales, x, past_cache);
   return bias.has_value() ? out + bias->to(out.scalar_type()) : out;  // in x's dtype
+}
+
+// Whether a step's pre-norm fits x (1, 1, C) and a step writing C_out values: none; or a known kind whose weight
+// (and a layer norm's bias, if any) is one value a channel in x's dtype on the CPU, and C_out == C (the residual).
+static bool pre_norm_fits(const at::Tensor& x, const MaybeTensor& weight, const MaybeTensor& bias, int64_t kind,
+                          int64_t out_width) {
+  if (kind == PRE_NONE) return true;
+  if (kind < PRE_NONE || kind > PRE_RMS_UNIT || !weight.has_value() || out_width != x.size(2)) return false;
+  const auto fits = [&](const at::Tensor& t) {
+    return t.dim() == 1 && t.size(0) == x.size(2) && t.scalar_type() == x.scalar_type() && t.is_cpu();
+  };
+  return fits(*weight) && (!bias.has_value() || (kind == PRE_LAYER && fits(*bias)));
+}
+
+// x through the step's pre-norm (x itself without one): the norm kernels the norm modules call.
+static at::Tensor pre_normed(const at::Tensor& x, const MaybeTensor& weight, const MaybeTensor& bias, double eps,
+                             int64_t kind) {
+  if (kind == PRE_NONE) return x;
+  if (kind == PRE_LAYER) return layer_norm(x, *weight, bias, eps);
+  return rms_norm(x, *weight, eps, kind == PRE_RMS_UNIT);
+}
+
+// A step's output with its pre-norm's residual added (x + out, as the block's Python adds it: aten's add, the
+// same rounding), in place on the step's own output; out itself without a pre-norm.
+static at::Tensor with_residual(at::Tensor out, const at::Tensor& x, int64_t kind) {
+  return kind == PRE_NONE ? out : out.add_(x);
 }
 
 // Whether attention_token computes this step (its arguments below): every shape, dtype and layout its calls need,
@@ -152,12 +189,15 @@ at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_
                            double norm_eps, bool unit_offset, at::Tensor k_cache, at::Tensor v_cache, int64_t n,
                            MaybeTensor cos, MaybeTensor sin, MaybeTensor mask,
                            double scale, at::Tensor o_weight, MaybeTensor o_scales, MaybeTensor o_bias,
+                           MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps, int64_t pre_kind,
                            bool past_cache) {
   if (!attention_fits(x, qkv_weight, qkv_scales, qkv_bias, q_norm, k_norm, k_cache, v_cache, n, cos, sin, mask,
-                      o_weight, o_scales, o_bias))
+                      o_weight, o_scales, o_bias) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, o_weight.size(0)))
     return at::Tensor();
   const int64_t Hkv = k_cache.size(1), D = k_cache.size(3), H = qkv_weight.size(0) / D - 2 * Hkv;
-  auto joint = layer_row(qkv_weight, qkv_scales, x, qkv_bias, past_cache);  // (1, 1, (H + 2 Hkv) D)
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C)
+  auto joint = layer_row(qkv_weight, qkv_scales, h, qkv_bias, past_cache);  // (1, 1, (H + 2 Hkv) D)
   auto q = joint.narrow(2, 0, H * D).view({1, 1, H, D});
   auto k = joint.narrow(2, H * D, Hkv * D).view({1, 1, Hkv, D});
   auto v = joint.narrow(2, (H + Hkv) * D, Hkv * D).view({1, 1, Hkv, D});
@@ -167,7 +207,8 @@ at::Tensor attention_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_
   }
   auto heads = append_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), k_cache, v_cache, n, cos, sin,
                                 mask, scale);  // (1, H, 1, D), contiguous
-  return layer_row(o_weight, o_scales, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+  auto out = layer_row(o_weight, o_scales, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 
 // Whether cross_attention_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both
@@ -197,12 +238,17 @@ static bool cross_fits(const at::Tensor& x, const at::Tensor& q_weight, const Ma
 at::Tensor cross_attention_token(at::Tensor x, at::Tensor q_weight, MaybeTensor q_scales,
                                  MaybeTensor q_bias, at::Tensor k, at::Tensor v, MaybeTensor mask,
                                  double scale, at::Tensor o_weight, MaybeTensor o_scales,
-                                 MaybeTensor o_bias, bool past_cache) {
-  if (!cross_fits(x, q_weight, q_scales, q_bias, k, v, mask, o_weight, o_scales, o_bias)) return at::Tensor();
+                                 MaybeTensor o_bias, MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps,
+                                 int64_t pre_kind, bool past_cache) {
+  if (!cross_fits(x, q_weight, q_scales, q_bias, k, v, mask, o_weight, o_scales, o_bias) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, o_weight.size(0)))
+    return at::Tensor();
   const int64_t D = k.size(3), H = q_weight.size(0) / D;
-  auto q = layer_row(q_weight, q_scales, x, q_bias, past_cache).view({1, 1, H, D}).transpose(1, 2);  // (1, H, 1, D)
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C)
+  auto q = layer_row(q_weight, q_scales, h, q_bias, past_cache).view({1, 1, H, D}).transpose(1, 2);  // (1, H, 1, D)
   auto heads = one_query_attention(q, k, v, mask, scale);  // (1, H, 1, D), contiguous
-  return layer_row(o_weight, o_scales, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+  auto out = layer_row(o_weight, o_scales, heads.view({1, 1, H * D}), o_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 
 // Whether mlp_token computes this step: x one row (1, 1, C) on the CPU in a floating dtype, both products ones the
@@ -225,13 +271,18 @@ static bool mlp_fits(const at::Tensor& x, const at::Tensor& up_weight, const May
 // undefined tensor (None in Python) where mlp_fits does not hold.
 at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, MaybeTensor up_scales, MaybeTensor up_bias,
                      at::Tensor down_weight, MaybeTensor down_scales, MaybeTensor down_bias,
-                     int64_t activation, bool past_cache) {
-  if (!mlp_fits(x, up_weight, up_scales, up_bias, down_weight, down_scales, down_bias, activation)) return at::Tensor();
-  auto inner = layer_row(up_weight, up_scales, x, up_bias, past_cache);  // (1, 1, F) or (1, 1, 2F)
+                     int64_t activation, MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps,
+                     int64_t pre_kind, bool past_cache) {
+  if (!mlp_fits(x, up_weight, up_scales, up_bias, down_weight, down_scales, down_bias, activation) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, down_weight.size(0)))
+    return at::Tensor();
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C)
+  auto inner = layer_row(up_weight, up_scales, h, up_bias, past_cache);  // (1, 1, F) or (1, 1, 2F)
   if (activation == MLP_SILU_AND_MUL) inner = silu_and_mul(inner);
   else if (activation == MLP_RELU) inner.relu_();  // F.relu's op, in place on the product's own output
   else inner = gelu(inner, activation == MLP_GELU_TANH);
-  return layer_row(down_weight, down_scales, inner, down_bias, past_cache);  // (1, 1, C_out)
+  auto out = layer_row(down_weight, down_scales, inner, down_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 """
 

@@ -28,6 +28,7 @@ import torch
 from zoo.components import row_product
 from zoo.components.linear import StepTensors
 from zoo.specs import host_functions
+from zoo.specs.interfaces import TokenNorm
 
 ENV_SWITCH = "ZOO_TOKEN_KERNELS"
 # the switch, read once when this module imports: an eager decode step asks before every
@@ -131,6 +132,20 @@ MLP_ACTIVATIONS = {"gelu": 0, "gelu_tanh": 1, "relu": 3}
 SILU_AND_MUL = 2
 
 
+# a layer step's pre-norm as the C++ takes it (cpu_layer_steps_source's PRE_* constants)
+PRE_NONE, PRE_LAYER, PRE_RMS, PRE_RMS_UNIT = 0, 1, 2, 3
+NO_PRE_NORM = (None, None, 0.0, PRE_NONE)  # the step alone: no norm before it, no residual after it
+
+
+def pre_norm_args(norm: TokenNorm | None) -> tuple[torch.Tensor | None, torch.Tensor | None, float, int]:
+    """``norm`` as a layer step's C++ takes it: (weight, bias, eps, kind), the step then returning
+    ``x + step(norm(x))`` (a pre-norm block's branch); ``NO_PRE_NORM`` for None."""
+    if norm is None:
+        return NO_PRE_NORM
+    kind = (PRE_RMS_UNIT if norm.unit_offset else PRE_RMS) if norm.rms else PRE_LAYER
+    return norm.weight, norm.bias, norm.eps, kind
+
+
 def token_calls_run() -> bool:
     """Whether a one-call token step may run: eager, no autograd, the switch on (``ENABLED``)
     and the one-row products built (every such step makes its products through them): the
@@ -141,17 +156,21 @@ def token_calls_run() -> bool:
     return row_product.available()
 
 
-def mlp_token(x: torch.Tensor, up: StepTensors, down: StepTensors, activation: int) -> torch.Tensor | None:
+def mlp_token(
+    x: torch.Tensor, up: StepTensors, down: StepTensors, activation: int, norm: TokenNorm | None = None
+) -> torch.Tensor | None:
     """One token x (1, 1, C) through a feed-forward's up product, its ``activation``
     (``MLP_ACTIVATIONS`` or ``SILU_AND_MUL``) and down product -> (1, 1, C_out) in one C++ call
     (``cpu_layer_steps_source.py``: the products each projection's kernel makes, as its layer's
     ``step_tensors`` give them, and ``gelu``, ``relu`` or ``silu_and_mul`` between, so the
     result is theirs bit for bit), or None where that call does not compute it: there every
     shape, dtype and layout is checked in C++; here what it cannot know (eager, gradients off,
-    the switch on)."""
+    the switch on). With ``norm``: ``x + ffn(norm(x))`` (``pre_norm_args``), the norm's and
+    the add's kernels the ones the block's own calls make."""
     if not token_calls_run():
         return None
-    return row_product.EXTENSION.op("mlp_token")(x, *up, *down, activation, row_product.PastCache.on)
+    pre = pre_norm_args(norm)
+    return row_product.EXTENSION.op("mlp_token")(x, *up, *down, activation, *pre, row_product.PastCache.on)
 
 
 def silu_and_mul(joint: torch.Tensor) -> torch.Tensor:

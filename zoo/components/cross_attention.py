@@ -22,7 +22,7 @@ from zoo.components.linear import Linear, step_tensors
 from zoo.components.sdpa_kernels import in_dtype, sdpa
 from zoo.errors import GenerationError
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, CrossMixer
+from zoo.specs.interfaces import BuildContext, CrossMixer, TokenNorm
 from zoo.specs.state import LayerState, Memory, StateTensor
 
 
@@ -93,12 +93,17 @@ class CrossAttention(CrossMixer):
         out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*D)
         return self.o_proj(out if gate is None else out * torch.sigmoid(gate))
 
-    def _token_step(self, x: torch.Tensor, state: LayerState) -> torch.Tensor | None:
+    def residual_token(self, x: torch.Tensor, norm: TokenNorm, state: LayerState) -> torch.Tensor | None:
+        """x + this cross-attention of norm(x) for one decode token in one C++ call (``_token_step``)."""
+        return self._token_step(x, state, norm) if x.shape[1] == 1 else None
+
+    def _token_step(self, x: torch.Tensor, state: LayerState, norm: TokenNorm | None = None) -> torch.Tensor | None:
         """A decode step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.cross_attention_token``
         (query product, attention over the memory written at prefill, output product in one C++
         call) where that computes this layer: projections whose layers give their tensors
-        (``RowStackable.step_tensors``), no q norm or output gate; else None. The layers are read
-        from nn.Module's dicts (``Attention._token_step``)."""
+        (``RowStackable.step_tensors``), no q norm or output gate; else None. With ``norm`` (a
+        pre-norm block's): x + the cross-attention of norm(x). The layers are read from
+        nn.Module's dicts (``Attention._token_step``)."""
         if self.output_gate or self.q_norm is not None:
             return None
         modules = self._modules
@@ -108,7 +113,7 @@ class CrossAttention(CrossMixer):
         q_tensors, o_tensors = projections
         valid = state.memory_valid  # (1, M) | None
         memory = state.tensors["k"], state.tensors["v"], None if valid is None else valid[:, None, None, :]
-        return cpu_attention.cross_attention_token(x, q_tensors, memory, self.scale, o_tensors)
+        return cpu_attention.cross_attention_token(x, q_tensors, memory, self.scale, o_tensors, norm)
 
     def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Queries (B, T, H, D) and, with ``output_gate``, the gate (B, T, H*D): q_proj gives

@@ -15,7 +15,7 @@ from zoo.components.activations import ACTIVATIONS, ActivationName
 from zoo.components.fused import is_fused, project
 from zoo.components.linear import Linear, step_tensors
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, FeedForward
+from zoo.specs.interfaces import BuildContext, FeedForward, TokenNorm
 from zoo.specs.options import Options
 
 
@@ -54,17 +54,19 @@ class GeGLUOptions(_HiddenDefault):
     """Gated FFN with tanh-approximated GELU (Gemma)."""
 
 
-def _token_step(module: nn.Module, x: torch.Tensor, up_name: str, activation: int) -> torch.Tensor | None:
+def _token_step(
+    module: nn.Module, x: torch.Tensor, up_name: str, activation: int, norm: TokenNorm | None = None
+) -> torch.Tensor | None:
     """One token x (1, 1, d) through ``module``'s ``up_name`` product, ``activation`` and
-    down_proj in one C++ call (``cpu_token_ops.mlp_token``) where both layers give their
-    tensors (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), else None.
-    The layers are read from nn.Module's dict: through its ``__getattr__`` each read cost ~1 µs
-    here (2-core Xeon)."""
+    down_proj in one C++ call (``cpu_token_ops.mlp_token``; with ``norm``, ``x + ffn(norm(x))``)
+    where both layers give their tensors (``RowStackable.step_tensors``: float rows on the row
+    kernel, int8 rows), else None. The layers are read from nn.Module's dict: through its
+    ``__getattr__`` each read cost ~1 µs here (2-core Xeon)."""
     modules = module._modules
     projections = step_tensors(modules.get(up_name), modules["down_proj"])  # None: a product of the layer's own
     if projections is None:
         return None
-    return cpu_token_ops.mlp_token(x, projections[0], projections[1], activation)
+    return cpu_token_ops.mlp_token(x, projections[0], projections[1], activation, norm)
 
 
 class MLP(FeedForward):
@@ -76,6 +78,13 @@ class MLP(FeedForward):
         self.down_proj = Linear(hidden, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
         self.token_activation = cpu_token_ops.MLP_ACTIVATIONS.get(activation)  # None: no one-call token step
+
+    def residual_token(self, x: torch.Tensor, norm: TokenNorm) -> torch.Tensor | None:
+        """x + the MLP of norm(x) for one token in one C++ call where its activation has one."""
+        activation = self.token_activation
+        if activation is None or not cpu_token_ops.token_calls_run():
+            return None
+        return _token_step(self, x, "up_proj", activation, norm)  # (1, 1, d), or None: declined
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         activation = self.token_activation
@@ -100,6 +109,12 @@ class GatedMLP(FeedForward):
     def fusable_projections(self) -> dict[str, tuple[str, ...]]:
         """gate and up read the same input (``zoo.fuse_projections``)."""
         return {"gate_up_proj": ("gate_proj", "up_proj")}
+
+    def residual_token(self, x: torch.Tensor, norm: TokenNorm) -> torch.Tensor | None:
+        """x + the SwiGLU of norm(x) for one token in one C++ call (gate|up fused)."""
+        if not self.swiglu or not cpu_token_ops.token_calls_run():
+            return None
+        return _token_step(self, x, "gate_up_proj", cpu_token_ops.SILU_AND_MUL, norm)  # (1, 1, d), or None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu and x.numel() == x.shape[-1]:  # one token: maybe a decode step's one C++ call

@@ -11,6 +11,7 @@ from torch import nn
 
 from zoo.components import cpu_token_ops
 from zoo.specs.hookspecs import hookimpl
+from zoo.specs.interfaces import Norm, TokenNorm
 from zoo.specs.options import Options
 
 
@@ -24,11 +25,17 @@ class RMSNormOptions(Options):
     unit_offset: bool = Field(False, description="scale by (1 + w), w initialised to 0 (Gemma)")
 
 
-class LayerNorm(nn.LayerNorm):
+class LayerNorm(nn.LayerNorm, Norm):
     """torch's LayerNorm, bias optional; a token on the CPU in one C++ call (``cpu_token_ops``)."""
 
     def __init__(self, dim: int, eps: float, bias: bool) -> None:
         super().__init__(dim, eps=eps, bias=bias)
+
+    def token_norm(self) -> TokenNorm | None:
+        """Its weight, bias and eps for a layer's one-token step (none without a weight)."""
+        params = self._parameters  # nn.Module's dict: its __getattr__ costs ~1 µs a read in a decode step
+        weight = params["weight"]
+        return None if weight is None else TokenNorm(weight, params.get("bias"), self.eps, rms=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias  # read once (nn.Module.__getattr__ calls)
@@ -37,7 +44,7 @@ class LayerNorm(nn.LayerNorm):
         return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)  # (..., dim)
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(Norm):
     """Root-mean-square norm, computed in float32 and cast back, as Llama and Gemma do.
 
     Llama multiplies the weight after casting back to the input dtype; Gemma multiplies by
@@ -55,6 +62,10 @@ class RMSNorm(nn.Module):
         if self.weight.is_meta:
             return
         nn.init.zeros_(self.weight) if self.unit_offset else nn.init.ones_(self.weight)
+
+    def token_norm(self) -> TokenNorm:
+        """Its weight, eps and offset for a layer's one-token step."""
+        return TokenNorm(self._parameters["weight"], None, self.eps, rms=True, unit_offset=self.unit_offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight  # read once (an nn.Module.__getattr__ call)

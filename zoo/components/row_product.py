@@ -108,13 +108,14 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
             "(Tensor x, Tensor qkv_weight, Tensor? qkv_scales, Tensor? qkv_bias, Tensor? q_norm, Tensor? k_norm,"
             " float norm_eps, bool unit_offset, Tensor(a!) k_cache, Tensor(b!) v_cache, int n, Tensor? cos,"
             " Tensor? sin, Tensor? mask, float scale, Tensor o_weight, Tensor? o_scales, Tensor? o_bias,"
-            " bool past_cache) -> Tensor",
+            " Tensor? pre_weight, Tensor? pre_bias, float pre_eps, int pre_kind, bool past_cache) -> Tensor",
             lambda x, o_weight, **_: x.new_empty(*x.shape[:-1], o_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
             "cross_attention_token",
             "(Tensor x, Tensor q_weight, Tensor? q_scales, Tensor? q_bias, Tensor k, Tensor v, Tensor? mask,"
-            " float scale, Tensor o_weight, Tensor? o_scales, Tensor? o_bias, bool past_cache) -> Tensor",
+            " float scale, Tensor o_weight, Tensor? o_scales, Tensor? o_bias, Tensor? pre_weight, Tensor? pre_bias,"
+            " float pre_eps, int pre_kind, bool past_cache) -> Tensor",
             lambda x, o_weight, **_: x.new_empty(*x.shape[:-1], o_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
@@ -125,7 +126,8 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
         CppFunction(
             "mlp_token",
             "(Tensor x, Tensor up_weight, Tensor? up_scales, Tensor? up_bias, Tensor down_weight, Tensor? down_scales,"
-            " Tensor? down_bias, int activation, bool past_cache) -> Tensor",
+            " Tensor? down_bias, int activation, Tensor? pre_weight, Tensor? pre_bias, float pre_eps, int pre_kind,"
+            " bool past_cache) -> Tensor",
             lambda x, down_weight, **_: x.new_empty(*x.shape[:-1], down_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
