@@ -13,7 +13,7 @@ import torch
 import zoo
 from tests.components.step_helpers import both_ways, decode_each
 from tests.conftest import SMALL_MAMBA2, TINY_VOCAB, tiny_spec
-from zoo.components import cpu_mamba_step, cpu_steps
+from zoo.components import blocks, cpu_mamba_step, cpu_steps
 from zoo.components import row_product as rows
 from zoo.components.gated_deltanet import GatedDeltaNet
 from zoo.components.infini_attention import InfiniAttention
@@ -110,6 +110,30 @@ def test_quantized_projections_take_the_calls(monkeypatch, mixer):
         fused, per_module, _, taken, _ = _both_ways(model, mixer, monkeypatch)
         assert taken > 0, kind
         assert torch.equal(fused, per_module), kind
+
+
+@pytest.mark.parametrize("mixer", ["mamba", "mamba2", "gated_deltanet"])
+def test_a_pre_norm_blocks_mixer_step_takes_its_norm_and_add(monkeypatch, mixer):
+    """Mamba's, Mamba2's and Gated DeltaNet's steps take their pre-norm block's norm (RMS norms;
+    as their tiny specs have them) before and its residual after in the one call
+    (``residual_token``), the same logits and states, bit for bit, as the block calling the norm
+    and adding itself."""
+    model = _model(mixer, torch.bfloat16)
+    _, module, name = MIXERS[mixer]
+    original, normed = getattr(module, name), []
+
+    def step(*args: object) -> torch.Tensor | None:
+        out = original(*args)
+        normed.append(out is not None and args[-1] is not None)  # the norm: each step's last argument
+        return out
+
+    monkeypatch.setattr(module, name, step)
+    ids = torch.randint(0, TINY_VOCAB, (1, 9), generator=torch.Generator().manual_seed(9))
+    fused, unfused, cache, twin = both_ways(model, ids, monkeypatch, [(blocks, "token_norm")])
+    assert sum(normed) == 4 * model.spec.n_layers
+    assert torch.equal(fused, unfused)
+    for ours, theirs in zip(cache.layers, twin.layers, strict=True):
+        assert all(torch.equal(ours[name], theirs[name]) for name in ours)
 
 
 def _mamba_layer():  # type: ignore[no-untyped-def]

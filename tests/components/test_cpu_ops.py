@@ -90,14 +90,16 @@ def _mamba_token() -> tuple[object, ...]:
         _r(inner),
     )
     scales = torch.rand(2 * inner) / 64  # int8 rows' products of the order of a float layer's
-    return x, in_rows, scales, None, *mixer, _r(1, inner, N), 1e-6, _r(24, inner), None, _r(24), True
+    out = _r(32, inner), None, _r(32)  # x's width: a pre-norm block's RMS norm before, the residual after
+    return x, in_rows, scales, None, *mixer, _r(1, inner, N), 1e-6, *out, _r(32), None, 1e-6, 2, True
 
 
 def _mamba2_token() -> tuple[object, ...]:
     inner, conv = H * P, H * P + 2 * G * N
     x, in_weight, taps, window = _r(1, 1, 32), _r(inner + conv + H, 32), _r(conv, 1, K), _r(1, conv, K)
     mixer = (taps, _r(conv), window, _r(H), _r(H), _r(H), _r(inner), _r(1, H, P, N), G, 1e-5, 0.0, 1e30)
-    return x, in_weight, None, _r(inner + conv + H), *mixer, _r(24, inner), None, None, True
+    pre = _r(32), _r(32), 1e-5, 1  # a pre-norm block's layer norm before, the residual after
+    return x, in_weight, None, _r(inner + conv + H), *mixer, _r(32, inner), None, None, *pre, True
 
 
 def _gdn_token() -> tuple[object, ...]:
@@ -105,7 +107,8 @@ def _gdn_token() -> tuple[object, ...]:
     width, conv = 2 * dk + 2 * (H // hk) * dv, 2 * hk * dk + H * dv
     x, taps, window = _r(1, 1, 32), _r(conv, 1, K), _r(1, conv, K)
     mixer = (taps, window, _r(H), _r(H), _r(dv), _r(1, H, dk, dv), hk, 1e-6)
-    return x, _r(hk * width, 32), None, None, _r(2 * H, 32), None, None, *mixer, _r(24, H * dv), None, None, True
+    pre = _r(32), None, 1e-6, 3  # an RMS norm by 1 + w before, the residual after
+    return x, _r(hk * width, 32), None, None, _r(2 * H, 32), None, None, *mixer, _r(32, H * dv), None, None, *pre, True
 
 
 def _int4_weight() -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,10 @@ them) and adds the residual last (aten's add, in place on its own output: ``x + 
 rounding), so the block's two norms and adds go too: ~35 µs of Python a gpt2 layer on this
 project's Zen 4 VM; an eager decode step took 0.94-0.98x the time (gpt2, bfloat16, int8 and
 int4 weights), 0.94-0.96x (qwen3-0.6b int8, int4) and 0.88-0.93x (t5-small), both ways
-interleaved in one process.
+interleaved in one process. The recurrent mixers' one-call steps (Mamba's, Mamba2's and Gated
+DeltaNet's) take the pre-norm too (``FITS``' ``pre_norm_fits`` and ``with_residual``;
+``projection_call``'s ``pre_normed`` makes the norm through this extension's ops): 0.96-0.98x
+(mamba-130m, mamba2-130m int8), 0.97-0.99x (Gated DeltaNet and its hybrid).
 
 The recurrent mixers' one-call steps (Mamba's ``mamba_token`` in ``cpu_mamba_step.py``, Mamba2's
 and Gated DeltaNet's in ``cpu_steps_source.TOKEN_STEPS``) live in their own kernels' extensions:
@@ -81,14 +84,33 @@ static bool layer_fits(const at::Tensor& weight, const MaybeTensor& scales, cons
          weight.is_cpu() && scales->dim() == 1 && scales->size(0) == weight.size(0) && scales->is_cpu() &&
          c10::isFloatingType(scales->scalar_type()) && biased;
 }
+
+// A layer step's pre-norm (cpu_token_ops.PRE_*): none, or the pre-norm block's norm before the step and
+// its residual after it (layer_norm; rms_norm, by w or by 1 + w)
+constexpr int64_t PRE_NONE = 0, PRE_LAYER = 1, PRE_RMS = 2, PRE_RMS_UNIT = 3;
+
+// Whether a step's pre-norm fits x (1, 1, C) and a step writing C_out values: none; or a known kind whose weight
+// (and a layer norm's bias, if any) is one value a channel in x's dtype on the CPU, and C_out == C (the residual).
+static bool pre_norm_fits(const at::Tensor& x, const MaybeTensor& weight, const MaybeTensor& bias, int64_t kind,
+                          int64_t out_width) {
+  if (kind == PRE_NONE) return true;
+  if (kind < PRE_NONE || kind > PRE_RMS_UNIT || !weight.has_value() || out_width != x.size(2)) return false;
+  const auto fits = [&](const at::Tensor& t) {
+    return t.dim() == 1 && t.size(0) == x.size(2) && t.scalar_type() == x.scalar_type() && t.is_cpu();
+  };
+  return fits(*weight) && (!bias.has_value() || (kind == PRE_LAYER && fits(*bias)));
+}
+
+// A step's output with its pre-norm's residual added (x + out, as the block's Python adds it: aten's add, the
+// same rounding), in place on the step's own output; out itself without a pre-norm.
+static at::Tensor with_residual(at::Tensor out, const at::Tensor& x, int64_t kind) {
+  return kind == PRE_NONE ? out : out.add_(x);
+}
 """
 
 SOURCE = r"""
 // mlp_token's activations (cpu_token_ops.MLP_ACTIVATIONS)
 constexpr int64_t MLP_GELU = 0, MLP_GELU_TANH = 1, MLP_SILU_AND_MUL = 2, MLP_RELU = 3;
-// A layer step's pre-norm (cpu_token_ops.PRE_NORM_KINDS): none, or the pre-norm block's norm before the step and
-// its residual after it (layer_norm; rms_norm, by w or by 1 + w)
-constexpr int64_t PRE_NONE = 0, PRE_LAYER = 1, PRE_RMS = 2, PRE_RMS_UNIT = 3;
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -113,30 +135,12 @@ static at::Tensor layer_row(const at::Tensor& weight, const MaybeTensor& scales,
   return bias.has_value() ? out + bias->to(out.scalar_type()) : out;  // in x's dtype
 }
 
-// Whether a step's pre-norm fits x (1, 1, C) and a step writing C_out values: none; or a known kind whose weight
-// (and a layer norm's bias, if any) is one value a channel in x's dtype on the CPU, and C_out == C (the residual).
-static bool pre_norm_fits(const at::Tensor& x, const MaybeTensor& weight, const MaybeTensor& bias, int64_t kind,
-                          int64_t out_width) {
-  if (kind == PRE_NONE) return true;
-  if (kind < PRE_NONE || kind > PRE_RMS_UNIT || !weight.has_value() || out_width != x.size(2)) return false;
-  const auto fits = [&](const at::Tensor& t) {
-    return t.dim() == 1 && t.size(0) == x.size(2) && t.scalar_type() == x.scalar_type() && t.is_cpu();
-  };
-  return fits(*weight) && (!bias.has_value() || (kind == PRE_LAYER && fits(*bias)));
-}
-
 // x through the step's pre-norm (x itself without one): the norm kernels the norm modules call.
 static at::Tensor pre_normed(const at::Tensor& x, const MaybeTensor& weight, const MaybeTensor& bias, double eps,
                              int64_t kind) {
   if (kind == PRE_NONE) return x;
   if (kind == PRE_LAYER) return layer_norm(x, *weight, bias, eps);
   return rms_norm(x, *weight, eps, kind == PRE_RMS_UNIT);
-}
-
-// A step's output with its pre-norm's residual added (x + out, as the block's Python adds it: aten's add, the
-// same rounding), in place on the step's own output; out itself without a pre-norm.
-static at::Tensor with_residual(at::Tensor out, const at::Tensor& x, int64_t kind) {
-  return kind == PRE_NONE ? out : out.add_(x);
 }
 
 // Whether attention_token computes this step (its arguments below): every shape, dtype and layout its calls need,
@@ -290,13 +294,15 @@ at::Tensor mlp_token(at::Tensor x, at::Tensor up_weight, MaybeTensor up_scales, 
 SOURCE = SOURCE.replace("INT4_ROWS_OP", INT4_ROWS_OP).replace("INT4_GRAIN", str(INT4_GRAIN))
 
 
-def projection_call(layer_row_op: str) -> str:
+def projection_call(layer_row_op: str, layer_norm_op: str, rms_norm_op: str) -> str:
     """The C++ a mixer's own extension includes (after ``FITS``) to make its
-    one-call step's projections through ``layer_row_op``, the one-row products' ``layer_row``:
-    the products a layer's own forward makes, bit for bit, without a second copy of their
-    kernels in every extension."""
+    one-call step's projections through ``layer_row_op``, the one-row products' ``layer_row``,
+    and its pre-norm (``pre_normed``) through their ``layer_norm_op`` and ``rms_norm_op``: the
+    products and norms a layer's and a block's own calls make, bit for bit, without a second
+    copy of their kernels in every extension."""
     return (
-        r"""
+        (
+            r"""
 #include <ATen/core/dispatch/Dispatcher.h>
 
 // One row x through a projection that layer_fits, made by the one-row products' extension (its layer_row op, which
@@ -310,5 +316,27 @@ static at::Tensor projection_row(const at::Tensor& weight, const MaybeTensor& sc
           .typed<at::Tensor(const at::Tensor&, const MaybeTensor&, const at::Tensor&, const MaybeTensor&, bool)>();
   return op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), weight, scales, x, bias, past_cache);
 }
+
+// x through a step's pre-norm (pre_norm_fits; x itself without one), made by the one-row products' extension's
+// layer_norm or rms_norm op: the kernels the block's norm modules call.
+static at::Tensor pre_normed(const at::Tensor& x, const MaybeTensor& weight, const MaybeTensor& bias, double eps,
+                             int64_t kind) {
+  if (kind == PRE_NONE) return x;
+  const auto cpu = c10::DispatchKeySet(c10::DispatchKey::CPU);
+  if (kind == PRE_LAYER) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("LAYER_NORM_OP", "")
+                               .typed<at::Tensor(at::Tensor, at::Tensor, MaybeTensor, double)>();  // as registered
+    return op.redispatch(cpu, x, *weight, bias, eps);
+  }
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("RMS_NORM_OP", "")
+                             .typed<at::Tensor(at::Tensor, at::Tensor, double, bool)>();
+  return op.redispatch(cpu, x, *weight, eps, kind == PRE_RMS_UNIT);
+}
 """
-    ).replace("LAYER_ROW_OP", layer_row_op)
+        )
+        .replace("LAYER_ROW_OP", layer_row_op)
+        .replace("LAYER_NORM_OP", layer_norm_op)
+        .replace("RMS_NORM_OP", rms_norm_op)
+    )

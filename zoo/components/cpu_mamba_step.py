@@ -45,6 +45,7 @@ from zoo.components.cpu_steps_source import CONV_ROW, FLOATS, PRELUDE
 from zoo.components.kernels import Kernel
 from zoo.components.linear import StepTensors
 from zoo.components.row_product_source import LOOPS
+from zoo.specs.interfaces import TokenNorm
 
 SOURCE = (
     LOOPS
@@ -187,18 +188,23 @@ at::Tensor mamba_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scales
                        at::Tensor conv_w, MaybeTensor conv_b, at::Tensor window, at::Tensor x_proj,
                        MaybeTensor x_scales, at::Tensor dt_w,
                        at::Tensor dt_b, at::Tensor A_log, at::Tensor Dskip, at::Tensor ssm, double eps,
-                       at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias, bool past_cache) {
+                       at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias,
+                       MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps, int64_t pre_kind,
+                       bool past_cache) {
   const auto dtype = x.scalar_type();
   if (!one_token(x) || ssm.dim() != 3 || ssm.size(0) != 1 || conv_w.dim() != 3 || conv_w.size(1) != 1) return {};
   const int64_t C = x.size(2), D = ssm.size(1);
   if (!layer_fits(in_weight, in_scales, in_bias, C, dtype) || in_weight.size(0) != 2 * D ||
-      !layer_fits(out_weight, out_scales, out_bias, D, dtype))
+      !layer_fits(out_weight, out_scales, out_bias, D, dtype) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
     return {};
   const auto none = at::empty({0}, ssm.options());  // mamba_step's absent bias
-  auto xz = projection_row(in_weight, in_scales, x.view({1, C}), in_bias, past_cache);  // (1, 2D)
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C): the block's norm, if given
+  auto xz = projection_row(in_weight, in_scales, h.view({1, C}), in_bias, past_cache);  // (1, 2D)
   auto y = mamba_step(xz, conv_w.select(1, 0), conv_b.value_or(none), window, x_proj, x_scales, dt_w, dt_b, A_log,
                       Dskip, ssm, eps);
-  return projection_row(out_weight, out_scales, y.view({1, 1, D}), out_bias, past_cache);  // (1, 1, C_out)
+  auto out = projection_row(out_weight, out_scales, y.view({1, 1, D}), out_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 """
 )
@@ -218,8 +224,8 @@ EXTENSION = CppExtension(
             "mamba_token",
             "(Tensor x, Tensor in_weight, Tensor? in_scales, Tensor? in_bias, Tensor conv_w, Tensor? conv_b, "
             "Tensor(a!) window, Tensor x_proj, Tensor? x_scales, Tensor dt_w, Tensor dt_b, Tensor A_log, Tensor Dskip, "
-            "Tensor(b!) ssm, float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) "
-            "-> Tensor",
+            "Tensor(b!) ssm, float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, "
+            "Tensor? pre_weight, Tensor? pre_bias, float pre_eps, int pre_kind, bool past_cache) -> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
     ],
@@ -275,6 +281,7 @@ def mamba_token(
     state: dict[str, torch.Tensor],
     eps: float | None,
     out_proj: StepTensors,
+    norm: TokenNorm | None = None,
 ) -> torch.Tensor | None:
     """One token x (1, 1, C) through the whole mixer in one C++ call: in_proj, ``mamba_step``
     (the arguments as it takes them) and out_proj, each projection as its layer's
@@ -282,11 +289,13 @@ def mamba_token(
     the result is the three calls' bit for bit -> (1, 1, C_out); None where the call does not
     compute it (nothing written then: checked in C++, as the layer steps check theirs). The
     mixer's three calls paid ~50 µs of Python a layer between them (2-core Xeon). Eager calls
-    only (``cpu_token_ops.token_calls_run``)."""
+    only (``cpu_token_ops.token_calls_run``). With ``norm``: x + the mixer of norm(x) (a
+    pre-norm block's branch, ``cpu_token_ops.pre_norm_args``)."""
     if not cpu_token_ops.token_calls_run():
         return None
     dt_weight, dt_bias = dt_proj
     A_log, D = params
     args = (conv.weight, conv.bias, state["conv"], *x_proj, dt_weight, dt_bias, A_log, D, state["ssm"])
     call = EXTENSION.op("mamba_token")
-    return call(x, *in_proj, *args, -1.0 if eps is None else eps, *out_proj, row_product.PastCache.on)
+    pre = cpu_token_ops.pre_norm_args(norm)
+    return call(x, *in_proj, *args, -1.0 if eps is None else eps, *out_proj, *pre, row_product.PastCache.on)

@@ -33,6 +33,7 @@ from zoo.components.cpu_steps_source import SOURCE, TOKEN_STEPS
 from zoo.components.feature_state import EPS
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import StepTensors
+from zoo.specs.interfaces import TokenNorm
 
 
 def _heads_out(state: torch.Tensor, per_head: int, like: torch.Tensor) -> torch.Tensor:
@@ -71,7 +72,7 @@ EXTENSION = CppExtension(
             "(Tensor x, Tensor in_weight, Tensor? in_scales, Tensor? in_bias, Tensor conv_w, Tensor? conv_b, "
             "Tensor(a!) window, Tensor dt_bias, Tensor A_log, Tensor D, Tensor norm_w, Tensor(b!) state, int groups, "
             "float eps, float dt_min, float dt_max, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, "
-            "bool past_cache) -> Tensor",
+            "Tensor? pre_weight, Tensor? pre_bias, float pre_eps, int pre_kind, bool past_cache) -> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
@@ -93,7 +94,8 @@ EXTENSION = CppExtension(
             "(Tensor x, Tensor qkvz_weight, Tensor? qkvz_scales, Tensor? qkvz_bias, Tensor ba_weight, "
             "Tensor? ba_scales, Tensor? ba_bias, Tensor conv_w, Tensor(a!) window, Tensor dt_bias, Tensor A_log, "
             "Tensor norm_w, Tensor(b!) state, int k_heads, float eps, Tensor out_weight, Tensor? out_scales, "
-            "Tensor? out_bias, bool past_cache) -> Tensor",
+            "Tensor? out_bias, Tensor? pre_weight, Tensor? pre_bias, float pre_eps, int pre_kind, bool past_cache) "
+            "-> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
     ],
@@ -268,17 +270,20 @@ def mamba2_token(
     eps: float,
     dt_limit: tuple[float, float],
     out_proj: StepTensors,
+    norm: TokenNorm | None = None,
 ) -> torch.Tensor | None:
     """One token x (1, 1, C) through Mamba2's in_proj, ``mamba2_step`` (its arguments as that
     takes them) and out_proj in one C++ call, each projection as its layer's ``step_tensors``
     give it (made by the one-row products' ``layer_row``: the module's bits) -> (1, 1, C_out);
-    None where the call does not compute it (nothing written then). Eager calls only."""
+    None where the call does not compute it (nothing written then). Eager calls only. With
+    ``norm``: x + the mixer of norm(x) (a pre-norm block's branch, ``cpu_token_ops.pre_norm_args``)."""
     if not cpu_token_ops.token_calls_run():
         return None
     low, high = dt_limit
     high = min(high, torch.finfo(torch.float32).max)  # as mamba2_step
     args = (conv.weight, conv.bias, state["conv"], *params, state["ssm"], n_groups, eps, low, high)
-    return EXTENSION.op("mamba2_token")(x, *in_proj, *args, *out_proj, row_product.PastCache.on)
+    pre = cpu_token_ops.pre_norm_args(norm)
+    return EXTENSION.op("mamba2_token")(x, *in_proj, *args, *out_proj, *pre, row_product.PastCache.on)
 
 
 def gdn_token(
@@ -290,12 +295,14 @@ def gdn_token(
     n_k_heads: int,
     eps: float,
     out_proj: StepTensors,
+    norm: TokenNorm | None = None,
 ) -> torch.Tensor | None:
     """One token x (1, 1, C) through Gated DeltaNet's two input projections (qkvz, ba),
-    ``gdn_step`` and out_proj in one C++ call, as ``mamba2_token``; None where the call does
-    not compute it (nothing written then). Eager calls only."""
+    ``gdn_step`` and out_proj in one C++ call, as ``mamba2_token`` (``norm`` too); None where
+    the call does not compute it (nothing written then). Eager calls only."""
     if not cpu_token_ops.token_calls_run():
         return None
     qkvz, ba = in_proj
     args = (conv.weight, state["conv"], *params, state["recurrent"], n_k_heads, eps)
-    return EXTENSION.op("gdn_token")(x, *qkvz, *ba, *args, *out_proj, row_product.PastCache.on)
+    pre = cpu_token_ops.pre_norm_args(norm)
+    return EXTENSION.op("gdn_token")(x, *qkvz, *ba, *args, *out_proj, *pre, row_product.PastCache.on)

@@ -284,20 +284,24 @@ at::Tensor mamba2_token(at::Tensor x, at::Tensor in_weight, MaybeTensor in_scale
                         at::Tensor conv_w, MaybeTensor conv_b, at::Tensor window, at::Tensor dt_bias,
                         at::Tensor A_log, at::Tensor Dskip, at::Tensor norm_w, at::Tensor state, int64_t groups,
                         double eps, double dt_min, double dt_max, at::Tensor out_weight, MaybeTensor out_scales,
-                        MaybeTensor out_bias, bool past_cache) {
+                        MaybeTensor out_bias, MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps,
+                        int64_t pre_kind, bool past_cache) {
   const auto dtype = x.scalar_type();
   if (!one_token(x) || state.dim() != 4 || state.size(0) != 1 || window.dim() != 3 || conv_w.dim() != 3 ||
       conv_w.size(1) != 1)
     return {};
   const int64_t C = x.size(2), H = state.size(1), inner = H * state.size(2);
   if (!layer_fits(in_weight, in_scales, in_bias, C, dtype) || in_weight.size(0) != inner + window.size(1) + H ||
-      !layer_fits(out_weight, out_scales, out_bias, inner, dtype))
+      !layer_fits(out_weight, out_scales, out_bias, inner, dtype) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
     return {};
   const auto none = at::empty({0}, state.options());  // mamba2_step's absent bias
-  auto proj = projection_row(in_weight, in_scales, x.view({1, C}), in_bias, past_cache);  // (1, inner + C_conv + H)
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C): the block's norm, if given
+  auto proj = projection_row(in_weight, in_scales, h.view({1, C}), in_bias, past_cache);  // (1, inner + C_conv + H)
   auto y = mamba2_step(proj, conv_w.select(1, 0), conv_b.value_or(none), window, dt_bias, A_log, Dskip, norm_w,
                        state, groups, eps, dt_min, dt_max);  // (1, inner)
-  return projection_row(out_weight, out_scales, y.view({1, 1, inner}), out_bias, past_cache);  // (1, 1, C_out)
+  auto out = projection_row(out_weight, out_scales, y.view({1, 1, inner}), out_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 
 // Gated DeltaNet: x (1, 1, C) -> in_proj_qkvz (Hk (2 dk + 2 r dv) rows) and in_proj_ba (2 Hv rows) -> gdn_step
@@ -306,7 +310,8 @@ at::Tensor gdn_token(at::Tensor x, at::Tensor qkvz_weight, MaybeTensor qkvz_scal
                      at::Tensor ba_weight, MaybeTensor ba_scales, MaybeTensor ba_bias, at::Tensor conv_w,
                      at::Tensor window, at::Tensor dt_bias, at::Tensor A_log, at::Tensor norm_w, at::Tensor state,
                      int64_t k_heads, double eps, at::Tensor out_weight, MaybeTensor out_scales,
-                     MaybeTensor out_bias, bool past_cache) {
+                     MaybeTensor out_bias, MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps,
+                     int64_t pre_kind, bool past_cache) {
   const auto dtype = x.scalar_type();
   if (!one_token(x) || state.dim() != 4 || state.size(0) != 1 || window.dim() != 3 || conv_w.dim() != 3 ||
       conv_w.size(1) != 1 || k_heads < 1 || state.size(1) % k_heads != 0)
@@ -315,12 +320,15 @@ at::Tensor gdn_token(at::Tensor x, at::Tensor qkvz_weight, MaybeTensor qkvz_scal
   if (!layer_fits(qkvz_weight, qkvz_scales, qkvz_bias, C, dtype) ||
       qkvz_weight.size(0) != k_heads * (2 * dk + 2 * per * dv) ||
       !layer_fits(ba_weight, ba_scales, ba_bias, C, dtype) || ba_weight.size(0) != 2 * H ||
-      !layer_fits(out_weight, out_scales, out_bias, H * dv, dtype))
+      !layer_fits(out_weight, out_scales, out_bias, H * dv, dtype) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
     return {};
-  auto qkvz = projection_row(qkvz_weight, qkvz_scales, x.view({1, C}), qkvz_bias, past_cache);  // (1, Hk W)
-  auto ba = projection_row(ba_weight, ba_scales, x.view({1, C}), ba_bias, past_cache);  // (1, 2 Hv)
-  auto out = gdn_step(qkvz, ba, conv_w.select(1, 0), window, dt_bias, A_log, norm_w, state, k_heads, eps);
-  return projection_row(out_weight, out_scales, out.view({1, 1, H * dv}), out_bias, past_cache);  // (1, 1, C_out)
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind).view({1, C});  // the block's norm, if given
+  auto qkvz = projection_row(qkvz_weight, qkvz_scales, h, qkvz_bias, past_cache);  // (1, Hk W)
+  auto ba = projection_row(ba_weight, ba_scales, h, ba_bias, past_cache);  // (1, 2 Hv)
+  auto mixed = gdn_step(qkvz, ba, conv_w.select(1, 0), window, dt_bias, A_log, norm_w, state, k_heads, eps);
+  auto out = projection_row(out_weight, out_scales, mixed.view({1, 1, H * dv}), out_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 
 // A kernel-attention state S (1, H, D, D) and z (1, H, D), float32 and contiguous (linear and Infini-attention's).

@@ -31,7 +31,7 @@ from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear, step_tensors
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext
+from zoo.specs.interfaces import BuildContext, TokenNorm
 from zoo.specs.options import Options
 
 FLA = Kernel("fla", "cuda", lambda: fla.load() and causal_conv1d.load(), autograd=True)
@@ -227,20 +227,35 @@ class GatedDeltaNet(KernelChoice):
         out = self.norm(out.to(x.dtype), z)  # (B, T, H_v, d_v)
         return self.out_proj(out.reshape(B, T, self.value_dim))
 
+    def token_mix(
+        self, x: torch.Tensor, norm: TokenNorm, state: dict[str, torch.Tensor], token_valid: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """x + the mix of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``;
+        ``SequenceStateMixer.residual_token``), or None."""
+        if x.shape[0] != 1 or x.shape[1] != 1:
+            return None
+        if not cpu_steps.conv_step_ready(self, x, state, "recurrent", token_valid):
+            return None
+        return self._token_step(x, (self.dt_bias, self.A_log, self.norm.weight), state, norm)
+
     def _token_step(
-        self, x: torch.Tensor, params: tuple[torch.Tensor, ...], state: dict[str, torch.Tensor]
+        self,
+        x: torch.Tensor,
+        params: tuple[torch.Tensor, ...],
+        state: dict[str, torch.Tensor],
+        norm: TokenNorm | None = None,
     ) -> torch.Tensor | None:
         """One token (1, 1, d) through ``cpu_steps.gdn_token`` (both input projections, the step
-        and out_proj in one C++ call) where the projections' layers give their tensors
-        (``RowStackable.step_tensors``), else None. The layers are read from nn.Module's dicts
-        (``Attention._token_step``)."""
+        and out_proj in one C++ call; with ``norm``: x + the mix of norm(x)) where the
+        projections' layers give their tensors (``RowStackable.step_tensors``), else None. The
+        layers are read from nn.Module's dicts (``Attention._token_step``)."""
         modules = self._modules
         projections = step_tensors(modules["in_proj_qkvz"], modules["in_proj_ba"], modules["out_proj"])
         if projections is None:
             return None  # a product of the layer's own
         qkvz, ba, out_proj = projections
         return cpu_steps.gdn_token(
-            x, (qkvz, ba), modules["conv1d"], params, state, self.n_k_heads, self.norm.eps, out_proj
+            x, (qkvz, ba), modules["conv1d"], params, state, self.n_k_heads, self.norm.eps, out_proj, norm
         )  # (1, 1, d) or None
 
     def _scan(

@@ -32,7 +32,7 @@ from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear, RowStackable, step_tensors
 from zoo.components.mamba_scan import selective_scan, selective_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Positions, TokenMixer
+from zoo.specs.interfaces import BuildContext, Positions, TokenMixer, TokenNorm
 from zoo.specs.options import Options
 from zoo.specs.state import LayerState, StateTensor
 
@@ -239,11 +239,26 @@ class MambaMixer(TokenMixer, KernelChoice):
         )  # (B, d_inner)
         return self.out_proj(y).unsqueeze(1)  # (B, 1, d)
 
-    def _token_step(self, x: torch.Tensor, x_rows: XRows, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    def residual_token(
+        self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
+    ) -> torch.Tensor | None:
+        """x + this mixer of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``)."""
+        x_proj, tensors = self._modules["x_proj"], state.tensors
+        if x.shape[0] != 1 or x.shape[1] != 1 or not isinstance(x_proj, RowStackable):
+            return None
+        x_rows = x_proj.kernel_rows()
+        if x_rows is None or not conv_step_ready(self, x, tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL):
+            return None
+        return self._token_step(x, x_rows, tensors, norm)
+
+    def _token_step(
+        self, x: torch.Tensor, x_rows: XRows, tensors: dict[str, torch.Tensor], norm: TokenNorm | None = None
+    ) -> torch.Tensor | None:
         """One token (1, 1, d) through ``cpu_mamba_step.mamba_token`` (in_proj, the fused step
-        and out_proj in one C++ call) where both projections' layers give their tensors
-        (``RowStackable.step_tensors``: float rows on the row kernel, int8 rows), else None.
-        The layers are read from nn.Module's dicts (``Attention._token_step``)."""
+        and out_proj in one C++ call; with ``norm``: x + the mixer of norm(x)) where both
+        projections' layers give their tensors (``RowStackable.step_tensors``: float rows on the
+        row kernel, int8 rows), else None. The layers are read from nn.Module's dicts
+        (``Attention._token_step``)."""
         modules = self._modules
         projections = step_tensors(modules["in_proj"], modules["out_proj"])  # None: their own products
         if projections is None:
@@ -260,6 +275,7 @@ class MambaMixer(TokenMixer, KernelChoice):
             tensors,
             self.norm_eps,
             projections[1],
+            norm,
         )  # (1, 1, d) or None
 
     def decay(self) -> torch.Tensor:

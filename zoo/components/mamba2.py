@@ -30,7 +30,7 @@ from zoo.components.linear import Linear, step_tensors
 from zoo.components.sequence_state import SequenceStateMixer
 from zoo.components.ssd import chunk_scan, ssd_step
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext
+from zoo.specs.interfaces import BuildContext, TokenNorm
 from zoo.specs.options import Options
 
 MAMBA_SSM = Kernel("mamba-ssm", "cuda", lambda: mamba_ssm.load_mamba2() and causal_conv1d.load(), autograd=True)
@@ -214,12 +214,25 @@ class Mamba2Mixer(KernelChoice):
         )  # (B, d_inner)
         return self.out_proj(y.unsqueeze(1))  # (B, 1, d)
 
-    def _token_step(
-        self, x: torch.Tensor, params: tuple[torch.Tensor, ...], state: dict[str, torch.Tensor]
+    def token_mix(
+        self, x: torch.Tensor, norm: TokenNorm, state: dict[str, torch.Tensor], token_valid: torch.Tensor | None
     ) -> torch.Tensor | None:
-        """One token (1, 1, d) through ``cpu_steps.mamba2_token`` where both projections' layers
-        give their tensors (``RowStackable.step_tensors``), else None. The layers are read from
-        nn.Module's dicts (``Attention._token_step``)."""
+        """x + the mix of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``;
+        ``SequenceStateMixer.residual_token``), or None."""
+        if x.shape[0] != 1 or x.shape[1] != 1 or not cpu_steps.conv_step_ready(self, x, state, "ssm", token_valid):
+            return None
+        return self._token_step(x, (self.dt_bias, self.A_log, self.D, self.norm.weight), state, norm)
+
+    def _token_step(
+        self,
+        x: torch.Tensor,
+        params: tuple[torch.Tensor, ...],
+        state: dict[str, torch.Tensor],
+        norm: TokenNorm | None = None,
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.mamba2_token`` (with ``norm``: x + the mix of
+        norm(x)) where both projections' layers give their tensors (``RowStackable.step_tensors``),
+        else None. The layers are read from nn.Module's dicts (``Attention._token_step``)."""
         modules = self._modules
         projections = step_tensors(modules["in_proj"], modules["out_proj"])  # None: their own products
         if projections is None:
@@ -227,7 +240,7 @@ class Mamba2Mixer(KernelChoice):
         in_proj, out_proj = projections
         conv = modules["conv1d"]
         return cpu_steps.mamba2_token(
-            x, in_proj, conv, params, state, self.n_groups, self.norm.eps, self.dt_limit, out_proj
+            x, in_proj, conv, params, state, self.n_groups, self.norm.eps, self.dt_limit, out_proj, norm
         )  # (1, 1, d) or None
 
 

@@ -165,7 +165,7 @@ EXTENSION = CppExtension(  # also home to the decode step's other CPU loops (cpu
 
 # The C++ a mixer's own extension includes to make its one-call step's projections through this one
 # (``layer_row``): Mamba's and Mamba2's ``*_token``, which then check what they take as the layer steps here do.
-PROJECTIONS = FITS + projection_call(EXTENSION.op_name("layer_row"))
+PROJECTIONS = FITS + projection_call(*(EXTENSION.op_name(name) for name in ("layer_row", "layer_norm", "rms_norm")))
 
 _FASTER = RunDtypes()  # the dtypes the host probe measured the kernel faster in, during a run
 

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import torch
 
-from zoo.specs.interfaces import Positions, TokenMixer
+from zoo.specs.interfaces import Positions, TokenMixer, TokenNorm
 from zoo.specs.state import LayerState, StateTensor
 
 
@@ -32,6 +32,19 @@ class SequenceStateMixer(TokenMixer):
         self, x: torch.Tensor, state: dict[str, torch.Tensor] | None, token_valid: torch.Tensor | None
     ) -> torch.Tensor:
         raise NotImplementedError
+
+    def token_mix(
+        self, x: torch.Tensor, norm: TokenNorm, state: dict[str, torch.Tensor], token_valid: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """x + ``mix`` of norm(x) for one cached token in one call, where the maths module has
+        such a step; None by default (``residual_token``)."""
+        return None
+
+    def residual_token(
+        self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
+    ) -> torch.Tensor | None:
+        """``token_mix`` over the layer's state (``TokenMixer.residual_token``)."""
+        return self.token_mix(x, norm, state.tensors, state.token_valid)
 
     def state_layout(self, batch_size: int, max_len: int, memory_len: int = 0) -> dict[str, StateTensor]:
         """Per sequence, whatever the context (the conv window and the recurrent state)."""
