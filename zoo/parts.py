@@ -9,7 +9,10 @@ reference (``zoo.components.kernels``; C++ CPU kernels as custom ops that compil
 too: ``zoo.components.cpu_ops``); ``CPP_PROJECTIONS`` (C++: ``layer_fits`` and
 ``projection_row``, a projection made by zoo's one-row products), ``step_tensors``,
 ``token_calls_run`` and ``past_cache_on`` let a mixer's one-token step take its projections
-into the same C++ call, as zoo's recurrent mixers do (``cpu_steps.mamba2_token``). Plugins
+into the same C++ call, as zoo's recurrent mixers do (``cpu_steps.mamba2_token``); with
+``TokenNorm`` and ``pre_norm_args`` (C++: ``pre_norm_fits``, ``pre_normed``, ``with_residual``
+in ``CPP_PROJECTIONS``) its ``residual_token`` takes a pre-norm block's norm and residual into
+that call too. Plugins
 import from here, ``zoo``, ``zoo.errors`` and
 ``zoo.hub.family`` only (tests/test_house_rules.py checks it); ``zoo.components.*`` and
 ``zoo.specs.*`` are internal and may change. Names here keep their meaning across releases.
@@ -24,7 +27,7 @@ from zoo.components.cpu_extension import cpu_extension
 from zoo.components.cpu_ops import CppExtension, CppFunction
 from zoo.components.cpu_steps import step_ready
 from zoo.components.cpu_steps_source import FLOATS as CPP_FLOATS
-from zoo.components.cpu_token_ops import token_calls_run
+from zoo.components.cpu_token_ops import pre_norm_args, token_calls_run
 from zoo.components.ffn import MLP, GatedMLP
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import Linear, StepTensors, step_tensors
@@ -44,6 +47,7 @@ from zoo.specs.interfaces import (
     Positions,
     Rotation,
     TokenMixer,
+    TokenNorm,
 )
 from zoo.specs.options import Options
 from zoo.specs.state import NO_STATE, BlockState, HoldsState, LayerState, Memory, StatePer, StateTensor
@@ -85,9 +89,11 @@ __all__ = [
     "StepTensors",
     "StateTensor",
     "TokenMixer",
+    "TokenNorm",
     "causal_keys_seen",
     "cpu_extension",
     "past_cache_on",
+    "pre_norm_args",
     "step_ready",
     "step_tensors",
     "token_calls_run",
