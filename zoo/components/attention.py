@@ -192,7 +192,7 @@ class Attention(TokenMixer):
         self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
     ) -> torch.Tensor | None:
         """x + this attention of norm(x) for one cached token in one C++ call (``_token_step``)."""
-        return self._token_step(x, positions, state, norm) if x.shape[1] == 1 else None
+        return self._token_step(x, positions, state, norm) if x.shape[1] == 1 and x.is_cpu else None
 
     def _token_step(
         self, x: torch.Tensor, positions: Positions, cache: LayerState, norm: TokenNorm | None = None

@@ -41,7 +41,10 @@ class SandwichOptions(Options):
 
 
 class PreNormBlock(Block):
-    """x + attn(norm(x)), [x + cross(norm(x), memory)], then x + ffn(norm(x)) (GPT-2, Llama, T5)."""
+    """x + attn(norm(x)), [x + cross(norm(x), memory)], then x + ffn(norm(x)) (GPT-2, Llama, T5).
+
+    An eager decode token offers each branch its norm (``Norm.token_norm``) through the part's
+    ``residual_token``, which computes the whole branch in one call where it has one."""
 
     takes_cross_attention: ClassVar[bool] = True
 

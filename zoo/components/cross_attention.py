@@ -95,7 +95,7 @@ class CrossAttention(CrossMixer):
 
     def residual_token(self, x: torch.Tensor, norm: TokenNorm, state: LayerState) -> torch.Tensor | None:
         """x + this cross-attention of norm(x) for one decode token in one C++ call (``_token_step``)."""
-        return self._token_step(x, state, norm) if x.shape[1] == 1 else None
+        return self._token_step(x, state, norm) if x.shape[1] == 1 and x.is_cpu else None
 
     def _token_step(self, x: torch.Tensor, state: LayerState, norm: TokenNorm | None = None) -> torch.Tensor | None:
         """A decode step's one token (1, 1, d) -> (1, 1, d) through ``cpu_attention.cross_attention_token``

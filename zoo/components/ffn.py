@@ -82,7 +82,7 @@ class MLP(FeedForward):
     def residual_token(self, x: torch.Tensor, norm: TokenNorm) -> torch.Tensor | None:
         """x + the MLP of norm(x) for one token in one C++ call where its activation has one."""
         activation = self.token_activation
-        if activation is None or not cpu_token_ops.token_calls_run():
+        if activation is None or not x.is_cpu or not cpu_token_ops.token_calls_run():
             return None
         return _token_step(self, x, "up_proj", activation, norm)  # (1, 1, d), or None: declined
 
@@ -112,7 +112,7 @@ class GatedMLP(FeedForward):
 
     def residual_token(self, x: torch.Tensor, norm: TokenNorm) -> torch.Tensor | None:
         """x + the SwiGLU of norm(x) for one token in one C++ call (gate|up fused)."""
-        if not self.swiglu or not cpu_token_ops.token_calls_run():
+        if not self.swiglu or not x.is_cpu or not cpu_token_ops.token_calls_run():
             return None
         return _token_step(self, x, "gate_up_proj", cpu_token_ops.SILU_AND_MUL, norm)  # (1, 1, d), or None
 

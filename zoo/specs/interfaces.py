@@ -263,9 +263,9 @@ class TokenMixer(Mixer):
         self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
     ) -> torch.Tensor | None:
         """``x + self(norm(x), positions, state)`` for one cached decode token x (1, 1, d) as one
-        call, where the mixer has such a step (a pre-norm block's branch: the Python between a
-        norm, the mixer and the add was ~30% of a small model's eager step); None, the default:
-        the block calls the norm, the mixer and the add itself."""
+        call, where the mixer has such a step (a pre-norm block's branch: the Python of a norm's
+        call and an add around the step was ~35 µs a gpt2 layer); None, the default: the block
+        calls the norm, the mixer and the add itself."""
         return None
 
 
