@@ -112,10 +112,10 @@ def test_quantized_projections_take_the_calls(monkeypatch, mixer):
         assert torch.equal(fused, per_module), kind
 
 
-@pytest.mark.parametrize("mixer", ["mamba", "mamba2", "gated_deltanet"])
+@pytest.mark.parametrize("mixer", MIXERS)
 def test_a_pre_norm_blocks_mixer_step_takes_its_norm_and_add(monkeypatch, mixer):
-    """Mamba's, Mamba2's and Gated DeltaNet's steps take their pre-norm block's norm (RMS norms;
-    as their tiny specs have them) before and its residual after in the one call
+    """Every recurrent mixer's step takes its pre-norm block's norm (RMS or layer norms, as the
+    tiny specs have them) before and its residual after in the one call
     (``residual_token``), the same logits and states, bit for bit, as the block calling the norm
     and adding itself."""
     model = _model(mixer, torch.bfloat16)

@@ -59,7 +59,8 @@ def _infini_token() -> tuple[object, ...]:
     x, qkv = _r(1, 1, 32), _r(3 * H * P, 32)  # x and the fused q|k|v layer
     valid, time = torch.ones(1, 12, dtype=torch.bool), torch.tensor([7])  # cache slots, the token's
     state = _r(1, H, 4, P), _r(1, H, 4, P), _r(1, H, P, P).abs(), _r(1, H, P).abs(), _r(H), valid, time
-    return x, qkv, None, None, *state, 4, False, 1e-6, _r(24, H * P), None, None, True
+    pre = _r(32), _r(32), 1e-5, 1  # a pre-norm block's layer norm before, the residual after
+    return x, qkv, None, None, *state, 4, False, 1e-6, _r(32, H * P), None, None, *pre, True
 
 
 def _mamba_step() -> tuple[object, ...]:
@@ -131,7 +132,8 @@ CASES: dict[str, Callable[[], tuple[object, ...]]] = {
     "zoo::cpu_steps_infini_token": _infini_token,
     "zoo::cpu_steps_linear_token": lambda: (
         *(_r(1, 1, 32), _r(3 * H * P, 32), None, _r(3 * H * P)),  # x, the fused q|k|v layer
-        *(_r(1, H, P, P), _r(1, H, P), 1e-6, _r(24, H * P), None, None, True),  # state, o_proj
+        *(_r(1, H, P, P), _r(1, H, P), 1e-6, _r(32, H * P), None, None),  # state, o_proj
+        *(_r(32), None, 1e-6, 2, True),  # an RMS norm before, the residual after
     ),
     "zoo::row_product_row_product": lambda: (_r(24, 40), _r(1, 1, 40), _r(24), True),  # a step's (B, T, in)
     "zoo::row_product_layer_row": lambda: (_r(24, 40), None, _r(1, 1, 40), _r(24), True),

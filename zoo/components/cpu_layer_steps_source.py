@@ -16,10 +16,11 @@ them) and adds the residual last (aten's add, in place on its own output: ``x + 
 rounding), so the block's two norms and adds go too: ~35 µs of Python a gpt2 layer on this
 project's Zen 4 VM; an eager decode step took 0.94-0.98x the time (gpt2, bfloat16, int8 and
 int4 weights), 0.94-0.96x (qwen3-0.6b int8, int4) and 0.88-0.93x (t5-small), both ways
-interleaved in one process. The recurrent mixers' one-call steps (Mamba's, Mamba2's and Gated
-DeltaNet's) take the pre-norm too (``FITS``' ``pre_norm_fits`` and ``with_residual``;
-``projection_call``'s ``pre_normed`` makes the norm through this extension's ops): 0.96-0.98x
-(mamba-130m, mamba2-130m int8), 0.97-0.99x (Gated DeltaNet and its hybrid).
+interleaved in one process. The recurrent mixers' one-call steps (Mamba's, Mamba2's, Gated
+DeltaNet's, linear and Infini-attention's) take the pre-norm too (``FITS``' ``pre_norm_fits`` and
+``with_residual``; ``projection_call``'s ``pre_normed`` makes the norm through this extension's
+ops): 0.96-0.98x (mamba-130m, mamba2-130m int8), 0.97-0.99x (Gated DeltaNet and its hybrid),
+0.96-0.99x (linear and Infini-attention).
 
 The recurrent mixers' one-call steps (Mamba's ``mamba_token`` in ``cpu_mamba_step.py``, Mamba2's
 and Gated DeltaNet's in ``cpu_steps_source.TOKEN_STEPS``) live in their own kernels' extensions:

@@ -78,7 +78,8 @@ EXTENSION = CppExtension(
         CppFunction(
             "linear_token",
             "(Tensor x, Tensor qkv_weight, Tensor? qkv_scales, Tensor? qkv_bias, Tensor(a!) kv, Tensor(b!) z, "
-            "float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, bool past_cache) -> Tensor",
+            "float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, Tensor? pre_weight, Tensor? pre_bias, "
+            "float pre_eps, int pre_kind, bool past_cache) -> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
@@ -86,7 +87,7 @@ EXTENSION = CppExtension(
             "(Tensor x, Tensor qkv_weight, Tensor? qkv_scales, Tensor? qkv_bias, Tensor(a!) ring_k, "
             "Tensor(b!) ring_v, Tensor(c!) mem, Tensor(d!) z, Tensor gate, Tensor key_valid, Tensor time, "
             "int segment, bool delta, float eps, Tensor out_weight, Tensor? out_scales, Tensor? out_bias, "
-            "bool past_cache) -> Tensor",
+            "Tensor? pre_weight, Tensor? pre_bias, float pre_eps, int pre_kind, bool past_cache) -> Tensor",
             lambda x, out_weight, **_: x.new_empty(*x.shape[:-1], out_weight.shape[0]),  # (1, 1, C_out)
         ),
         CppFunction(
@@ -197,16 +198,22 @@ def linear_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: torch.Ten
 
 
 def linear_token(
-    x: torch.Tensor, qkv_proj: StepTensors, kv: torch.Tensor, z: torch.Tensor, out_proj: StepTensors
+    x: torch.Tensor,
+    qkv_proj: StepTensors,
+    kv: torch.Tensor,
+    z: torch.Tensor,
+    out_proj: StepTensors,
+    norm: TokenNorm | None = None,
 ) -> torch.Tensor | None:
     """One token x (1, 1, C) through linear attention's fused q|k|v product, ``linear_step`` (kv
     (1, H, D, D) and z (1, H, D) updated in place) and o_proj in one C++ call, each projection as
     its layer's ``step_tensors`` give it (made by the one-row products' ``layer_row``: the
     module's bits) -> (1, 1, C_out); None where the call does not compute it (nothing written
-    then). Eager calls only."""
+    then). Eager calls only. With ``norm``: x + the attention of norm(x) (``mamba2_token``)."""
     if not cpu_token_ops.token_calls_run():
         return None
-    return EXTENSION.op("linear_token")(x, *qkv_proj, kv, z, EPS, *out_proj, row_product.PastCache.on)
+    pre = cpu_token_ops.pre_norm_args(norm)
+    return EXTENSION.op("linear_token")(x, *qkv_proj, kv, z, EPS, *out_proj, *pre, row_product.PastCache.on)
 
 
 def infini_step(
@@ -237,17 +244,19 @@ def infini_token(
     time: torch.Tensor,
     segment_and_delta: tuple[int, bool],
     out_proj: StepTensors,
+    norm: TokenNorm | None = None,
 ) -> torch.Tensor | None:
     """One token x (1, 1, C) through Infini-attention's fused q|k|v product, ``infini_step``
     (its arguments as that takes them; the ring, ``mem`` and ``z`` in place) and o_proj in one
     C++ call, each projection as its layer's ``step_tensors`` give it (the one-row products'
     ``layer_row``: the module's bits) -> (1, 1, C_out); None where the call does not compute it
-    (nothing written then). Eager calls only."""
+    (nothing written then). Eager calls only. With ``norm``: x + the attention of norm(x)."""
     if not cpu_token_ops.token_calls_run():
         return None
     ring = _infini_ring(tensors, gate, key_valid, time)
+    pre = cpu_token_ops.pre_norm_args(norm)
     call = EXTENSION.op("infini_token")
-    return call(x, *qkv_proj, *ring, *segment_and_delta, EPS, *out_proj, row_product.PastCache.on)
+    return call(x, *qkv_proj, *ring, *segment_and_delta, EPS, *out_proj, *pre, row_product.PastCache.on)
 
 
 def _infini_ring(

@@ -353,15 +353,19 @@ static at::Tensor qkv_part(const at::Tensor& qkv, int64_t i, int64_t H, int64_t 
 // -> o_proj -> (1, 1, C_out); kv (1, H, D, D) and z (1, H, D) float32, contiguous.
 at::Tensor linear_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_scales, MaybeTensor qkv_bias,
                         at::Tensor kv, at::Tensor z, double eps, at::Tensor out_weight, MaybeTensor out_scales,
-                        MaybeTensor out_bias, bool past_cache) {
+                        MaybeTensor out_bias, MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps,
+                        int64_t pre_kind, bool past_cache) {
   if (!one_token(x) || !feature_state_fits(kv, z)) return {};
   const int64_t H = kv.size(1), D = kv.size(2);
-  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) || !layer_fits(out_weight, out_scales, out_bias, H * D,
-                                                                           x.scalar_type()))
+  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) ||
+      !layer_fits(out_weight, out_scales, out_bias, H * D, x.scalar_type()) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
     return {};
-  const auto qkv = projection_row(qkv_weight, qkv_scales, x.view({1, x.size(2)}), qkv_bias, past_cache);
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C): the block's norm, if given
+  const auto qkv = projection_row(qkv_weight, qkv_scales, h.view({1, x.size(2)}), qkv_bias, past_cache);
   auto y = linear_step(qkv_part(qkv, 0, H, D), qkv_part(qkv, 1, H, D), qkv_part(qkv, 2, H, D), kv, z, eps);
-  return projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
+  auto out = projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 
 // Infini-attention: x (1, 1, C) -> qkv_proj [q | k | v] (fused) -> infini_step at cache slot time[0] -> o_proj ->
@@ -370,7 +374,9 @@ at::Tensor linear_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_sca
 at::Tensor infini_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_scales, MaybeTensor qkv_bias,
                         at::Tensor ring_k, at::Tensor ring_v, at::Tensor mem, at::Tensor z, at::Tensor gate,
                         at::Tensor key_valid, at::Tensor time, int64_t segment, bool delta, double eps,
-                        at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias, bool past_cache) {
+                        at::Tensor out_weight, MaybeTensor out_scales, MaybeTensor out_bias,
+                        MaybeTensor pre_weight, MaybeTensor pre_bias, double pre_eps, int64_t pre_kind,
+                        bool past_cache) {
   if (!one_token(x) || !feature_state_fits(mem, z)) return {};
   const int64_t H = mem.size(1), D = mem.size(2);
   const auto ring_fits = [&](const at::Tensor& r) {
@@ -385,12 +391,15 @@ at::Tensor infini_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_sca
   if (t0 < 0 || (key_valid.numel() && (key_valid.dim() != 2 || key_valid.size(0) != 1 || !key_valid.is_contiguous() ||
                                        key_valid.scalar_type() != at::kBool || t0 >= key_valid.size(1))))
     return {};
-  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) || !layer_fits(out_weight, out_scales, out_bias, H * D,
-                                                                           x.scalar_type()))
+  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) ||
+      !layer_fits(out_weight, out_scales, out_bias, H * D, x.scalar_type()) ||
+      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
     return {};
-  const auto qkv = projection_row(qkv_weight, qkv_scales, x.view({1, x.size(2)}), qkv_bias, past_cache);
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C): the block's norm, if given
+  const auto qkv = projection_row(qkv_weight, qkv_scales, h.view({1, x.size(2)}), qkv_bias, past_cache);
   auto y = infini_step(qkv_part(qkv, 0, H, D), qkv_part(qkv, 1, H, D), qkv_part(qkv, 2, H, D), ring_k, ring_v, mem, z,
                        gate, key_valid, time, segment, delta, eps);  // (1, H, D) in x's dtype
-  return projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
+  auto out = projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
+  return with_residual(out, x, pre_kind);
 }
 """

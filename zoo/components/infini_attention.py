@@ -35,7 +35,7 @@ from zoo.components import cpu_steps
 from zoo.components.feature_state import FeatureStateMixer, FeatureStateOptions, feature_map, state_read, state_write
 from zoo.components.kernels import KernelChoice
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Positions
+from zoo.specs.interfaces import BuildContext, Positions, TokenNorm
 from zoo.specs.state import LayerState, StateTensor
 
 STATE = ("mem", "z")
@@ -143,17 +143,33 @@ class InfiniAttention(FeatureStateMixer, KernelChoice):
         y = g * read + (1.0 - g) * local  # (B, H, T, D)
         return self.output(y, x.dtype)
 
-    def _token_step(
-        self, x: torch.Tensor, positions: Positions | None, state: LayerState, valid_slots: torch.Tensor | None
+    def residual_token(
+        self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
     ) -> torch.Tensor | None:
-        """One token (1, 1, d) through ``cpu_steps.infini_token`` where the layers take it
-        (``token_projections``), else None: the module's own calls."""
+        """x + this attention of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``)."""
+        if x.shape[0] != 1 or x.shape[1] != 1 or not self._step_ready(x, state):
+            return None
+        valid_slots = None if state.key_valid is None else state.key_valid.to(torch.bool)
+        return self._token_step(x, positions, state, valid_slots, norm)
+
+    def _token_step(
+        self,
+        x: torch.Tensor,
+        positions: Positions | None,
+        state: LayerState,
+        valid_slots: torch.Tensor | None,
+        norm: TokenNorm | None = None,
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.infini_token`` (with ``norm``: x + the
+        attention of norm(x)) where the layers take it (``token_projections``), else None: the
+        module's own calls."""
         projections = self.token_projections(positions)
         if projections is None:
             return None
         qkv, out = projections
         segment = (self.segment, self.delta)
-        return cpu_steps.infini_token(x, qkv, state.tensors, self.gate, valid_slots, state.time, segment, out)
+        tensors, time = state.tensors, state.time
+        return cpu_steps.infini_token(x, qkv, tensors, self.gate, valid_slots, time, segment, out, norm)
 
     def _token_positions(
         self, B: int, T: int, device: torch.device, positions: Positions | None, state: LayerState | None

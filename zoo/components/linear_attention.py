@@ -25,7 +25,7 @@ from zoo.components.cuda_kernels import fla
 from zoo.components.feature_state import EPS, FeatureStateMixer, FeatureStateOptions, feature_map, state_write
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.specs.hookspecs import hookimpl
-from zoo.specs.interfaces import BuildContext, Positions
+from zoo.specs.interfaces import BuildContext, Positions, TokenNorm
 from zoo.specs.state import LayerState, StateTensor
 
 CHUNK = 64
@@ -99,16 +99,32 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         y = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # (B, H, T, D)
         return self.output(y, x.dtype)
 
-    def _token_step(
-        self, x: torch.Tensor, positions: Positions | None, kv_state: list[torch.Tensor]
+    def residual_token(
+        self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
     ) -> torch.Tensor | None:
-        """One token (1, 1, d) through ``cpu_steps.linear_token`` where the layers take it
-        (``token_projections``), else None: the module's own calls."""
+        """x + this attention of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``)."""
+        if x.shape[0] != 1 or x.shape[1] != 1:
+            return None
+        kv_state = [state.tensors[name] for name in STATE]
+        if not cpu_steps.step_ready(self, x, kv_state, state.token_valid):
+            return None
+        return self._token_step(x, positions, kv_state, norm)
+
+    def _token_step(
+        self,
+        x: torch.Tensor,
+        positions: Positions | None,
+        kv_state: list[torch.Tensor],
+        norm: TokenNorm | None = None,
+    ) -> torch.Tensor | None:
+        """One token (1, 1, d) through ``cpu_steps.linear_token`` (with ``norm``: x + the
+        attention of norm(x)) where the layers take it (``token_projections``), else None: the
+        module's own calls."""
         projections = self.token_projections(positions)
         if projections is None:
             return None
         kv, k_sum = kv_state
-        return cpu_steps.linear_token(x, projections[0], kv, k_sum, projections[1])  # (1, 1, d) or None
+        return cpu_steps.linear_token(x, projections[0], kv, k_sum, projections[1], norm)  # (1, 1, d) or None
 
     def extra_repr(self) -> str:
         return f"heads={self.n_heads}, head_dim={self.head_dim}, feature_map=elu+1"
