@@ -29,7 +29,8 @@ import torch
 
 from zoo.components import cpu_token_ops, row_product
 from zoo.components.cpu_ops import CppExtension, CppFunction
-from zoo.components.cpu_steps_source import SOURCE, TOKEN_STEPS
+from zoo.components.cpu_steps_source import SOURCE
+from zoo.components.cpu_token_steps_source import TOKEN_STEPS
 from zoo.components.feature_state import EPS
 from zoo.components.kernels import Kernel, KernelChoice
 from zoo.components.linear import StepTensors
