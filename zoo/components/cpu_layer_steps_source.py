@@ -22,11 +22,11 @@ DeltaNet's, linear and Infini-attention's) take the pre-norm too (``FITS``' ``pr
 ops): 0.96-0.98x (mamba-130m, mamba2-130m int8), 0.97-0.99x (Gated DeltaNet and its hybrid),
 0.96-0.99x (linear and Infini-attention).
 
-The recurrent mixers' one-call steps (Mamba's ``mamba_token`` in ``cpu_mamba_step.py``, Mamba2's
-and Gated DeltaNet's in ``cpu_token_steps_source.TOKEN_STEPS``) live in their own kernels' extensions:
-they check their projections with ``FITS`` and make them through this extension's ``layer_row``
-op, called through the dispatcher (``projection_call``), so the products are the same kernels,
-bit for bit, with one copy of their code.
+The recurrent mixers' one-call steps (Mamba's ``mamba_token`` in ``cpu_mamba_step.py``; Mamba2's,
+Gated DeltaNet's, linear and Infini-attention's in ``cpu_token_steps_source.py``) live in their
+own kernels' extensions: they check their projections with ``FITS`` and make them through this
+extension's ``layer_row`` op, called through the dispatcher (``projection_call``), so the products
+are the same kernels, bit for bit, with one copy of their code.
 """
 
 from __future__ import annotations
