@@ -85,21 +85,27 @@ def test_one_call_steps_give_the_modules_own_calls_bit_for_bit(monkeypatch, arch
     torch.testing.assert_close(fused.float(), full[:, 5:].float(), **tolerance)
 
 
+def _t5_prefilled(dtype: torch.dtype, seed: int):  # type: ignore[no-untyped-def]
+    """A tiny t5-small (projections fused), four decoder tokens to step, its cache after the
+    encoder pass over six tokens and the start token, and a copy of that cache."""
+    model = zoo.build(tiny_spec("t5-small"), seed=0).to(dtype).eval()
+    zoo.fuse_projections(model)
+    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        memory = model.encode(ids)
+        cache = KVCache(model, 1, 8, memory_len=6)
+        prefill(model, torch.zeros(1, 1, dtype=torch.long), cache, memory=memory)
+    return model, ids[:, :4], cache, twin_cache(cache)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_an_encoder_decoders_steps_take_the_calls_with_a_position_bias_and_relu(monkeypatch, dtype):
     """t5-small's decoder: self-attention with its relative position bias as an additive mask,
     cross-attention over the memory written at prefill and a ReLU MLP in one call each, as
     their modules' own calls give them."""
-    model = zoo.build(tiny_spec("t5-small"), seed=0).to(dtype).eval()
-    zoo.fuse_projections(model)
-    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(3))
+    model, steps, cache, twin = _t5_prefilled(dtype, seed=3)
     taken = _counted(monkeypatch)
     with torch.no_grad():
-        memory = model.encode(ids)
-        cache = KVCache(model, 1, 8, memory_len=6)
-        prefill(model, torch.zeros(1, 1, dtype=torch.long), cache, memory=memory)
-        twin = twin_cache(cache)
-        steps = ids[:, :4]
         fused = decode_each(model, cache, steps)
         with monkeypatch.context() as off:
             off.setattr(Attention, "_token_step", lambda *args: None)
@@ -148,20 +154,15 @@ def test_a_pre_norm_blocks_branches_run_with_their_norm_and_add_in_one_call(monk
 def test_an_encoder_decoders_branches_run_with_their_norm_and_add_in_one_call(monkeypatch):
     """t5-small's decoder: self-attention, cross-attention and feed-forward each one call with
     its RMS norm and residual, the bits of the block's own norms and adds."""
-    model = zoo.build(tiny_spec("t5-small"), seed=0).to(torch.bfloat16).eval()
-    zoo.fuse_projections(model)
-    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(8))
-    seen = _normed(monkeypatch)
+    model, steps, cache, twin = _t5_prefilled(torch.bfloat16, seed=8)
+    seen = _normed(
+        monkeypatch
+    )  # from here: the start token's steps (its cross-attention writing the memory's K/V) not seen
     with torch.no_grad():
-        memory = model.encode(ids)
-        cache = KVCache(model, 1, 8, memory_len=6)
-        prefill(model, torch.zeros(1, 1, dtype=torch.long), cache, memory=memory)
-        twin = twin_cache(cache)
-        seen.clear()  # the start token's own steps (its cross-attention writing the memory's K/V: the module's)
-        fused = decode_each(model, cache, ids[:, :4])
+        fused = decode_each(model, cache, steps)
         with monkeypatch.context() as off:
             off.setattr(blocks, "token_norm", lambda norm: None)
-            unfused = decode_each(model, twin, ids[:, :4])
+            unfused = decode_each(model, twin, steps)
     assert sorted(set(seen)) == ["attention_token", "cross_attention_token", "mlp_token"]
     assert len(seen) == 3 * 4 * len(model.layers)
     assert torch.equal(fused, unfused)

@@ -74,10 +74,23 @@ static bool feature_state_fits(const at::Tensor& S, const at::Tensor& z) {
          z.size(1) == S.size(1) && z.size(2) == S.size(2) && plain(S) && plain(z);
 }
 
-// A fused q|k|v layer of 3 * inner rows over x's width, one the layer steps take (layer_fits).
-static bool qkv_fits(const at::Tensor& x, const at::Tensor& weight, const MaybeTensor& scales,
-                     const MaybeTensor& bias, int64_t inner) {
-  return layer_fits(weight, scales, bias, x.size(2), x.scalar_type()) && weight.size(0) == 3 * inner;
+// A kernel-attention step's layers and pre-norm: a fused q|k|v layer of 3 * inner rows over x's width and an output
+// layer over inner values, ones the layer steps take (layer_fits), and the pre-norm, if any (pre_norm_fits).
+static bool feature_layers_fit(const at::Tensor& x, const at::Tensor& qkv_weight, const MaybeTensor& qkv_scales,
+                               const MaybeTensor& qkv_bias, const at::Tensor& out_weight, const MaybeTensor& out_scales,
+                               const MaybeTensor& out_bias, const MaybeTensor& pre_weight,
+                               const MaybeTensor& pre_bias, int64_t pre_kind, int64_t inner) {
+  return layer_fits(qkv_weight, qkv_scales, qkv_bias, x.size(2), x.scalar_type()) &&
+         qkv_weight.size(0) == 3 * inner && layer_fits(out_weight, out_scales, out_bias, inner, x.scalar_type()) &&
+         pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0));
+}
+
+// The fused q|k|v product's row (1, 3 inner) of x through the step's pre-norm (the block's norm, if given).
+static at::Tensor normed_qkv(const at::Tensor& x, const at::Tensor& qkv_weight, const MaybeTensor& qkv_scales,
+                             const MaybeTensor& qkv_bias, const MaybeTensor& pre_weight, const MaybeTensor& pre_bias,
+                             double pre_eps, int64_t pre_kind, bool past_cache) {
+  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C)
+  return projection_row(qkv_weight, qkv_scales, h.view({1, x.size(2)}), qkv_bias, past_cache);
 }
 
 // Part i of the fused q|k|v product's row (1, 3 H D): q, k or v as (1, H, D), a view.
@@ -93,12 +106,10 @@ at::Tensor linear_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_sca
                         int64_t pre_kind, bool past_cache) {
   if (!one_token(x) || !feature_state_fits(kv, z)) return {};
   const int64_t H = kv.size(1), D = kv.size(2);
-  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) ||
-      !layer_fits(out_weight, out_scales, out_bias, H * D, x.scalar_type()) ||
-      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
+  if (!feature_layers_fit(x, qkv_weight, qkv_scales, qkv_bias, out_weight, out_scales, out_bias, pre_weight, pre_bias,
+                          pre_kind, H * D))
     return {};
-  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C): the block's norm, if given
-  const auto qkv = projection_row(qkv_weight, qkv_scales, h.view({1, x.size(2)}), qkv_bias, past_cache);
+  const auto qkv = normed_qkv(x, qkv_weight, qkv_scales, qkv_bias, pre_weight, pre_bias, pre_eps, pre_kind, past_cache);
   auto y = linear_step(qkv_part(qkv, 0, H, D), qkv_part(qkv, 1, H, D), qkv_part(qkv, 2, H, D), kv, z, eps);
   auto out = projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
   return with_residual(out, x, pre_kind);
@@ -127,12 +138,10 @@ at::Tensor infini_token(at::Tensor x, at::Tensor qkv_weight, MaybeTensor qkv_sca
   if (t0 < 0 || (key_valid.numel() && (key_valid.dim() != 2 || key_valid.size(0) != 1 || !key_valid.is_contiguous() ||
                                        key_valid.scalar_type() != at::kBool || t0 >= key_valid.size(1))))
     return {};
-  if (!qkv_fits(x, qkv_weight, qkv_scales, qkv_bias, H * D) ||
-      !layer_fits(out_weight, out_scales, out_bias, H * D, x.scalar_type()) ||
-      !pre_norm_fits(x, pre_weight, pre_bias, pre_kind, out_weight.size(0)))
+  if (!feature_layers_fit(x, qkv_weight, qkv_scales, qkv_bias, out_weight, out_scales, out_bias, pre_weight, pre_bias,
+                          pre_kind, H * D))
     return {};
-  const auto h = pre_normed(x, pre_weight, pre_bias, pre_eps, pre_kind);  // (1, 1, C): the block's norm, if given
-  const auto qkv = projection_row(qkv_weight, qkv_scales, h.view({1, x.size(2)}), qkv_bias, past_cache);
+  const auto qkv = normed_qkv(x, qkv_weight, qkv_scales, qkv_bias, pre_weight, pre_bias, pre_eps, pre_kind, past_cache);
   auto y = infini_step(qkv_part(qkv, 0, H, D), qkv_part(qkv, 1, H, D), qkv_part(qkv, 2, H, D), ring_k, ring_v, mem, z,
                        gate, key_valid, time, segment, delta, eps);  // (1, H, D) in x's dtype
   auto out = projection_row(out_weight, out_scales, y.view({1, 1, H * D}), out_bias, past_cache);  // (1, 1, C_out)
