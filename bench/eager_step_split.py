@@ -29,6 +29,7 @@ import torch
 from zoo.components.cpu_ops import CppExtension
 from zoo.harness.run import host_paths
 from zoo.model.sampling import greedy
+from zoo.quant import int4_cpu
 
 PARTS = ("products", "layer steps", "attention", "other C++")
 
@@ -41,36 +42,49 @@ def _part(function: str) -> str:
     return "attention" if "attention" in function else "other C++"
 
 
+def _timed(
+    call: Callable[..., torch.Tensor], part: str, spent: dict[str, float], outputs: dict | None, weight_at: int
+) -> Callable[..., torch.Tensor]:
+    """``call`` timed into ``spent[part]``; with ``outputs`` (the no-weights pass), a product
+    returns its first output for that weight (argument ``weight_at``) and input shape instead of
+    reading the weight."""
+
+    def timed(*args: object) -> torch.Tensor:
+        start = time.perf_counter()
+        if outputs is not None:
+            weight, x = args[weight_at], args[1 - weight_at]
+            key = (weight.data_ptr(), x.shape)  # type: ignore[attr-defined]
+            out = outputs.get(key)
+            if out is None:
+                out = outputs[key] = call(*args)
+        else:
+            out = call(*args)
+        spent[part] += time.perf_counter() - start
+        return out
+
+    return timed
+
+
 @contextmanager
 def timed_ops(spent: dict[str, float], cached: bool) -> Iterator[None]:
     """Every zoo C++ call timed into ``spent`` by part; ``cached``: a product returns its first
-    output for that weight and input shape instead of reading the weight."""
-    original = CppExtension.op
+    output for that weight and input shape instead of reading the weight. An int4 layer's product
+    (an int4 head: its own call, not a layer step's) is bound once by ``int4_cpu`` (``_MM``), so it
+    is timed there, as a product."""
+    original, int4_mm = CppExtension.op, int4_cpu._MM
     outputs: dict[tuple[int, torch.Size], torch.Tensor] = {}
 
     def op(self: CppExtension, function: str) -> Callable[..., torch.Tensor]:
-        call, part = original(self, function), _part(function)
-
-        def timed(*args: object) -> torch.Tensor:
-            start = time.perf_counter()
-            if cached and part == "products":
-                weight, x = args[0], args[1]
-                key = (weight.data_ptr(), x.shape)  # type: ignore[attr-defined]
-                out = outputs.get(key)
-                if out is None:
-                    out = outputs[key] = call(*args)
-            else:
-                out = call(*args)
-            spent[part] += time.perf_counter() - start
-            return out
-
-        return timed
+        part = _part(function)
+        return _timed(original(self, function), part, spent, outputs if cached and part == "products" else None, 0)
 
     CppExtension.op = op  # type: ignore[method-assign]
+    int4_cpu._MM = _timed(int4_mm, "products", spent, outputs if cached else None, 1)
     try:
         yield
     finally:
         CppExtension.op = original  # type: ignore[method-assign]
+        int4_cpu._MM = int4_mm
 
 
 def one_pass(case: fs.Case, ids: torch.Tensor, steps: int, cached: bool) -> dict[str, float]:
