@@ -72,14 +72,13 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         """x (B, T, d) -> (B, T, d); with a state, ``kv`` and ``k_sum`` are read and updated in
         place. Tokens marked False in ``token_valid`` (left padding) add nothing to them."""
         T = x.shape[1]
-        if T == 1 and state is not None:
-            kv_state = [state.tensors[name] for name in STATE]
-            if cpu_steps.step_ready(self, x, kv_state, state.token_valid):
-                out = self._token_step(x, positions, kv_state) if x.shape[0] == 1 else None
-                if out is not None:
-                    return out  # (1, 1, d): the q|k|v product, the step and o_proj in one C++ call
-                q, k, v = self.project(x, positions)  # (B, H, 1, D) each
-                return self.output(cpu_steps.linear_step(q, k, v, *kv_state), x.dtype)  # state updated in place
+        kv_state = None if state is None else self._step_state(x, state)
+        if kv_state is not None:
+            out = self._token_step(x, positions, kv_state) if x.shape[0] == 1 else None
+            if out is not None:
+                return out  # (1, 1, d): the q|k|v product, the step and o_proj in one C++ call
+            q, k, v = self.project(x, positions)  # (B, H, 1, D) each
+            return self.output(cpu_steps.linear_step(q, k, v, *kv_state), x.dtype)  # state updated in place
         q, k, v = self.project(x, positions)  # (B, H, T, D) each
         q, k, v = feature_map(q.float()), feature_map(k.float()), v.float()
         valid = state.token_valid if state is not None else (None if positions is None else positions.key_valid)
@@ -103,12 +102,16 @@ class LinearAttention(FeatureStateMixer, KernelChoice):
         self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
     ) -> torch.Tensor | None:
         """x + this attention of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``)."""
-        if x.shape[0] != 1 or x.shape[1] != 1:
+        kv_state = self._step_state(x, state) if x.shape[0] == 1 else None
+        return None if kv_state is None else self._token_step(x, positions, kv_state, norm)
+
+    def _step_state(self, x: torch.Tensor, state: LayerState) -> list[torch.Tensor] | None:
+        """The layer's kv and k_sum where the fused one-token step runs this call (one token, a
+        state it takes: ``cpu_steps.step_ready``), else None."""
+        if x.shape[1] != 1:
             return None
         kv_state = [state.tensors[name] for name in STATE]
-        if not cpu_steps.step_ready(self, x, kv_state, state.token_valid):
-            return None
-        return self._token_step(x, positions, kv_state, norm)
+        return kv_state if cpu_steps.step_ready(self, x, kv_state, state.token_valid) else None
 
     def _token_step(
         self,

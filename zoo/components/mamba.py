@@ -178,12 +178,10 @@ class MambaMixer(TokenMixer, KernelChoice):
         enter as zeros with a zero step, so they leave the state as it was."""
         T = x.shape[1]
         tensors = None if state is None else state.tensors
-        x_proj = self._modules["x_proj"]  # its rows as the fused step reads them: float or int8
-        x_rows = x_proj.kernel_rows() if T == 1 and isinstance(x_proj, RowStackable) else None
-        if x_rows is not None and state is not None and tensors is not None:
-            if conv_step_ready(self, x, tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL):
-                out = self._token_step(x, x_rows, tensors) if x.shape[0] == 1 else None
-                return self._step(x, x_rows, tensors) if out is None else out  # (B, 1, d)
+        x_rows = None if state is None else self._step_rows(x, state)
+        if x_rows is not None and tensors is not None:
+            out = self._token_step(x, x_rows, tensors) if x.shape[0] == 1 else None
+            return self._step(x, x_rows, tensors) if out is None else out  # (B, 1, d)
         if state is not None:
             valid = state.token_valid  # (B, T) bool or None
         else:
@@ -243,13 +241,21 @@ class MambaMixer(TokenMixer, KernelChoice):
         self, x: torch.Tensor, norm: TokenNorm, positions: Positions, state: LayerState
     ) -> torch.Tensor | None:
         """x + this mixer of norm(x) for one cached token (1, 1, d) in one C++ call (``_token_step``)."""
-        x_proj, tensors = self._modules["x_proj"], state.tensors
-        if x.shape[0] != 1 or x.shape[1] != 1 or not isinstance(x_proj, RowStackable):
+        x_rows = self._step_rows(x, state) if x.shape[0] == 1 else None
+        return None if x_rows is None else self._token_step(x, x_rows, state.tensors, norm)
+
+    def _step_rows(self, x: torch.Tensor, state: LayerState) -> XRows | None:
+        """x_proj's rows as the fused one-token step reads them (float, int8 or int4) where that
+        step runs this call: one token, a layer the step reads, the conv window and state it
+        takes (``conv_step_ready``); else None."""
+        x_proj = self._modules["x_proj"]
+        if x.shape[1] != 1 or not isinstance(x_proj, RowStackable):
             return None
         x_rows = x_proj.kernel_rows()
-        if x_rows is None or not conv_step_ready(self, x, tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL):
-            return None
-        return self._token_step(x, x_rows, tensors, norm)
+        ready = x_rows is not None and conv_step_ready(
+            self, x, state.tensors, "ssm", state.token_valid, cpu_mamba_step.KERNEL
+        )
+        return x_rows if ready else None
 
     def _token_step(
         self, x: torch.Tensor, x_rows: XRows, tensors: dict[str, torch.Tensor], norm: TokenNorm | None = None

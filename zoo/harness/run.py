@@ -214,17 +214,18 @@ def _past_cache(device: torch.device, model: torch.nn.Module) -> bool:
 def _row_kernel_dtypes(device: torch.device) -> list[torch.dtype]:
     """The dtypes whose one-row CPU products the host probe measured faster through zoo's row
     kernel than through torch's (``zoo.components.row_product``); none off the CPU."""
-    if device.type != "cpu":
-        return []
-    return [getattr(torch, name) for name, faster in host_peaks().row_kernel_faster.items() if faster]
+    return _measured_faster(host_peaks().row_kernel_faster) if device.type == "cpu" else []
 
 
 def _onednn_dtypes(device: torch.device) -> list[torch.dtype]:
     """The dtypes whose several-row CPU products go through oneDNN's linear, measured faster
     than torch's matmul on this host (``zoo.components.onednn``); none off the CPU."""
-    if device.type != "cpu":
-        return []
-    return [getattr(torch, name) for name, faster in host_peaks().onednn_faster.items() if faster]
+    return _measured_faster(host_peaks().onednn_faster) if device.type == "cpu" else []
+
+
+def _measured_faster(by_dtype: dict[str, bool]) -> list[torch.dtype]:
+    """The dtypes, named as a ``HostPeaks`` record names them, whose path the probe measured faster."""
+    return [getattr(torch, name) for name, faster in by_dtype.items() if faster]
 
 
 def _widened_dtypes(device: torch.device) -> list[torch.dtype]:
